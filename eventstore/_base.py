@@ -1,0 +1,156 @@
+"""The store port: the abstract base class every backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable, Sequence
+from types import TracebackType
+from typing import ClassVar, Self
+
+from ._encoding import DEFAULT_MAX_EVENT_BYTES
+from ._records import (
+    ANY,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    NewSnapshot,
+    RecordedEvent,
+    Snapshot,
+    VerifyReport,
+)
+from ._upcasting import Upcasters
+
+__all__ = ["EventStore"]
+
+
+class EventStore(ABC):
+    """An append-only log of events grouped in streams.
+
+    Required core: ``append``, ``append_batch``, the reads, ``subscribe``, ``verify``,
+    snapshots and ``close``. Optional capabilities are declared in ``capabilities`` and
+    tested by the conformance suite:
+
+    - ``"gapless_positions"``: global positions have no gaps and are never reused;
+    - ``"cross_process_subscribe"``: subscribers see events appended by other processes.
+
+    Use as an async context manager to close it::
+
+        async with open_store("sqlite:///:memory:") as store:
+            await store.append("branch-1", [NewEvent("message.added", {"content": "hi"})])
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    url: str
+
+    def __init__(
+        self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    ) -> None:
+        self.upcasters = upcasters if upcasters is not None else Upcasters()
+        self.max_event_bytes = max_event_bytes
+
+    @abstractmethod
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        """Append ``events`` to ``stream`` atomically.
+
+        Raises:
+            ConcurrencyError: the stream's version does not satisfy ``expected_version``.
+            IdempotencyError: an event id is stored already with different content.
+            InvalidEventError: malformed input (nothing is written).
+        """
+
+    @abstractmethod
+    async def append_batch(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
+    ) -> list[AppendResult]:
+        """Append to several streams in one atomic transaction; one result per entry."""
+
+    @abstractmethod
+    def read_stream(
+        self,
+        stream: str,
+        from_version: int = 1,
+        to_version: int | None = None,
+        *,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Iterate the events of ``stream`` with versions in the inclusive range.
+
+        With ``backwards=True`` the order is descending (from ``to_version`` or the end);
+        ``limit`` applies in reading order.
+        """
+
+    @abstractmethod
+    def read_all(
+        self,
+        from_position: int = 1,
+        to_position: int | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+        limit: int | None = None,
+        backwards: bool = False,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Iterate the whole log by global position (inclusive range), optionally filtered."""
+
+    @abstractmethod
+    async def stream_version(self, stream: str) -> int:
+        """The current version of ``stream`` (0 when it has no event)."""
+
+    @abstractmethod
+    async def head(self) -> int:
+        """The highest global position stored (0 when the store is empty)."""
+
+    @abstractmethod
+    async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        """Every stream (optionally those starting with ``prefix``) with its version, by name."""
+
+    @abstractmethod
+    def subscribe(
+        self,
+        from_position: int = 1,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Catch up from ``from_position`` (inclusive), then deliver live events forever.
+
+        Live events include those appended by other processes when the backend declares
+        ``cross_process_subscribe``. Positions are delivered in increasing order and none is
+        skipped. Close the iterator (or cancel the task) to stop.
+        """
+
+    @abstractmethod
+    async def verify(self, stream: str | None = None) -> VerifyReport:
+        """Check hash chains, version contiguity and decodability of one or every stream."""
+
+    @abstractmethod
+    async def save_snapshot(self, snapshot: NewSnapshot) -> None:
+        """Store a snapshot; one of the same stream, type and version is replaced."""
+
+    @abstractmethod
+    async def load_snapshot(
+        self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
+    ) -> Snapshot | None:
+        """The newest snapshot of ``stream`` at or before a version (any when None)."""
+
+    @abstractmethod
+    async def delete_snapshots(self, stream: str | None = None) -> int:
+        """Delete the snapshots of one stream, or all of them; return how many went."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,156 @@
+"""Errors raised by the event store.
+
+Every error turnlog raises derives from ``TurnlogError``; the store's errors from
+``StoreError``, so a caller can catch either and still act on the precise subclass::
+
+    TurnlogError
+    └── StoreError
+        ├── ConcurrencyError        expected_version did not match (stream, expected, actual)
+        ├── IdempotencyError        an event id is already stored with different content
+        ├── InvalidEventError       bad input, rejected before anything is written (ValueError)
+        │   └── EventTooLarge       encoded event over the configured size limit
+        ├── StoreFormatError        the store was written by a newer turnlog, or is not a store
+        ├── CorruptEventError       a stored payload cannot be decoded
+        ├── StoreUnavailable        the backend cannot be reached or dropped the connection
+        └── UnsupportedStoreURL     open_store() got a scheme it does not know (ValueError)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "TurnlogError",
+    "ConcurrencyError",
+    "CorruptEventError",
+    "EventTooLarge",
+    "IdempotencyError",
+    "InvalidEventError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreUnavailable",
+    "UnsupportedStoreURL",
+]
+
+
+class TurnlogError(Exception):
+    """Root of every error raised by turnlog."""
+
+
+class StoreError(TurnlogError):
+    """Root of every error raised by ``turnlog.eventstore``."""
+
+
+class ConcurrencyError(StoreError):
+    """The stream's version differs from the ``expected_version`` of an append.
+
+    Nothing of the batch was stored.
+
+    Attributes:
+        stream: The stream whose version did not match.
+        expected: The expected version the caller passed (an int or a constant).
+        actual: The stream's version at the time of the check.
+    """
+
+    def __init__(self, stream: str, expected: Any, actual: int) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream!r}: expected version {expected!r}, but the stream is at version {actual}"
+        )
+
+
+class IdempotencyError(StoreError):
+    """An event id is already stored, but with different content (or in another place).
+
+    Attributes:
+        event_id: The conflicting event id.
+        stream: The stream of the append that was refused.
+        reason: What differs.
+    """
+
+    def __init__(self, event_id: str, stream: str, reason: str) -> None:
+        self.event_id = event_id
+        self.stream = stream
+        self.reason = reason
+        super().__init__(f"event {event_id} (stream {stream!r}): {reason}")
+
+
+class InvalidEventError(StoreError, ValueError):
+    """An append was rejected before anything was written: the input is malformed.
+
+    Attributes:
+        stream: The stream of the append, when known.
+        index: The position of the offending event inside its batch, when known.
+    """
+
+    def __init__(self, message: str, *, stream: str | None = None, index: int | None = None) -> None:
+        self.stream = stream
+        self.index = index
+        where = []
+        if stream is not None:
+            where.append(f"stream {stream!r}")
+        if index is not None:
+            where.append(f"event #{index}")
+        prefix = f"{', '.join(where)}: " if where else ""
+        super().__init__(prefix + message)
+
+
+class EventTooLarge(InvalidEventError):
+    """The encoded event is larger than the store's ``max_event_bytes``.
+
+    Attributes:
+        size: The encoded size of data and meta in bytes.
+        limit: The configured limit in bytes.
+    """
+
+    def __init__(self, size: int, limit: int, *, stream: str | None = None, index: int | None = None) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"event is {size} bytes encoded, over the limit of {limit} bytes",
+            stream=stream,
+            index=index,
+        )
+
+
+class StoreFormatError(StoreError):
+    """The store cannot be opened: written by a newer format version, or not a turnlog store.
+
+    Attributes:
+        found: The format version found in the store (None when there is none).
+        supported: The newest format version this code understands.
+    """
+
+    def __init__(self, message: str, *, found: int | None = None, supported: int | None = None) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(message)
+
+
+class CorruptEventError(StoreError):
+    """A stored event or snapshot could not be decoded; it is never returned as None.
+
+    Attributes:
+        stream: The stream of the undecodable record.
+        version: Its version inside the stream.
+        position: Its global position, when it has one.
+        reason: What failed.
+    """
+
+    def __init__(self, stream: str, version: int, reason: str, *, position: int | None = None) -> None:
+        self.stream = stream
+        self.version = version
+        self.position = position
+        self.reason = reason
+        at = f" (position {position})" if position is not None else ""
+        super().__init__(f"stream {stream!r} version {version}{at}: {reason}")
+
+
+class StoreUnavailable(StoreError):
+    """The backend could not be reached, or the connection broke during the call."""
+
+
+class UnsupportedStoreURL(StoreError, ValueError):
+    """``open_store`` was given a URL whose scheme no backend handles."""

@@ -1,0 +1,184 @@
+"""The records that go into and come out of a store."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal, TypeAlias
+from uuid import UUID
+
+from ._ids import uuid7
+
+__all__ = [
+    "ANY",
+    "NO_STREAM",
+    "STREAM_EXISTS",
+    "AppendResult",
+    "ExpectedVersion",
+    "NewEvent",
+    "NewSnapshot",
+    "Problem",
+    "RecordedEvent",
+    "Snapshot",
+    "VerifyReport",
+]
+
+
+class _Expect(enum.Enum):
+    ANY = "any"
+    STREAM_EXISTS = "stream_exists"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+ANY: Final = _Expect.ANY
+"""Append whatever the stream's version is (no concurrency check)."""
+STREAM_EXISTS: Final = _Expect.STREAM_EXISTS
+"""Append only if the stream already has at least one event."""
+NO_STREAM: Final = 0
+"""Append only if the stream has no event yet; the same as the integer 0."""
+
+ExpectedVersion: TypeAlias = int | Literal[_Expect.ANY, _Expect.STREAM_EXISTS]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append.
+
+    The id is made when the object is made (UUIDv7), so re-sending the same ``NewEvent``
+    after a lost acknowledgement is idempotent: the store returns the original positions.
+
+    Attributes:
+        type: Dotted event type name, e.g. ``message.added``.
+        data: The payload, a JSON object.
+        meta: Correlation and causation data, a JSON object (``{}`` when None).
+        id: The idempotency key; a fresh UUIDv7 when not given.
+        schema: The schema version of ``data`` for this type; upcasters lift old ones on read.
+    """
+
+    type: str
+    data: Mapping[str, Any]
+    meta: Mapping[str, Any] | None = None
+    id: UUID = field(default_factory=uuid7)
+    schema: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored.
+
+    Attributes:
+        id: The event id (UUIDv7, made by the writer).
+        stream: The stream it belongs to.
+        version: 1-based position inside the stream.
+        position: Global position in commit order.
+        type: Dotted event type name.
+        schema: Schema version of ``data`` (after upcasting, the newest known).
+        data: The payload.
+        meta: Correlation, causation and actor data.
+        recorded_at: UTC time of the append.
+        prev_hash: Hash of the previous event of the stream ("" for version 1).
+        hash: SHA-256 over ``prev_hash`` and the canonical bytes of this event.
+    """
+
+    id: UUID
+    stream: str
+    version: int
+    position: int
+    type: str
+    schema: int
+    data: dict[str, Any]
+    meta: dict[str, Any]
+    recorded_at: datetime
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append stored.
+
+    Attributes:
+        positions: Global positions of the appended events, in order.
+        version: The stream's version after the append.
+    """
+
+    positions: tuple[int, ...]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem found by ``verify``.
+
+    Attributes:
+        stream: The stream concerned.
+        version: The version concerned (0 when it concerns the stream as a whole).
+        what: What is wrong, in one sentence.
+        position: The global position, when known.
+    """
+
+    stream: str
+    version: int
+    what: str
+    position: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.stream} v{self.version}: {self.what}"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of ``verify``.
+
+    Attributes:
+        problems: Every problem found; empty when the store is sound.
+        streams: How many streams were checked.
+        events: How many events were checked.
+    """
+
+    problems: tuple[Problem, ...]
+    streams: int
+    events: int
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class NewSnapshot:
+    """A snapshot to save: the state of a projection of ``stream`` after ``version``.
+
+    Attributes:
+        stream: The stream the snapshot summarizes.
+        version: The last stream version folded into ``data``.
+        type: What kind of state this is, e.g. ``branch_state``; upcasters apply to it.
+        data: The state, a JSON object.
+        schema: Schema version of ``data``.
+        meta: Free-form facts, e.g. the projection code version.
+    """
+
+    stream: str
+    version: int
+    type: str
+    data: Mapping[str, Any]
+    schema: int = 1
+    meta: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A stored snapshot (see ``NewSnapshot``), with the time it was recorded."""
+
+    stream: str
+    version: int
+    type: str
+    schema: int
+    data: dict[str, Any]
+    meta: dict[str, Any]
+    recorded_at: datetime

@@ -1,0 +1,132 @@
+"""Provider errors, translated once at the transport boundary.
+
+::
+
+    TurnlogError                      (turnlog.eventstore)
+    └── ProviderError                 provider, model
+        ├── ProviderHTTPError         status_code, body, retry_after
+        │   ├── AuthenticationError   401/403: bad or missing API key
+        │   ├── RateLimitError        429: rate limit or quota (retry_after when given)
+        │   ├── ContextLengthError    400 context_length_exceeded
+        │   └── ServerError           5xx after retries
+        ├── ProviderConnectionError   connect/read failures, a stream cut mid-way
+        ├── ProviderTimeout           a connect/read timeout or a run deadline
+        ├── ResponseFormatError       the provider answered with something undecodable
+        └── CLIError                  a CLI agent failed: exit_code, stderr, kind
+            └── CLINotFound           the executable is missing
+"""
+
+from __future__ import annotations
+
+from turnlog.eventstore import TurnlogError
+
+__all__ = [
+    "AuthenticationError",
+    "CLIError",
+    "CLINotFound",
+    "ContextLengthError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderHTTPError",
+    "ProviderTimeout",
+    "RateLimitError",
+    "ResponseFormatError",
+    "ServerError",
+]
+
+
+class ProviderError(TurnlogError):
+    """A model provider failed.
+
+    Attributes:
+        provider: The provider name (``openai``, ``claude_code``, ...).
+        model: The model name, when known.
+    """
+
+    def __init__(self, message: str, *, provider: str = "", model: str = "") -> None:
+        self.provider = provider
+        self.model = model
+        super().__init__(message)
+
+
+class ProviderHTTPError(ProviderError):
+    """The provider answered with an HTTP error status.
+
+    Attributes:
+        status_code: The HTTP status.
+        body: The response body (decoded JSON when possible, else text).
+        retry_after: Seconds the provider asked to wait, when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        body: object = None,
+        retry_after: float | None = None,
+        provider: str = "",
+        model: str = "",
+    ) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.retry_after = retry_after
+        super().__init__(message, provider=provider, model=model)
+
+
+class AuthenticationError(ProviderHTTPError):
+    """401/403: the API key is missing, wrong or not allowed to use the model."""
+
+
+class RateLimitError(ProviderHTTPError):
+    """429: rate limit or quota; ``retry_after`` says how long to wait when known."""
+
+
+class ContextLengthError(ProviderHTTPError):
+    """The request is longer than the model's context window."""
+
+
+class ServerError(ProviderHTTPError):
+    """A 5xx answer that retries did not cure."""
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection failed, or a stream was cut before it finished."""
+
+
+class ProviderTimeout(ProviderError, TimeoutError):
+    """A connect/read timeout, or the deadline of a run passed."""
+
+
+class ResponseFormatError(ProviderError):
+    """The provider's answer could not be decoded (never turned into None)."""
+
+
+class CLIError(ProviderError):
+    """A CLI agent failed.
+
+    Attributes:
+        exit_code: The process exit status (None when it was killed or never ran).
+        stderr: The captured standard error (capped).
+        kind: A classification: ``auth``, ``rate_limit``, ``usage``, ``session_not_found``,
+            ``crash``, ``stream`` or ``unknown``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        stderr: str = "",
+        kind: str = "unknown",
+        provider: str = "",
+        model: str = "",
+    ) -> None:
+        self.exit_code = exit_code
+        self.stderr = stderr
+        self.kind = kind
+        super().__init__(message, provider=provider, model=model)
+
+
+class CLINotFound(CLIError):
+    """The CLI executable could not be found or started."""

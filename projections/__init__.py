@@ -1,0 +1,3 @@
+"""turnlog.projections: the conversation domain, the event catalogue and pure folds."""
+
+__all__: list[str] = []
