@@ -23,7 +23,7 @@ def test_all_names_exist_and_are_public(name: str) -> None:
         assert not attr.startswith("_")
         assert getattr(module, attr) is not None
         value = getattr(module, attr)
-        if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        if isinstance(value, type) or inspect.isfunction(value):
             assert value.__module__.startswith("turnlog."), f"{attr} comes from {value.__module__}"
 
 
