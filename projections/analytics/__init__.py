@@ -1,0 +1,3 @@
+"""turnlog.projections.analytics: usage, cost, latency, errors and tools from the log."""
+
+__all__: list[str] = []
