@@ -14,6 +14,9 @@ from ._errors import (
     UnsupportedStoreURL,
 )
 from ._ids import uuid7
+from ._memory import MemoryEventStore
+from ._migrate import MigrateReport, MigrationError, migrate
+from ._open import open_store
 from ._records import (
     ANY,
     NO_STREAM,
@@ -27,6 +30,7 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 
 __all__ = [
@@ -41,10 +45,14 @@ __all__ = [
     "ExpectedVersion",
     "IdempotencyError",
     "InvalidEventError",
+    "MemoryEventStore",
+    "MigrateReport",
+    "MigrationError",
     "NewEvent",
     "NewSnapshot",
     "Problem",
     "RecordedEvent",
+    "SQLiteEventStore",
     "Snapshot",
     "StoreError",
     "StoreFormatError",
@@ -54,5 +62,7 @@ __all__ = [
     "Upcaster",
     "Upcasters",
     "VerifyReport",
+    "migrate",
+    "open_store",
     "uuid7",
 ]

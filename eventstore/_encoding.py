@@ -9,26 +9,36 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from ._errors import EventTooLarge, InvalidEventError
-from ._records import ANY, STREAM_EXISTS, ExpectedVersion, NewEvent
+from ._errors import CorruptEventError, EventTooLarge, IdempotencyError, InvalidEventError
+from ._records import ANY, STREAM_EXISTS, AppendResult, ExpectedVersion, NewEvent, NewSnapshot, Problem
+from ._upcasting import Upcasters
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
+    "ChainChecker",
+    "PreparedAppend",
     "PreparedEvent",
+    "PreparedSnapshot",
     "check_expected_version",
+    "check_read_range",
     "check_stream_name",
     "decode_json",
+    "decode_payload",
     "encode_json",
     "event_hash",
     "from_micros",
+    "match_resent",
+    "prepare_batch",
     "prepare_events",
+    "prepare_snapshot",
     "to_micros",
     "version_matches",
 ]
@@ -40,11 +50,15 @@ MAX_TYPE_LEN = 200
 _TYPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*(\.[A-Za-z][A-Za-z0-9_\-]*)*\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _OPTS = orjson.OPT_SORT_KEYS
+_LEN = struct.Struct(">Q").pack
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
-    """A validated event with its canonical bytes, ready for a backend to insert."""
+class PreparedEvent(NamedTuple):
+    """A validated event with its canonical bytes, ready for a backend to insert.
+
+    A named tuple rather than a frozen dataclass: one is made per appended event, on the
+    hot path, and a tuple is several times cheaper to build.
+    """
 
     id: str
     type: str
@@ -94,6 +108,15 @@ def check_expected_version(stream: str, expected: object) -> ExpectedVersion:
     return expected
 
 
+def check_read_range(low_name: str, low: object, high_name: str, high: object, limit: object) -> None:
+    """Validate the bounds and limit of a read (ints >= 0; the upper bound and limit may be None)."""
+    for name, value, optional in ((low_name, low, False), (high_name, high, True), ("limit", limit, True)):
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidEventError(f"{name} must be an int >= 0, not {value!r}")
+
+
 def version_matches(expected: ExpectedVersion, actual: int) -> bool:
     """Tell whether a stream at ``actual`` satisfies ``expected``."""
     if expected is ANY:
@@ -104,18 +127,37 @@ def version_matches(expected: ExpectedVersion, actual: int) -> bool:
 
 
 def _encode_object(value: object, what: str, stream: str, index: int) -> bytes:
-    if not isinstance(value, Mapping):
-        raise InvalidEventError(
-            f"{what} must be a JSON object (a mapping), not {type(value).__name__}",
-            stream=stream,
-            index=index,
-        )
+    if type(value) is not dict:  # the exact-type test first: isinstance on an ABC is slow
+        if not isinstance(value, Mapping):
+            raise InvalidEventError(
+                f"{what} must be a JSON object (a mapping), not {type(value).__name__}",
+                stream=stream,
+                index=index,
+            )
+        value = dict(value)
     try:
         return orjson.dumps(value, option=_OPTS)
     except TypeError as exc:
         raise InvalidEventError(
             f"{what} is not JSON-serializable: {exc}", stream=stream, index=index
         ) from exc
+
+
+_valid_types: set[str] = set()
+"""Event type names already validated: a store sees few distinct ones, again and again."""
+
+
+def _check_type(etype: object, stream: str, index: int) -> None:
+    if not isinstance(etype, str) or not etype:
+        raise InvalidEventError("event type must be a non-empty str", stream=stream, index=index)
+    if len(etype) > MAX_TYPE_LEN or not _TYPE_RE.match(etype):
+        raise InvalidEventError(
+            f"malformed event type {etype!r}: use dotted names such as 'message.added'",
+            stream=stream,
+            index=index,
+        )
+    if type(etype) is str and len(_valid_types) < 10_000:
+        _valid_types.add(etype)
 
 
 def prepare_events(
@@ -135,15 +177,9 @@ def prepare_events(
                 f"expected a NewEvent, got {type(event).__name__}", stream=name, index=index
             )
         etype = event.type
-        if not isinstance(etype, str) or not etype:
-            raise InvalidEventError("event type must be a non-empty str", stream=name, index=index)
-        if len(etype) > MAX_TYPE_LEN or not _TYPE_RE.match(etype):
-            raise InvalidEventError(
-                f"malformed event type {etype!r}: use dotted names such as 'message.added'",
-                stream=name,
-                index=index,
-            )
-        if isinstance(event.schema, bool) or not isinstance(event.schema, int) or event.schema < 1:
+        if type(etype) is not str or etype not in _valid_types:
+            _check_type(etype, name, index)
+        if type(event.schema) is not int or event.schema < 1:
             raise InvalidEventError(
                 f"schema must be an int >= 1, not {event.schema!r}", stream=name, index=index
             )
@@ -177,21 +213,20 @@ def event_hash(
     The global position is not part of the hash: it belongs to the store, not the event,
     so a copy to another backend keeps every hash.
     """
-    h = hashlib.sha256()
-    for part in (
-        prev_hash.encode(),
-        event_id.encode(),
-        stream.encode(),
-        str(version).encode(),
-        type_.encode(),
-        str(schema).encode(),
-        data,
-        meta,
-        str(recorded_at_us).encode(),
-    ):
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()
+    # Each part is preceded by its length as 8 big-endian bytes; one join and one digest
+    # call are much cheaper than eighteen updates.
+    a, b, c = prev_hash.encode(), event_id.encode(), stream.encode()
+    d, e, f = str(version).encode(), type_.encode(), str(schema).encode()
+    g = str(recorded_at_us).encode()
+    return hashlib.sha256(
+        b"".join(
+            (
+                _LEN(len(a)), a, _LEN(len(b)), b, _LEN(len(c)), c,
+                _LEN(len(d)), d, _LEN(len(e)), e, _LEN(len(f)), f,
+                _LEN(len(data)), data, _LEN(len(meta)), meta, _LEN(len(g)), g,
+            )
+        )
+    ).hexdigest()  # fmt: skip
 
 
 def to_micros(moment: datetime) -> int:
@@ -205,3 +240,229 @@ def to_micros(moment: datetime) -> int:
 def from_micros(micros: int) -> datetime:
     """The inverse of ``to_micros`` (an aware UTC datetime)."""
     return datetime.fromtimestamp(micros // 1_000_000, tz=UTC).replace(microsecond=micros % 1_000_000)
+
+
+class PreparedAppend(NamedTuple):
+    """One validated entry of an append: the stream, its encoded events, the expected version."""
+
+    stream: str
+    events: list[PreparedEvent]
+    expected: ExpectedVersion
+
+
+def prepare_batch(entries: object, max_event_bytes: int) -> list[PreparedAppend]:
+    """Validate every entry of an ``append_batch`` call; nothing is written if this raises.
+
+    Each entry is ``(stream, events, expected_version)``. An event id may appear only once
+    in the whole call, across entries too.
+    """
+    if not isinstance(entries, Sequence) or isinstance(entries, str | bytes):
+        raise InvalidEventError("append_batch needs a sequence of (stream, events, expected_version)")
+    if not entries:
+        raise InvalidEventError("append_batch needs at least one entry")
+    prepared: list[PreparedAppend] = []
+    seen: set[str] = set()
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidEventError(
+                f"append_batch entry #{number} must be (stream, events, expected_version)"
+            )
+        stream, events, expected = entry
+        name, evs = prepare_events(stream, events, max_event_bytes)
+        expected = check_expected_version(name, expected)
+        for index, ev in enumerate(evs):
+            if ev.id in seen:
+                raise InvalidEventError(
+                    f"event id {ev.id} appears twice in one append_batch", stream=name, index=index
+                )
+            seen.add(ev.id)
+        prepared.append(PreparedAppend(name, evs, expected))
+    return prepared
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSnapshot:
+    """A validated snapshot with its canonical bytes."""
+
+    stream: str
+    version: int
+    type: str
+    schema: int
+    data: bytes
+    meta: bytes
+
+
+def prepare_snapshot(snapshot: object, max_event_bytes: int) -> PreparedSnapshot:
+    """Validate and encode a ``NewSnapshot``; raises ``InvalidEventError`` when malformed."""
+    if not isinstance(snapshot, NewSnapshot):
+        raise InvalidEventError(f"expected a NewSnapshot, got {type(snapshot).__name__}")
+    name = check_stream_name(snapshot.stream)
+    version = snapshot.version
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise InvalidEventError(f"snapshot version must be an int >= 0, not {version!r}", stream=name)
+    stype = snapshot.type
+    if not isinstance(stype, str) or len(stype) > MAX_TYPE_LEN or not _TYPE_RE.match(stype):
+        raise InvalidEventError(f"malformed snapshot type {stype!r}", stream=name)
+    schema = snapshot.schema
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise InvalidEventError(f"snapshot schema must be an int >= 1, not {schema!r}", stream=name)
+    data = _encode_object(snapshot.data, "snapshot data", name, 0)
+    meta = _encode_object({} if snapshot.meta is None else snapshot.meta, "snapshot meta", name, 0)
+    if len(data) + len(meta) > max_event_bytes:
+        raise EventTooLarge(len(data) + len(meta), max_event_bytes, stream=name)
+    return PreparedSnapshot(name, version, stype, schema, data, meta)
+
+
+def _as_bytes(raw: bytes | str | memoryview) -> bytes:
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        return raw.encode()
+    return bytes(raw)
+
+
+def decode_payload(
+    upcasters: Upcasters,
+    type_: str,
+    schema: int,
+    data: bytes | str,
+    meta: bytes | str,
+    *,
+    stream: str,
+    version: int,
+    position: int | None,
+) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Decode stored ``data`` and ``meta`` and upcast ``data``; return ``(schema, data, meta)``.
+
+    Raises:
+        CorruptEventError: a payload is not valid JSON, not an object, or an upcaster failed.
+    """
+    try:
+        data_obj = orjson.loads(data)
+        meta_obj = orjson.loads(meta)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise CorruptEventError(
+            stream, version, f"payload is not valid JSON: {exc}", position=position
+        ) from exc
+    if not isinstance(data_obj, dict) or not isinstance(meta_obj, dict):
+        raise CorruptEventError(stream, version, "payload is not a JSON object", position=position)
+    if upcasters:
+        try:
+            schema, data_obj = upcasters.upcast(type_, schema, data_obj)
+        except Exception as exc:
+            raise CorruptEventError(
+                stream,
+                version,
+                f"upcasting {type_!r} from schema {schema} failed: {exc!r}",
+                position=position,
+            ) from exc
+        if not isinstance(data_obj, dict):
+            raise CorruptEventError(
+                stream, version, f"an upcaster of {type_!r} returned a non-object", position=position
+            )
+    return schema, data_obj, meta_obj
+
+
+class ChainChecker:
+    """Check stored events of each stream in version order: chain, contiguity, decodability.
+
+    Feed it every stored row ordered by ``(stream, version)``; it collects ``Problem`` s.
+    Backends share it so ``verify`` means the same on each of them.
+    """
+
+    __slots__ = ("_next_version", "_prev_hash", "_prev_position", "_stream", "events", "problems", "streams")
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.streams = 0
+        self.events = 0
+        self._stream: str | None = None
+        self._next_version = 1
+        self._prev_hash = ""
+        self._prev_position = 0
+
+    def add(
+        self,
+        *,
+        position: int,
+        event_id: str,
+        stream: str,
+        version: int,
+        type_: str,
+        schema: int,
+        data: bytes | str | memoryview,
+        meta: bytes | str | memoryview,
+        recorded_at_us: int,
+        prev_hash: str,
+        hash_: str,
+    ) -> None:
+        """Check one stored event (rows must come ordered by stream, then version)."""
+        if stream != self._stream:
+            self._stream = stream
+            self.streams += 1
+            self._next_version = 1
+            self._prev_hash = ""
+            self._prev_position = 0
+        self.events += 1
+
+        def problem(what: str) -> None:
+            self.problems.append(Problem(stream, version, what, position))
+
+        if version != self._next_version:
+            problem(f"version gap: expected version {self._next_version}")
+        if position <= self._prev_position:
+            problem(f"global position {position} is not after that of the previous version")
+        if prev_hash != self._prev_hash:
+            problem("prev_hash does not match the hash of the previous version (broken chain)")
+        data_b, meta_b = _as_bytes(data), _as_bytes(meta)
+        expected = event_hash(
+            prev_hash, event_id, stream, version, type_, schema, data_b, meta_b, recorded_at_us
+        )
+        if expected != hash_:
+            problem("hash does not match the stored bytes (the event was altered)")
+        try:
+            decoded = (orjson.loads(data_b), orjson.loads(meta_b))
+        except orjson.JSONDecodeError as exc:
+            problem(f"payload is not valid JSON: {exc}")
+        else:
+            if not all(isinstance(part, dict) for part in decoded):
+                problem("payload is not a JSON object")
+        self._next_version = version + 1
+        self._prev_hash = hash_
+        self._prev_position = position
+
+
+def match_resent(entries: list[PreparedAppend], stored: Mapping[str, Sequence[Any]]) -> list[AppendResult]:
+    """Compare a re-sent append with what is already stored; return the original results.
+
+    ``stored`` maps each event id found in the store to ``(position, stream, version, type,
+    schema, data, meta)``. Call it when at least one id of the append is stored.
+
+    Raises:
+        IdempotencyError: an id is stored with other content or in another stream, or the
+            append mixes stored and new events.
+    """
+    results: list[AppendResult] = []
+    for entry in entries:
+        positions: list[int] = []
+        last_version = 0
+        for index, ev in enumerate(entry.events):
+            row = stored.get(ev.id)
+            if row is None:
+                raise IdempotencyError(
+                    ev.id,
+                    entry.stream,
+                    "this batch mixes events already stored with new ones; "
+                    f"event #{index} is new while others are stored",
+                )
+            position, stream, version, type_, schema, data, meta = row
+            if stream != entry.stream:
+                raise IdempotencyError(ev.id, entry.stream, f"the id is already stored in stream {stream!r}")
+            if (type_, schema, bytes(data), bytes(meta)) != (ev.type, ev.schema, ev.data, ev.meta):
+                raise IdempotencyError(ev.id, entry.stream, "the id is already stored with different content")
+            if positions and version != last_version + 1:
+                raise IdempotencyError(ev.id, entry.stream, "the events were stored in another order")
+            positions.append(position)
+            last_version = version
+        results.append(AppendResult(tuple(positions), last_version))
+    return results

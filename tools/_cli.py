@@ -12,7 +12,17 @@ from ._command import Command, UserError
 __all__ = ["main"]
 
 # Each module exposes ``COMMAND: Command``. The order here is the order of ``--help``.
-_COMMAND_MODULES: tuple[str, ...] = ("turnlog.tools._cmd_bench",)
+_COMMAND_MODULES: tuple[str, ...] = (
+    "turnlog.tools._cmd_demo",
+    "turnlog.tools._cmd_bench",
+    "turnlog.tools._cmd_fake_openai",
+    "turnlog.tools._cmd_fake_cli",
+    "turnlog.tools._cmd_verify",
+    "turnlog.tools._cmd_tail",
+    "turnlog.tools._cmd_migrate",
+    "turnlog.tools._cmd_stats",
+    "turnlog.tools._cmd_export",
+)
 
 
 def _commands() -> list[Command]:

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "kernel": "turnlog.tools.bench._kernel",
     "stream": "turnlog.tools.bench._stream",
     "analytics": "turnlog.tools.bench._analytics",
+    "subscribe": "turnlog.tools.bench._subscribe",
 }
 
 

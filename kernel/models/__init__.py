@@ -1,5 +1,7 @@
 """turnlog.kernel.models: providers (OpenAI-compatible HTTP, CLI agents) and iModel."""
 
+from ._claude_code import ClaudeCodeModel
+from ._codex import CodexModel
 from ._errors import (
     AuthenticationError,
     CLIError,
@@ -13,6 +15,19 @@ from ._errors import (
     ResponseFormatError,
     ServerError,
 )
+from ._fingerprint import canonical_request, public_params, request_fingerprint
+from ._gemini import GeminiModel
+from ._imodel import API_PROVIDERS, CLI_PROVIDERS, iModel
+from ._openai import (
+    DEFAULT_TIMEOUT,
+    OPENAI_BASE_URL,
+    MissingAPIKey,
+    ModelRequestsBlocked,
+    OpenAIChatModel,
+    model_requests_allowed,
+)
+from ._retry import RetryPolicy, parse_retry_after
+from ._subprocess import CLIAgentModel, CLIEventParser, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
 from ._types import (
     ChatModel,
     ChunkType,
@@ -25,6 +40,29 @@ from ._types import (
 )
 
 __all__ = [
+    "CLIAgentModel",
+    "CLIEventParser",
+    "CLIProcess",
+    "ClaudeCodeModel",
+    "CodexModel",
+    "Diagnostic",
+    "ExitStatus",
+    "GeminiModel",
+    "NDJSONFramer",
+    "API_PROVIDERS",
+    "CLI_PROVIDERS",
+    "DEFAULT_TIMEOUT",
+    "OPENAI_BASE_URL",
+    "MissingAPIKey",
+    "ModelRequestsBlocked",
+    "OpenAIChatModel",
+    "RetryPolicy",
+    "canonical_request",
+    "iModel",
+    "model_requests_allowed",
+    "parse_retry_after",
+    "public_params",
+    "request_fingerprint",
     "AuthenticationError",
     "CLIError",
     "CLINotFound",

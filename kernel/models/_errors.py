@@ -41,7 +41,12 @@ class ProviderError(TurnlogError):
     Attributes:
         provider: The provider name (``openai``, ``claude_code``, ...).
         model: The model name, when known.
+        attempts: How many attempts the call made before failing (transports that retry set it).
+        latency_ms: Wall time of the failed call including retries, when the transport measured it.
     """
+
+    attempts: int = 1
+    latency_ms: float | None = None
 
     def __init__(self, message: str, *, provider: str = "", model: str = "") -> None:
         self.provider = provider

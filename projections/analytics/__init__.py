@@ -1,3 +1,73 @@
 """turnlog.projections.analytics: usage, cost, latency, errors and tools from the log."""
 
-__all__: list[str] = []
+from ._errors import (
+    AnalyticsDatabaseError,
+    AnalyticsError,
+    InvalidQueryError,
+    MissingExtraError,
+    PriceTableError,
+)
+from ._export import EVENT_COLUMNS, envelope, events_of, export_jsonl, export_parquet
+from ._facts import FACT_TABLES, MODEL_CALLS, RELEVANT_TYPES, RUNS, TOOL_CALLS, Column, FactTable
+from ._pricing import DEFAULT_PRICES, PRICES_ENV, Price, PriceTable, load_price_table
+from ._projection import CONSUMER, SCHEMA_VERSION, AnalyticsProjection, UpdateReport, analytics_database_of
+from ._queries import (
+    GROUPINGS,
+    ErrorRow,
+    Grouping,
+    Percentiles,
+    RunRow,
+    TimeRange,
+    ToolRow,
+    UsageRow,
+    error_rates,
+    percentiles,
+    ranked,
+    run_usage,
+    tool_usage,
+    usage,
+)
+
+__all__ = [
+    "CONSUMER",
+    "DEFAULT_PRICES",
+    "EVENT_COLUMNS",
+    "FACT_TABLES",
+    "GROUPINGS",
+    "MODEL_CALLS",
+    "PRICES_ENV",
+    "RELEVANT_TYPES",
+    "RUNS",
+    "SCHEMA_VERSION",
+    "TOOL_CALLS",
+    "AnalyticsDatabaseError",
+    "AnalyticsError",
+    "AnalyticsProjection",
+    "Column",
+    "ErrorRow",
+    "FactTable",
+    "Grouping",
+    "InvalidQueryError",
+    "MissingExtraError",
+    "Percentiles",
+    "Price",
+    "PriceTable",
+    "PriceTableError",
+    "RunRow",
+    "TimeRange",
+    "ToolRow",
+    "UpdateReport",
+    "UsageRow",
+    "analytics_database_of",
+    "envelope",
+    "error_rates",
+    "events_of",
+    "export_jsonl",
+    "export_parquet",
+    "load_price_table",
+    "percentiles",
+    "ranked",
+    "run_usage",
+    "tool_usage",
+    "usage",
+]

@@ -1,0 +1,393 @@
+"""The in-memory backend (``memory://``): pure Python, for tests and throw-away sessions.
+
+It keeps the canonical bytes and hash chain exactly like the durable backends, so it passes
+the same conformance suite; it lives as long as the object and is not shared between
+processes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, ClassVar, NamedTuple
+from uuid import UUID
+
+import anyio
+import anyio.lowlevel
+
+from ._base import EventStore
+from ._encoding import (
+    DEFAULT_MAX_EVENT_BYTES,
+    ChainChecker,
+    PreparedAppend,
+    check_expected_version,
+    check_read_range,
+    decode_payload,
+    event_hash,
+    from_micros,
+    match_resent,
+    prepare_batch,
+    prepare_events,
+    prepare_snapshot,
+    version_matches,
+)
+from ._errors import ConcurrencyError, StoreError
+from ._records import (
+    ANY,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    NewSnapshot,
+    RecordedEvent,
+    Snapshot,
+    VerifyReport,
+)
+from ._upcasting import Upcasters
+
+__all__ = ["MemoryEventStore"]
+
+_PAGE = 500
+
+
+class _Row(NamedTuple):
+    position: int
+    id: str
+    stream: str
+    version: int
+    type: str
+    schema: int
+    data: bytes
+    meta: bytes
+    recorded_at: int
+    prev_hash: str
+    hash: str
+
+
+class MemoryEventStore(EventStore):
+    """An event store held in process memory.
+
+    Example:
+        >>> import anyio
+        >>> from turnlog.eventstore import NewEvent
+        >>> async def main():
+        ...     async with MemoryEventStore() as store:
+        ...         await store.append("branch-1", [NewEvent("message.added", {"text": "hi"})])
+        ...         return await store.head()
+        >>> anyio.run(main)
+        1
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({"gapless_positions"})
+
+    def __init__(
+        self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    ) -> None:
+        super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
+        self.url = "memory://"
+        self._rows: list[_Row] = []
+        self._streams: dict[str, list[int]] = {}
+        self._ids: dict[str, int] = {}
+        self._snapshots: dict[tuple[str, str, int], tuple[int, bytes, bytes, int]] = {}
+        self._wake: anyio.Event | None = None
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+
+    # ------------------------------------------------------------------ appends
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        self._check_open()
+        name, prepared = prepare_events(stream, events, self.max_event_bytes)
+        expected = check_expected_version(name, expected_version)
+        result = self._write([PreparedAppend(name, prepared, expected)])[0]
+        await anyio.lowlevel.checkpoint()
+        return result
+
+    async def append_batch(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
+    ) -> list[AppendResult]:
+        self._check_open()
+        results = self._write(prepare_batch(entries, self.max_event_bytes))
+        await anyio.lowlevel.checkpoint()
+        return results
+
+    def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
+        # Everything is computed before the first mutation, so a failure stores nothing.
+        resent = self._resent(entries)
+        if resent is not None:
+            return resent
+        now = time.time_ns() // 1000
+        position = len(self._rows)
+        heads: dict[str, tuple[int, str]] = {}
+        new_rows: list[_Row] = []
+        results: list[AppendResult] = []
+        for entry in entries:
+            head = heads.get(entry.stream)
+            if head is None:
+                indexes = self._streams.get(entry.stream)
+                last = self._rows[indexes[-1] - 1] if indexes else None
+                head = (last.version, last.hash) if last is not None else (0, "")
+            version, prev = head
+            if not version_matches(entry.expected, version):
+                raise ConcurrencyError(entry.stream, entry.expected, version)
+            positions = []
+            for ev in entry.events:
+                version += 1
+                position += 1
+                digest = event_hash(
+                    prev, ev.id, entry.stream, version, ev.type, ev.schema, ev.data, ev.meta, now
+                )
+                new_rows.append(
+                    _Row(
+                        position,
+                        ev.id,
+                        entry.stream,
+                        version,
+                        ev.type,
+                        ev.schema,
+                        ev.data,
+                        ev.meta,
+                        now,
+                        prev,
+                        digest,
+                    )
+                )
+                positions.append(position)
+                prev = digest
+            heads[entry.stream] = (version, prev)
+            results.append(AppendResult(tuple(positions), version))
+        for row in new_rows:
+            self._rows.append(row)
+            self._streams.setdefault(row.stream, []).append(row.position)
+            self._ids[row.id] = row.position
+        self._notify()
+        return results
+
+    def _resent(self, entries: list[PreparedAppend]) -> list[AppendResult] | None:
+        stored: dict[str, tuple[Any, ...]] = {}
+        for entry in entries:
+            for ev in entry.events:
+                position = self._ids.get(ev.id)
+                if position is not None:
+                    row = self._rows[position - 1]
+                    stored[ev.id] = (
+                        row.position,
+                        row.stream,
+                        row.version,
+                        row.type,
+                        row.schema,
+                        row.data,
+                        row.meta,
+                    )
+        return match_resent(entries, stored) if stored else None
+
+    def _notify(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.set()
+
+    # ------------------------------------------------------------------ reads
+
+    def _decode(self, row: _Row) -> RecordedEvent:
+        schema, data, meta = decode_payload(
+            self.upcasters,
+            row.type,
+            row.schema,
+            row.data,
+            row.meta,
+            stream=row.stream,
+            version=row.version,
+            position=row.position,
+        )
+        return RecordedEvent(
+            UUID(row.id),
+            row.stream,
+            row.version,
+            row.position,
+            row.type,
+            schema,
+            data,
+            meta,
+            from_micros(row.recorded_at),
+            row.prev_hash,
+            row.hash,
+        )
+
+    async def _emit(self, rows: Iterable[_Row], limit: int | None) -> AsyncIterator[RecordedEvent]:
+        count = 0
+        for row in rows:
+            if limit is not None and count >= limit:
+                return
+            self._check_open()
+            yield self._decode(row)
+            count += 1
+            if count % _PAGE == 0:
+                await anyio.lowlevel.checkpoint()
+
+    async def read_stream(
+        self,
+        stream: str,
+        from_version: int = 1,
+        to_version: int | None = None,
+        *,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        self._check_open()
+        check_read_range("from_version", from_version, "to_version", to_version, limit)
+        positions = self._streams.get(stream, [])
+        # Versions are 1-based and contiguous, so a version range is a slice.
+        low = max(from_version, 1) - 1
+        high = len(positions) if to_version is None else min(to_version, len(positions))
+        chosen = positions[low:high]
+        if backwards:
+            chosen = chosen[::-1]
+        rows = (self._rows[p - 1] for p in chosen)
+        async for event in self._emit(rows, limit):
+            yield event
+
+    async def read_all(
+        self,
+        from_position: int = 1,
+        to_position: int | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+        limit: int | None = None,
+        backwards: bool = False,
+    ) -> AsyncIterator[RecordedEvent]:
+        self._check_open()
+        check_read_range("from_position", from_position, "to_position", to_position, limit)
+        wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
+        head = len(self._rows)
+        low = max(from_position, 1)
+        high = head if to_position is None else min(to_position, head)
+        indexes = range(high, low - 1, -1) if backwards else range(low, high + 1)
+        rows = (
+            row
+            for row in (self._rows[p - 1] for p in indexes)
+            if (wanted is None or row.type in wanted)
+            and (not stream_prefix or row.stream.startswith(stream_prefix))
+        )
+        async for event in self._emit(rows, limit):
+            yield event
+
+    async def stream_version(self, stream: str) -> int:
+        self._check_open()
+        return len(self._streams.get(stream, ()))
+
+    async def head(self) -> int:
+        self._check_open()
+        return len(self._rows)
+
+    async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        self._check_open()
+        return sorted(
+            (name, len(positions))
+            for name, positions in self._streams.items()
+            if not prefix or name.startswith(prefix)
+        )
+
+    async def subscribe(
+        self,
+        from_position: int = 1,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        self._check_open()
+        check_read_range("from_position", from_position, "to_position", None, None)
+        wanted = None if types is None else list(types)
+        position = from_position
+        while True:
+            if self._wake is None:
+                self._wake = anyio.Event()
+            wake = self._wake
+            head = await self.head()
+            if head >= position:
+                async for event in self.read_all(position, head, types=wanted, stream_prefix=stream_prefix):
+                    yield event
+                position = head + 1
+                continue
+            await wake.wait()
+
+    # ------------------------------------------------------------------ verify
+
+    async def verify(self, stream: str | None = None) -> VerifyReport:
+        self._check_open()
+        checker = ChainChecker()
+        names = sorted(self._streams) if stream is None else [stream] if stream in self._streams else []
+        for name in names:
+            for position in self._streams[name]:
+                row = self._rows[position - 1]
+                checker.add(
+                    position=row.position,
+                    event_id=row.id,
+                    stream=row.stream,
+                    version=row.version,
+                    type_=row.type,
+                    schema=row.schema,
+                    data=row.data,
+                    meta=row.meta,
+                    recorded_at_us=row.recorded_at,
+                    prev_hash=row.prev_hash,
+                    hash_=row.hash,
+                )
+            await anyio.lowlevel.checkpoint()
+        return VerifyReport(tuple(checker.problems), checker.streams, checker.events)
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def save_snapshot(self, snapshot: NewSnapshot) -> None:
+        self._check_open()
+        snap = prepare_snapshot(snapshot, self.max_event_bytes)
+        self._snapshots[(snap.stream, snap.type, snap.version)] = (
+            snap.schema,
+            snap.data,
+            snap.meta,
+            time.time_ns() // 1000,
+        )
+        await anyio.lowlevel.checkpoint()
+
+    async def load_snapshot(
+        self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
+    ) -> Snapshot | None:
+        self._check_open()
+        best: tuple[tuple[int, int], tuple[str, str, int]] | None = None
+        for key, (_, _, _, recorded_at) in self._snapshots.items():
+            name, stype, version = key
+            if name != stream or (type is not None and stype != type):
+                continue
+            if at_or_before_version is not None and version > at_or_before_version:
+                continue
+            rank = (version, recorded_at)
+            if best is None or rank > best[0]:
+                best = (rank, key)
+        if best is None:
+            return None
+        name, stype, version = best[1]
+        schema, data, meta, recorded_at = self._snapshots[best[1]]
+        schema, data_obj, meta_obj = decode_payload(
+            self.upcasters, stype, schema, data, meta, stream=name, version=version, position=None
+        )
+        return Snapshot(name, version, stype, schema, data_obj, meta_obj, from_micros(recorded_at))
+
+    async def delete_snapshots(self, stream: str | None = None) -> int:
+        self._check_open()
+        doomed = [key for key in self._snapshots if stream is None or key[0] == stream]
+        for key in doomed:
+            del self._snapshots[key]
+        return len(doomed)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._notify()
+
+    def __repr__(self) -> str:
+        return f"MemoryEventStore({len(self._rows)} events)"

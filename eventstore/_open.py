@@ -1,0 +1,105 @@
+"""``open_store``: pick a backend from a URL."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Literal
+
+from ._base import EventStore
+from ._encoding import DEFAULT_MAX_EVENT_BYTES
+from ._errors import UnsupportedStoreURL
+from ._upcasting import Upcasters
+
+__all__ = ["DEFAULT_STORE_PATH", "open_store"]
+
+DEFAULT_STORE_PATH = "./turnlog.db"
+"""The store used when neither a URL nor ``$TURNLOG_STORE`` is given."""
+
+_SUPPORTED = "sqlite:///path/to/file.db, sqlite:///:memory:, memory://, postgresql://..."
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    upcasters: Upcasters | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    durability: Literal["normal", "full"] = "normal",
+) -> EventStore:
+    """Open the store at ``url`` and return it at once; its methods are coroutines.
+
+    URLs:
+
+    - ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (created when missing);
+    - ``sqlite:///:memory:``: a private SQLite database that lives as long as the store;
+    - ``memory://``: the pure-Python in-memory store;
+    - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs ``pip install turnlog[postgres]``).
+
+    Without a URL, ``$TURNLOG_STORE`` is used (a URL, or a plain path to a SQLite file), else
+    ``./turnlog.db``. A plain path passed as ``url`` is refused: say ``sqlite:///`` explicitly.
+
+    Args:
+        url: Where the store is.
+        upcasters: Lift old event and snapshot schemas on read.
+        max_event_bytes: Size limit of one encoded event.
+        durability: ``"normal"`` survives a crash of the process; ``"full"`` survives power
+            loss too (SQLite: ``synchronous=FULL``). PostgreSQL is always fully durable.
+
+    Raises:
+        UnsupportedStoreURL: the URL has no scheme, or one no backend handles.
+        StoreFormatError: the target exists but is not a turnlog store, or is a newer one.
+
+    Example:
+        >>> import anyio
+        >>> from turnlog.eventstore import NewEvent, open_store
+        >>> async def main():
+        ...     async with open_store("sqlite:///:memory:") as store:
+        ...         await store.append("branch-1", [NewEvent("message.added", {"text": "hi"})])
+        ...         return [event.type async for event in store.read_stream("branch-1")]
+        >>> anyio.run(main)
+        ['message.added']
+    """
+    if url is None:
+        url = os.environ.get("TURNLOG_STORE") or DEFAULT_STORE_PATH
+        if "://" not in url:
+            url = f"sqlite:///{url}"
+    if not isinstance(url, str):
+        raise UnsupportedStoreURL(f"a store URL must be a str, not {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise UnsupportedStoreURL(
+            f"{url!r} is not a store URL; for a SQLite file write sqlite:///{url}. Supported: {_SUPPORTED}"
+        )
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        from ._sqlite import SQLiteEventStore
+
+        if not rest.startswith("/") or rest == "/":
+            raise UnsupportedStoreURL(
+                f"{url!r}: a SQLite URL is sqlite:///relative.db, sqlite:////absolute.db or sqlite:///:memory:"
+            )
+        path = rest[1:]
+        return SQLiteEventStore(
+            path, upcasters=upcasters, max_event_bytes=max_event_bytes, durability=durability
+        )
+    if scheme == "memory":
+        from ._memory import MemoryEventStore
+
+        if rest not in ("", "/"):
+            raise UnsupportedStoreURL(f"{url!r}: the in-memory store takes no path; use memory://")
+        return MemoryEventStore(upcasters=upcasters, max_event_bytes=max_event_bytes)
+    if scheme in ("postgresql", "postgres"):
+        return _open_postgres(url, upcasters=upcasters, max_event_bytes=max_event_bytes)
+    raise UnsupportedStoreURL(f"unsupported store URL scheme {scheme!r} in {url!r}. Supported: {_SUPPORTED}")
+
+
+def _open_postgres(url: str, *, upcasters: Upcasters | None, max_event_bytes: int) -> EventStore:
+    # Imported here so that turnlog works without the PostgreSQL driver installed.
+    try:
+        module = importlib.import_module("turnlog.eventstore._postgres")
+    except ImportError as exc:
+        raise UnsupportedStoreURL(
+            f"PostgreSQL stores need the postgres extra: pip install 'turnlog[postgres]' ({exc})"
+        ) from exc
+    store_class: type[EventStore] = module.PostgresEventStore
+    return store_class(url, upcasters=upcasters, max_event_bytes=max_event_bytes)  # type: ignore[call-arg]

@@ -1,0 +1,790 @@
+"""The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
+
+Ordering. Every append transaction takes ``LOCK TABLE events IN EXCLUSIVE MODE`` before it
+reads anything. The lock serializes writers (it does not block readers: ``SELECT`` takes
+ACCESS SHARE) and is released only after the commit is visible, so the next writer starts
+after every earlier commit. Positions are assigned inside the lock as ``max(position) + 1``
+rather than from a sequence, which makes them gapless (a rolled-back append consumes nothing)
+as well as strictly increasing in commit order: a reader tailing by position can never see
+``k + 1`` and later find ``k``. The price is that appends to unrelated streams do not run in
+parallel; ``docs/postgres.md`` discusses it and ``docs/performance.md`` measures it.
+
+URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``schema`` (default
+``public``) names the PostgreSQL schema holding the tables and ``pool_size`` bounds the pool
+(default 10); every other query parameter goes to libpq unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import astuple
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+
+from ._base import EventStore
+from ._encoding import (
+    DEFAULT_MAX_EVENT_BYTES,
+    ChainChecker,
+    PreparedAppend,
+    check_read_range,
+    check_stream_name,
+    decode_payload,
+    event_hash,
+    from_micros,
+    match_resent,
+    prepare_batch,
+    prepare_snapshot,
+    to_micros,
+    version_matches,
+)
+from ._errors import (
+    ConcurrencyError,
+    InvalidEventError,
+    StoreError,
+    StoreFormatError,
+    StoreUnavailable,
+    UnsupportedStoreURL,
+)
+from ._migrate import RawEvent, RawSnapshot, check_continuation
+from ._records import (
+    ANY,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    NewSnapshot,
+    RecordedEvent,
+    Snapshot,
+    VerifyReport,
+)
+from ._upcasting import Upcasters
+
+__all__ = ["FORMAT_VERSION", "PostgresEventStore"]
+
+FORMAT_VERSION = 1
+"""The newest table layout this code reads and writes."""
+
+_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+_OUR_PARAMS = ("schema", "pool_size")
+_PAGE = 500
+_LOCK_TIMEOUT = "30s"
+_EVENT_COLUMNS = "position, stream, version, event_id, type, schema, data, meta, recorded_at, prev_hash, hash"
+
+
+def _import_psycopg() -> tuple[ModuleType, ModuleType]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise StoreError(
+            "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+def _parse_url(url: str) -> tuple[str, str, int]:
+    """Split a store URL into the libpq conninfo, the schema name and the pool size."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise UnsupportedStoreURL(f"not a PostgreSQL URL: scheme {parts.scheme!r}")
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in params if k in _OUR_PARAMS}
+    rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
+    schema = ours.get("schema", "public")
+    if not _SCHEMA_RE.match(schema):
+        raise UnsupportedStoreURL(
+            f"schema={schema!r} in the store URL: use letters, digits and '_' (at most 63 characters)"
+        )
+    try:
+        pool_size = int(ours.get("pool_size", "10"))
+    except ValueError:
+        pool_size = 0
+    if pool_size < 1:
+        raise UnsupportedStoreURL(f"pool_size={ours['pool_size']!r} in the store URL must be an int >= 1")
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    return conninfo, schema, pool_size
+
+
+def _masked(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class _Sql:
+    """Every statement, with the schema name filled in once."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        self.schema = schema
+        self.events = f"{s}.events"
+        self.snapshots = f"{s}.snapshots"
+        self.channel = "turnlog_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+        self.create = [
+            f"CREATE SCHEMA IF NOT EXISTS {s}",
+            f"CREATE TABLE IF NOT EXISTS {s}.turnlog_meta (key text PRIMARY KEY, value text NOT NULL)",
+            f"""CREATE TABLE IF NOT EXISTS {s}.events (
+                position bigint PRIMARY KEY,
+                stream text NOT NULL,
+                version bigint NOT NULL,
+                event_id uuid NOT NULL UNIQUE,
+                type text NOT NULL,
+                schema integer NOT NULL,
+                data bytea NOT NULL,
+                meta bytea NOT NULL,
+                recorded_at bigint NOT NULL,
+                prev_hash text NOT NULL,
+                hash text NOT NULL,
+                UNIQUE (stream, version)
+            ) WITH (autovacuum_vacuum_threshold = 100000000, autovacuum_analyze_scale_factor = 0.01)""",
+            f"CREATE INDEX IF NOT EXISTS events_type_position ON {s}.events (type, position)",
+            f"""CREATE TABLE IF NOT EXISTS {s}.snapshots (
+                stream text NOT NULL,
+                type text NOT NULL,
+                version bigint NOT NULL,
+                schema integer NOT NULL,
+                data bytea NOT NULL,
+                meta bytea NOT NULL,
+                recorded_at bigint NOT NULL,
+                PRIMARY KEY (stream, type, version)
+            )""",
+            f"""CREATE TABLE IF NOT EXISTS {s}.tracking (
+                consumer text PRIMARY KEY,
+                position bigint NOT NULL
+            )""",
+            f"INSERT INTO {s}.turnlog_meta (key, value) VALUES ('format_version', '{FORMAT_VERSION}') "
+            "ON CONFLICT (key) DO NOTHING",
+        ]
+        self.format = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'format_version'"
+        self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
+        self.heads = f"""
+            SELECT (SELECT coalesce(max(position), 0) FROM {s}.events), q.stream, e.version, e.hash
+            FROM unnest(%s::text[]) AS q(stream)
+            LEFT JOIN LATERAL (
+                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
+            ) AS e ON true"""
+        self.by_ids = f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE event_id = ANY(%s::uuid[])"
+        self.insert = f"""
+            WITH ins AS (
+                INSERT INTO {s}.events ({_EVENT_COLUMNS})
+                SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::uuid[], %s::text[],
+                                     %s::integer[], %s::bytea[], %s::bytea[], %s::bigint[], %s::text[],
+                                     %s::text[])
+                RETURNING position
+            )
+            SELECT pg_notify('{self.channel}', max(position)::text) FROM ins"""
+        self.head = f"SELECT coalesce(max(position), 0) FROM {s}.events"
+        self.stream_version = f"SELECT coalesce(max(version), 0) FROM {s}.events WHERE stream = %s"
+        self.listen = f'LISTEN "{self.channel}"'
+
+
+class PostgresEventStore(EventStore):
+    """An event store in a PostgreSQL database, shared by any number of processes and hosts.
+
+    Positions are gapless and strictly increasing in commit order (see the module docstring).
+    Subscribers are woken by LISTEN/NOTIFY and re-query on a timer as well, so a lost
+    notification delays an event by at most ``poll_interval`` seconds and never loses it.
+
+    Example::
+
+        async with PostgresEventStore("postgresql://postgres@127.0.0.1/test?schema=demo") as store:
+            await store.append("branch-1", [NewEvent("message.added", {"content": "hi"})])
+
+    Args:
+        url: ``postgresql://`` or ``postgres://`` URL; ``schema`` and ``pool_size`` query
+            parameters are read here, the others go to libpq.
+        upcasters: Upcasters applied on read.
+        max_event_bytes: Limit on the encoded size of one event.
+        poll_interval: Seconds a subscriber waits for a notification before re-querying.
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({"gapless_positions", "cross_process_subscribe"})
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        upcasters: Upcasters | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        poll_interval: float = 1.0,
+    ) -> None:
+        super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
+        self._pg, self._pgpool = _import_psycopg()
+        self.url = url
+        self._conninfo, self.schema, self._pool_size = _parse_url(url)
+        self._sql = _Sql(self.schema)
+        self._pool: Any = None
+        self._open_lock = anyio.Lock()
+        self._closed = False
+        self.poll_interval = poll_interval
+
+    def __repr__(self) -> str:
+        return f"PostgresEventStore({_masked(self.url)!r})"
+
+    # -- connections -------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Translate psycopg's exceptions, once, into the store's errors."""
+        pg = self._pg
+        try:
+            yield
+        except pg.errors.LockNotAvailable as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL: {action} timed out after {_LOCK_TIMEOUT} waiting for the append lock"
+            ) from exc
+        except (pg.OperationalError, pg.InterfaceError) as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL connection failed during {action} ({_masked(self._conninfo)}): {exc}"
+            ) from exc
+        except pg.Error as exc:
+            raise StoreError(f"PostgreSQL error during {action}: {exc}") from exc
+
+    async def _ensure_open(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise StoreError("the store is closed")
+        async with self._open_lock:
+            if self._pool is None:
+                pool = self._pgpool.AsyncConnectionPool(
+                    self._conninfo,
+                    kwargs={"autocommit": True},
+                    min_size=1,
+                    max_size=self._pool_size,
+                    open=False,
+                    timeout=15.0,
+                    # An idle connection killed by the server is found and replaced here,
+                    # so only a call already running when it broke can fail.
+                    check=self._pgpool.AsyncConnectionPool.check_connection,
+                    configure=_configure,
+                    name=f"turnlog-{self.schema}",
+                )
+                with self._errors("opening the store"):
+                    await pool.open(wait=True, timeout=15.0)
+                try:
+                    await self._create_schema(pool)
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    async def _create_schema(self, pool: Any) -> None:
+        sql = self._sql
+        with self._errors("creating the schema"):
+            async with pool.connection() as conn, conn.transaction():
+                # Concurrent openers of a fresh database would race on CREATE ... IF NOT EXISTS.
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s)", [_advisory_key(f"turnlog-schema:{sql.schema}")]
+                )
+                tables = {
+                    row[0]
+                    for row in await (
+                        await conn.execute(
+                            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                            "AND table_name IN ('turnlog_meta', 'events', 'snapshots', 'tracking')",
+                            [sql.schema],
+                        )
+                    ).fetchall()
+                }
+                if "turnlog_meta" in tables:
+                    row = await (await conn.execute(sql.format)).fetchone()
+                    self._check_format(None if row is None else row[0])
+                elif tables:
+                    raise StoreFormatError(
+                        f"schema {sql.schema!r} already has a table named {sorted(tables)[0]!r} that turnlog "
+                        "did not create: choose another schema with ?schema=NAME in the store URL",
+                        supported=FORMAT_VERSION,
+                    )
+                for statement in sql.create:
+                    await conn.execute(statement)
+
+    def _check_format(self, value: str | None) -> None:
+        if value is None:
+            raise StoreFormatError(
+                f"schema {self.schema!r} has a turnlog_meta table without a format version: "
+                "not a turnlog store",
+                supported=FORMAT_VERSION,
+            )
+        try:
+            found = int(value)
+        except ValueError:
+            raise StoreFormatError(
+                f"schema {self.schema!r}: unreadable format version {value!r}", supported=FORMAT_VERSION
+            ) from None
+        if found > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"schema {self.schema!r} was written by a newer turnlog (format {found}; this one "
+                f"reads up to {FORMAT_VERSION}): upgrade turnlog to open it",
+                found=found,
+                supported=FORMAT_VERSION,
+            )
+
+    @asynccontextmanager
+    async def _connection(self, action: str) -> AsyncIterator[Any]:
+        pool = await self._ensure_open()
+        with self._errors(action):
+            async with pool.connection() as conn:
+                yield conn
+
+    async def __aenter__(self) -> PostgresEventStore:
+        await self._ensure_open()
+        return self
+
+    async def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- appends -----------------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        (result,) = await self.append_batch([(stream, events, expected_version)])
+        return result
+
+    async def append_batch(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
+    ) -> list[AppendResult]:
+        prepared = prepare_batch(entries, self.max_event_bytes)
+        sql = self._sql
+        ids = [event.id for entry in prepared for event in entry.events]
+        streams = list(dict.fromkeys(entry.stream for entry in prepared))
+        # Pipelined: BEGIN, the lock and both reads go in one round trip, the insert and COMMIT
+        # in another, so the lock is held for little more than the commit itself.
+        async with self._connection("append") as conn, conn.pipeline() as pipe, conn.transaction():
+            await conn.execute(sql.lock)
+            found = await conn.execute(sql.by_ids, [ids])
+            heads = await conn.execute(sql.heads, [streams])
+            await pipe.sync()
+            stored = {
+                str(row[3]): (row[0], row[1], row[2], row[4], row[5], row[6], row[7])
+                for row in await found.fetchall()
+            }
+            if stored:
+                # A re-send of an acknowledged append (or a clash, which raises).
+                return match_resent(prepared, stored)
+            results, columns = _plan(prepared, await heads.fetchall())
+            await conn.execute(sql.insert, columns)
+            await self._before_commit(pipe)
+        return results
+
+    async def _before_commit(self, pipeline: Any) -> None:
+        """A seam for tests that need long append transactions; does nothing here."""
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _decode(self, row: Sequence[Any]) -> RecordedEvent:
+        position, stream, version, eid, type_, schema, data, meta, recorded_at, prev_hash, digest = row
+        schema, payload, metadata = decode_payload(
+            self.upcasters, type_, schema, data, meta, stream=stream, version=version, position=position
+        )
+        return RecordedEvent(
+            eid, stream, version, position, type_, schema, payload, metadata,
+            from_micros(recorded_at), prev_hash, digest,
+        )  # fmt: skip
+
+    async def _fetch(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async with self._connection(action) as conn:
+            return await (await conn.execute(query, params)).fetchall()
+
+    async def read_stream(
+        self,
+        stream: str,
+        from_version: int = 1,
+        to_version: int | None = None,
+        *,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        check_stream_name(stream)
+        check_read_range("from_version", from_version, "to_version", to_version, limit)
+        low, high = max(from_version, 1), to_version
+        remaining = limit
+        order = "DESC" if backwards else "ASC"
+        while remaining is None or remaining > 0:
+            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            where = "stream = %s AND version >= %s"
+            params: list[Any] = [stream, low]
+            if high is not None:
+                where += " AND version <= %s"
+                params.append(high)
+            query = (
+                f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE {where} "
+                f"ORDER BY version {order} LIMIT {page}"
+            )
+            rows = await self._fetch("read_stream", query, params)
+            for row in rows:
+                yield self._decode(row)
+            if len(rows) < page:
+                return
+            if remaining is not None:
+                remaining -= len(rows)
+            if backwards:
+                high = rows[-1][2] - 1
+            else:
+                low = rows[-1][2] + 1
+
+    async def read_all(
+        self,
+        from_position: int = 1,
+        to_position: int | None = None,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+        limit: int | None = None,
+        backwards: bool = False,
+    ) -> AsyncIterator[RecordedEvent]:
+        check_read_range("from_position", from_position, "to_position", to_position, limit)
+        type_list = _type_list(types)
+        low, high = max(from_position, 1), to_position
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            rows = await self._fetch(
+                "read_all", *self._range_query(low, high, type_list, stream_prefix, backwards, page)
+            )
+            for row in rows:
+                yield self._decode(row)
+            if len(rows) < page:
+                return
+            if remaining is not None:
+                remaining -= len(rows)
+            if backwards:
+                high = rows[-1][0] - 1
+            else:
+                low = rows[-1][0] + 1
+
+    def _range_query(
+        self,
+        low: int,
+        high: int | None,
+        types: list[str] | None,
+        prefix: str | None,
+        backwards: bool,
+        page: int,
+    ) -> tuple[str, list[Any]]:
+        where = ["position >= %s"]
+        params: list[Any] = [low]
+        if high is not None:
+            where.append("position <= %s")
+            params.append(high)
+        if types is not None:
+            where.append("type = ANY(%s::text[])")
+            params.append(types)
+        if prefix is not None:
+            where.append("starts_with(stream, %s)")
+            params.append(prefix)
+        order = "DESC" if backwards else "ASC"
+        query = (
+            f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
+            f"ORDER BY position {order} LIMIT {page}"
+        )
+        return query, params
+
+    async def stream_version(self, stream: str) -> int:
+        check_stream_name(stream)
+        rows = await self._fetch("stream_version", self._sql.stream_version, [stream])
+        return int(rows[0][0])
+
+    async def head(self) -> int:
+        rows = await self._fetch("head", self._sql.head, [])
+        return int(rows[0][0])
+
+    async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        where, params = ("", []) if prefix is None else ("WHERE starts_with(stream, %s)", [prefix])
+        query = (
+            f"SELECT stream, max(version) FROM {self._sql.events} {where} "
+            'GROUP BY stream ORDER BY stream COLLATE "C"'
+        )
+        return [(row[0], int(row[1])) for row in await self._fetch("list_streams", query, params)]
+
+    # -- subscriptions -----------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        from_position: int = 1,
+        *,
+        types: Iterable[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[RecordedEvent]:
+        check_read_range("from_position", from_position, "to_position", None, None)
+        type_list = _type_list(types)
+        await self._ensure_open()
+        listener = _Listener(self)
+        low = max(from_position, 1)
+        try:
+            # LISTEN before catching up, so nothing committed after the catch-up query is missed.
+            await listener.start()
+            while True:
+                # Positions are gapless and in commit order, so "everything after the last one
+                # seen" never skips an event, whichever notification woke us (or none).
+                rows, head = await self._fetch_live(low, type_list, stream_prefix)
+                for row in rows:
+                    low = row[0] + 1
+                    yield self._decode(row)
+                if len(rows) < _PAGE:
+                    # Every matching event up to the head was delivered: skip the others for good.
+                    low = max(low, head + 1)
+                    await listener.wait(self.poll_interval)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await listener.close()
+
+    async def _fetch_live(
+        self, low: int, types: list[str] | None, prefix: str | None
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """Matching events from ``low`` up to the head read first, and that head."""
+        failures = 0
+        while True:
+            try:
+                # Read before the events: everything at or below it is committed already.
+                head = int((await self._fetch("subscribe", self._sql.head, []))[0][0])
+                query = self._range_query(low, head, types, prefix, False, _PAGE)
+                return await self._fetch("subscribe", *query), head
+            except StoreUnavailable:
+                # The in-flight query broke; the pool replaces the connection. Give the server
+                # a few chances before telling the subscriber.
+                failures += 1
+                if failures >= 5:
+                    raise
+                await anyio.sleep(0.1 * 2**failures)
+
+    # -- verification ------------------------------------------------------------------
+
+    async def verify(self, stream: str | None = None) -> VerifyReport:
+        if stream is not None:
+            check_stream_name(stream)
+        checker = ChainChecker()
+        where, params = ("", []) if stream is None else ("WHERE stream = %s", [stream])
+        query = (
+            f'SELECT {_EVENT_COLUMNS} FROM {self._sql.events} {where} ORDER BY stream COLLATE "C", version'
+        )
+        async with self._connection("verify") as conn, conn.transaction():
+            async with conn.cursor(name="turnlog_verify") as cursor:
+                await cursor.execute(query, params)
+                while rows := await cursor.fetchmany(2000):
+                    for pos, name, version, eid, type_, schema, data, meta, rec, prev, digest in rows:
+                        checker.add(
+                            position=pos, event_id=str(eid), stream=name, version=version, type_=type_,
+                            schema=schema, data=data, meta=meta, recorded_at_us=rec, prev_hash=prev,
+                            hash_=digest,
+                        )  # fmt: skip
+        return VerifyReport(tuple(checker.problems), checker.streams, checker.events)
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    async def save_snapshot(self, snapshot: NewSnapshot) -> None:
+        snap = prepare_snapshot(snapshot, self.max_event_bytes)
+        values = [snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta,
+                  to_micros(datetime.now(UTC))]  # fmt: skip
+        query = f"""
+            INSERT INTO {self._sql.snapshots} (stream, type, version, schema, data, meta, recorded_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s)
+            ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
+                data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at"""
+        async with self._connection("save_snapshot") as conn:
+            await conn.execute(query, values)
+
+    async def load_snapshot(
+        self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
+    ) -> Snapshot | None:
+        check_stream_name(stream)
+        where, params = ["stream = %s"], [stream]
+        if at_or_before_version is not None:
+            _check_bound("at_or_before_version", at_or_before_version, minimum=0)
+            where.append("version <= %s")
+            params.append(at_or_before_version)
+        if type is not None:
+            where.append("type = %s")
+            params.append(type)
+        query = (
+            f"SELECT stream, type, version, schema, data, meta, recorded_at FROM {self._sql.snapshots} "
+            f"WHERE {' AND '.join(where)} ORDER BY version DESC, recorded_at DESC LIMIT 1"
+        )
+        rows = await self._fetch("load_snapshot", query, params)
+        if not rows:
+            return None
+        name, type_, version, schema, data, meta, recorded_at = rows[0]
+        schema, payload, metadata = decode_payload(
+            self.upcasters, type_, schema, data, meta, stream=name, version=version, position=None
+        )
+        return Snapshot(name, version, type_, schema, payload, metadata, from_micros(recorded_at))
+
+    async def delete_snapshots(self, stream: str | None = None) -> int:
+        where, params = ("", []) if stream is None else ("WHERE stream = %s", [check_stream_name(stream)])
+        async with self._connection("delete_snapshots") as conn:
+            cursor = await conn.execute(f"DELETE FROM {self._sql.snapshots} {where}", params)
+            return max(cursor.rowcount, 0)
+
+    # -- raw copy (turnlog migrate) ----------------------------------------------------
+
+    async def raw_events(self, after_position: int = 0, limit: int = _PAGE) -> list[RawEvent]:
+        """Stored events after a position, as stored bytes (no decoding, no upcasting)."""
+        query = (
+            f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE position > %s ORDER BY position LIMIT %s"
+        )
+        rows = await self._fetch("raw_events", query, [after_position, limit])
+        return [RawEvent(r[0], str(r[3]), r[1], r[2], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10])
+                for r in rows]  # fmt: skip
+
+    async def raw_snapshots(self) -> list[RawSnapshot]:
+        """Every snapshot as stored."""
+        query = (
+            f"SELECT stream, type, version, schema, data, meta, recorded_at FROM {self._sql.snapshots} "
+            'ORDER BY stream COLLATE "C", type, version'
+        )
+        rows = await self._fetch("raw_snapshots", query, [])
+        return [RawSnapshot(r[0], r[1], r[2], r[3], bytes(r[4]), bytes(r[5]), r[6]) for r in rows]
+
+    async def import_raw(self, events: Sequence[RawEvent], snapshots: Sequence[RawSnapshot] = ()) -> None:
+        """Store already-hashed events unchanged (positions, ids, versions, times, hashes), atomically.
+
+        Raises:
+            InvalidEventError: an event does not continue its stream (version and ``prev_hash``)
+                or its position is not after the head.
+        """
+        sql = self._sql
+        async with self._connection("import") as conn, conn.transaction():
+            await conn.execute(sql.lock)
+            streams = list(dict.fromkeys(e.stream for e in events)) or [""]
+            rows = await (await conn.execute(sql.heads, [streams])).fetchall()
+            position = rows[0][0]
+            tips = {row[1]: (row[2] or 0, row[3] or "") for row in rows}
+            columns: list[list[Any]] = [[] for _ in range(11)]
+            for event in events:
+                check_continuation(event, tips[event.stream], position)
+                position = event.position
+                values = (
+                    event.position, event.stream, event.version, event.id, event.type, event.schema,
+                    event.data, event.meta, event.recorded_at_us, event.prev_hash, event.hash,
+                )  # fmt: skip
+                for column, value in zip(columns, values, strict=True):
+                    column.append(value)
+                tips[event.stream] = (event.version, event.hash)
+            if columns[0]:
+                await conn.execute(sql.insert, columns)
+            if snapshots:
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(
+                        f"""INSERT INTO {sql.snapshots} (stream, type, version, schema, data, meta,
+                            recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)
+                            ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
+                            data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
+                        [astuple(snap) for snap in snapshots],
+                    )
+
+
+async def _configure(conn: Any) -> None:
+    # A writer waiting this long for the append lock gives up with StoreUnavailable.
+    await conn.execute(f"SET lock_timeout = '{_LOCK_TIMEOUT}'")
+
+
+class _Listener:
+    """A dedicated LISTEN connection that reconnects when the server drops it."""
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        self._store = store
+        self._conn: Any = None
+
+    async def start(self) -> None:
+        store = self._store
+        try:
+            with store._errors("subscribe (LISTEN)"):
+                conn = await store._pg.AsyncConnection.connect(store._conninfo, autocommit=True)
+                try:
+                    await conn.execute(store._sql.listen)
+                except BaseException:
+                    await conn.close()
+                    raise
+        except StoreUnavailable:
+            self._conn = None  # polling carries on; the next wait tries again
+            return
+        self._conn = conn
+
+    async def wait(self, seconds: float) -> None:
+        """Return on a notification, or after ``seconds``, or when the connection broke."""
+        if self._conn is None:
+            await anyio.sleep(seconds)
+            await self.start()
+            return
+        pg = self._store._pg
+        try:
+            # stop_after=1 ends the generator by itself: breaking out would leave it holding
+            # the connection's lock.
+            async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+        except (pg.OperationalError, pg.InterfaceError):
+            # The listener was dropped: notifications sent meanwhile are lost, which the caller's
+            # re-query after this return makes up for.
+            await self.close()
+            await self.start()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except self._store._pg.Error:
+                pass  # closing a connection the server already dropped
+
+
+def _plan(
+    entries: list[PreparedAppend], heads: list[tuple[Any, ...]]
+) -> tuple[list[AppendResult], list[list[Any]]]:
+    """Check expected versions and chain the new events; return the results and insert columns."""
+    position = heads[0][0]
+    tips: dict[str, tuple[int, str]] = {row[1]: (row[2] or 0, row[3] or "") for row in heads}
+    now = to_micros(datetime.now(UTC))
+    results: list[AppendResult] = []
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    for entry in entries:
+        name = entry.stream
+        version, prev = tips[name]
+        if not version_matches(entry.expected, version):
+            raise ConcurrencyError(name, entry.expected, version)
+        first = position + 1
+        for event in entry.events:
+            version += 1
+            position += 1
+            digest = event_hash(
+                prev, event.id, name, version, event.type, event.schema, event.data, event.meta, now
+            )
+            values = (position, name, version, event.id, event.type, event.schema, event.data,
+                      event.meta, now, prev, digest)  # fmt: skip
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+            prev = digest
+        tips[name] = (version, prev)
+        results.append(AppendResult(tuple(range(first, position + 1)), version))
+    return results, columns
+
+
+def _check_bound(name: str, value: object, *, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEventError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise InvalidEventError(f"{name} must be >= {minimum}, not {value}")
+
+
+def _type_list(types: Iterable[str] | None) -> list[str] | None:
+    if types is None:
+        return None
+    if isinstance(types, str):
+        return [types]
+    return list(types)
+
+
+def _advisory_key(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)

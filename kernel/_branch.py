@@ -1,0 +1,828 @@
+"""Branch: the public facade of one conversation, recorded in the stream ``branch-<id>``.
+
+Verbs build parameter objects and delegate to ``turnlog.kernel.operations.<verb>`` through
+imports inside the methods (importing Branch loads no verb). A verb never touches the store:
+it issues commands, which the Kernel validates, appends, folds and announces.
+
+Example::
+
+    branch = Branch(store=store, system="Be brief.", chat_model=ScriptedModel("Paris."))
+    assert await branch.communicate("Capital of France?") == "Paris."
+    again = await Branch.load(store, branch.id, chat_model=...)   # same state, from the log
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import anyio
+from turnlog.eventstore import EventStore, RecordedEvent, uuid7
+from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
+from turnlog.kernel._errors import AmbiguousBranch, UnknownBranch, UsageError
+from turnlog.kernel._kernel import (
+    AddMessages,
+    AnnotateMessage,
+    BindProviderSession,
+    ClearMessages,
+    Command,
+    CreateBranch,
+    Kernel,
+    LiveBranch,
+    Observer,
+)
+from turnlog.kernel._lifecycle import Signal, observed_run
+from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel.models import ChatModel
+from turnlog.projections import (
+    AnyMessage,
+    AssistantResponse,
+    BranchCreated,
+    BranchForked,
+    Instruction,
+    MessageAdded,
+    System,
+)
+
+if TYPE_CHECKING:
+    from turnlog.kernel._session import OperationManager, Session
+
+__all__ = ["Branch", "default_store", "model_config", "resolve_model"]
+
+_MAX_PARSE_RETRIES = 5
+
+
+def default_store() -> EventStore:
+    """The store used when none is given: ``$TURNLOG_STORE``, else ``./turnlog.db``."""
+    from turnlog.eventstore import open_store
+    from turnlog.projections import catalogue_upcasters
+
+    return open_store(upcasters=catalogue_upcasters())
+
+
+def resolve_model(value: Any) -> ChatModel | None:
+    """A chat model from a model object, a ``"provider/model"`` string or a config dict."""
+    if value is None or hasattr(value, "invoke"):
+        return value
+    if isinstance(value, str | Mapping):
+        try:
+            from turnlog.kernel.models import iModel
+        except ImportError as exc:
+            raise UsageError("model configurations need turnlog.kernel.models.iModel") from exc
+        if isinstance(value, str):
+            return iModel(value) if "/" in value else iModel(model=value)
+        return iModel.from_config(dict(value))
+    raise UsageError(
+        f"a chat model must be a model object, a 'provider/model' string or a dict, not {value!r}"
+    )
+
+
+def model_config(model: Any) -> dict[str, Any] | None:
+    """The recordable configuration of a model (no secrets)."""
+    if model is None:
+        return None
+    to_config = getattr(model, "to_config", None)
+    if callable(to_config):
+        config = dict(to_config())
+        for secret in ("api_key", "headers", "authorization"):
+            config.pop(secret, None)
+        return config
+    return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
+
+
+def _model_from_config(config: Mapping[str, Any] | None) -> ChatModel | None:
+    """Rebuild a model from a recorded config; test models cannot be, and give None."""
+    if not config or config.get("provider") in (None, "", "test"):
+        return None
+    try:
+        return resolve_model(config)
+    except UsageError:
+        return None
+
+
+def _system_message(system: Any) -> System | None:
+    if system is None or isinstance(system, System):
+        return system
+    if isinstance(system, str):
+        return System.create(system)
+    raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
+
+
+class Branch:
+    """One conversation: its state is the projection of its own stream.
+
+    The constructor does no I/O: ``branch.created`` is appended before the first command, or
+    by ``await branch.save()``.
+
+    Args:
+        store: An open store (``open_store(...)``); None opens the default store on first use.
+        name: A human name (``Branch.load`` finds a branch by it).
+        user: Who the branch talks for (the default sender of instructions).
+        system: The system prompt (a string or a ``System`` message).
+        chat_model: A chat model, ``"provider/model"`` or a model config dict.
+        parse_model: The model used to reformat answers for parsing (default: chat_model).
+        tools: Callables the branch may offer as tools, by name.
+        metadata: Free-form JSON facts about the branch.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: EventStore | None = None,
+        name: str | None = None,
+        user: str | None = None,
+        system: str | System | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._setup(str(uuid7()), store, readonly_at=None)
+        self._chat_model = resolve_model(chat_model)
+        self._parse_model = resolve_model(parse_model)
+        self._pending: BranchCreated | BranchForked | None = BranchCreated(
+            branch_id=self.id,
+            name=name,
+            user=user,
+            system=_system_message(system),
+            chat_model=model_config(self._chat_model),
+            parse_model=model_config(self._parse_model),
+            metadata=dict(metadata or {}),
+        )
+        if tools:
+            self.register_tools(tools)
+
+    def _setup(self, branch_id: str, store: EventStore | None, *, readonly_at: int | None) -> None:
+        from turnlog.kernel._session import OperationManager
+
+        self.id = branch_id
+        self._store = store
+        self._readonly_at = readonly_at
+        self._live = LiveBranch(branch_id, listeners=self._listeners)
+        self._pending = None
+        self._preview: Any = None
+        self._create_lock = anyio.Lock()
+        self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
+        self._session: Session | None = None
+        self._operation_manager: OperationManager = OperationManager()
+        self._providers: ContextProviderRegistry | None = None
+        self._tools: dict[str, Callable[..., Any]] = {}
+        self._chat_model: ChatModel | None = None
+        self._parse_model: ChatModel | None = None
+
+    # ------------------------------------------------------------------------------- loading
+
+    @classmethod
+    async def load(
+        cls,
+        store: EventStore,
+        ref: str,
+        *,
+        at_version: int | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+    ) -> Branch:
+        """Open a recorded branch by id, unique id prefix or name.
+
+        Args:
+            store: The store holding the branch.
+            ref: A branch id, a unique prefix of one, or a branch name.
+            at_version: Open the branch as it was at this version, read-only.
+            chat_model: The chat model to use (default: rebuilt from the recorded config,
+                which test models cannot be).
+            parse_model: The parse model to use (default: likewise, else the chat model).
+
+        Raises:
+            UnknownBranch: nothing matches ``ref`` (``candidates`` lists close names).
+            AmbiguousBranch: several branches match ``ref``.
+        """
+        branch_id = await find_branch(store, ref)
+        kernel = Kernel.for_store(store)
+        state = await kernel.load(branch_id, at_version)
+        branch = cls.__new__(cls)
+        branch._setup(branch_id, store, readonly_at=at_version)
+        branch._live.state = state
+        branch._chat_model = resolve_model(chat_model) or _model_from_config(state.chat_model)
+        branch._parse_model = resolve_model(parse_model) or _model_from_config(state.parse_model)
+        return branch
+
+    async def save(self) -> Branch:
+        """Record ``branch.created`` now (otherwise it is recorded before the first command)."""
+        await self._ensure_created()
+        return self
+
+    async def _ensure_created(self) -> None:
+        if self._pending is None:
+            return
+        async with self._create_lock:
+            if self._pending is None:
+                return
+            pending = self._pending
+            if isinstance(pending, BranchCreated) and self._session is not None:
+                pending = pending.model_copy(update={"session_id": self._session.id})
+            await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
+            self._pending = None
+            self._preview = None
+
+    # ----------------------------------------------------------------------------- properties
+
+    @property
+    def store(self) -> EventStore:
+        """The store the branch records to (the default store is opened on first access)."""
+        if self._store is None:
+            self._store = default_store()
+        return self._store
+
+    @property
+    def kernel(self) -> Kernel:
+        """The Kernel of the branch's store."""
+        return Kernel.for_store(self.store)
+
+    @property
+    def stream(self) -> str:
+        """The branch's stream name, ``branch-<id>``."""
+        return f"branch-{self.id}"
+
+    @property
+    def state(self) -> Any:
+        """The folded state (``BranchState``); before the first write, what it will be."""
+        if self._live.state is not None:
+            return self._live.state
+        if self._preview is None:
+            assert self._pending is not None
+            self._preview = preview_state(self.id, self._pending)
+        return self._preview
+
+    @property
+    def version(self) -> int:
+        """The stream version the state is at (0 before the first write)."""
+        return self._live.version
+
+    @property
+    def read_only(self) -> bool:
+        """True for a view of the past (``at``, ``load(at_version=...)``): verbs raise."""
+        return self._readonly_at is not None
+
+    @property
+    def name(self) -> str | None:
+        """The branch's name."""
+        return self.state.name
+
+    @property
+    def user(self) -> str | None:
+        """The user the branch talks for."""
+        return self.state.user
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Free-form facts about the branch."""
+        return dict(self.state.metadata)
+
+    @property
+    def messages(self) -> Sequence[AnyMessage]:
+        """The messages in progression order."""
+        return self.state.messages
+
+    @property
+    def progression(self) -> list[str]:
+        """The ids of the messages, in order."""
+        return [m.id for m in self.messages]
+
+    @property
+    def system(self) -> System | None:
+        """The current system message."""
+        return self.state.system
+
+    @property
+    def provider_sessions(self) -> dict[tuple[str, str], str]:
+        """Provider session ids to resume, by ``(provider, model)``."""
+        return dict(self.state.provider_sessions)
+
+    def provider_session(self, provider: str, model: str | None = None) -> str | None:
+        """The provider session to resume for ``provider`` (and ``model``), if one is bound.
+
+        Without ``model``, the most recently bound session of the provider.
+        """
+        sessions = self.state.provider_sessions
+        if model is not None:
+            return sessions.get((provider, model))
+        found = [sid for (p, _), sid in sessions.items() if p == provider]
+        return found[-1] if found else None
+
+    @property
+    def chat_model(self) -> ChatModel | None:
+        """The default model of the verbs."""
+        return self._chat_model
+
+    @chat_model.setter
+    def chat_model(self, value: Any) -> None:
+        self._chat_model = resolve_model(value)
+
+    @property
+    def parse_model(self) -> ChatModel | None:
+        """The model that reformats answers for parsing (default: the chat model)."""
+        return self._parse_model or self._chat_model
+
+    @parse_model.setter
+    def parse_model(self, value: Any) -> None:
+        self._parse_model = resolve_model(value)
+
+    @property
+    def providers(self) -> ContextProviderRegistry:
+        """The context providers of this branch."""
+        if self._providers is None:
+            self._providers = ContextProviderRegistry()
+        return self._providers
+
+    @property
+    def session(self) -> Session | None:
+        """The session that includes the branch, if any."""
+        return self._session
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        """The tools of the branch, by name."""
+        return dict(self._tools)
+
+    def register_tools(
+        self, tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]], *, update: bool = False
+    ) -> None:
+        """Add tools by name; a taken name raises ``UsageError`` unless ``update``."""
+        items = tools.items() if isinstance(tools, Mapping) else ((t.__name__, t) for t in tools)
+        for name, tool in items:
+            if name in self._tools and not update:
+                raise UsageError(f"tool {name!r} is registered already")
+            self._tools[name] = tool
+
+    def __repr__(self) -> str:
+        past = f" at v{self._readonly_at}" if self._readonly_at is not None else ""
+        return f"<Branch {self.id} name={self.name!r} v{self.version}{past}>"
+
+    # ------------------------------------------------------------------------------- commands
+
+    def _check_writable(self) -> None:
+        if self._readonly_at is not None:
+            raise UsageError(f"branch {self.id} is a read-only view at version {self._readonly_at}")
+
+    def _meta(self, run_id: str | None) -> dict[str, Any]:
+        return {
+            "branch_id": self.id,
+            "run_id": run_id,
+            "session_id": self._session.id if self._session is not None else None,
+        }
+
+    async def _execute(
+        self,
+        command: Command,
+        *,
+        run_id: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+        terminal: bool = False,
+    ) -> list[RecordedEvent]:
+        """Run a command on this branch (creating its stream first when needed)."""
+        self._check_writable()
+        await self._ensure_created()
+        return await self.kernel.execute(
+            self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
+        )
+
+    async def add_message(self, message: AnyMessage, *, run_id: str | None = None) -> AnyMessage:
+        """Record one message (``message.added``)."""
+        await self.add_messages([message], run_id=run_id)
+        return message
+
+    async def add_messages(self, messages: Sequence[AnyMessage], *, run_id: str | None = None) -> None:
+        """Record messages in one atomic append, in order."""
+        items = tuple(MessageAdded(message=m, run_id=run_id) for m in messages)
+        await self._execute(AddMessages(items), run_id=run_id)
+
+    async def annotate(
+        self, message_id: str, metadata: Mapping[str, Any], *, reason: str | None = None
+    ) -> None:
+        """Merge ``metadata`` into a message's view (``message.annotated``)."""
+        await self._execute(AnnotateMessage(message_id, metadata, reason))
+
+    async def clear_messages(self) -> None:
+        """Remove every message from the view except the system message (``messages.cleared``)."""
+        await self._execute(ClearMessages())
+
+    async def set_system(self, system: str | System) -> System:
+        """Replace the system message (a ``System`` message is recorded)."""
+        message = _system_message(system)
+        assert message is not None
+        await self.add_message(message)
+        return message
+
+    async def bind_provider_session(self, provider: str, model: str, session_id: str) -> None:
+        """Remember a provider session id so a later run (in any process) resumes it."""
+        await self._execute(BindProviderSession(provider, model, session_id))
+
+    async def refresh(self) -> Branch:
+        """Fold events that other writers appended since the state was read."""
+        await self.kernel.catch_up(self._live)
+        return self
+
+    def _messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
+        by_id = {m.id: m for m in self.messages}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise UsageError(f"progression names messages that are not in branch {self.id}: {missing}")
+        return [by_id[i] for i in ids]
+
+    async def _gather_context(self, instruction: Instruction) -> ProviderReport:
+        if self._providers is None or not len(self._providers):
+            return ProviderReport()
+        if self.system is None:
+            return self._providers.skip_all()
+        return await self._providers.gather(self, instruction)
+
+    # ------------------------------------------------------------------------------ observers
+
+    @overload
+    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
+    @overload
+    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
+    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
+        """Call ``handler`` with every signal of ``types`` (all signals when none), in log order.
+
+        Usable as a decorator. Handlers may be sync or async; one that raises is logged and
+        changes nothing.
+        """
+
+        def register(func: Observer) -> Observer:
+            self._observers.append((tuple(types), func))
+            return func
+
+        return register(handler) if handler is not None else register
+
+    def unobserve(self, handler: Observer) -> None:
+        """Stop calling ``handler``."""
+        self._observers = [(t, h) for t, h in self._observers if h is not handler]
+
+    def _listeners(self) -> list[tuple[tuple[type[Signal], ...], Observer]]:
+        if self._session is None:
+            return self._observers
+        return self._observers + self._session._observers
+
+    # ----------------------------------------------------------------------------- operations
+
+    def get_operation(self, operation: str) -> Callable[..., Any] | None:
+        """A built-in verb by name, else an operation registered in the branch's registry."""
+        if not operation.startswith("_") and callable(getattr(type(self), operation, None)):
+            return getattr(self, operation)
+        return self._operation_manager.registry.get(operation)
+
+    # ----------------------------------------------------------------------------- time travel
+
+    async def history(self) -> list[Any]:
+        """Every event of the branch's stream, decoded, in order (with version and type)."""
+        from turnlog.kernel._kernel import branch_history
+
+        if self._readonly_at is None:
+            await self._ensure_created()
+        return await branch_history(self.store, self.id, self._readonly_at)
+
+    async def at(self, version: int) -> Branch:
+        """A read-only view of the branch as it was at ``version``; verbs on it raise."""
+        await self._ensure_created()
+        view = await Branch.load(self.store, self.id, at_version=version)
+        view._chat_model = self._chat_model
+        view._parse_model = self._parse_model
+        return view
+
+    async def fork(self, at_version: int | None = None, *, name: str | None = None) -> Branch:
+        """A new branch that starts with this branch's state at ``at_version`` (default: now).
+
+        The new stream begins with ``branch.forked``, which references the parent prefix.
+        """
+        if self._readonly_at is None:
+            await self._ensure_created()
+        version = at_version if at_version is not None else (self._readonly_at or self.version)
+        if not 1 <= version <= max(self.version, self._readonly_at or 0):
+            raise UsageError(f"cannot fork branch {self.id} at version {version}: it has {self.version}")
+        child = Branch.__new__(Branch)
+        child._setup(str(uuid7()), self.store, readonly_at=None)
+        child._chat_model = self._chat_model
+        child._parse_model = self._parse_model
+        child._tools = dict(self._tools)
+        data = BranchForked(
+            branch_id=child.id,
+            parent_branch_id=self.id,
+            parent_stream=self.stream,
+            parent_version=version,
+            name=name,
+        )
+        await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
+        return child
+
+    # ---------------------------------------------------------------------------------- verbs
+
+    @overload
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        return_ins_res_message: Literal[False] = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> str: ...
+    @overload
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        *,
+        return_ins_res_message: Literal[True],
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> tuple[Instruction, AssistantResponse]: ...
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        return_ins_res_message: bool = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> str | tuple[Instruction, AssistantResponse]:
+        """Ask the model once. No message is recorded; the model call is (``model.called``).
+
+        Returns the response text, or ``(Instruction, AssistantResponse)`` when
+        ``return_ins_res_message`` is true. Extra keyword arguments are request parameters.
+        """
+        from turnlog.kernel.operations.chat import chat
+
+        param = self._chat_param(
+            guidance=guidance,
+            context=context,
+            sender=sender,
+            recipient=recipient,
+            response_format=response_format if response_format is not None else request_fields,
+            progression=progression,
+            imodel=imodel,
+            tool_schemas=tool_schemas,
+            images=images,
+            image_detail=image_detail,
+            plain_content=plain_content,
+            include_token_usage_to_model=include_token_usage_to_model,
+            imodel_kw=kwargs,
+        )
+        return await chat(self, instruction, param, return_ins_res_message)  # type: ignore[call-overload]
+
+    async def chat_and_record(self, instruction: Any = None, **kwargs: Any) -> str:
+        """Ask the model once and record instruction, model call and response in one append.
+
+        Takes the keyword arguments of ``chat`` (``return_ins_res_message`` is ignored) and
+        returns the response text. Owns no run lifecycle.
+        """
+        from turnlog.kernel.operations.chat_and_record import chat_and_record
+
+        kwargs.pop("return_ins_res_message", None)
+        request_fields = kwargs.pop("request_fields", None)
+        if kwargs.get("response_format") is None and request_fields is not None:
+            kwargs["response_format"] = request_fields
+        param = self._chat_param(**_chat_param_kwargs(kwargs))
+        return await chat_and_record(self, instruction, param)
+
+    async def communicate(
+        self,
+        instruction: Any = None,
+        *,
+        guidance: Any = None,
+        context: Any = None,
+        plain_content: str | None = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        progression: Sequence[str] | None = None,
+        response_format: Any = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        skip_validation: bool = False,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        num_parse_retries: int = 3,
+        clear_messages: bool = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Record one exchange and return the answer, parsed when a format is requested.
+
+        Runs as one observed run (``run.started`` then ``run.ended`` or ``run.failed``).
+
+        Returns:
+            The response text; with ``response_format``, an instance of it; with
+            ``request_fields``, a dict of the fields found.
+        """
+        from turnlog.kernel.operations.communicate import communicate
+
+        for removed in ("request_model", "operative_model", "imodel"):
+            if removed in kwargs:
+                hint = "chat_model=" if removed == "imodel" else "response_format="
+                raise TypeError(f"communicate() no longer accepts {removed!r} (use {hint})")
+        if num_parse_retries > _MAX_PARSE_RETRIES:
+            warnings.warn(
+                f"num_parse_retries={num_parse_retries} is high. "
+                f"Lowering to {_MAX_PARSE_RETRIES}. Suggestion: <3",
+                UserWarning,
+                stacklevel=2,
+            )
+            num_parse_retries = _MAX_PARSE_RETRIES
+        self._check_writable()
+        model = resolve_model(chat_model)
+        param = self._chat_param(
+            guidance=guidance,
+            context=context,
+            sender=sender,
+            recipient=recipient,
+            response_format=response_format if response_format is not None else request_fields,
+            progression=progression,
+            imodel=model,
+            images=images,
+            image_detail=image_detail,
+            plain_content=plain_content,
+            include_token_usage_to_model=include_token_usage_to_model,
+            imodel_kw=kwargs,
+        )
+        parse_param = None
+        if response_format is not None and not skip_validation:
+            parse_param = ParseParam(
+                response_format=response_format,
+                max_retries=num_parse_retries,
+                imodel=resolve_model(parse_model) or self.parse_model,
+            )
+        used = model or self._chat_model
+        async with observed_run(
+            self,
+            "communicate",
+            provider=getattr(used, "provider", None),
+            model=getattr(used, "model", None),
+        ) as run:
+            run.result = await communicate(
+                self,
+                instruction,
+                param,
+                parse_param,
+                clear_messages=clear_messages,
+                skip_validation=skip_validation,
+                request_fields=request_fields if response_format is None else None,
+            )
+            return run.result
+
+    async def parse(
+        self,
+        text: str,
+        *,
+        response_format: Any = None,
+        request_type: Any = None,
+        handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
+        max_retries: int = 3,
+        fuzzy_match: bool = True,
+        similarity_threshold: float = 0.85,
+        parse_model: Any = None,
+    ) -> Any:
+        """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
+
+        Reformat requests record no message (each is a ``model.called`` with verb ``parse``).
+        On failure, ``handle_validation`` decides: raise ``ValueError``, return the text, or
+        return None.
+        """
+        from turnlog.kernel.operations.parse import parse
+
+        fmt = response_format if response_format is not None else request_type
+        if fmt is None:
+            raise UsageError("parse() needs response_format=")
+        param = ParseParam(
+            response_format=fmt,
+            handle_validation=handle_validation,
+            max_retries=max_retries,
+            fuzzy_match=fuzzy_match,
+            similarity_threshold=similarity_threshold,
+            imodel=resolve_model(parse_model) or self.parse_model,
+        )
+        return await parse(self, text, param)
+
+    def _chat_param(self, **fields: Any) -> ChatParam:
+        given = {k: v for k, v in fields.items() if v is not None}
+        if "imodel" in given:
+            given["imodel"] = resolve_model(given["imodel"])
+        for name in ("tool_schemas", "images"):
+            if name in given:
+                given[name] = tuple(given[name])
+        return ChatParam(**given)
+
+
+_CHAT_FIELDS = frozenset(
+    {
+        "guidance",
+        "context",
+        "sender",
+        "recipient",
+        "response_format",
+        "progression",
+        "imodel",
+        "tool_schemas",
+        "images",
+        "image_detail",
+        "plain_content",
+        "include_token_usage_to_model",
+    }
+)
+
+
+def _chat_param_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: v for k, v in kwargs.items() if k in _CHAT_FIELDS}
+    if "chat_model" in kwargs:
+        fields["imodel"] = kwargs["chat_model"]
+    fields["imodel_kw"] = {k: v for k, v in kwargs.items() if k not in _CHAT_FIELDS and k != "chat_model"}
+    return fields
+
+
+async def find_branch(store: EventStore, ref: str) -> str:
+    """The id of the branch ``ref`` names: an id, a unique id prefix, or a name.
+
+    Raises:
+        UnknownBranch: nothing matches (``candidates`` lists close names and ids).
+        AmbiguousBranch: several branches match.
+    """
+    streams = [s.removeprefix("branch-") for s, _ in await store.list_streams("branch-")]
+    if ref in streams:
+        return ref
+    by_prefix = [b for b in streams if b.startswith(ref)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    if len(by_prefix) > 1:
+        raise AmbiguousBranch(ref, by_prefix)
+    names: dict[str, list[str]] = {}
+    for branch_id in streams:
+        async for first in store.read_stream(f"branch-{branch_id}", 1, 1):
+            name = first.data.get("name")
+            if isinstance(name, str):
+                names.setdefault(name, []).append(branch_id)
+    matches = names.get(ref, [])
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise AmbiguousBranch(ref, matches)
+    close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
+    candidates = [f"{n} ({', '.join(names[n])})" for n in close]
+    hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""
+    raise UnknownBranch(ref, candidates, f"no branch has id, id prefix or name {ref!r}{hint}")
+
+
+def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:
+    """The state a branch will have once its first event is recorded (nothing is written)."""
+    from datetime import UTC, datetime
+
+    from turnlog.kernel._kernel import fold_one
+    from turnlog.projections import new_event
+
+    event = new_event(data)
+    recorded = RecordedEvent(
+        id=event.id,
+        stream=f"branch-{branch_id}",
+        version=1,
+        position=0,
+        type=event.type,
+        schema=event.schema,
+        data=dict(event.data),
+        meta={},
+        recorded_at=datetime.now(UTC),
+        prev_hash="",
+        hash="",
+    )
+    return fold_one(None, recorded)

@@ -1,0 +1,166 @@
+"""Context providers: text gathered before a request and injected into it, never recorded.
+
+A provider is an object with ``async provide(branch, instruction) -> str | None`` (or a
+bare async function of the same shape). The registry calls them in registration order,
+keeps within a token budget by dropping the lowest priority first, and reports which
+fired; the verbs put the kept blocks into the request (after the system text) and list the
+names that fired in ``model.called.context_providers``. The text never becomes a message::
+
+    async def today(branch, instruction):
+        return "Today is Tuesday."
+
+    branch.providers.register(today, priority=10, max_tokens=50)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = ["ContextProvider", "ContextProviderRegistry", "ProviderReport", "count_tokens"]
+
+_log = logging.getLogger("turnlog.kernel")
+
+
+def count_tokens(text: str) -> int:
+    """The token estimate used for budgets: one token per four characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+@runtime_checkable
+class ContextProvider(Protocol):
+    """Something that contributes text to a request."""
+
+    async def provide(self, branch: Branch, instruction: Any) -> str | None:
+        """Return the text to inject for this request, or None to contribute nothing."""
+        ...
+
+
+ProviderFunction = Callable[["Branch", Any], Awaitable["str | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    name: str
+    call: ProviderFunction
+    priority: int
+    max_tokens: int | None
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderReport:
+    """What the providers contributed to one request.
+
+    Attributes:
+        blocks: The kept texts, in registration order.
+        fired: ``{"provider_name", "tokens"}`` for each kept block.
+        skipped: Names of providers left out (over their own limit, over budget, or not run).
+        failed: Names of providers that raised (the turn went on without them).
+    """
+
+    blocks: tuple[str, ...] = ()
+    fired: tuple[dict[str, Any], ...] = ()
+    skipped: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    @property
+    def fired_names(self) -> list[str]:
+        """Names of the providers whose text was injected."""
+        return [f["provider_name"] for f in self.fired]
+
+
+@dataclass(slots=True)
+class ContextProviderRegistry:
+    """Context providers of one branch, with a total token budget.
+
+    Attributes:
+        budget: The most tokens all kept blocks may use together.
+    """
+
+    budget: int = 2000
+    _providers: list[_Registered] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self._providers)
+
+    @property
+    def names(self) -> list[str]:
+        """Registered provider names, in registration order."""
+        return [p.name for p in self._providers]
+
+    def register(
+        self,
+        provider: ContextProvider | ProviderFunction,
+        *,
+        priority: int = 0,
+        max_tokens: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Register ``provider``; a higher ``priority`` survives a tight budget longer.
+
+        Raises:
+            ValueError: the name is taken already.
+        """
+        call: ProviderFunction
+        if isinstance(provider, ContextProvider):
+            call = provider.provide
+            default_name = type(provider).__name__
+        else:
+            call = provider
+            default_name = getattr(provider, "__name__", type(provider).__name__)
+        name = name or default_name
+        if name in self.names:
+            raise ValueError(f"a context provider named {name!r} is registered already")
+        self._providers.append(_Registered(name, call, priority, max_tokens, len(self._providers)))
+
+    def unregister(self, name: str) -> None:
+        """Remove the provider registered as ``name``."""
+        self._providers = [p for p in self._providers if p.name != name]
+
+    def skip_all(self) -> ProviderReport:
+        """The report of a turn that ran no provider."""
+        return ProviderReport(skipped=tuple(self.names))
+
+    async def gather(self, branch: Branch, instruction: Any) -> ProviderReport:
+        """Run every provider, then keep what fits; a provider that raises is reported as failed."""
+        got: list[tuple[_Registered, str, int]] = []
+        skipped: list[str] = []
+        failed: list[str] = []
+        for provider in self._providers:
+            try:
+                text = await provider.call(branch, instruction)
+            except Exception:
+                _log.exception("context provider %r failed; the turn goes on without it", provider.name)
+                failed.append(provider.name)
+                continue
+            if not text:
+                continue
+            tokens = count_tokens(text)
+            if provider.max_tokens is not None and tokens > provider.max_tokens:
+                skipped.append(provider.name)
+                continue
+            got.append((provider, text, tokens))
+        # Over budget, drop the lowest priority first (the latest registered among equals).
+        by_rank = sorted(got, key=lambda g: (g[0].priority, -g[0].order))
+        total = sum(g[2] for g in got)
+        dropped: set[str] = set()
+        for provider, _, tokens in by_rank:
+            if total <= self.budget:
+                break
+            dropped.add(provider.name)
+            skipped.append(provider.name)
+            total -= tokens
+        kept = [g for g in got if g[0].name not in dropped]
+        return ProviderReport(
+            blocks=tuple(text for _, text, _ in kept),
+            fired=tuple({"provider_name": p.name, "tokens": t} for p, _, t in kept),
+            skipped=tuple(skipped),
+            failed=tuple(failed),
+        )

@@ -1,0 +1,100 @@
+"""Errors raised by the kernel (commands, verbs, sessions).
+
+::
+
+    TurnlogError                      (turnlog.eventstore)
+    └── KernelError
+        ├── UsageError                the API was used wrongly (ValueError): a verb on a read-only
+        │                             view, a branch owned by another session, a missing model
+        ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
+        │   └── AmbiguousBranch       several branches match: ref, candidates
+        ├── OperationError            an operation name resolves to nothing (ValueError): operation
+        ├── ExecutionError            a model call failed inside a verb (RuntimeError)
+        ├── ResponseParseError        a response could not be parsed into the requested format
+        │                             (ValueError): target
+        └── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
+
+Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``) and propagate
+out of the verbs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnlog.eventstore import TurnlogError
+
+__all__ = [
+    "AmbiguousBranch",
+    "ExecutionError",
+    "KernelError",
+    "OperationError",
+    "ResponseParseError",
+    "ScriptExhaustedError",
+    "UnknownBranch",
+    "UsageError",
+]
+
+
+class KernelError(TurnlogError):
+    """Root of every error raised by ``turnlog.kernel`` itself."""
+
+
+class UsageError(KernelError, ValueError):
+    """The API was used in a way it does not support; nothing was written."""
+
+
+class UnknownBranch(KernelError, LookupError):
+    """No branch of the store matches a reference.
+
+    Attributes:
+        ref: The id, id prefix or name that was looked up.
+        candidates: Branch ids that came close (empty when none did).
+    """
+
+    def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
+        self.ref = ref
+        self.candidates = tuple(candidates)
+        if message is None:
+            message = f"no branch matches {ref!r}"
+        super().__init__(message)
+
+
+class AmbiguousBranch(UnknownBranch):
+    """Several branches match a reference; ``candidates`` lists them all."""
+
+    def __init__(self, ref: str, candidates: Sequence[str]) -> None:
+        listed = ", ".join(candidates)
+        super().__init__(ref, candidates, f"{ref!r} matches {len(candidates)} branches: {listed}")
+
+
+class OperationError(KernelError, ValueError):
+    """An operation name resolves to no built-in verb and no registered operation.
+
+    Attributes:
+        operation: The name that was looked up.
+    """
+
+    def __init__(self, message: str, *, operation: str) -> None:
+        self.operation = operation
+        super().__init__(message)
+
+
+class ExecutionError(KernelError, RuntimeError):
+    """A verb could not complete its model call (the cause is chained)."""
+
+
+class ResponseParseError(KernelError, ValueError):
+    """A model response could not be parsed into the requested format.
+
+    Attributes:
+        target: The name of the requested format (a pydantic model name or ``dict``).
+    """
+
+    def __init__(self, message: str, *, target: str) -> None:
+        self.target = target
+        super().__init__(message)
+
+
+class ScriptExhaustedError(KernelError, RuntimeError):
+    """A scripted test model was called more often than its script allows."""

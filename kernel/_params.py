@@ -1,0 +1,126 @@
+"""Parameter objects passed from the Branch facade to the verbs, and the ``Middle`` seam.
+
+They are frozen, slotted dataclasses whose declared defaults really apply: a field the
+caller leaves out has exactly the default written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+    from turnlog.kernel.models import ChatModel
+
+__all__ = ["ChatParam", "Middle", "ParseParam", "RunParam"]
+
+ImageDetail = Literal["low", "high", "auto"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatParam:
+    """How to build and send one request.
+
+    Attributes:
+        guidance: Guidance rendered with the instruction.
+        context: Extra context rendered with the instruction.
+        sender: Sender of the instruction (default: the branch user, else ``"user"``).
+        recipient: Recipient of the instruction (default: the branch id).
+        response_format: A pydantic model class (or instance, or JSON schema dict) the answer
+            should follow; rendered into the instruction and sent as ``response_format``.
+        progression: Message ids to send as history instead of the branch's progression.
+        tool_schemas: Tool schemas in OpenAI function form, sent with the request.
+        images: Image URLs or data URIs attached to the instruction.
+        image_detail: Detail level requested for the images.
+        plain_content: Text sent verbatim instead of the rendered instruction.
+        include_token_usage_to_model: Accepted for compatibility; has no effect.
+        imodel: The model to call (default: the branch's chat model).
+        imodel_kw: Extra request parameters (temperature, max_tokens, ...); never secrets.
+    """
+
+    guidance: Any = None
+    context: Any = None
+    sender: str | None = None
+    recipient: str | None = None
+    response_format: Any = None
+    progression: Sequence[str] | None = None
+    tool_schemas: Sequence[Mapping[str, Any]] = ()
+    images: Sequence[str] = ()
+    image_detail: ImageDetail = "auto"
+    plain_content: str | None = None
+    include_token_usage_to_model: bool = False
+    imodel: ChatModel | None = None
+    imodel_kw: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_updates(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied; unknown names raise ``TypeError``."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunParam(ChatParam):
+    """A ``ChatParam`` for streamed CLI runs.
+
+    Attributes:
+        stream_persist: Record every stream chunk as it arrives (crash recovery).
+        persist_dir: Where run logs go, for providers that keep files of their own.
+        snapshot_dir: Where snapshots go, for providers that keep files of their own.
+    """
+
+    stream_persist: bool = False
+    persist_dir: str | None = None
+    snapshot_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParseParam:
+    """How to turn response text into a structured value.
+
+    Attributes:
+        response_format: The pydantic model class (or ``dict``) to produce.
+        handle_validation: On failure: ``"raise"``, ``"return_value"`` (the text) or
+            ``"return_none"``.
+        max_retries: How many reformat requests to the parse model at most.
+        fuzzy_match: Match keys approximately (case, spacing, close spellings).
+        similarity_threshold: The lowest similarity accepted for a fuzzy key match.
+        imodel: The model for reformat requests (default: the branch's parse model).
+        imodel_kw: Extra request parameters for reformat requests.
+    """
+
+    response_format: Any = None
+    handle_validation: Literal["raise", "return_value", "return_none"] = "raise"
+    max_retries: int = 3
+    fuzzy_match: bool = True
+    similarity_threshold: float = 0.85
+    imodel: ChatModel | None = None
+    imodel_kw: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_updates(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied; unknown names raise ``TypeError``."""
+        return dataclasses.replace(self, **changes)
+
+
+class Middle(Protocol):
+    """One logical exchange on a branch (``communicate`` is the canonical API adapter).
+
+    An adapter may call a provider once, consume a stream of several assistant messages,
+    or run a bounded series of recorded inner exchanges; it owns the clearing and the
+    recording of what it does. Example::
+
+        async def echo_middle(branch, instruction, chat_param, parse_param=None,
+                              clear_messages=False, skip_validation=False):
+            return await branch.chat_and_record(instruction)
+    """
+
+    async def __call__(
+        self,
+        branch: Branch,
+        instruction: Any,
+        chat_param: ChatParam,
+        parse_param: ParseParam | None = None,
+        clear_messages: bool = False,
+        skip_validation: bool = False,
+    ) -> Any: ...

@@ -1,0 +1,290 @@
+"""Session: a set of branches sharing one operation registry and one set of observers.
+
+Session changes are events in ``session-<id>``: ``session.created`` (before the first
+change), ``branch.included``, ``branch.removed`` and ``session.default_branch_set``.
+
+Example::
+
+    session = Session(store=store)
+    await session.include_branches(branch)
+
+    @session.operation()
+    async def summarize(text: str) -> str:
+        return await branch.chat_and_record(f"Summarize: {text}")
+
+    await session.run_operation("summarize", text="...")
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, overload
+
+import anyio
+from turnlog.eventstore import EventStore, uuid7
+from turnlog.kernel._branch import Branch, default_store
+from turnlog.kernel._errors import OperationError, UsageError
+from turnlog.kernel._kernel import Observer
+from turnlog.kernel._lifecycle import Signal
+from turnlog.projections import (
+    BranchIncluded,
+    BranchRemoved,
+    DefaultBranchSet,
+    EventData,
+    SessionCreated,
+    new_event,
+)
+
+__all__ = ["OperationManager", "Session"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    target = func
+    while hasattr(target, "func") and not inspect.isfunction(target):  # functools.partial
+        target = target.func
+    call = getattr(target, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(target) or (
+        call is not None and not inspect.isfunction(target) and inspect.iscoroutinefunction(call)
+    )
+
+
+class OperationManager:
+    """A registry of named async operations.
+
+    Attributes:
+        registry: Name -> async callable.
+    """
+
+    __slots__ = ("registry",)
+
+    def __init__(self) -> None:
+        self.registry: dict[str, Callable[..., Any]] = {}
+
+    def register(self, operation: str, func: Callable[..., Any], update: bool = False) -> None:
+        """Register ``func`` under ``operation``.
+
+        Raises:
+            ValueError: the name is taken (and ``update`` is false), or ``func`` is not async.
+        """
+        if operation in self.registry and not update:
+            raise ValueError(f"Operation '{operation}' is already registered.")
+        if not _is_async(func):
+            raise ValueError(f"Operation '{operation}' must be an async function.")
+        self.registry[operation] = func
+
+
+class Session:
+    """Branches that share one operation registry, one set of observers and a default branch.
+
+    The constructor does no I/O; the session stream is written on the first change.
+
+    Args:
+        store: The store (None: the store of the first included branch, else the default).
+        name: A human name.
+    """
+
+    def __init__(self, *, store: EventStore | None = None, name: str | None = None) -> None:
+        self.id = str(uuid7())
+        self.name = name
+        self._store = store
+        self._created = False
+        self._lock = anyio.Lock()
+        self._operation_manager = OperationManager()
+        self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
+        self._branches: dict[str, Branch] = {}
+        self.default_branch: Branch | None = None
+
+    @property
+    def stream(self) -> str:
+        """The session's stream name, ``session-<id>``."""
+        return f"session-{self.id}"
+
+    @property
+    def store(self) -> EventStore:
+        """The store the session records to."""
+        if self._store is None:
+            self._store = default_store()
+        return self._store
+
+    @property
+    def branches(self) -> list[Branch]:
+        """The included branches, in inclusion order."""
+        return list(self._branches.values())
+
+    @property
+    def operations(self) -> Mapping[str, Callable[..., Any]]:
+        """The registered operations, by name."""
+        return dict(self._operation_manager.registry)
+
+    # -------------------------------------------------------------------------------- events
+
+    async def _record(self, *items: EventData) -> None:
+        async with self._lock:
+            events = []
+            if not self._created:
+                events.append(
+                    new_event(SessionCreated(session_id=self.id, name=self.name), meta=self._meta())
+                )
+            events.extend(new_event(item, meta=self._meta()) for item in items)
+            await self.store.append(self.stream, events)
+            self._created = True
+
+    def _meta(self) -> dict[str, Any]:
+        return {"session_id": self.id}
+
+    async def save(self) -> Session:
+        """Record ``session.created`` now (otherwise it is recorded with the first change)."""
+        if not self._created:
+            await self._record()
+        return self
+
+    # ------------------------------------------------------------------------------ branches
+
+    async def include_branches(self, branches: Branch | Iterable[Branch]) -> None:
+        """Include branches: they share this session's registry and observers.
+
+        The first branch included becomes the default when there is none. Including a branch
+        twice changes nothing.
+
+        Raises:
+            UsageError: a branch belongs to another session (the whole batch is refused), or
+                lives in another store.
+        """
+        batch = [branches] if isinstance(branches, Branch) else list(branches)
+        for branch in batch:
+            owner = branch._session
+            if owner is not None and owner is not self:
+                raise UsageError(
+                    f"branch {branch.id} is already owned by session {owner.id}; "
+                    "call remove_branch() on the owning session first"
+                )
+        if self._store is None and batch and batch[0]._store is not None:
+            self._store = batch[0]._store
+        for branch in batch:
+            if branch._store is None:
+                branch._store = self.store
+            elif branch._store is not self.store:
+                raise UsageError(f"branch {branch.id} is in another store than session {self.id}")
+        items: list[EventData] = []
+        for branch in batch:
+            if branch.id in self._branches:
+                continue
+            branch._session = self
+            branch._operation_manager = self._operation_manager
+            self._branches[branch.id] = branch
+            items.append(BranchIncluded(branch_id=branch.id))
+            if self.default_branch is None:
+                self.default_branch = branch
+                items.append(DefaultBranchSet(branch_id=branch.id))
+        if items:
+            await self._record(*items)
+
+    async def new_branch(self, *, as_default_branch: bool = False, **kwargs: Any) -> Branch:
+        """Make a branch in this session's store (``Branch`` keyword arguments) and include it."""
+        branch = Branch(store=self.store, **kwargs)
+        await self.include_branches(branch)
+        if as_default_branch:
+            await self.change_default_branch(branch)
+        return branch
+
+    async def remove_branch(self, ref: Branch | str) -> None:
+        """Remove a branch; it keeps its messages and gets a private registry again."""
+        branch = self.get_branch(ref)
+        del self._branches[branch.id]
+        branch._session = None
+        branch._operation_manager = OperationManager()
+        items: list[EventData] = [BranchRemoved(branch_id=branch.id)]
+        if self.default_branch is branch:
+            self.default_branch = next(iter(self._branches.values()), None)
+            if self.default_branch is not None:
+                items.append(DefaultBranchSet(branch_id=self.default_branch.id))
+        await self._record(*items)
+
+    async def change_default_branch(self, ref: Branch | str) -> None:
+        """Make an included branch the default."""
+        branch = self.get_branch(ref)
+        self.default_branch = branch
+        await self._record(DefaultBranchSet(branch_id=branch.id))
+
+    def get_branch(self, ref: Branch | str) -> Branch:
+        """An included branch by object, id, unique id prefix or name.
+
+        Raises:
+            UsageError: no included branch (or several) match.
+        """
+        if isinstance(ref, Branch):
+            if ref.id in self._branches:
+                return ref
+            raise UsageError(f"branch {ref.id} is not in session {self.id}")
+        if ref in self._branches:
+            return self._branches[ref]
+        found = [b for b in self._branches.values() if b.id.startswith(ref) or b.name == ref]
+        if len(found) == 1:
+            return found[0]
+        what = "several branches" if found else "no branch"
+        raise UsageError(f"{what} of session {self.id} match {ref!r}")
+
+    # ---------------------------------------------------------------------------- operations
+
+    def register_operation(self, operation: str, func: Callable[..., Any], *, update: bool = False) -> None:
+        """Register an async callable under ``operation`` for every included branch.
+
+        A registered name never shadows a built-in verb: ``get_operation`` looks verbs up first.
+
+        Raises:
+            ValueError: the name is taken (and ``update`` is false), or ``func`` is not async.
+        """
+        self._operation_manager.register(operation, func, update=update)
+
+    def operation(self, name: str | None = None, *, update: bool = False) -> Callable[[F], F]:
+        """Decorator registering an async function under ``name`` (default: its ``__name__``)."""
+
+        def decorate(func: F) -> F:
+            self.register_operation(name or func.__name__, func, update=update)
+            return func
+
+        return decorate
+
+    async def run_operation(
+        self, operation: str, *, branch: Branch | str | None = None, **kwargs: Any
+    ) -> Any:
+        """Run a built-in verb or a registered operation on a branch (default: the default one).
+
+        Registered operations receive only ``kwargs``; the branch is not passed to them.
+
+        Raises:
+            ValueError: ``Unknown operation: ...`` when the name resolves to nothing.
+            UsageError: there is no such branch (or no default branch).
+        """
+        if branch is None:
+            target = self.default_branch
+            if target is None:
+                raise UsageError(f"session {self.id} has no branch to run {operation!r} on")
+        else:
+            target = self.get_branch(branch)
+        method = target.get_operation(operation)
+        if method is None:
+            raise OperationError(f"Unknown operation: {operation!r}", operation=operation)
+        return await method(**kwargs)
+
+    # ----------------------------------------------------------------------------- observers
+
+    @overload
+    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
+    @overload
+    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
+    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
+        """Call ``handler`` with the signals of every included branch (usable as a decorator)."""
+
+        def register(func: Observer) -> Observer:
+            self._observers.append((tuple(types), func))
+            return func
+
+        return register(handler) if handler is not None else register
+
+    def unobserve(self, handler: Observer) -> None:
+        """Stop calling ``handler``."""
+        self._observers = [(t, h) for t, h in self._observers if h is not handler]

@@ -1,0 +1,762 @@
+"""Running a CLI agent as a child process and reading its NDJSON output.
+
+A ``CLIProcess`` spawns the executable in its own session (so in its own process group,
+which it leads), reads standard output as newline-delimited JSON, captures standard error
+in a background thread with a cap (the tail is kept), and on every way out of its
+``async with`` block terminates the whole process group: SIGTERM, a short grace period,
+then SIGKILL. Grandchildren the agent started (shells, dev servers) go with it.
+
+Framing is line-based and tolerant: a read may end in the middle of a line, a line that is
+not a JSON object becomes a ``Diagnostic`` (it never blocks the lines after it), and a last
+line cut off at end of file is reported as a torn ``Diagnostic``, not an exception.
+
+Example::
+
+    async with CLIProcess(["claude", "-p", "hi", "--output-format", "stream-json", "--verbose"]) as proc:
+        async for item in proc:
+            ...  # dict (one JSON object) or Diagnostic
+        status = await proc.wait_exit()
+    if status.failed:
+        raise cli_failure(status, proc.stderr, texts=[], provider="claude_code", model="")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from anyio.abc import Process
+
+from ._errors import CLIError, CLINotFound
+from ._types import StreamChunk
+
+__all__ = [
+    "CLIAgentModel",
+    "CLIEventParser",
+    "CLIProcess",
+    "Diagnostic",
+    "ExitStatus",
+    "NDJSONFramer",
+    "classify_cli_failure",
+    "cli_failure",
+    "resolve_executable",
+    "usage_dict",
+]
+
+_READ_SIZE = 65536
+_PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """A stdout line that is not a JSON object.
+
+    Attributes:
+        line: The text of the line (undecodable bytes replaced), without its newline.
+        line_number: 1-based number of the line in the process's standard output.
+        reason: ``not_json``, ``not_object``, ``torn`` (cut off at end of file) or ``too_long``.
+    """
+
+    line: str
+    line_number: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How the child process ended.
+
+    Attributes:
+        returncode: The exit status, or None when a signal ended it.
+        signal: The number of the signal that ended it, or None.
+        terminated_by_us: True when the process had to be stopped after it closed its output
+            without exiting in time.
+    """
+
+    returncode: int | None
+    signal: int | None = None
+    terminated_by_us: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """True unless the process exited on its own with status 0."""
+        return self.returncode != 0 or self.signal is not None or self.terminated_by_us
+
+    def describe(self) -> str:
+        """A short human description (``exit status 1``, ``killed by SIGKILL``)."""
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"killed by {name}"
+        if self.terminated_by_us:
+            return "closed its output but did not exit"
+        return f"exit status {self.returncode}"
+
+
+def resolve_executable(
+    env_var: str,
+    default: str,
+    *,
+    provider: str,
+    override: str | Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Find the command line that starts a CLI.
+
+    Args:
+        env_var: Environment variable that may name the executable, e.g. ``TURNLOG_CLAUDE_BIN``.
+            Its value is split like a shell would (``"python -m turnlog.tools._fake_cli claude"``).
+        default: The executable name looked up on PATH when neither override nor variable is set.
+        provider: Provider name for the error.
+        override: An explicit command (a string split like a shell would, or an argv list).
+        environ: The environment to read (default ``os.environ``).
+
+    Returns:
+        The argv prefix, its first element resolved to an absolute path.
+
+    Raises:
+        CLINotFound: The executable does not exist or is not executable.
+    """
+    env = os.environ if environ is None else environ
+    if override is not None:
+        parts = shlex.split(override) if isinstance(override, str) else list(override)
+        source = "the configured executable"
+    elif env.get(env_var):
+        parts = shlex.split(env[env_var])
+        source = f"${env_var}"
+    else:
+        parts = [default]
+        source = "PATH"
+    if not parts:
+        raise CLINotFound(f"{source} is empty", provider=provider, kind="not_found")
+    found = shutil.which(parts[0], path=env.get("PATH"))
+    if found is None:
+        raise CLINotFound(
+            f"{provider}: executable {parts[0]!r} not found (looked up from {source}); install the CLI "
+            f"or set {env_var} to its path or to a command line",
+            provider=provider,
+            kind="not_found",
+        )
+    return [found, *parts[1:]]
+
+
+class NDJSONFramer:
+    """Splits a byte stream into JSON objects and ``Diagnostic`` items; pure, no I/O.
+
+    Bytes may arrive in any pieces: ``feed`` returns the items of every line completed so
+    far and keeps the rest; ``end`` reports what is left at end of file (a torn line).
+
+    Args:
+        max_line_bytes: A line longer than this is dropped and reported as ``too_long``.
+    """
+
+    def __init__(self, max_line_bytes: int = 16 * 1024 * 1024) -> None:
+        self._max = max_line_bytes
+        self._buffer = bytearray()
+        self._skipping = False  # inside an oversized line: drop bytes up to its newline
+        self._line_number = 0
+
+    def feed(self, data: bytes) -> list[dict[str, Any] | Diagnostic]:
+        """Add bytes; return the items of the lines they complete."""
+        buf = self._buffer
+        buf += data
+        items: list[dict[str, Any] | Diagnostic] = []
+        start = 0
+        while (newline := buf.find(b"\n", start)) >= 0:
+            raw = bytes(buf[start:newline])
+            start = newline + 1
+            if self._skipping:
+                self._skipping = False
+                continue
+            item = self._decode(raw, torn=False)
+            if item is not None:
+                items.append(item)
+        del buf[:start]
+        if self._skipping:
+            buf.clear()
+        elif len(buf) > self._max:
+            self._line_number += 1
+            items.append(Diagnostic(f"[{len(buf)}+ bytes without a newline]", self._line_number, "too_long"))
+            buf.clear()
+            self._skipping = True
+        return items
+
+    def end(self) -> list[dict[str, Any] | Diagnostic]:
+        """End of file: the unterminated last line, if any (an object, or a ``torn`` diagnostic)."""
+        raw = bytes(self._buffer)
+        self._buffer.clear()
+        if self._skipping or not raw:
+            return []
+        item = self._decode(raw, torn=True)
+        return [item] if item is not None else []
+
+    def _decode(self, raw: bytes, *, torn: bool) -> dict[str, Any] | Diagnostic | None:
+        stripped = raw.strip()
+        if not stripped:
+            return None
+        self._line_number += 1
+        try:
+            value = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            text = stripped.decode("utf-8", errors="replace")
+            return Diagnostic(text, self._line_number, "torn" if torn else "not_json")
+        if not isinstance(value, dict):
+            return Diagnostic(stripped.decode("utf-8", errors="replace"), self._line_number, "not_object")
+        return value
+
+
+class _StderrTail:
+    """Drains a pipe in a thread, keeping at most ``cap`` bytes (the tail).
+
+    A thread, not a task: the reader must keep running while the consumer of the stream
+    is suspended, and it must be joinable from whichever task finally closes the stream
+    (an abandoned async generator is closed by a different task).
+    """
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self._fd = fd
+        self._cap = cap
+        self._buf = bytearray()
+        self.total = 0
+        self._thread = threading.Thread(target=self._run, name="turnlog-cli-stderr", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while chunk := os.read(self._fd, _READ_SIZE):
+                self.total += len(chunk)
+                self._buf += chunk
+                if len(self._buf) > self._cap:
+                    del self._buf[: len(self._buf) - self._cap]
+        except OSError:
+            pass  # the fd was closed under us at shutdown: what was read is kept
+        finally:
+            os.close(self._fd)
+
+    async def join(self, wait_s: float) -> None:
+        await anyio.to_thread.run_sync(self._thread.join, wait_s, abandon_on_cancel=True)
+
+    def text(self) -> str:
+        tail = bytes(self._buf).decode("utf-8", errors="replace")
+        if self.total > len(self._buf):
+            dropped = self.total - len(self._buf)
+            return f"[stderr truncated: first {dropped} of {self.total} bytes dropped]\n{tail}"
+        return tail
+
+
+class CLIProcess:
+    """A CLI child process whose standard output is read as NDJSON.
+
+    Use it as an async context manager and iterate it: each item is a ``dict`` (one JSON
+    object line) or a ``Diagnostic``. Leaving the block by any path (end of output, an
+    exception, cancellation, a timeout, or an abandoned generator being closed) terminates
+    the whole process group and reaps the child.
+
+    Args:
+        argv: The full command line.
+        env: The complete environment of the child (default: inherit).
+        cwd: Working directory of the child.
+        stderr_cap: Bytes of standard error kept (the tail).
+        terminate_grace: Seconds between SIGTERM and SIGKILL.
+        exit_timeout: Seconds to wait for the child to exit after it closed its output.
+        max_line_bytes: Longer stdout lines are dropped and reported as a ``too_long`` diagnostic.
+        provider: Provider name used in errors.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        stderr_cap: int = 65536,
+        terminate_grace: float = 2.0,
+        exit_timeout: float = 10.0,
+        max_line_bytes: int = 16 * 1024 * 1024,
+        provider: str = "",
+    ) -> None:
+        self.argv = list(argv)
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._stderr_cap = stderr_cap
+        self._grace = terminate_grace
+        self._exit_timeout = exit_timeout
+        self._provider = provider
+        self._proc: Process | None = None
+        self._stderr: _StderrTail | None = None
+        self._framer = NDJSONFramer(max_line_bytes)
+        self._pending: deque[dict[str, Any] | Diagnostic] = deque()
+        self._eof = False
+        self._terminated_by_us = False
+        self._status: ExitStatus | None = None
+
+    @property
+    def pid(self) -> int:
+        """The child's pid (also its process group id)."""
+        if self._proc is None:
+            raise RuntimeError("the process has not been started")
+        return self._proc.pid
+
+    @property
+    def stderr(self) -> str:
+        """The captured standard error (the tail, at most ``stderr_cap`` bytes plus a note)."""
+        return self._stderr.text() if self._stderr is not None else ""
+
+    async def __aenter__(self) -> CLIProcess:
+        read_fd, write_fd = os.pipe()
+        try:
+            self._proc = await anyio.open_process(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=write_fd,
+                cwd=self._cwd,
+                env=self._env,
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            os.close(read_fd)
+            raise CLINotFound(
+                f"{self._provider}: cannot start {self.argv[0]!r}: {exc}",
+                provider=self._provider,
+                kind="not_found",
+            ) from exc
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self._stderr = _StderrTail(read_fd, self._stderr_cap)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Shielded: cleanup must finish even when the block is left by cancellation.
+        with anyio.CancelScope(shield=True):
+            await self._shutdown()
+
+    def __aiter__(self) -> CLIProcess:
+        return self
+
+    async def __anext__(self) -> dict[str, Any] | Diagnostic:
+        item = await self._next_item()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def _next_item(self) -> dict[str, Any] | Diagnostic | None:
+        assert self._proc is not None and self._proc.stdout is not None
+        while not self._pending:
+            if self._eof:
+                return None
+            try:
+                data = await self._proc.stdout.receive(_READ_SIZE)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._eof = True
+                self._pending.extend(self._framer.end())
+                continue
+            self._pending.extend(self._framer.feed(data))
+        return self._pending.popleft()
+
+    async def wait_exit(self) -> ExitStatus:
+        """Wait (at most ``exit_timeout`` seconds) for the child to exit after its output ended.
+
+        A child that keeps running with its output closed is terminated; the status then says
+        ``terminated_by_us``.
+        """
+        assert self._proc is not None
+        with anyio.move_on_after(self._exit_timeout):
+            await self._proc.wait()
+        if self._proc.returncode is None:
+            self._terminated_by_us = True
+            with anyio.CancelScope(shield=True):
+                await self._shutdown()
+        return self._exit_status()
+
+    def _exit_status(self) -> ExitStatus:
+        assert self._proc is not None
+        code = self._proc.returncode
+        if code is not None and code < 0:
+            return ExitStatus(None, -code, self._terminated_by_us)
+        return ExitStatus(code, None, self._terminated_by_us)
+
+    async def _shutdown(self) -> None:
+        proc = self._proc
+        if proc is None or self._status is not None:
+            return
+        pgid = proc.pid
+        _signal_group(pgid, signal.SIGTERM)
+        with anyio.move_on_after(self._grace):
+            await proc.wait()
+            # Grandchildren are not our children, so nothing can be awaited: poll the group.
+            while _group_alive(pgid):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        if proc.returncode is None or _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+            # SIGKILL is not instant: wait until the members are really gone (bounded).
+            with anyio.move_on_after(max(self._grace, 1.0)):
+                while _group_alive(pgid):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+        await proc.wait()
+        await proc.aclose()
+        if self._stderr is not None:
+            await self._stderr.join(2.0)
+        self._status = self._exit_status()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while some process of the group is alive (zombies awaiting a reaper do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    if not _PROC.is_dir():
+        return True
+    return bool(_live_group_members(pgid))
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group ``pgid``, read from /proc."""
+    members: list[int] = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name may contain spaces and parentheses: the fields start after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "session_not_found",
+        re.compile(
+            r"no conversation found|no saved session found|no rollout found|invalid session identifier"
+            r"|session (?:id )?not found|thread (?:id )?not found",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "auth",
+        re.compile(
+            r"not logged in|/login|invalid[\s._-]?api[\s._-]?key|\b401\b|unauthori[sz]ed|authentication"
+            r"|api key (?:is )?(?:missing|not (?:set|found))|access token could not be refreshed",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "rate_limit",
+        re.compile(
+            r"rate[\s._-]?limit|usage limit|\b429\b|quota|too many requests|try again at"
+            r"|resource[\s_]exhausted",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "usage",
+        re.compile(
+            r"unknown option|unexpected argument|unknown argument|requires --verbose|requires --print"
+            r"|requires a session id|invalid value|not inside a trusted directory|untrusted|usage: ",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+# Exit statuses that name the failure on their own (gemini-cli's exit codes; codex/clap's 2).
+_EXIT_KINDS: Mapping[str, Mapping[int, str]] = {
+    "gemini": {41: "auth", 42: "usage", 52: "usage", 55: "usage"},
+    "codex": {2: "usage"},
+}
+
+
+def classify_cli_failure(
+    texts: Sequence[str], status: ExitStatus | None = None, *, provider: str = ""
+) -> str:
+    """Classify a CLI failure: auth, rate_limit, usage, session_not_found, crash or unknown.
+
+    ``usage`` means the CLI rejected how it was invoked (argv, configuration, workspace);
+    a spent quota is ``rate_limit``. The error texts (error lines of the stream, then the
+    captured stderr) are searched first; the exit status decides when they say nothing.
+    """
+    joined = "\n".join(t for t in texts if t)
+    for kind, pattern in _PATTERNS:
+        if pattern.search(joined):
+            return kind
+    if status is not None:
+        if status.returncode is not None and status.returncode in _EXIT_KINDS.get(provider, {}):
+            return _EXIT_KINDS[provider][status.returncode]
+        if status.signal is not None or status.terminated_by_us:
+            return "crash"
+        if status.returncode is not None and status.returncode >= 128:
+            return "crash"  # 128 + signal: the CLI was told to stop (143 = SIGTERM) or died
+    return "unknown"
+
+
+def cli_failure(
+    status: ExitStatus,
+    stderr: str,
+    *,
+    texts: Sequence[str] = (),
+    provider: str,
+    model: str,
+) -> CLIError:
+    """The ``CLIError`` for a failed run: classified, with the exit code, stderr and the error text."""
+    kind = classify_cli_failure([*texts, stderr], status, provider=provider)
+    detail = next((t for t in reversed(texts) if t), "") or _last_line(stderr)
+    message = f"{provider} CLI failed ({status.describe()}, {kind})"
+    if detail:
+        message += f": {detail}"
+    return CLIError(
+        message, exit_code=status.returncode, stderr=stderr, kind=kind, provider=provider, model=model
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+class CLIEventParser:
+    """Turns one CLI's NDJSON events into ``StreamChunk`` objects (one parser per run).
+
+    Subclasses implement ``feed``; they record the provider session id, the error texts
+    seen (used to classify a failed exit) and whether the terminal event arrived.
+
+    Attributes:
+        provider: The provider name.
+        started: ``time.monotonic()`` when the process was started.
+        session_id: The provider session id once the stream announced it.
+        error_texts: Error messages of the stream, oldest first.
+        finished: True once the CLI's terminal event (result / turn end) arrived.
+    """
+
+    def __init__(self, provider: str, started: float) -> None:
+        self.provider = provider
+        self.started = started
+        self.session_id: str | None = None
+        self.error_texts: list[str] = []
+        self.finished = False
+
+    def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
+        """The chunks one JSON event becomes (often one, sometimes none or two)."""
+        raise NotImplementedError
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the process was started."""
+        return round((time.monotonic() - self.started) * 1000.0, 3)
+
+    def error_chunk(self, text: str, **metadata: Any) -> StreamChunk:
+        """An ``error`` chunk for ``text``, its ``kind`` classified, the text remembered."""
+        self.error_texts.append(text)
+        kind = classify_cli_failure([text, *(str(v) for v in metadata.values() if v)], provider=self.provider)
+        return StreamChunk("error", content=text, is_error=True, metadata={"kind": kind, **metadata})
+
+
+def usage_dict(input_tokens: Any, output_tokens: Any, cost_usd: Any) -> dict[str, Any]:
+    """The ``{input_tokens, output_tokens, cost_usd}`` object of a result chunk (None when unknown)."""
+    return {
+        "input_tokens": input_tokens if isinstance(input_tokens, int) else None,
+        "output_tokens": output_tokens if isinstance(output_tokens, int) else None,
+        "cost_usd": float(cost_usd) if isinstance(cost_usd, int | float) else None,
+    }
+
+
+_COMMON_OPTIONS = frozenset({"cwd", "env", "extra_args", "model"})
+
+
+class CLIAgentModel:
+    """Base of the CLI agent providers: argv building, spawning, chunk normalization, errors.
+
+    A subclass sets ``provider``, ``env_var`` and ``default_executable`` and implements
+    ``build_args`` and ``new_parser``.
+
+    Args:
+        model: The model to ask for (``--model``); "" leaves the CLI's default.
+        executable: The command to run (a path, or a command line split like a shell would);
+            default: the environment variable ``env_var``, else ``default_executable`` on PATH.
+        cwd: Working directory of the agent (default: the current directory).
+        env: Extra environment variables for the agent.
+        extra_args: Extra CLI arguments, placed before the prompt and resume arguments.
+        stderr_cap: Bytes of standard error kept for errors (the tail).
+        terminate_grace: Seconds between SIGTERM and SIGKILL when the process group is stopped.
+        exit_timeout: Seconds to wait for the CLI to exit after it closed its output.
+
+    Per-call ``options`` (the ``options`` argument of ``stream``) accept ``cwd``, ``env``,
+    ``extra_args`` and ``model`` plus the provider's own keys (``option_keys``); unknown keys
+    are refused with ``ValueError``.
+    """
+
+    provider: str = ""
+    env_var: str = ""
+    default_executable: str = ""
+    option_keys: frozenset[str] = _COMMON_OPTIONS
+
+    def __init__(
+        self,
+        model: str = "",
+        *,
+        executable: str | Sequence[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        stderr_cap: int = 65536,
+        terminate_grace: float = 2.0,
+        exit_timeout: float = 10.0,
+    ) -> None:
+        self.model = model
+        self.executable = executable
+        self.cwd = cwd
+        self.env = dict(env or {})
+        self.extra_args = list(extra_args)
+        self.stderr_cap = stderr_cap
+        self.terminate_grace = terminate_grace
+        self.exit_timeout = exit_timeout
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"
+
+    def build_args(
+        self, prompt: str, *, resume: str | None, model: str, options: Mapping[str, Any]
+    ) -> list[str]:
+        """The CLI arguments after the executable."""
+        raise NotImplementedError
+
+    def new_parser(self, started: float) -> CLIEventParser:
+        """A fresh parser for one run."""
+        raise NotImplementedError
+
+    def default_env(self) -> dict[str, str]:
+        """Variables the provider sets unless the caller did (none by default)."""
+        return {}
+
+    def command(
+        self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """The full argv ``stream`` would run (the executable resolved).
+
+        Raises:
+            ValueError: Empty prompt, empty resume id or unknown option keys.
+            CLINotFound: The executable is missing.
+        """
+        opts = self._check(prompt, resume, options)
+        exe = resolve_executable(
+            self.env_var, self.default_executable, provider=self.provider, override=self.executable
+        )
+        model = str(opts.get("model") or self.model)
+        extra = [*self.extra_args, *[str(a) for a in opts.get("extra_args", ())]]
+        return [
+            *exe,
+            *self.build_args(prompt, resume=resume, model=model, options={**opts, "extra_args": extra}),
+        ]
+
+    def _check(self, prompt: str, resume: str | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
+        if resume is not None and (not isinstance(resume, str) or not resume.strip()):
+            raise ValueError(f"{self.provider}: resume must be a non-empty session id, got {resume!r}")
+        opts = dict(options or {})
+        unknown = sorted(set(opts) - self.option_keys)
+        if unknown:
+            raise ValueError(
+                f"{self.provider}: unknown option(s) {unknown}; accepted: {sorted(self.option_keys)}"
+            )
+        return opts
+
+    def _child_env(self, opts: Mapping[str, Any]) -> dict[str, str]:
+        env = dict(os.environ)
+        for key, value in self.default_env().items():
+            env.setdefault(key, value)
+        env.update(self.env)
+        env.update({str(k): str(v) for k, v in (opts.get("env") or {}).items()})
+        return env
+
+    async def stream(
+        self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[StreamChunk]:
+        """Run the CLI on ``prompt`` (resuming provider session ``resume``) and yield its chunks.
+
+        Chunks arrive as the CLI prints them. A stdout line that is not a JSON object is
+        yielded as a ``system`` chunk with ``metadata["diagnostic"]`` (the line),
+        ``metadata["line_number"]`` and ``metadata["reason"]`` (``not_json``, ``not_object``,
+        ``torn``, ``too_long``); it never stops the stream.
+
+        Raises:
+            ValueError: Bad arguments (before anything is started).
+            CLINotFound: The executable is missing.
+            CLIError: After the chunks that arrived: the CLI exited non-zero or was killed
+                (``kind`` classified), or it exited 0 without its terminal event (``kind="stream"``).
+        """
+        opts = self._check(prompt, resume, options)
+        argv = self.command(prompt, resume=resume, options=opts)
+        model = str(opts.get("model") or self.model)
+        started = time.monotonic()
+        parser = self.new_parser(started)
+        diagnostics: list[str] = []
+        proc = CLIProcess(
+            argv,
+            env=self._child_env(opts),
+            cwd=opts.get("cwd") or self.cwd,
+            stderr_cap=self.stderr_cap,
+            terminate_grace=self.terminate_grace,
+            exit_timeout=self.exit_timeout,
+            provider=self.provider,
+        )
+        async with proc:
+            async for item in proc:
+                if isinstance(item, Diagnostic):
+                    diagnostics.append(item.line)
+                    yield StreamChunk(
+                        "system",
+                        metadata={
+                            "diagnostic": item.line,
+                            "line_number": item.line_number,
+                            "reason": item.reason,
+                        },
+                    )
+                    continue
+                for chunk in parser.feed(item):
+                    yield chunk
+            status = await proc.wait_exit()
+        if status.failed:
+            raise cli_failure(
+                status,
+                proc.stderr,
+                texts=[*diagnostics, *parser.error_texts],
+                provider=self.provider,
+                model=model,
+            )
+        if not parser.finished:
+            raise CLIError(
+                f"{self.provider} CLI exited 0 without its final event (output cut short)",
+                exit_code=0,
+                stderr=proc.stderr,
+                kind="stream",
+                provider=self.provider,
+                model=model,
+            )

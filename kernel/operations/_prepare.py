@@ -1,0 +1,255 @@
+"""Prompt assembly: the new Instruction and the chat messages of one request.
+
+The assembly is a function of the branch's messages, done the same way for every verb:
+
+- history is walked in progression order; System and ActionRequest messages are not sent;
+- ActionResponses are folded into the context of the next Instruction (or of the new one)
+  as ``{"function", "arguments", "output"}`` items;
+- past Instructions are sent without their tool schemas and response schema;
+- consecutive assistant texts are joined with a blank line;
+- the system text (and the text of context providers) is put in front of the guidance of
+  the first Instruction, so no ``system`` role message is sent; the first message sent
+  must therefore be an Instruction.
+
+Past messages never change once recorded, so the rendered history of a branch is kept and
+extended message by message: the cost of a turn does not grow with the rendering work of
+the whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel._params import ChatParam
+from turnlog.projections import (
+    ActionRequest,
+    ActionResponse,
+    AnyMessage,
+    AssistantResponse,
+    Instruction,
+    System,
+    render_yaml,
+)
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = ["Prompt", "assemble", "build_instruction", "response_schema"]
+
+_FIRST_ERROR = "First message in progression must be an Instruction or System"
+
+
+def response_schema(fmt: Any) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    """Describe a requested response format.
+
+    Returns:
+        ``(schema, name, wire)``: the JSON schema rendered into the instruction, the name
+        recorded in ``model.called``, and the ``response_format`` object to send on the wire
+        (only when the caller gave an OpenAI ``response_format`` dict with a ``type``).
+    """
+    if fmt is None:
+        return None, None, None
+    if isinstance(fmt, type) and issubclass(fmt, BaseModel):
+        return fmt.model_json_schema(), fmt.__name__, None
+    if isinstance(fmt, BaseModel):
+        return type(fmt).model_json_schema(), type(fmt).__name__, None
+    if isinstance(fmt, Mapping):
+        if "type" in fmt and fmt.get("type") in ("json_schema", "json_object", "text"):
+            inner = fmt.get("json_schema") or {}
+            name = inner.get("name") if isinstance(inner, Mapping) else None
+            schema = inner.get("schema") if isinstance(inner, Mapping) else None
+            return (dict(schema) if schema else None), (name or str(fmt["type"])), dict(fmt)
+        return dict(fmt), str(fmt.get("title") or "dict"), None
+    if isinstance(fmt, list | tuple):
+        return {str(name): "..." for name in fmt}, "fields", None
+    raise UsageError(
+        f"response_format must be a pydantic model, a dict or a list of fields, not {type(fmt).__name__}"
+    )
+
+
+def _context_items(context: Any) -> list[Any]:
+    if context is None:
+        return []
+    if isinstance(context, list | tuple):
+        return list(context)
+    return [context]
+
+
+def build_instruction(branch: Branch, instruction: Any, param: ChatParam) -> Instruction:
+    """The Instruction a verb sends: ``instruction`` as given, or one built from the param."""
+    if isinstance(instruction, Instruction):
+        return instruction
+    schema, _, _ = response_schema(param.response_format)
+    return Instruction.create(
+        instruction,
+        guidance=param.guidance,
+        context=_context_items(param.context),
+        plain_content=param.plain_content,
+        tool_schemas=[dict(t) for t in param.tool_schemas],
+        response_format=schema,
+        images=list(param.images),
+        image_detail=param.image_detail if param.images else None,
+        sender=param.sender or branch.user or "user",
+        recipient=param.recipient or branch.id,
+    )
+
+
+def _action_item(response: ActionResponse) -> dict[str, Any]:
+    c = response.content
+    return {"function": c.function, "arguments": c.arguments, "output": c.output}
+
+
+def _with_actions(ins: Instruction, actions: Sequence[ActionResponse], *, history: bool) -> Instruction:
+    """``ins`` with the action outputs added to its context (and, for history, no schemas)."""
+    content = ins.content
+    update: dict[str, Any] = {}
+    if actions:
+        items = list(content.context)
+        for action in actions:
+            item = _action_item(action)
+            if item not in items:
+                items.append(item)
+        update["context"] = items
+    if history and (content.tool_schemas or content.response_format is not None):
+        update["tool_schemas"] = []
+        update["response_format"] = None
+    if not update:
+        return ins
+    return ins.model_copy(update={"content": content.model_copy(update=update)})
+
+
+def _fold_system(ins: Instruction, prefix: Sequence[str]) -> dict[str, Any]:
+    """The chat message of ``ins`` with the system (and provider) text before its guidance."""
+    guidance = ins.content.guidance
+    parts = list(prefix)
+    if guidance is not None and guidance != "":
+        parts.append(guidance if isinstance(guidance, str) else render_yaml(guidance))
+    folded = ins.model_copy(
+        update={"content": ins.content.model_copy(update={"guidance": "\n\n".join(parts)})}
+    )
+    return folded.to_chat()
+
+
+@dataclass(slots=True)
+class _History:
+    """The rendered history of a branch, extended as messages are appended."""
+
+    ids: list[str] = field(default_factory=list)
+    out: list[dict[str, Any]] = field(default_factory=list)
+    out_ids: list[str] = field(default_factory=list)
+    first: Instruction | None = None
+    first_is_instruction: bool = True
+    pending: list[ActionResponse] = field(default_factory=list)
+    folded: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def extends(self, messages: Sequence[AnyMessage]) -> bool:
+        n = len(self.ids)
+        if n > len(messages):
+            return False
+        return n == 0 or (messages[0].id == self.ids[0] and messages[n - 1].id == self.ids[-1])
+
+    def feed(self, message: AnyMessage) -> None:
+        self.ids.append(message.id)
+        if isinstance(message, System | ActionRequest):
+            return
+        if isinstance(message, ActionResponse):
+            self.pending.append(message)
+            return
+        if isinstance(message, AssistantResponse):
+            text = message.rendered
+            if self.out and self.out[-1]["role"] == "assistant":
+                self.out[-1] = {"role": "assistant", "content": f"{self.out[-1]['content']}\n\n{text}"}
+            else:
+                self._push(message.to_chat(), message.id, None)
+            return
+        if isinstance(message, Instruction):
+            ins = _with_actions(message, self.pending, history=True)
+            self.pending = []
+            self._push(ins.to_chat(), message.id, ins)
+            return
+        self._push(message.to_chat(), message.id, None)
+
+    def _push(self, chat: dict[str, Any], message_id: str, ins: Instruction | None) -> None:
+        if not self.out:
+            self.first = ins
+            self.first_is_instruction = ins is not None
+        self.out.append(chat)
+        self.out_ids.append(message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """The assembled request messages.
+
+    Attributes:
+        messages: Chat messages in wire form.
+        message_ids: Ids of the recorded messages they were built from, plus the new one.
+    """
+
+    messages: list[dict[str, Any]]
+    message_ids: list[str]
+
+
+def _history_for(cache: dict[Any, Any], messages: Sequence[AnyMessage], *, cached: bool) -> _History:
+    history = cache.get("prompt") if cached else None
+    if history is None or not history.extends(messages):
+        history = _History()
+    for message in messages[len(history.ids) :]:
+        history.feed(message)
+    if cached:
+        cache["prompt"] = history
+    return history
+
+
+def assemble(
+    cache: dict[Any, Any],
+    messages: Sequence[AnyMessage],
+    system: System | None,
+    ins: Instruction,
+    blocks: Sequence[str] = (),
+    *,
+    cached: bool = True,
+) -> Prompt:
+    """Assemble the chat messages for ``ins`` after ``messages`` (the history).
+
+    Args:
+        cache: Where the rendered history of this branch is kept between turns.
+        messages: The history in progression order.
+        system: The system message, folded into the first instruction.
+        ins: The new instruction.
+        blocks: Texts of context providers, put after the system text.
+        cached: False for an explicit progression (never cached).
+
+    Raises:
+        ValueError: the first message to send is not an Instruction.
+    """
+    history = _history_for(cache, messages, cached=cached)
+    new = _with_actions(ins, history.pending, history=False)
+    out = list(history.out)
+    prefix = [system.rendered] if system is not None else []
+    prefix.extend(blocks)
+    if not out:
+        out.append(_fold_system(new, prefix) if prefix else new.to_chat())
+    else:
+        if not history.first_is_instruction:
+            raise ValueError(_FIRST_ERROR)
+        out.append(new.to_chat())
+        if prefix:
+            assert history.first is not None
+            if blocks:
+                out[0] = _fold_system(history.first, prefix)
+            else:
+                key = system.id if system is not None else ""
+                folded = history.folded.get(key)
+                if folded is None:
+                    folded = history.folded[key] = _fold_system(history.first, prefix)
+                out[0] = folded
+    ids = [m.id for m in messages] if not cached else list(history.ids)
+    if system is not None and system.id not in ids[:1]:
+        ids.insert(0, system.id)
+    ids.append(ins.id)
+    return Prompt(out, ids)

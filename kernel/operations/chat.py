@@ -1,0 +1,199 @@
+"""``chat``: one request to the chat model; no message is recorded, the model call is.
+
+Also the shared core of every API verb: build the instruction, gather context providers,
+assemble the prompt, call the model and describe the call as a ``model.called`` payload.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import orjson
+from turnlog.eventstore import uuid7
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel._kernel import AddMessages
+from turnlog.kernel._lifecycle import current_run
+from turnlog.kernel._params import ChatParam
+from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, public_params, request_fingerprint
+from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
+from turnlog.projections import AssistantResponse, Instruction, ModelCalled, UsageData
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = ["Exchange", "chat", "exchange", "fingerprint"]
+
+
+def fingerprint(request: ModelRequest, model: str) -> str:
+    """The request fingerprint recorded in ``model.called`` (SHA-256 of the canonical request)."""
+    return request_fingerprint(request, model=model)
+
+
+def _prepared(model: ChatModel, request: ModelRequest) -> ModelRequest:
+    """The request as the model will send it (its default parameters merged in), if it says."""
+    prepare = getattr(model, "prepare", None)
+    return prepare(request) if callable(prepare) else request
+
+
+def _json_params(params: Any) -> dict[str, Any]:
+    # Parameters are recorded as JSON; a value that is not JSON is recorded as its text.
+    return orjson.loads(orjson.dumps(public_params(params), default=str))
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One model call made for a verb.
+
+    Attributes:
+        instruction: The instruction sent.
+        response: The assistant response (None when the call failed).
+        called: The ``model.called`` payload describing the call.
+        error: The exception the model raised (None on success).
+        model_response: What the model returned (None on failure).
+    """
+
+    instruction: Instruction
+    response: AssistantResponse | None
+    called: ModelCalled
+    error: Exception | None
+    model_response: ModelResponse | None
+
+
+def _model_for(branch: Branch, param: ChatParam) -> ChatModel:
+    model = param.imodel or branch.chat_model
+    if model is None:
+        raise UsageError(
+            f"branch {branch.id} has no chat model: pass chat_model= to Branch(...) or Branch.load(...)"
+        )
+    return model
+
+
+async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: str) -> Exchange:
+    """Call the model for ``instruction``; describe the call whether it succeeded or not.
+
+    Nothing is recorded here: the caller decides what to append.
+    """
+    branch._check_writable()
+    model = _model_for(branch, param)
+    ins = build_instruction(branch, instruction, param)
+    report = await branch._gather_context(ins)
+    if param.progression is not None:
+        history = branch._messages_by_ids(param.progression)
+        cached = False
+    else:
+        history = branch.messages
+        cached = True
+    prompt = assemble(branch._live.cache, history, branch.system, ins, report.blocks, cached=cached)
+    _, schema_name, wire_format = response_schema(param.response_format)
+    tools = [dict(t) for t in param.tool_schemas] or None
+    request = ModelRequest(
+        messages=prompt.messages,
+        params=dict(param.imodel_kw),
+        tools=tools,
+        response_format=wire_format,
+        message_ids=prompt.message_ids,
+    )
+    sent = _prepared(model, request)
+    run = current_run(branch.id)
+    call_id = str(uuid7())
+    started = time.perf_counter()
+    error: Exception | None = None
+    response: ModelResponse | None = None
+    try:
+        response = await model.invoke(request)
+    except Exception as exc:
+        error = exc
+    latency = (time.perf_counter() - started) * 1000
+    called = ModelCalled(
+        call_id=call_id,
+        provider=str(getattr(model, "provider", "") or ""),
+        model=str(getattr(model, "model", "") or ""),
+        endpoint=str(getattr(model, "endpoint", "chat/completions")),
+        verb=verb,
+        run_id=run.run_id if run is not None else None,
+        message_ids=prompt.message_ids,
+        params=_json_params(sent.params),
+        tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
+        response_format=schema_name,
+        fingerprint=fingerprint(sent, str(getattr(model, "model", ""))),
+        context_providers=report.fired_names,
+        response=response.raw if response is not None else None,
+        usage=_usage(response),
+        latency_ms=response.latency_ms if response is not None and response.latency_ms > 0 else latency,
+        ttft_ms=response.ttft_ms if response is not None else None,
+        attempts=max(1, response.attempts if response is not None else getattr(error, "attempts", 1) or 1),
+        status="ok" if error is None else "error",
+        error_type=type(error).__name__ if error is not None else None,
+        error_message=str(error) if error is not None else None,
+        stream=False,
+    )
+    if response is None:
+        return Exchange(ins, None, called, error, None)
+    if run is not None:
+        run.add_usage(response.usage)
+    metadata: dict[str, Any] = {"model_call_id": call_id}
+    if response.tool_calls:
+        metadata["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+        ]
+    res = AssistantResponse.create(
+        response.text, sender=branch.id, recipient=branch.user or "user", metadata=metadata
+    )
+    return Exchange(ins, res, called, None, response)
+
+
+def _usage(response: ModelResponse | None) -> UsageData:
+    if response is None:
+        return UsageData()
+    u = response.usage
+    return UsageData(input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd)
+
+
+@overload
+async def chat(
+    branch: Branch,
+    instruction: Any,
+    chat_param: ChatParam,
+    return_ins_res_message: Literal[False] = False,
+    *,
+    verb: str = "chat",
+) -> str: ...
+@overload
+async def chat(
+    branch: Branch,
+    instruction: Any,
+    chat_param: ChatParam,
+    return_ins_res_message: Literal[True],
+    *,
+    verb: str = "chat",
+) -> tuple[Instruction, AssistantResponse]: ...
+async def chat(
+    branch: Branch,
+    instruction: Any,
+    chat_param: ChatParam,
+    return_ins_res_message: bool = False,
+    *,
+    verb: str = "chat",
+) -> str | tuple[Instruction, AssistantResponse]:
+    """Ask the model once without recording any message; the call is recorded as ``model.called``.
+
+    Args:
+        branch: The branch whose history is sent.
+        instruction: The instruction (an ``Instruction`` or any JSON value).
+        chat_param: How to build and send the request.
+        return_ins_res_message: Return ``(Instruction, AssistantResponse)`` instead of the text.
+        verb: The verb recorded in ``model.called`` (``parse`` for reformat requests).
+
+    Raises:
+        Exception: whatever the model raised (after the failed call was recorded).
+    """
+    done = await exchange(branch, instruction, chat_param, verb=verb)
+    await branch._execute(AddMessages((done.called,)), run_id=done.called.run_id)
+    if done.error is not None:
+        raise done.error
+    assert done.response is not None
+    if return_ins_res_message:
+        return done.instruction, done.response
+    return done.response.response

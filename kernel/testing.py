@@ -1,0 +1,246 @@
+"""Test models: product code for writing tests against turnlog without any provider.
+
+``ScriptedModel`` answers from a script (a queue plus ``when`` matchers) and records every
+call; ``FunctionModel`` lets a function produce each answer. Both implement the
+``ChatModel`` protocol with provider ``"test"``::
+
+    model = ScriptedModel("Hello!", "Bye.")
+    branch = Branch(store=store, chat_model=model)
+    assert await branch.communicate("hi") == "Hello!"
+    model.add("Sure.", when="weather")        # answers any request mentioning "weather"
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from turnlog.kernel._errors import ScriptExhaustedError
+from turnlog.kernel.models import ModelRequest, ModelResponse, ToolCall, Usage
+
+__all__ = ["FunctionModel", "RecordedCall", "ScriptedModel", "estimate_tokens", "request_text"]
+
+Reply = str | ModelResponse | BaseException | Mapping[str, Any]
+Matcher = Callable[[ModelRequest], bool]
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic token estimate: one token per four characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def request_text(request: ModelRequest) -> str:
+    """Every text part of the request's messages, joined with newlines (for matching)."""
+    parts: list[str] = []
+    for message in request.messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return "\n".join(parts)
+
+
+def _last_user_text(request: ModelRequest) -> str:
+    for message in reversed(request.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else str(content)
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One call a test model received.
+
+    Attributes:
+        index: 0-based order of the call.
+        request: The request as received.
+        response: The response returned (None when the call raised).
+        error: The exception raised instead (None when a response was returned).
+        matched_by: ``"when"``, ``"position"`` or ``"function"``.
+    """
+
+    index: int
+    request: ModelRequest
+    response: ModelResponse | None
+    error: BaseException | None
+    matched_by: str
+
+    @property
+    def last_user_message(self) -> str:
+        """The content of the last ``user`` message of the request."""
+        return _last_user_text(self.request)
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools the request offered."""
+        return [t.get("function", {}).get("name", "") for t in self.request.tools or []]
+
+
+def _build_response(
+    reply: str | ModelResponse | Mapping[str, Any], request: ModelRequest, model: str
+) -> ModelResponse:
+    if isinstance(reply, ModelResponse):
+        return replace(reply, provider=reply.provider or "test", model=reply.model or model)
+    if isinstance(reply, str):
+        reply = {"text": reply}
+    text = str(reply.get("text", ""))
+    calls = tuple(
+        ToolCall(
+            id=str(c.get("id", f"call_{i}")), name=str(c["name"]), arguments=dict(c.get("arguments", {}))
+        )
+        for i, c in enumerate(reply.get("tool_calls", ()))
+    )
+    usage = reply.get("usage")
+    if usage is None:
+        usage = Usage(estimate_tokens(request_text(request)), estimate_tokens(text), None)
+    elif isinstance(usage, Mapping):
+        usage = Usage(**usage)
+    raw = {
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens},
+    }
+    return ModelResponse(
+        text=text,
+        tool_calls=calls,
+        raw=raw,
+        usage=usage,
+        model=model,
+        provider="test",
+        finish_reason=raw["choices"][0]["finish_reason"],
+    )
+
+
+@dataclass(slots=True)
+class _Entry:
+    reply: Reply
+    when: Matcher | None = None
+
+
+def _matcher(when: Matcher | str) -> Matcher:
+    if isinstance(when, str):
+        needle = when
+        return lambda request: needle in request_text(request)
+    return when
+
+
+class ScriptedModel:
+    """A chat model that answers from a script and records every call.
+
+    Each reply is a string (the answer text), a ``ModelResponse``, a mapping with ``text``,
+    ``tool_calls`` (``[{"name", "arguments", "id"}]``) and ``usage``, or an exception
+    instance to raise. Replies with a ``when`` matcher (a substring of the request text, or
+    a predicate on the ``ModelRequest``) are tried first, in the order added, and each is
+    used once; otherwise the next positional reply answers. With nothing left to answer,
+    ``ScriptExhaustedError`` is raised.
+
+    Example:
+        >>> model = ScriptedModel("first", "second")
+        >>> model.add("rainy", when="weather")
+    """
+
+    provider: str = "test"
+    endpoint: str = "test"
+
+    def __init__(self, *replies: Reply, model: str = "scripted") -> None:
+        self.model = model
+        self._queue: list[_Entry] = [_Entry(r) for r in replies]
+        self.calls: list[RecordedCall] = []
+
+    def add(self, reply: Reply, *, when: Matcher | str | None = None) -> ScriptedModel:
+        """Append a reply to the script; return the model for chaining."""
+        self._queue.append(_Entry(reply, _matcher(when) if when is not None else None))
+        return self
+
+    @property
+    def remaining(self) -> int:
+        """How many replies are still unused."""
+        return len(self._queue)
+
+    def assert_complete(self) -> None:
+        """Raise ``AssertionError`` if some reply of the script was never used."""
+        if self._queue:
+            raise AssertionError(f"{len(self._queue)} scripted replies were never used")
+
+    def to_config(self) -> dict[str, Any]:
+        """The model's configuration (provider and model name)."""
+        return {"provider": self.provider, "model": self.model}
+
+    def _take(self, request: ModelRequest) -> tuple[_Entry, str]:
+        for i, entry in enumerate(self._queue):
+            if entry.when is not None and entry.when(request):
+                return self._queue.pop(i), "when"
+        for i, entry in enumerate(self._queue):
+            if entry.when is None:
+                return self._queue.pop(i), "position"
+        raise ScriptExhaustedError(
+            f"scripted model {self.model!r} has no reply left for call #{len(self.calls)}"
+        )
+
+    async def invoke(self, request: ModelRequest) -> ModelResponse:
+        """Answer ``request`` from the script."""
+        started = time.perf_counter()
+        entry, how = self._take(request)
+        index = len(self.calls)
+        if isinstance(entry.reply, BaseException):
+            self.calls.append(RecordedCall(index, request, None, entry.reply, how))
+            raise entry.reply
+        response = _build_response(entry.reply, request, self.model)
+        response = replace(response, latency_ms=(time.perf_counter() - started) * 1000)
+        self.calls.append(RecordedCall(index, request, response, None, how))
+        return response
+
+
+ReplyFunction = Callable[[ModelRequest], "str | ModelResponse | Mapping[str, Any] | Awaitable[Any]"]
+
+
+class FunctionModel:
+    """A chat model whose every answer is produced by a function of the request.
+
+    The function may be sync or async and returns what ``ScriptedModel`` accepts as a reply
+    (a string, a ``ModelResponse`` or a mapping); it may raise to simulate a failure.
+
+    Example:
+        >>> model = FunctionModel(lambda request: f"you said {len(request.messages)} things")
+    """
+
+    provider: str = "test"
+    endpoint: str = "test"
+
+    def __init__(self, function: ReplyFunction, *, model: str = "function") -> None:
+        self.function = function
+        self.model = model
+        self.calls: list[RecordedCall] = []
+
+    def to_config(self) -> dict[str, Any]:
+        """The model's configuration (provider and model name)."""
+        return {"provider": self.provider, "model": self.model}
+
+    async def invoke(self, request: ModelRequest) -> ModelResponse:
+        """Answer ``request`` with the function's result."""
+        started = time.perf_counter()
+        index = len(self.calls)
+        try:
+            reply = self.function(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as exc:
+            self.calls.append(RecordedCall(index, request, None, exc, "function"))
+            raise
+        response = _build_response(reply, request, self.model)
+        response = replace(response, latency_ms=(time.perf_counter() - started) * 1000)
+        self.calls.append(RecordedCall(index, request, response, None, "function"))
+        return response

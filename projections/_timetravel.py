@@ -1,0 +1,219 @@
+"""History, diff and fork: looking at a branch's past and branching off it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
+
+from ._catalogue import BranchForked, new_event
+from ._errors import BranchNotFound, InvalidTargetError
+from ._fold import Appliers, _decode
+from ._messages import (
+    ActionRequest,
+    ActionResponse,
+    AnyMessage,
+    AssistantResponse,
+    Instruction,
+    System,
+)
+from ._rebuild import _stream
+from ._state import BranchState, RunInfo
+
+__all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "summarize"]
+
+_WIDTH = 72
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One event of a branch stream, for listing.
+
+    Attributes:
+        version: Version inside the branch stream.
+        position: Global position.
+        recorded_at: When it was appended (UTC).
+        type: Event type.
+        summary: One line saying what it did.
+    """
+
+    version: int
+    position: int
+    recorded_at: datetime
+    type: str
+    summary: str
+
+
+def _short(value: Any, width: int = _WIDTH) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _message_summary(msg: AnyMessage) -> str:
+    if isinstance(msg, System):
+        return f"system: {_short(msg.content.system_message)}"
+    if isinstance(msg, Instruction):
+        c = msg.content
+        return f"user: {_short(c.plain_content if c.plain_content is not None else c.instruction)}"
+    if isinstance(msg, AssistantResponse):
+        return f"assistant: {_short(msg.content.text)}"
+    if isinstance(msg, ActionRequest):
+        return f"tool call {msg.content.function}({_short(msg.content.arguments, 48)})"
+    if isinstance(msg, ActionResponse):
+        outcome = f"error {_short(msg.content.error, 48)}" if msg.content.error is not None else "ok"
+        return f"tool result {msg.content.function}: {outcome}"
+    return msg.kind  # pragma: no cover - the union is closed
+
+
+def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
+    """One line saying what a branch event did (decoded and validated on the way)."""
+    d: Any = _decode(event, appliers)
+    match event.type:
+        case "branch.created":
+            return f"created {d.name or d.branch_id!r}" + (" with a system message" if d.system else "")
+        case "branch.forked":
+            return f"forked from {d.parent_branch_id} at version {d.parent_version}"
+        case "message.added":
+            return _message_summary(d.message)
+        case "message.annotated":
+            keys = ", ".join(sorted(d.metadata))
+            return f"annotated {d.message_id}: {keys}" + (f" ({d.reason})" if d.reason else "")
+        case "messages.cleared":
+            return "messages cleared (system kept)"
+        case "provider.session_bound":
+            return f"{d.provider}/{d.model} session {d.session_id}"
+        case "model.called":
+            tokens = f"{d.usage.input_tokens}->{d.usage.output_tokens} tokens"
+            return f"{d.provider}/{d.model} {d.status} in {d.latency_ms:.0f} ms, {tokens}"
+        case "run.started":
+            return f"{d.verb} run {d.run_id} started"
+        case "run.ended":
+            return f"{d.verb} run {d.run_id} ended after {d.duration_ms:.0f} ms"
+        case "run.failed":
+            error = _short(f"{d.error_type}: {d.error_message}", 48)
+            return f"{d.verb} run {d.run_id} failed ({d.reason}): {error}"
+        case _:
+            return _short(event.type)
+
+
+async def history(
+    store: EventStore,
+    branch_id: str,
+    *,
+    from_version: int = 1,
+    to_version: int | None = None,
+    appliers: Appliers | None = None,
+) -> list[HistoryRow]:
+    """One row per event of the branch's own stream (a fork's parent events are not repeated).
+
+    Raises:
+        BranchNotFound: the branch has no event.
+        EventDecodeError: a stored payload does not validate.
+    """
+    stream = _stream(branch_id)
+    rows = [
+        HistoryRow(e.version, e.position, e.recorded_at, e.type, summarize(e, appliers))
+        async for e in store.read_stream(stream, from_version, to_version)
+    ]
+    if not rows and await store.stream_version(stream) == 0:
+        raise BranchNotFound(branch_id)
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class BranchDiff:
+    """What changed from one state to another.
+
+    Attributes:
+        added: Messages in ``b`` and not in ``a`` (by id), in ``b``'s order.
+        removed: Messages in ``a`` and not in ``b``, in ``a``'s order.
+        changed: ``(before, after)`` pairs of messages in both whose view differs (annotations,
+            links, upserts).
+        system: ``(before, after)`` when the system message differs, else None.
+        runs: Run id -> ``(before, after)`` for every run that appeared or changed.
+        provider_sessions: ``(provider, model)`` -> ``(before, after)`` session ids that changed.
+    """
+
+    added: list[AnyMessage]
+    removed: list[AnyMessage]
+    changed: list[tuple[AnyMessage, AnyMessage]]
+    system: tuple[System | None, System | None] | None
+    runs: dict[str, tuple[RunInfo | None, RunInfo | None]]
+    provider_sessions: dict[tuple[str, str], tuple[str | None, str | None]]
+
+    def __bool__(self) -> bool:
+        """True when anything differs."""
+        return bool(
+            self.added or self.removed or self.changed or self.system or self.runs or self.provider_sessions
+        )
+
+
+def _mapping_changes(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> dict[Any, tuple[Any, Any]]:
+    return {k: (a.get(k), b.get(k)) for k in [*a, *(k for k in b if k not in a)] if a.get(k) != b.get(k)}
+
+
+def diff(a: BranchState, b: BranchState) -> BranchDiff:
+    """Compare two states (of one branch at two versions, or of a branch and its fork).
+
+    Example:
+        >>> d = diff(await rebuild(store, bid, at_version=3), await rebuild(store, bid))  # doctest: +SKIP
+        >>> [m.kind for m in d.added]  # doctest: +SKIP
+        ['Instruction', 'AssistantResponse']
+    """
+    in_a = {m.id: m for m in a.messages}
+    in_b = {m.id: m for m in b.messages}
+    return BranchDiff(
+        added=[m for m in b.messages if m.id not in in_a],
+        removed=[m for m in a.messages if m.id not in in_b],
+        changed=[(in_a[m.id], m) for m in b.messages if m.id in in_a and in_a[m.id] != m],
+        system=(a.system, b.system) if a.system != b.system else None,
+        runs=_mapping_changes(a.runs, b.runs),
+        provider_sessions=_mapping_changes(a.provider_sessions, b.provider_sessions),
+    )
+
+
+async def fork(
+    store: EventStore,
+    branch_id: str,
+    at_version: int,
+    name: str | None = None,
+    *,
+    meta: Mapping[str, Any] | None = None,
+) -> str:
+    """Start a new branch from ``branch_id`` as of ``at_version``; return the new branch id.
+
+    The new stream's first event is ``branch.forked`` (appended with ``NO_STREAM``) naming the
+    parent stream and version: the parent's prefix is referenced, not copied. Forks of forks
+    work the same way. The new id is a fresh UUIDv7, never reused.
+
+    Raises:
+        BranchNotFound: the parent branch has no event.
+        InvalidTargetError: ``at_version`` is not a version of the parent stream.
+    """
+    parent_stream = _stream(branch_id)
+    head = await store.stream_version(parent_stream)
+    if head == 0:
+        raise BranchNotFound(branch_id)
+    if isinstance(at_version, bool) or not isinstance(at_version, int) or not 1 <= at_version <= head:
+        raise InvalidTargetError(
+            f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"
+        )
+    first = await anext(aiter(store.read_stream(parent_stream, 1, 1)))
+    if first.type not in ("branch.created", "branch.forked"):
+        raise InvalidTargetError(f"stream {parent_stream!r} is not a branch (it starts with {first.type!r})")
+    new_id = str(uuid7())
+    event = new_event(
+        BranchForked(
+            branch_id=new_id,
+            parent_branch_id=branch_id,
+            parent_stream=parent_stream,
+            parent_version=at_version,
+            name=name,
+        ),
+        meta={"branch_id": new_id, **(meta or {})},
+    )
+    await store.append(f"branch-{new_id}", [event], expected_version=NO_STREAM)
+    return new_id

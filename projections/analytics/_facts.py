@@ -1,0 +1,463 @@
+"""Facts: the flat rows analytics keeps, and the pure functions that derive them from events.
+
+Three fact tables, one row per model call, per tool call and per run. Column names follow
+the OpenTelemetry GenAI semantic conventions where they name the thing
+(``gen_ai.provider.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
+``gen_ai.client.operation.duration`` in seconds, ``error.type``, ...); turnlog's own facts
+use a ``turnlog.`` prefix. A branch is a conversation, so its id is ``gen_ai.conversation.id``.
+
+Every function here is pure: it reads one ``RecordedEvent`` (plus the price table and the
+branch-to-session map it is given) and returns a tuple in column order. A payload missing
+what a fact needs raises ``EventDecodeError`` naming the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, Literal
+
+from turnlog.eventstore import RecordedEvent
+from turnlog.projections._errors import EventDecodeError
+
+from ._pricing import PriceTable
+
+__all__ = [
+    "FACT_TABLES",
+    "MODEL_CALLS",
+    "RELEVANT_TYPES",
+    "RUNS",
+    "TOOL_CALLS",
+    "Column",
+    "FactTable",
+    "RunEnd",
+    "RunStart",
+    "branch_of",
+    "model_call_fact",
+    "run_end_fact",
+    "run_start_fact",
+    "tool_call_fact",
+]
+
+RELEVANT_TYPES: tuple[str, ...] = (
+    "model.called",
+    "message.added",
+    "run.started",
+    "run.ended",
+    "run.failed",
+    "branch.created",
+    "branch.forked",
+    "branch.included",
+)
+"""The event types the analytics projection reads; every other type is skipped."""
+
+ColumnKind = Literal["int", "float", "text", "bool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a fact table.
+
+    Attributes:
+        name: The column name (an OpenTelemetry attribute name where there is one).
+        kind: Its value type: int, float, text or bool (stored 0/1 in SQLite).
+        doc: What it holds, in one line.
+    """
+
+    name: str
+    kind: ColumnKind
+    doc: str
+
+    @property
+    def sql(self) -> str:
+        """The column name quoted for SQL."""
+        return '"' + self.name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class FactTable:
+    """A fact table: its SQL name, its key column and its columns in row order."""
+
+    name: str
+    key: str
+    columns: tuple[Column, ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """The column names in row order."""
+        return tuple(c.name for c in self.columns)
+
+
+def _c(name: str, kind: ColumnKind, doc: str) -> Column:
+    return Column(name, kind, doc)
+
+
+_WHERE = (
+    _c("gen_ai.conversation.id", "text", "branch id (a branch is a conversation)"),
+    _c(
+        "turnlog.session.id",
+        "text",
+        "session id: the event's meta, else the session that included the branch",
+    ),
+    _c("turnlog.run.id", "text", "run id, when the call happened inside a run"),
+)
+
+MODEL_CALLS = FactTable(
+    "analytics_model_calls",
+    "position",
+    (
+        _c("position", "int", "global position of the model.called event"),
+        _c("recorded_at", "text", "UTC time of the event, ISO 8601 with microseconds"),
+        _c("day", "text", "UTC day of the event, YYYY-MM-DD"),
+        _c("gen_ai.provider.name", "text", "provider, e.g. openai, anthropic, claude_code"),
+        _c("gen_ai.request.model", "text", "model name as requested"),
+        _c("turnlog.endpoint", "text", "provider endpoint called"),
+        *_WHERE,
+        _c("turnlog.verb", "text", "verb that made the call (chat, operate, ReAct, ...)"),
+        _c("turnlog.call.id", "text", "id of the call inside the log"),
+        _c("gen_ai.request.stream", "bool", "the call streamed its response"),
+        _c("gen_ai.usage.input_tokens", "int", "input (prompt) tokens; null when not reported"),
+        _c("gen_ai.usage.output_tokens", "int", "output (completion) tokens; null when not reported"),
+        _c("turnlog.cost_usd", "float", "cost in US dollars; null when unknown"),
+        _c("turnlog.cost_source", "text", "'provider' (reported), 'price_table' (computed) or null"),
+        _c("gen_ai.client.operation.duration", "float", "latency of the call in seconds"),
+        _c("gen_ai.response.time_to_first_chunk", "float", "time to first chunk in seconds (streams)"),
+        _c("turnlog.status", "text", "'ok' or 'error'"),
+        _c("error.type", "text", "error class name when the call failed"),
+        _c("turnlog.attempts", "int", "attempts made, retries included"),
+    ),
+)
+
+TOOL_CALLS = FactTable(
+    "analytics_tool_calls",
+    "position",
+    (
+        _c("position", "int", "global position of the message.added event of the ActionResponse"),
+        _c("recorded_at", "text", "UTC time of the event, ISO 8601 with microseconds"),
+        _c("day", "text", "UTC day of the event, YYYY-MM-DD"),
+        _c("gen_ai.tool.name", "text", "tool (function) name"),
+        _c("gen_ai.tool.call.id", "text", "id of the ActionRequest answered"),
+        _c("turnlog.message.id", "text", "id of the ActionResponse message"),
+        *_WHERE,
+        _c("turnlog.status", "text", "'ok', 'error' or 'denied'"),
+        _c("turnlog.error", "text", "error message of a failed or denied call"),
+        _c(
+            "gen_ai.client.operation.duration",
+            "float",
+            "duration of the tool call in seconds; null when unknown",
+        ),
+    ),
+)
+
+RUNS = FactTable(
+    "analytics_runs",
+    "turnlog.run.id",
+    (
+        _c("turnlog.run.id", "text", "run id"),
+        _c("position", "int", "global position of run.started (of the closing event when never started)"),
+        _c("recorded_at", "text", "UTC time the run started, ISO 8601 with microseconds"),
+        _c("day", "text", "UTC day the run started, YYYY-MM-DD"),
+        _c("ended_at", "text", "UTC time the run ended or failed; null while running"),
+        _c("turnlog.verb", "text", "verb of the run"),
+        _c("turnlog.run.parent_id", "text", "enclosing run, when nested"),
+        _c("gen_ai.provider.name", "text", "provider named when the run started"),
+        _c("gen_ai.request.model", "text", "model named when the run started"),
+        _c("gen_ai.conversation.id", "text", "branch id"),
+        _c("turnlog.session.id", "text", "session id"),
+        _c("turnlog.status", "text", "'running', 'ok' or 'failed'"),
+        _c("turnlog.reason", "text", "why it failed: error, cancelled, timeout or crashed"),
+        _c("error.type", "text", "error class name of a failed run"),
+        _c("gen_ai.client.operation.duration", "float", "duration of the run in seconds"),
+        _c("turnlog.chunks", "int", "stream chunks of the run, when it streamed"),
+        _c("gen_ai.usage.input_tokens", "int", "input tokens of the run"),
+        _c("gen_ai.usage.output_tokens", "int", "output tokens of the run"),
+        _c("turnlog.cost_usd", "float", "cost of the run in US dollars; null when unknown"),
+        _c("turnlog.cost_source", "text", "'provider', 'price_table' or null"),
+    ),
+)
+
+FACT_TABLES: tuple[FactTable, ...] = (MODEL_CALLS, TOOL_CALLS, RUNS)
+"""Every fact table, in export order."""
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _bad(event: RecordedEvent, reason: str) -> EventDecodeError:
+    return EventDecodeError(event.stream, event.version, event.type, reason, position=event.position)
+
+
+def _when(event: RecordedEvent) -> tuple[str, str]:
+    moment = event.recorded_at
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    text = moment.isoformat(timespec="microseconds")
+    return text, text[:10]
+
+
+def _field(event: RecordedEvent, data: Mapping[str, Any], key: str) -> Any:
+    try:
+        return data[key]
+    except KeyError:
+        raise _bad(event, f"data has no {key!r}") from None
+
+
+def _text(event: RecordedEvent, value: Any, key: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad(event, f"{key} must be a string or null, not {type(value).__name__}")
+
+
+def _count(event: RecordedEvent, value: Any, key: str) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _bad(event, f"{key} must be an integer or null, not {value!r}")
+
+
+def _number(event: RecordedEvent, value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise _bad(event, f"{key} must be a number or null, not {value!r}")
+
+
+def _seconds(event: RecordedEvent, value: Any, key: str) -> float | None:
+    ms = _number(event, value, key)
+    return None if ms is None else ms / 1000.0
+
+
+def _usage(event: RecordedEvent, data: Mapping[str, Any]) -> tuple[int | None, int | None, float | None]:
+    usage = _field(event, data, "usage")
+    if not isinstance(usage, dict):
+        raise _bad(event, f"usage must be an object, not {type(usage).__name__}")
+    return (
+        _count(event, usage.get("input_tokens"), "usage.input_tokens"),
+        _count(event, usage.get("output_tokens"), "usage.output_tokens"),
+        _number(event, usage.get("cost_usd"), "usage.cost_usd"),
+    )
+
+
+def _priced(
+    prices: PriceTable,
+    model: str | None,
+    tokens_in: int | None,
+    tokens_out: int | None,
+    reported: float | None,
+) -> tuple[float | None, str | None]:
+    # A cost the provider reported wins over the table; an unknown model stays unknown.
+    if reported is not None:
+        return reported, "provider"
+    cost = prices.cost(model, tokens_in, tokens_out)
+    return cost, (None if cost is None else "price_table")
+
+
+def branch_of(event: RecordedEvent) -> str | None:
+    """The branch an event belongs to: its meta's ``branch_id``, else its branch stream's id."""
+    branch = event.meta.get("branch_id")
+    if branch is None and event.stream.startswith("branch-"):
+        return event.stream[7:]
+    return branch
+
+
+SessionOf = Callable[[str | None], str | None]
+
+
+def _where(event: RecordedEvent, session_of: SessionOf, run_id: Any) -> tuple[str | None, str | None, Any]:
+    branch = branch_of(event)
+    meta = event.meta
+    session = meta.get("session_id")
+    if session is None:
+        session = session_of(branch)
+    if run_id is None:
+        run_id = meta.get("run_id")
+    return branch, session, run_id
+
+
+# ------------------------------------------------------------------------------------- facts
+
+
+def _texts_ok(*values: Any) -> bool:
+    for value in values:
+        if value is not None and value.__class__ is not str:
+            return False
+    return True
+
+
+_MODEL_TEXTS = ("provider", "model", "endpoint", "verb", "call_id", "run_id", "error_type")
+
+
+def model_call_fact(event: RecordedEvent, prices: PriceTable, session_of: SessionOf) -> tuple[Any, ...]:
+    """The ``MODEL_CALLS`` row of a ``model.called`` event."""
+    data = event.data
+    try:
+        provider, model = data["provider"], data["model"]
+        status, latency_ms = data["status"], data["latency_ms"]
+    except KeyError as exc:
+        raise _bad(event, f"data has no {exc.args[0]!r}") from None
+    get = data.get
+    endpoint, verb, call_id, run_id, error_type = (
+        get("endpoint"), get("verb"), get("call_id"), get("run_id"), get("error_type")
+    )  # fmt: skip
+    if not _texts_ok(provider, model, endpoint, verb, call_id, run_id, error_type):
+        for key in _MODEL_TEXTS:
+            _text(event, get(key), key)
+    if status != "ok" and status != "error":
+        raise _bad(event, f"status must be 'ok' or 'error', not {status!r}")
+    latency = _seconds(event, latency_ms, "latency_ms")
+    if latency is None:
+        raise _bad(event, "latency_ms must be a number")
+    tokens_in, tokens_out, reported = _usage(event, data)
+    cost, source = _priced(prices, model, tokens_in, tokens_out, reported)
+    when, day = _when(event)
+    branch, session, run_id = _where(event, session_of, run_id)
+    ttft = get("ttft_ms")
+    attempts = get("attempts", 1)
+    return (
+        event.position, when, day, provider, model, endpoint, branch, session, run_id, verb,
+        call_id, get("stream") is True, tokens_in, tokens_out, cost, source, latency,
+        None if ttft is None else _seconds(event, ttft, "ttft_ms"), status, error_type,
+        attempts if attempts.__class__ is int else _count(event, attempts, "attempts"),
+    )  # fmt: skip
+
+
+def tool_call_fact(event: RecordedEvent, session_of: SessionOf) -> tuple[Any, ...] | None:
+    """The ``TOOL_CALLS`` row of a ``message.added`` event, or None unless it adds an ActionResponse.
+
+    A call whose message has ``metadata.denied`` true is ``denied``; one with an error is
+    ``error``; any other is ``ok``.
+    """
+    data = event.data
+    message = _field(event, data, "message")
+    if not isinstance(message, dict):
+        raise _bad(event, f"message must be an object, not {type(message).__name__}")
+    if message.get("kind") != "ActionResponse":
+        return None
+    content = message.get("content")
+    if not isinstance(content, dict):
+        raise _bad(event, "ActionResponse message has no content object")
+    tool = content.get("function")
+    if not isinstance(tool, str):
+        raise _bad(event, f"ActionResponse content.function must be a string, not {tool!r}")
+    error = _text(event, content.get("error"), "content.error")
+    metadata = message.get("metadata") or {}
+    status = "denied" if metadata.get("denied") is True else ("ok" if error is None else "error")
+    when, day = _when(event)
+    branch, session, run_id = _where(event, session_of, data.get("run_id"))
+    return (
+        event.position,
+        when,
+        day,
+        tool,
+        _text(event, content.get("action_request_id"), "content.action_request_id"),
+        _text(event, message.get("id"), "message.id"),
+        branch,
+        session,
+        run_id,
+        status,
+        error,
+        _seconds(event, content.get("duration_ms"), "content.duration_ms"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What ``run.started`` says about a run, in ``RUNS`` column order from ``position``."""
+
+    run_id: str
+    row: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """What ``run.ended`` / ``run.failed`` say about a run.
+
+    Attributes:
+        run_id: The run.
+        fallback: The whole ``RUNS`` row, used when the run's start is not in the log.
+        ended_at: UTC time of the closing event.
+        status: ``ok`` or ``failed``.
+        reason: Why it failed (None when it ended).
+        error_type: The error class name (None when it ended).
+        duration: Seconds.
+        chunks: Stream chunks, when it streamed.
+        input_tokens: Input tokens of the run.
+        output_tokens: Output tokens of the run.
+        reported_cost: The cost reported in the run's usage, if any.
+    """
+
+    run_id: str
+    fallback: tuple[Any, ...]
+    ended_at: str
+    status: str
+    reason: str | None
+    error_type: str | None
+    duration: float | None
+    chunks: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    reported_cost: float | None
+
+
+def _run_id(event: RecordedEvent) -> str:
+    run_id = _field(event, event.data, "run_id")
+    if not isinstance(run_id, str):
+        raise _bad(event, f"run_id must be a string, not {run_id!r}")
+    return run_id
+
+
+def run_start_fact(event: RecordedEvent, session_of: SessionOf) -> RunStart:
+    """The ``RUNS`` row a ``run.started`` event opens (status ``running``)."""
+    data = event.data
+    run_id = _run_id(event)
+    when, day = _when(event)
+    branch, session, _ = _where(event, session_of, run_id)
+    row = (
+        run_id,
+        event.position,
+        when,
+        day,
+        None,
+        _text(event, _field(event, data, "verb"), "verb"),
+        _text(event, data.get("parent_run_id"), "parent_run_id"),
+        _text(event, data.get("provider"), "provider"),
+        _text(event, data.get("model"), "model"),
+        branch,
+        session,
+        "running",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    return RunStart(run_id, row)
+
+
+def run_end_fact(event: RecordedEvent, session_of: SessionOf) -> RunEnd:
+    """What a ``run.ended`` or ``run.failed`` event closes."""
+    data = event.data
+    run_id = _run_id(event)
+    when, day = _when(event)
+    failed = event.type == "run.failed"
+    tokens_in, tokens_out, reported = _usage(event, data)
+    reason = error_type = None
+    if failed:
+        reason = _text(event, _field(event, data, "reason"), "reason")
+        error_type = _text(event, data.get("error_type"), "error_type")
+    duration = _seconds(event, _field(event, data, "duration_ms"), "duration_ms")
+    chunks = _count(event, data.get("chunks"), "chunks")
+    status = "failed" if failed else "ok"
+    branch, session, _ = _where(event, session_of, run_id)
+    verb = _text(event, _field(event, data, "verb"), "verb")
+    fallback = (
+        run_id, event.position, when, day, when, verb, None, None, None, branch, session,
+        status, reason, error_type, duration, chunks, tokens_in, tokens_out, None, None,
+    )  # fmt: skip
+    return RunEnd(
+        run_id, fallback, when, status, reason, error_type, duration, chunks, tokens_in, tokens_out, reported
+    )

@@ -1,0 +1,642 @@
+"""The analytics projection: fact tables kept next to the log, updated exactly once.
+
+The projection reads the log with ``store.read_all`` (``update``) or ``store.subscribe``
+(``follow``) and writes the fact tables of ``_facts`` into a SQLite database: by default the
+store's own file (through a connection of its own), else a separate analytics database
+given as ``database=``. Each batch of facts and the checkpoint (the last position applied,
+row ``analytics`` of the ``tracking`` table) are written in ONE transaction, so a crash at
+any moment leaves facts and checkpoint agreeing: nothing is counted twice, nothing skipped.
+
+Example::
+
+    async with open_store("sqlite:///turnlog.db") as store:
+        async with AnalyticsProjection(store) as analytics:
+            await analytics.update()  # only the events after the checkpoint
+            for row in await analytics.usage(by="model"):
+                print(row.key, row.calls, row.cost_usd, row.latency_ms.p95)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import anyio
+import anyio.to_thread
+from turnlog.eventstore import EventStore, RecordedEvent
+from turnlog.projections._catalogue import CATALOGUE, decode_event
+
+from . import _queries as q
+from ._errors import AnalyticsDatabaseError
+from ._facts import (
+    FACT_TABLES,
+    MODEL_CALLS,
+    RELEVANT_TYPES,
+    RUNS,
+    TOOL_CALLS,
+    FactTable,
+    RunEnd,
+    model_call_fact,
+    run_end_fact,
+    run_start_fact,
+    tool_call_fact,
+)
+from ._pricing import PriceTable
+from ._rollup import (
+    ROLLUPS,
+    add_to_rollup,
+    create_rank_indexes,
+    drop_rank_indexes,
+    rebuild_rollups,
+    register_functions,
+)
+
+__all__ = ["CONSUMER", "SCHEMA_VERSION", "AnalyticsProjection", "UpdateReport", "analytics_database_of"]
+
+CONSUMER = "analytics"
+"""The projection's row in the ``tracking`` table."""
+
+SCHEMA_VERSION = 2
+"""Version of the fact tables' layout; a database with another version is rebuilt."""
+
+_T = TypeVar("_T")
+_BRANCHES = "analytics_branches"
+_META = "analytics_meta"
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateReport:
+    """What one ``update`` (or ``rebuild``) did.
+
+    Attributes:
+        from_position: The checkpoint before the update.
+        to_position: The checkpoint after it.
+        events: Events read and applied (only the types analytics uses are read).
+        model_calls: Model-call facts added.
+        tool_calls: Tool-call facts added.
+        runs: Run facts added or closed.
+        seconds: Wall time of the update.
+    """
+
+    from_position: int
+    to_position: int
+    events: int
+    model_calls: int
+    tool_calls: int
+    runs: int
+    seconds: float
+
+
+def analytics_database_of(store: EventStore) -> Path:
+    """The file that keeps analytics for ``store``: the store's own SQLite file.
+
+    Raises:
+        AnalyticsDatabaseError: the store is not a SQLite file (in memory, or another
+            backend); pass ``database=`` to ``AnalyticsProjection`` then.
+    """
+    path = getattr(store, "path", None)
+    if path is None or str(path) in ("", ":memory:") or str(path).startswith("file::memory:"):
+        raise AnalyticsDatabaseError(
+            f"the store {getattr(store, 'url', store)!r} has no database file to keep analytics in; "
+            "give the projection a separate analytics database (database=PATH, or --analytics-db PATH)"
+        )
+    return Path(path)
+
+
+def _create_sql(table: FactTable) -> str:
+    types = {"int": "INTEGER", "float": "REAL", "text": "TEXT", "bool": "INTEGER"}
+    cols = []
+    for column in table.columns:
+        decl = f"{column.sql} {types[column.kind]}"
+        if column.name == table.key:
+            decl += " PRIMARY KEY"
+        cols.append(decl)
+    return f"CREATE TABLE IF NOT EXISTS {table.name} ({', '.join(cols)})"
+
+
+def _insert_sql(table: FactTable, verb: str = "INSERT") -> str:
+    names = ", ".join(c.sql for c in table.columns)
+    marks = ", ".join("?" * len(table.columns))
+    return f"{verb} INTO {table.name} ({names}) VALUES ({marks})"
+
+
+_RUN_INDEX = {name: i for i, name in enumerate(RUNS.column_names)}
+_RUN_MODEL = _RUN_INDEX["gen_ai.request.model"]
+
+
+class _Stale(Exception):
+    """The checkpoint moved under us (another process applied the batch first)."""
+
+
+class AnalyticsProjection:
+    """Fact tables over one store, updated incrementally and exactly once.
+
+    Args:
+        store: The event store to read.
+        database: Where to keep the fact tables; by default the store's SQLite file. Give a
+            path (or ``":memory:"``) for a store without a file, e.g. PostgreSQL.
+        prices: The price table for costs (``PriceTable()`` defaults when None). When it
+            differs from the table the stored facts were priced with, ``update`` re-prices
+            every fact whose cost was not reported by the provider.
+        batch_size: Events applied per transaction.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        database: str | Path | None = None,
+        prices: PriceTable | None = None,
+        batch_size: int = 5000,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        self.store = store
+        self.database = str(database) if database is not None else str(analytics_database_of(store))
+        self.prices = prices if prices is not None else PriceTable()
+        self.batch_size = batch_size
+        self._conn: sqlite3.Connection | None = None
+        self._sessions: dict[str, str | None] = {}
+        self._lock = anyio.Lock()
+        self._ranks_ready = False
+        self._expected_schema = {name: CATALOGUE.get(name) for name in RELEVANT_TYPES}
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the database and create (or migrate) the fact tables. Idempotent."""
+        if self._conn is None:
+            await self._in_thread(self._open)
+
+    async def close(self) -> None:
+        """Close the database connection. Idempotent."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _open(self) -> None:
+        try:
+            conn = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False, timeout=60)
+        except sqlite3.Error as exc:
+            raise AnalyticsDatabaseError(
+                f"cannot open {self.database!r}: {exc}", database=self.database
+            ) from exc
+        try:
+            if self.database != ":memory:":
+                conn.execute("PRAGMA journal_mode=WAL")
+            # A lost tail after a power cut loses facts AND their checkpoint together.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            # Fewer, larger WAL checkpoints: each one syncs the file.
+            conn.execute("PRAGMA wal_autocheckpoint=8192")
+            register_functions(conn)
+            self._conn = conn
+            self._migrate()
+            self._load_sessions()
+            self._ranks_ready = False
+        except BaseException:
+            self._conn = None
+            conn.close()
+            raise
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise AnalyticsDatabaseError("the analytics projection is not open", database=self.database)
+        return self._conn
+
+    def _migrate(self) -> None:
+        conn = self._db()
+        with _transaction(conn):
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {_META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS tracking (consumer TEXT PRIMARY KEY, position INTEGER NOT NULL)"
+            )
+            row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
+            if row is not None and int(row[0]) != SCHEMA_VERSION:
+                # Read models are disposable: an old layout is dropped and rebuilt from the log.
+                for table in (*FACT_TABLES, *ROLLUPS, _BRANCHES):
+                    conn.execute(f"DROP TABLE IF EXISTS {getattr(table, 'name', table)}")
+                conn.execute("DELETE FROM tracking WHERE consumer = ?", (CONSUMER,))
+                conn.execute(f"DELETE FROM {_META} WHERE key = 'prices'")
+            for table in FACT_TABLES:
+                conn.execute(_create_sql(table))
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {_BRANCHES} (branch_id TEXT PRIMARY KEY, session_id TEXT)"
+            )
+            for rollup in ROLLUPS:
+                conn.execute(rollup.create_sql())
+            for table in (MODEL_CALLS, TOOL_CALLS):
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {table.name}_time ON {table.name} (recorded_at)")
+            conn.execute(
+                f'CREATE INDEX IF NOT EXISTS {MODEL_CALLS.name}_errors ON {MODEL_CALLS.name} ("error.type") '
+                "WHERE \"turnlog.status\" = 'error'"
+            )
+            conn.execute(
+                f"INSERT OR REPLACE INTO {_META} (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+
+    def _load_sessions(self) -> None:
+        rows = self._db().execute(f"SELECT branch_id, session_id FROM {_BRANCHES}").fetchall()
+        self._sessions = dict(rows)
+
+    async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        # sqlite3 blocks; keep it off the event loop.
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    # ------------------------------------------------------------------------------ checkpoint
+
+    async def checkpoint(self) -> int:
+        """The last global position applied (0 before the first update)."""
+        await self.open()
+        return await self._in_thread(self._checkpoint)
+
+    def _checkpoint(self) -> int:
+        row = self._db().execute("SELECT position FROM tracking WHERE consumer = ?", (CONSUMER,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    # ---------------------------------------------------------------------------------- update
+
+    async def update(self) -> UpdateReport:
+        """Apply every event after the checkpoint, in batches, each with its checkpoint.
+
+        Safe to run from several processes at once: a batch another process applied first
+        is detected inside the transaction and not applied again.
+        """
+        await self.open()
+        async with self._lock:
+            started = time.perf_counter()
+            await self._in_thread(self._reprice_if_needed)
+            start = await self._in_thread(self._checkpoint)
+            counts = [0, 0, 0, 0]
+            position = start
+            while True:
+                try:
+                    position = await self._catch_up(position, counts)
+                    break
+                except _Stale:
+                    position = await self._in_thread(self._checkpoint)
+            await self._in_thread(self._finish)
+            return UpdateReport(start, position, *counts, seconds=time.perf_counter() - started)
+
+    async def _catch_up(self, position: int, counts: list[int]) -> int:
+        head = await self.store.head()
+        if head <= position:
+            return position
+        batch: list[RecordedEvent] = []
+        async for event in self.store.read_all(position + 1, head, types=RELEVANT_TYPES):
+            batch.append(event)
+            if len(batch) >= self.batch_size:
+                position = await self._apply(batch, position, event.position, counts)
+                batch = []
+        # Every event up to the head read at the start is committed and was delivered when
+        # positions are gapless; otherwise only what was seen is safe to checkpoint.
+        if "gapless_positions" in self.store.capabilities:
+            last = head
+        else:
+            last = batch[-1].position if batch else position
+        if last > position:
+            position = await self._apply(batch, position, last, counts)
+        return position
+
+    async def _apply(
+        self, batch: Sequence[RecordedEvent], expected: int, last: int, counts: list[int]
+    ) -> int:
+        added = await self._in_thread(self._apply_batch, batch, expected, last)
+        for i, n in enumerate(added):
+            counts[i] += n
+        return last
+
+    def _finish(self) -> None:
+        conn = self._db()
+        if self._ranks_ready:
+            return
+        with _transaction(conn):
+            create_rank_indexes(conn)
+        self._ranks_ready = True
+
+    async def rebuild(self) -> UpdateReport:
+        """Drop every fact and build the tables again from the whole log."""
+        await self.open()
+        async with self._lock:
+            await self._in_thread(self._clear)
+        return await self.update()
+
+    def _clear(self) -> None:
+        conn = self._db()
+        with _transaction(conn):
+            for table in (*FACT_TABLES, *ROLLUPS):
+                conn.execute(f"DELETE FROM {table.name}")
+            conn.execute(f"DELETE FROM {_BRANCHES}")
+            # Built again in one sort each when the rebuild is done (see _finish).
+            drop_rank_indexes(conn)
+            conn.execute("DELETE FROM tracking WHERE consumer = ?", (CONSUMER,))
+            conn.execute(
+                f"INSERT OR REPLACE INTO {_META} (key, value) VALUES ('prices', ?)",
+                (self.prices.fingerprint(),),
+            )
+        self._sessions = {}
+        self._ranks_ready = False
+
+    async def follow(self, *, on_batch: Callable[[UpdateReport], Any] | None = None) -> None:
+        """Catch up, then apply live events as they are appended, until cancelled.
+
+        Events that arrive together are applied in one transaction. ``on_batch`` is called
+        after each commit with what it applied.
+        """
+        report = await self.update()
+        if on_batch is not None:
+            on_batch(report)
+        send, receive = anyio.create_memory_object_stream[RecordedEvent](self.batch_size)
+
+        async def pump() -> None:
+            async with send:
+                subscription = self.store.subscribe(report.to_position + 1, types=RELEVANT_TYPES)
+                try:
+                    async for event in subscription:
+                        await send.send(event)
+                finally:
+                    await _aclose(subscription)
+
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(pump)
+            async for first in receive:
+                batch = [first]
+                while len(batch) < self.batch_size:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                async with self._lock:
+                    started = time.perf_counter()
+                    expected = await self._in_thread(self._checkpoint)
+                    batch = [e for e in batch if e.position > expected]
+                    if not batch:
+                        continue
+                    counts = [0, 0, 0, 0]
+                    try:
+                        await self._apply(batch, expected, batch[-1].position, counts)
+                    except _Stale:
+                        continue  # another process applied these; the next batch re-checks
+                if on_batch is not None:
+                    on_batch(
+                        UpdateReport(expected, batch[-1].position, *counts, time.perf_counter() - started)
+                    )
+
+    # ----------------------------------------------------------------------------- the batch
+
+    def _session_of(self, branch: str | None) -> str | None:
+        return None if branch is None else self._sessions.get(branch)
+
+    def _lifted(self, event: RecordedEvent) -> RecordedEvent:
+        schema = self._expected_schema.get(event.type)
+        if schema is None or event.schema == schema.schema_version:
+            return event
+        # An older payload the store did not upcast: lift it through the catalogue.
+        data = decode_event(event).model_dump(mode="json")
+        return RecordedEvent(
+            event.id, event.stream, event.version, event.position, event.type, schema.schema_version,
+            data, event.meta, event.recorded_at, event.prev_hash, event.hash,
+        )  # fmt: skip
+
+    def _apply_batch(
+        self, batch: Sequence[RecordedEvent], expected: int, last: int
+    ) -> tuple[int, int, int, int]:
+        conn = self._db()
+        try:
+            with _transaction(conn):
+                if self._checkpoint() != expected:
+                    raise _Stale
+                counts = self._write_facts(conn, batch)
+                conn.execute(
+                    "INSERT INTO tracking (consumer, position) VALUES (?, ?) "
+                    "ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",
+                    (CONSUMER, last),
+                )
+        except BaseException:
+            # The session map may hold entries of the rolled-back batch.
+            self._load_sessions()
+            raise
+        return (len(batch), *counts)
+
+    def _write_facts(self, conn: sqlite3.Connection, batch: Sequence[RecordedEvent]) -> tuple[int, int, int]:
+        prices, session_of = self.prices, self._session_of
+        model_rows: list[tuple[Any, ...]] = []
+        tool_rows: list[tuple[Any, ...]] = []
+        runs: dict[str, list[Any]] = {}
+        branches: dict[str, str | None] = {}
+        for raw in batch:
+            event = self._lifted(raw)
+            kind = event.type
+            if kind == "model.called":
+                model_rows.append(model_call_fact(event, prices, session_of))
+            elif kind == "message.added":
+                row = tool_call_fact(event, session_of)
+                if row is not None:
+                    tool_rows.append(row)
+            elif kind == "run.started":
+                start = run_start_fact(event, session_of)
+                runs[start.run_id] = list(start.row)
+            elif kind in ("run.ended", "run.failed"):
+                self._close_run(conn, runs, run_end_fact(event, session_of))
+            else:
+                self._note_branch(event, branches)
+        if model_rows:
+            conn.executemany(_insert_sql(MODEL_CALLS), model_rows)
+        if tool_rows:
+            conn.executemany(_insert_sql(TOOL_CALLS), tool_rows)
+        if runs:
+            conn.executemany(_insert_sql(RUNS, "INSERT OR REPLACE"), runs.values())
+        if branches:
+            conn.executemany(f"INSERT OR REPLACE INTO {_BRANCHES} VALUES (?, ?)", branches.items())
+        add_to_rollup(conn, model_rows, tool_rows)
+        return len(model_rows), len(tool_rows), len(runs)
+
+    def _close_run(self, conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd) -> None:
+        row = runs.get(end.run_id)
+        if row is None:
+            found = conn.execute(
+                f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (end.run_id,)
+            ).fetchone()
+            row = list(found) if found is not None else list(end.fallback)
+            runs[end.run_id] = row
+        cost, source = _run_cost(self.prices, row[_RUN_MODEL], end)
+        ix = _RUN_INDEX
+        row[ix["ended_at"]] = end.ended_at
+        row[ix["turnlog.verb"]] = row[ix["turnlog.verb"]] or end.fallback[ix["turnlog.verb"]]
+        row[ix["turnlog.status"]] = end.status
+        row[ix["turnlog.reason"]] = end.reason
+        row[ix["error.type"]] = end.error_type
+        row[ix["gen_ai.client.operation.duration"]] = end.duration
+        row[ix["turnlog.chunks"]] = end.chunks
+        row[ix["gen_ai.usage.input_tokens"]] = end.input_tokens
+        row[ix["gen_ai.usage.output_tokens"]] = end.output_tokens
+        row[ix["turnlog.cost_usd"]] = cost
+        row[ix["turnlog.cost_source"]] = source
+
+    def _note_branch(self, event: RecordedEvent, branches: dict[str, str | None]) -> None:
+        data = event.data
+        branch = data.get("branch_id")
+        if not isinstance(branch, str):
+            return
+        if event.type == "branch.created":
+            session = data.get("session_id") or event.meta.get("session_id")
+        elif event.type == "branch.forked":
+            session = event.meta.get("session_id") or self._sessions.get(data.get("parent_branch_id") or "")
+        else:  # branch.included, on session-<id>
+            session = event.meta.get("session_id")
+            if session is None and event.stream.startswith("session-"):
+                session = event.stream[8:]
+        if session is None and branch in self._sessions:
+            return
+        self._sessions[branch] = session
+        branches[branch] = session
+
+    # ------------------------------------------------------------------------------- pricing
+
+    def _reprice_if_needed(self) -> None:
+        conn = self._db()
+        fingerprint = self.prices.fingerprint()
+        row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'prices'").fetchone()
+        if row is not None and row[0] == fingerprint:
+            return
+        with _transaction(conn):
+            for table in (MODEL_CALLS, RUNS):
+                _reprice(conn, table, self.prices)
+            rebuild_rollups(conn)
+            conn.execute(f"INSERT OR REPLACE INTO {_META} (key, value) VALUES ('prices', ?)", (fingerprint,))
+
+    # ------------------------------------------------------------------------------- queries
+
+    async def usage(
+        self,
+        by: q.Grouping = "model",
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+    ) -> list[q.UsageRow]:
+        """Model calls grouped ``by`` a dimension: calls, errors, tokens, cost, latency, TTFT."""
+        return await self._query(q.usage, by, since, until, limit=limit)
+
+    async def tool_usage(
+        self,
+        by: q.Grouping = "tool",
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+    ) -> list[q.ToolRow]:
+        """Tool calls grouped ``by`` a dimension: calls, errors, denials, duration."""
+        return await self._query(q.tool_usage, by, since, until, limit=limit)
+
+    async def run_usage(
+        self,
+        by: q.Grouping = "verb",
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+    ) -> list[q.RunRow]:
+        """Runs grouped ``by`` a dimension: outcomes, duration, tokens, cost."""
+        return await self._query(q.run_usage, by, since, until, limit=limit)
+
+    async def error_rates(
+        self,
+        by: q.Grouping = "model",
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+    ) -> list[q.ErrorRow]:
+        """Failed model calls by ``error.type`` within each group, with their share of calls."""
+        return await self._query(q.error_rates, by, since, until)
+
+    async def _query(
+        self, fn: Callable[..., _T], by: q.Grouping, since: Any, until: Any, **options: Any
+    ) -> _T:
+        await self.open()
+        window = q.TimeRange.of(since, until)
+        return await self._in_thread(lambda: fn(self._db(), by, window, **options))
+
+    async def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read-only SQL query over the fact tables (quote the dotted column names)."""
+        await self.open()
+        return await self._in_thread(lambda: self._db().execute(query, params).fetchall())
+
+
+def _run_cost(prices: PriceTable, model: str | None, end: RunEnd) -> tuple[float | None, str | None]:
+    if end.reported_cost is not None:
+        return end.reported_cost, "provider"
+    cost = prices.cost(model, end.input_tokens, end.output_tokens)
+    return cost, (None if cost is None else "price_table")
+
+
+def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> None:
+    models = [
+        r[0]
+        for r in conn.execute(
+            f'SELECT DISTINCT "gen_ai.request.model" FROM {table.name} '
+            "WHERE \"turnlog.cost_source\" IS NOT 'provider'"
+        )
+    ]
+    for model in models:
+        price = prices.lookup(model)
+        match = '"turnlog.cost_source" IS NOT \'provider\' AND "gen_ai.request.model" IS ?'
+        if price is None:
+            conn.execute(
+                f'UPDATE {table.name} SET "turnlog.cost_usd" = NULL, "turnlog.cost_source" = NULL '
+                f"WHERE {match}",
+                (model,),
+            )
+            continue
+        # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild.
+        conn.execute(
+            f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
+            'OR "gen_ai.usage.output_tokens" IS NULL THEN NULL ELSE '
+            '("gen_ai.usage.input_tokens" * ? + "gen_ai.usage.output_tokens" * ?) / 1000000.0 END, '
+            '"turnlog.cost_source" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
+            "OR \"gen_ai.usage.output_tokens\" IS NULL THEN NULL ELSE 'price_table' END "
+            f"WHERE {match}",
+            (price.input, price.output, model),
+        )
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (cancellation included)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,235 @@
+"""Rollups and rank indexes: what keeps a grouped query fast on millions of events.
+
+The fact tables hold one row per call; a grouped query over them reads every row. Two
+structures, kept in the same transaction as the facts, answer the unfiltered queries
+without a full scan:
+
+- a rollup per fact table: one row per combination of the grouping columns (day,
+  provider, model, branch, session, verb; for tools: day, tool, branch, session) with the
+  counts and sums of its calls. Costs are summed as integer nano-dollars, so a sum never
+  depends on the order the rows were added in: an incremental update and a rebuild agree
+  to the last digit;
+- rank indexes ``(group column, metric)``: the value at rank r of a group is one index seek
+  (``ORDER BY metric LIMIT 1 OFFSET r-1``), so exact percentiles need no sort.
+
+Both are derived data: ``rebuild_rollups`` recomputes the rollups from the facts in SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ._facts import MODEL_CALLS, TOOL_CALLS, FactTable
+
+__all__ = [
+    "MODEL_ROLLUP",
+    "RANK_INDEXES",
+    "ROLLUPS",
+    "TOOL_ROLLUP",
+    "Rollup",
+    "add_to_rollup",
+    "create_rank_indexes",
+    "drop_rank_indexes",
+    "nanos",
+    "rebuild_rollups",
+    "register_functions",
+]
+
+
+def nanos(cost: float | None) -> int | None:
+    """A cost in US dollars as integer nano-dollars (1e-9 USD), the unit rollups sum in."""
+    return None if cost is None else round(cost * 1e9)
+
+
+def _q(name: str) -> str:
+    return '"' + name + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    """A rollup table over a fact table.
+
+    Attributes:
+        name: The SQL table name.
+        facts: The fact table it summarizes.
+        dims: The fact columns it groups by.
+        measures: ``(name, SQL aggregate over the facts)`` pairs, summed when rows merge.
+    """
+
+    name: str
+    facts: FactTable
+    dims: tuple[str, ...]
+    measures: tuple[tuple[str, str], ...]
+
+    def create_sql(self) -> str:
+        """The CREATE TABLE statement."""
+        dims = ", ".join(f"{_q(d)} TEXT" for d in self.dims)
+        measures = ", ".join(f"{m} INTEGER NOT NULL" for m, _ in self.measures)
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (key TEXT PRIMARY KEY, {dims}, {measures})"
+
+    def upsert_sql(self) -> str:
+        """The INSERT that adds one row's counts, merging into an existing combination."""
+        names = ["key", *(_q(d) for d in self.dims), *(m for m, _ in self.measures)]
+        marks = ", ".join("?" * len(names))
+        merge = ", ".join(f"{m} = {m} + excluded.{m}" for m, _ in self.measures)
+        return (
+            f"INSERT INTO {self.name} ({', '.join(names)}) VALUES ({marks}) "
+            f"ON CONFLICT (key) DO UPDATE SET {merge}"
+        )
+
+    def rebuild_sql(self) -> str:
+        """The INSERT ... SELECT that recomputes the whole rollup from the facts."""
+        dims = ", ".join(_q(d) for d in self.dims)
+        key = f"json_array({dims})"
+        aggregates = ", ".join(agg for _, agg in self.measures)
+        names = ", ".join(["key", dims, *(m for m, _ in self.measures)])
+        return (
+            f"INSERT INTO {self.name} ({names}) SELECT {key}, {dims}, {aggregates} "
+            f"FROM {self.facts.name} GROUP BY {dims}"
+        )
+
+
+MODEL_ROLLUP = Rollup(
+    "analytics_model_rollup",
+    MODEL_CALLS,
+    (
+        "day",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.conversation.id",
+        "turnlog.session.id",
+        "turnlog.verb",
+    ),
+    (
+        ("calls", "COUNT(*)"),
+        ("errors", "TOTAL(\"turnlog.status\" = 'error')"),
+        ("input_tokens", 'TOTAL("gen_ai.usage.input_tokens")'),
+        ("output_tokens", 'TOTAL("gen_ai.usage.output_tokens")'),
+        ("cost_nanos", 'COALESCE(SUM(turnlog_nanos("turnlog.cost_usd")), 0)'),
+        ("priced", 'COUNT("turnlog.cost_usd")'),
+        ("ttft_calls", 'COUNT("gen_ai.response.time_to_first_chunk")'),
+    ),
+)
+
+TOOL_ROLLUP = Rollup(
+    "analytics_tool_rollup",
+    TOOL_CALLS,
+    ("day", "gen_ai.tool.name", "gen_ai.conversation.id", "turnlog.session.id"),
+    (
+        ("calls", "COUNT(*)"),
+        ("ok", "TOTAL(\"turnlog.status\" = 'ok')"),
+        ("errors", "TOTAL(\"turnlog.status\" = 'error')"),
+        ("denied", "TOTAL(\"turnlog.status\" = 'denied')"),
+        ("timed", 'COUNT("gen_ai.client.operation.duration")'),
+    ),
+)
+
+ROLLUPS: tuple[Rollup, ...] = (MODEL_ROLLUP, TOOL_ROLLUP)
+
+_M = {name: i for i, name in enumerate(MODEL_CALLS.column_names)}
+_T = {name: i for i, name in enumerate(TOOL_CALLS.column_names)}
+_MODEL_DIMS = tuple(_M[d] for d in MODEL_ROLLUP.dims)
+_TOOL_DIMS = tuple(_T[d] for d in TOOL_ROLLUP.dims)
+_MI = (_M["turnlog.status"], _M["gen_ai.usage.input_tokens"], _M["gen_ai.usage.output_tokens"],
+       _M["turnlog.cost_usd"], _M["gen_ai.response.time_to_first_chunk"])  # fmt: skip
+_TS, _TD = _T["turnlog.status"], _T["gen_ai.client.operation.duration"]
+
+
+def _key(dims: tuple[Any, ...]) -> str:
+    # The same text as SQLite's json_array() over the dims, so rebuilt rows merge with added ones.
+    return orjson.dumps(dims).decode()
+
+
+def add_to_rollup(
+    conn: sqlite3.Connection, model_rows: Sequence[tuple[Any, ...]], tool_rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """Add the counts of new fact rows to the rollups (inside the caller's transaction)."""
+    status_i, in_i, out_i, cost_i, ttft_i = _MI
+    merged: dict[tuple[Any, ...], list[int]] = {}
+    for row in model_rows:
+        dims = tuple(row[i] for i in _MODEL_DIMS)
+        acc = merged.get(dims)
+        if acc is None:
+            acc = merged[dims] = [0, 0, 0, 0, 0, 0, 0]
+        cost = row[cost_i]
+        acc[0] += 1
+        acc[1] += row[status_i] == "error"
+        acc[2] += row[in_i] or 0
+        acc[3] += row[out_i] or 0
+        if cost is not None:
+            acc[4] += round(cost * 1e9)
+            acc[5] += 1
+        acc[6] += row[ttft_i] is not None
+    if merged:
+        conn.executemany(MODEL_ROLLUP.upsert_sql(), [(_key(d), *d, *acc) for d, acc in merged.items()])
+    tools: dict[tuple[Any, ...], list[int]] = {}
+    for row in tool_rows:
+        dims = tuple(row[i] for i in _TOOL_DIMS)
+        acc = tools.get(dims)
+        if acc is None:
+            acc = tools[dims] = [0, 0, 0, 0, 0]
+        status = row[_TS]
+        acc[0] += 1
+        acc[1] += status == "ok"
+        acc[2] += status == "error"
+        acc[3] += status == "denied"
+        acc[4] += row[_TD] is not None
+    if tools:
+        conn.executemany(TOOL_ROLLUP.upsert_sql(), [(_key(d), *d, *acc) for d, acc in tools.items()])
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Register ``turnlog_nanos(cost)`` on a connection (rollup rebuilds and scans use it)."""
+    conn.create_function("turnlog_nanos", 1, nanos, deterministic=True)
+
+
+def rebuild_rollups(conn: sqlite3.Connection) -> None:
+    """Recompute every rollup from its facts (after a re-pricing); inside the caller's transaction."""
+    for rollup in ROLLUPS:
+        conn.execute(f"DELETE FROM {rollup.name}")
+        conn.execute(rollup.rebuild_sql())
+
+
+_DURATION = "gen_ai.client.operation.duration"
+_TTFT = "gen_ai.response.time_to_first_chunk"
+
+_SHORT = {
+    "day": "day",
+    "gen_ai.provider.name": "provider",
+    "gen_ai.request.model": "model",
+    "gen_ai.conversation.id": "branch",
+    "turnlog.session.id": "session",
+    "turnlog.verb": "verb",
+    "gen_ai.tool.name": "tool",
+    _DURATION: "duration",
+    _TTFT: "ttft",
+}
+
+RANK_INDEXES: tuple[tuple[str, FactTable, str, str], ...] = tuple(
+    (f"{table.name}_rank_{_SHORT[dim]}_{_SHORT[metric]}", table, dim, metric)
+    for table, dims, metrics in (
+        (MODEL_CALLS, MODEL_ROLLUP.dims, (_DURATION, _TTFT)),
+        (TOOL_CALLS, ("gen_ai.tool.name",), (_DURATION,)),
+    )
+    for dim in dims
+    for metric in metrics
+)
+"""``(index name, fact table, group column, metric column)`` of every rank index."""
+
+
+def create_rank_indexes(conn: sqlite3.Connection) -> None:
+    """Create the rank indexes that are missing (a bulk build after a rebuild is one sort each)."""
+    for name, table, dim, metric in RANK_INDEXES:
+        where = f"WHERE {_q(metric)} IS NOT NULL"
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table.name} ({_q(dim)}, {_q(metric)}) {where}")
+
+
+def drop_rank_indexes(conn: sqlite3.Connection) -> None:
+    """Drop the rank indexes (before a rebuild: inserting into a dozen indexes row by row is slow)."""
+    for name, *_ in RANK_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS {name}")

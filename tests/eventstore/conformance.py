@@ -1,0 +1,603 @@
+"""The backend conformance suite: every store backend subclasses ``StoreConformance``.
+
+A subclass provides an async ``store`` fixture (an open, empty store, closed after the test)
+and may implement ``tamper`` to overwrite stored bytes behind the store's back. Tests of
+optional behaviour check ``store.capabilities`` and skip with a reason.
+
+Example::
+
+    class TestMyBackend(StoreConformance):
+        @pytest.fixture
+        async def store(self, tmp_path):
+            async with open_store(...) as store:
+                yield store
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import aclosing
+from datetime import UTC
+from typing import Any
+
+import anyio
+import pytest
+from turnlog.eventstore import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    ConcurrencyError,
+    CorruptEventError,
+    EventStore,
+    EventTooLarge,
+    IdempotencyError,
+    InvalidEventError,
+    NewEvent,
+    NewSnapshot,
+    RecordedEvent,
+    StoreError,
+    Upcasters,
+)
+
+__all__ = ["StoreConformance", "collect", "ev"]
+
+
+def ev(type_: str = "thing.happened", **data: Any) -> NewEvent:
+    """A new event with ``data`` as keyword arguments."""
+    return NewEvent(type_, data)
+
+
+async def collect(iterator: Any) -> list[RecordedEvent]:
+    """Every event of an async iterator, closing it."""
+    async with aclosing(iterator) as events:
+        return [event async for event in events]
+
+
+async def versions(store: EventStore, stream: str, **kwargs: Any) -> list[int]:
+    return [e.version for e in await collect(store.read_stream(stream, **kwargs))]
+
+
+async def positions(store: EventStore, **kwargs: Any) -> list[int]:
+    return [e.position for e in await collect(store.read_all(**kwargs))]
+
+
+async def fill(store: EventStore, stream: str, count: int) -> list[int]:
+    result = await store.append(stream, [ev(n=i) for i in range(1, count + 1)])
+    return list(result.positions)
+
+
+class StoreConformance:
+    """Guarantees every backend keeps (DESIGN.md §2), one short test each."""
+
+    shares_across_processes = True
+    """False for a store that another process cannot open (e.g. a private in-memory one)."""
+
+    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        """Overwrite the stored ``data`` bytes of one event behind the store's back."""
+        pytest.skip("this backend gives the suite no raw access to stored bytes")
+
+    # ---------------------------------------------------------------- 1. atomic appends
+
+    async def test_round_trip_keeps_every_field(self, store: EventStore) -> None:
+        """An appended event reads back with the same id, type, schema, data and meta."""
+        new = NewEvent(
+            "message.added", {"a": [1, 2.5, None, True], "b": {"c": "d"}}, {"run_id": "r1"}, schema=3
+        )
+        result = await store.append("branch-1", [new])
+        (got,) = await collect(store.read_stream("branch-1"))
+        assert (got.id, got.stream, got.version, got.type, got.schema) == (
+            new.id,
+            "branch-1",
+            1,
+            "message.added",
+            3,
+        )
+        assert (got.data, got.meta, got.position) == (dict(new.data), {"run_id": "r1"}, result.positions[0])
+        assert got.recorded_at.tzinfo is not None and got.recorded_at.utcoffset() == UTC.utcoffset(None)
+        assert got.prev_hash == "" and len(got.hash) == 64
+
+    async def test_append_returns_positions_and_version(self, store: EventStore) -> None:
+        """append returns the global positions in order and the stream's new version."""
+        first = await store.append("s-1", [ev(), ev()])
+        second = await store.append("s-2", [ev()])
+        assert first.version == 2 and second.version == 1
+        assert list(first.positions) + list(second.positions) == await positions(store)
+
+    async def test_conflicting_batch_stores_nothing(self, store: EventStore) -> None:
+        """A batch whose expected_version fails stores none of its events."""
+        await fill(store, "s-1", 2)
+        with pytest.raises(ConcurrencyError):
+            await store.append("s-1", [ev(), ev(), ev()], expected_version=1)
+        assert await store.stream_version("s-1") == 2 and await store.head() == 2
+
+    async def test_append_batch_is_atomic_across_streams(self, store: EventStore) -> None:
+        """One failing entry of append_batch leaves every stream untouched."""
+        await fill(store, "s-2", 1)
+        with pytest.raises(ConcurrencyError):
+            await store.append_batch([("s-1", [ev()], NO_STREAM), ("s-2", [ev()], NO_STREAM)])
+        assert await store.stream_version("s-1") == 0 and await store.head() == 1
+
+    async def test_append_batch_returns_one_result_per_entry(self, store: EventStore) -> None:
+        """append_batch writes every entry and reports each one's positions and version."""
+        results = await store.append_batch([("s-1", [ev(), ev()], NO_STREAM), ("s-2", [ev()], ANY)])
+        assert [r.version for r in results] == [2, 1]
+        assert [p for r in results for p in r.positions] == await positions(store)
+
+    async def test_append_batch_may_touch_one_stream_twice(self, store: EventStore) -> None:
+        """Two entries for one stream apply in order, the second seeing the first."""
+        results = await store.append_batch([("s-1", [ev()], NO_STREAM), ("s-1", [ev()], 1)])
+        assert [r.version for r in results] == [1, 2]
+
+    # ---------------------------------------------------------------- 2. expected_version
+
+    async def test_no_stream_accepts_new_and_refuses_existing(self, store: EventStore) -> None:
+        """NO_STREAM (== 0) succeeds on a new stream and fails once it exists."""
+        assert NO_STREAM == 0
+        await store.append("s-1", [ev()], expected_version=NO_STREAM)
+        with pytest.raises(ConcurrencyError):
+            await store.append("s-1", [ev()], expected_version=NO_STREAM)
+
+    async def test_stream_exists_refuses_new_stream(self, store: EventStore) -> None:
+        """STREAM_EXISTS fails on a stream without events and succeeds after one."""
+        with pytest.raises(ConcurrencyError):
+            await store.append("s-1", [ev()], expected_version=STREAM_EXISTS)
+        await store.append("s-1", [ev()])
+        assert (await store.append("s-1", [ev()], expected_version=STREAM_EXISTS)).version == 2
+
+    async def test_any_always_appends(self, store: EventStore) -> None:
+        """ANY appends whatever the stream's version."""
+        for expected_version in (1, 2, 3):
+            result = await store.append("s-1", [ev()], expected_version=ANY)
+            assert result.version == expected_version
+
+    async def test_exact_version_must_match(self, store: EventStore) -> None:
+        """An int expected_version succeeds only at exactly that version."""
+        await fill(store, "s-1", 3)
+        for wrong in (2, 4):
+            with pytest.raises(ConcurrencyError):
+                await store.append("s-1", [ev()], expected_version=wrong)
+        assert (await store.append("s-1", [ev()], expected_version=3)).version == 4
+
+    async def test_concurrency_error_names_stream_expected_and_actual(self, store: EventStore) -> None:
+        """ConcurrencyError carries the stream, the expected and the actual version."""
+        await fill(store, "s-1", 2)
+        with pytest.raises(ConcurrencyError) as info:
+            await store.append("s-1", [ev()], expected_version=5)
+        assert (info.value.stream, info.value.expected, info.value.actual) == ("s-1", 5, 2)
+        assert "s-1" in str(info.value)
+
+    async def test_concurrent_writers_lose_nothing(self, store: EventStore) -> None:
+        """Tasks racing with expected_version and retry leave a gapless, duplicate-free stream."""
+
+        async def writer(name: str) -> None:
+            for i in range(10):
+                while True:
+                    version = await store.stream_version("shared")
+                    try:
+                        await store.append("shared", [ev(w=name, i=i)], expected_version=version)
+                        break
+                    except ConcurrencyError:
+                        await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            for name in "abcd":
+                tg.start_soon(writer, name)
+        events = await collect(store.read_stream("shared"))
+        assert [e.version for e in events] == list(range(1, 41))
+        assert len({(e.data["w"], e.data["i"]) for e in events}) == 40
+
+    # ---------------------------------------------------------------- 3. idempotency
+
+    async def test_resend_returns_original_result(self, store: EventStore) -> None:
+        """Re-sending stored events returns the original positions and stores nothing."""
+        batch = [ev(n=1), ev(n=2)]
+        first = await store.append("s-1", batch, expected_version=NO_STREAM)
+        await fill(store, "s-2", 1)
+        again = await store.append("s-1", batch, expected_version=NO_STREAM)
+        assert again == first and await store.head() == 3
+
+    async def test_resend_is_checked_before_expected_version(self, store: EventStore) -> None:
+        """A re-send succeeds even after the stream moved on (the lost-ack retry)."""
+        batch = [ev()]
+        first = await store.append("s-1", batch, expected_version=0)
+        await store.append("s-1", [ev()])
+        assert await store.append("s-1", batch, expected_version=0) == first
+
+    async def test_resend_of_append_batch_returns_original_results(self, store: EventStore) -> None:
+        """Re-sending a whole append_batch returns its original results."""
+        entries = [("s-1", [ev()], NO_STREAM), ("s-2", [ev(), ev()], NO_STREAM)]
+        assert await store.append_batch(entries) == await store.append_batch(entries)
+        assert await store.head() == 3
+
+    async def test_same_id_different_content_raises(self, store: EventStore) -> None:
+        """A stored id with different content raises IdempotencyError."""
+        original = ev(text="a")
+        await store.append("s-1", [original])
+        forged = NewEvent(original.type, {"text": "b"}, id=original.id)
+        with pytest.raises(IdempotencyError) as info:
+            await store.append("s-1", [forged])
+        assert info.value.event_id == str(original.id)
+        assert await store.head() == 1
+
+    async def test_same_id_in_other_stream_raises(self, store: EventStore) -> None:
+        """A stored id re-sent to another stream raises IdempotencyError."""
+        original = ev()
+        await store.append("s-1", [original])
+        with pytest.raises(IdempotencyError):
+            await store.append("s-2", [original])
+        assert await store.stream_version("s-2") == 0
+
+    async def test_batch_mixing_stored_and_new_ids_raises(self, store: EventStore) -> None:
+        """A batch with some stored and some new ids raises and stores nothing."""
+        stored = ev()
+        await store.append("s-1", [stored])
+        with pytest.raises(IdempotencyError):
+            await store.append("s-1", [stored, ev()])
+        assert await store.head() == 1
+
+    # ---------------------------------------------------------------- 4. ordering
+
+    async def test_positions_increase_in_commit_order(self, store: EventStore) -> None:
+        """Positions grow strictly in the order appends were acknowledged."""
+        acked: list[int] = []
+        for i in range(20):
+            acked.extend((await store.append(f"s-{i % 3}", [ev(i=i)])).positions)
+        assert acked == sorted(acked) and len(set(acked)) == 20
+        assert await positions(store) == acked
+
+    async def test_positions_are_gapless_after_failures(self, store: EventStore) -> None:
+        """Failed appends leave no hole in the global positions."""
+        if "gapless_positions" not in store.capabilities:
+            pytest.skip("this backend does not promise gapless positions")
+        await fill(store, "s-1", 1)
+        for bad in (
+            lambda: store.append("s-1", [ev()], expected_version=0),
+            lambda: store.append("", [ev()]),
+        ):
+            with pytest.raises(StoreError):
+                await bad()
+        await fill(store, "s-2", 1)
+        assert await positions(store) == [1, 2]
+
+    # ---------------------------------------------------------------- 6. reads
+
+    async def test_read_stream_ranges_forwards(self, store: EventStore) -> None:
+        """read_stream returns the inclusive version range in order, with limit."""
+        await fill(store, "s-1", 10)
+        assert await versions(store, "s-1", from_version=3, to_version=6) == [3, 4, 5, 6]
+        assert await versions(store, "s-1", from_version=8, limit=5) == [8, 9, 10]
+        assert await versions(store, "s-1", from_version=0, limit=2) == [1, 2]
+        assert await versions(store, "s-1", from_version=11) == []
+
+    async def test_read_stream_backwards(self, store: EventStore) -> None:
+        """backwards=True reads descending; limit applies in reading order."""
+        await fill(store, "s-1", 10)
+        assert await versions(store, "s-1", backwards=True, limit=1) == [10]
+        assert await versions(store, "s-1", to_version=4, backwards=True, limit=2) == [4, 3]
+        assert await versions(store, "s-1", from_version=8, backwards=True) == [10, 9, 8]
+
+    async def test_read_stream_is_isolated_and_empty_when_absent(self, store: EventStore) -> None:
+        """A stream's read holds only its events; an unknown stream reads as empty."""
+        await fill(store, "s-1", 2)
+        await fill(store, "s-10", 3)
+        assert await versions(store, "s-1") == [1, 2]
+        assert await versions(store, "nope") == []
+
+    async def test_read_all_ranges_and_limit(self, store: EventStore) -> None:
+        """read_all returns the inclusive position range, forwards or backwards, with limit."""
+        acked = await fill(store, "s-1", 6)
+        assert await positions(store, from_position=acked[1], to_position=acked[3]) == acked[1:4]
+        assert await positions(store, limit=2) == acked[:2]
+        assert await positions(store, backwards=True, limit=2) == acked[::-1][:2]
+
+    async def test_read_all_filters_by_type_and_stream_prefix(self, store: EventStore) -> None:
+        """types and stream_prefix filter the whole-log read."""
+        await store.append("branch-1", [ev("a.x"), ev("b.y")])
+        await store.append("run-1", [ev("a.x")])
+        await store.append("branch-2", [ev("c.z")])
+        found = await collect(store.read_all(types=["a.x", "c.z"], stream_prefix="branch-"))
+        assert [(e.stream, e.type) for e in found] == [("branch-1", "a.x"), ("branch-2", "c.z")]
+        assert await collect(store.read_all(types=[])) == []
+
+    async def test_read_all_pages_through_a_long_log(self, store: EventStore) -> None:
+        """Long reads page internally and return every event exactly once, in order."""
+        acked: list[int] = []
+        for start in range(0, 1300, 100):
+            acked.extend((await store.append("s-1", [ev(n=start + i) for i in range(100)])).positions)
+        assert await positions(store) == acked
+        assert await positions(store, backwards=True) == acked[::-1]
+        assert await versions(store, "s-1", from_version=2, limit=1200) == list(range(2, 1202))
+
+    async def test_head_stream_version_and_list_streams(self, store: EventStore) -> None:
+        """head, stream_version and list_streams describe the log (0 and [] when empty)."""
+        assert (await store.head(), await store.stream_version("s-1"), await store.list_streams()) == (
+            0,
+            0,
+            [],
+        )
+        await fill(store, "run-1", 2)
+        await fill(store, "branch-1", 3)
+        assert await store.head() == 5 and await store.stream_version("branch-1") == 3
+        assert await store.list_streams() == [("branch-1", 3), ("run-1", 2)]
+        assert await store.list_streams("run-") == [("run-1", 2)]
+
+    async def test_bad_read_bounds_are_refused(self, store: EventStore) -> None:
+        """A negative or non-int bound or limit raises InvalidEventError."""
+        for kwargs in ({"from_version": -1}, {"limit": "2"}, {"to_version": 1.5}):
+            with pytest.raises(InvalidEventError):
+                await collect(store.read_stream("s-1", **kwargs))
+
+    # ---------------------------------------------------------------- subscriptions
+
+    async def test_subscribe_catches_up_then_goes_live(self, store: EventStore) -> None:
+        """A subscription delivers stored events from a position, then new ones."""
+        await fill(store, "s-1", 3)
+        got: list[int] = []
+        with anyio.fail_after(10):
+            async with aclosing(store.subscribe(2)) as events:
+                async for event in events:
+                    got.append(event.position)
+                    if len(got) == 2:
+                        await store.append("s-2", [ev()])
+                    if len(got) == 3:
+                        break
+        assert got == [2, 3, 4]
+
+    async def test_subscribe_from_empty_store_sees_appends_of_another_task(self, store: EventStore) -> None:
+        """A subscriber on an empty store receives events another task appends."""
+        got: list[RecordedEvent] = []
+
+        async def consume(task_status: anyio.abc.TaskStatus[None]) -> None:
+            async with aclosing(store.subscribe()) as events:
+                task_status.started()
+                async for event in events:
+                    got.append(event)
+                    if len(got) == 25:
+                        return
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                await tg.start(consume)
+                for i in range(25):
+                    await store.append(f"s-{i % 2}", [ev(i=i)])
+        assert [e.position for e in got] == list(range(1, 26))
+
+    async def test_subscribe_filters_by_type_and_prefix(self, store: EventStore) -> None:
+        """A filtered subscription delivers only matching events, in order."""
+        await store.append("run-1", [ev("a.x"), ev("b.y")])
+        await store.append("branch-1", [ev("a.x")])
+        got = []
+        with anyio.fail_after(10):
+            async with aclosing(store.subscribe(types=["a.x"], stream_prefix="branch-")) as events:
+                async for event in events:
+                    got.append(event.stream)
+                    if len(got) == 1:
+                        await store.append("run-2", [ev("a.x")])
+                        await store.append("branch-2", [ev("a.x")])
+                    else:
+                        break
+        assert got == ["branch-1", "branch-2"]
+
+    async def test_subscribe_stops_cleanly_when_cancelled(self, store: EventStore) -> None:
+        """Cancelling a waiting subscriber ends it at once; the store stays usable."""
+        with anyio.move_on_after(0.2) as scope:
+            async with aclosing(store.subscribe()) as events:
+                async for _ in events:
+                    pytest.fail("nothing was appended")
+        assert scope.cancelled_caught
+        assert (await store.append("s-1", [ev()])).positions == (1,)
+
+    async def test_subscriber_may_break_out_without_closing(self, store: EventStore) -> None:
+        """Leaving a subscription loop with break needs no clean-up call; later calls work."""
+        await fill(store, "s-1", 3)
+        with anyio.fail_after(10):
+            async for event in store.subscribe():
+                if event.position == 2:
+                    break
+        assert await store.head() == 3
+
+    async def test_subscribe_sees_appends_of_another_process(self, store: EventStore) -> None:
+        """Live delivery includes events appended by another process."""
+        if "cross_process_subscribe" not in store.capabilities or not self.shares_across_processes:
+            pytest.skip("this store is not shared with other processes")
+        script = (
+            "import anyio, sys\n"
+            "from turnlog.eventstore import NewEvent, open_store\n"
+            "async def main():\n"
+            "    async with open_store(sys.argv[1]) as store:\n"
+            "        for i in range(3):\n"
+            "            await store.append('other-1', [NewEvent('thing.happened', {'i': i})])\n"
+            "anyio.run(main)\n"
+        )
+        got: list[RecordedEvent] = []
+        with anyio.fail_after(30):
+            async with aclosing(store.subscribe()) as events:
+                await anyio.run_process([sys.executable, "-c", script, store.url], check=True)
+                async for event in events:
+                    got.append(event)
+                    if len(got) == 3:
+                        break
+        assert [(e.stream, e.data["i"]) for e in got] == [("other-1", 0), ("other-1", 1), ("other-1", 2)]
+
+    # ---------------------------------------------------------------- verify
+
+    async def test_verify_clean_store(self, store: EventStore) -> None:
+        """verify finds no problem in a store written only through the API."""
+        await fill(store, "s-1", 3)
+        await store.append_batch([("s-2", [ev()], NO_STREAM), ("s-1", [ev()], 3)])
+        report = await store.verify()
+        assert report.ok and (report.streams, report.events) == (2, 5)
+        assert (await store.verify("s-2")).events == 1
+
+    async def test_hash_chain_links_each_version(self, store: EventStore) -> None:
+        """Each event's prev_hash is the hash of the previous version of its stream."""
+        await fill(store, "s-1", 4)
+        events = await collect(store.read_stream("s-1"))
+        assert [e.prev_hash for e in events[1:]] == [e.hash for e in events[:-1]]
+
+    async def test_verify_names_a_tampered_event(self, store: EventStore) -> None:
+        """A changed payload breaks the chain and verify names its stream and version."""
+        await fill(store, "s-1", 3)
+        await fill(store, "s-2", 2)
+        await self.tamper(store, "s-1", 2, b'{"n":99}')
+        report = await store.verify()
+        assert not report.ok
+        assert {(p.stream, p.version) for p in report.problems} == {("s-1", 2)}
+        assert (await store.verify("s-2")).ok
+
+    async def test_undecodable_payload_raises_on_read(self, store: EventStore) -> None:
+        """A stored payload that is not JSON raises CorruptEventError naming where it is."""
+        await fill(store, "s-1", 2)
+        await self.tamper(store, "s-1", 2, b"\xff not json")
+        with pytest.raises(CorruptEventError) as info:
+            await collect(store.read_stream("s-1"))
+        assert (info.value.stream, info.value.version, info.value.position) == ("s-1", 2, 2)
+        assert any(p.version == 2 for p in (await store.verify()).problems)
+
+    # ---------------------------------------------------------------- snapshots
+
+    async def test_snapshot_at_or_before_version(self, store: EventStore) -> None:
+        """load_snapshot returns the newest snapshot at or before the asked version."""
+        for version in (2, 5):
+            await store.save_snapshot(
+                NewSnapshot("s-1", version, "branch_state", {"v": version}, meta={"p": 1})
+            )
+        assert (await store.load_snapshot("s-1")).version == 5  # type: ignore[union-attr]
+        snap = await store.load_snapshot("s-1", 4)
+        assert snap is not None and (snap.version, snap.data, snap.meta) == (2, {"v": 2}, {"p": 1})
+        assert await store.load_snapshot("s-1", 1) is None and await store.load_snapshot("s-2") is None
+
+    async def test_snapshot_upsert_type_filter_and_delete(self, store: EventStore) -> None:
+        """Saving the same stream, type and version replaces; delete reports how many went."""
+        await store.save_snapshot(NewSnapshot("s-1", 3, "branch_state", {"old": True}))
+        await store.save_snapshot(NewSnapshot("s-1", 3, "branch_state", {"old": False}))
+        await store.save_snapshot(NewSnapshot("s-1", 4, "other_state", {}))
+        await store.save_snapshot(NewSnapshot("s-2", 1, "branch_state", {}))
+        snap = await store.load_snapshot("s-1", type="branch_state")
+        assert snap is not None and snap.data == {"old": False}
+        assert await store.delete_snapshots("s-1") == 2
+        assert await store.load_snapshot("s-1") is None
+        assert await store.delete_snapshots() == 1
+
+    async def test_bad_snapshot_is_refused(self, store: EventStore) -> None:
+        """A snapshot with non-object data or a malformed type raises InvalidEventError."""
+        for snap in (NewSnapshot("s-1", 1, "branch_state", [1]), NewSnapshot("s-1", 1, "", {})):  # type: ignore[arg-type]
+            with pytest.raises(InvalidEventError):
+                await store.save_snapshot(snap)
+        assert await store.load_snapshot("s-1") is None
+
+    # ---------------------------------------------------------------- 7. schemas
+
+    async def test_old_event_schema_is_upcast_on_read(self, store: EventStore) -> None:
+        """Events stored at an old schema read back lifted to the newest one."""
+        await store.append("s-1", [NewEvent("message.added", {"text": "hi"}, schema=1)])
+        ups = Upcasters()
+        ups.add("message.added", 1, lambda d: {"content": d["text"]})
+        ups.add("message.added", 2, lambda d: {**d, "sender": "user"})
+        store.upcasters = ups  # newer code reading what older code wrote
+        (got,) = await collect(store.read_all())
+        assert (got.schema, got.data) == (3, {"content": "hi", "sender": "user"})
+        assert (await store.verify()).ok  # stored bytes are never rewritten
+
+    async def test_old_snapshot_schema_is_upcast_on_read(self, store: EventStore) -> None:
+        """Snapshots stored at an old schema load lifted to the newest one."""
+        await store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {"n": 1}, schema=1))
+        ups = Upcasters()
+        ups.add("branch_state", 1, lambda d: {**d, "m": 2})
+        store.upcasters = ups
+        snap = await store.load_snapshot("s-1")
+        assert snap is not None and (snap.schema, snap.data) == (2, {"n": 1, "m": 2})
+
+    # ---------------------------------------------------------------- 8. bad input
+
+    @pytest.mark.parametrize(
+        ("stream", "events", "expected", "error"),
+        [
+            ("s-1", [NewEvent("a.b", [1, 2])], ANY, InvalidEventError),  # type: ignore[arg-type]
+            ("s-1", [NewEvent("a.b", {"x": object()})], ANY, InvalidEventError),
+            ("s-1", [NewEvent("a.b", {}, meta="m")], ANY, InvalidEventError),  # type: ignore[arg-type]
+            ("s-1", [NewEvent("", {})], ANY, InvalidEventError),
+            ("s-1", [NewEvent("bad type!", {})], ANY, InvalidEventError),
+            ("s-1", [NewEvent("a..b", {})], ANY, InvalidEventError),
+            ("s-1", [NewEvent("a.b", {}, schema=0)], ANY, InvalidEventError),
+            ("s-1", [ev(), "not an event"], ANY, InvalidEventError),
+            ("s-1", ev(), ANY, InvalidEventError),
+            ("s-1", [], ANY, InvalidEventError),
+            ("s-1", [ev()], "1", InvalidEventError),
+            ("s-1", [ev()], None, InvalidEventError),
+            ("s-1", [ev()], 1.0, InvalidEventError),
+            ("s-1", [ev()], True, InvalidEventError),
+            ("s-1", [ev()], -1, InvalidEventError),
+            ("", [ev()], ANY, InvalidEventError),
+            ("x" * 201, [ev()], ANY, InvalidEventError),
+            ("s\n1", [ev()], ANY, InvalidEventError),
+            (7, [ev()], ANY, InvalidEventError),
+        ],
+    )
+    async def test_bad_input_is_refused_before_writing(
+        self, store: EventStore, stream: Any, events: Any, expected: Any, error: type[Exception]
+    ) -> None:
+        """Malformed appends raise a clear error and write nothing."""
+        await store.append("s-1", [ev()])
+        with pytest.raises(error):
+            await store.append(stream, events, expected_version=expected)
+        assert await store.head() == 1
+
+    async def test_bad_entry_of_append_batch_stores_nothing(self, store: EventStore) -> None:
+        """A malformed entry anywhere in append_batch rejects the whole call."""
+        for entries in ([("s-1", [ev()], ANY), ("s-2", [NewEvent("", {})], ANY)], [], [("s-1", [ev()])]):
+            with pytest.raises(InvalidEventError):
+                await store.append_batch(entries)  # type: ignore[arg-type]
+        shared = ev()
+        with pytest.raises(InvalidEventError):
+            await store.append_batch([("s-1", [shared], ANY), ("s-2", [shared], ANY)])
+        assert await store.head() == 0
+
+    async def test_oversized_event_is_refused(self, store: EventStore) -> None:
+        """An event over max_event_bytes raises EventTooLarge with its size and the limit."""
+        limit = store.max_event_bytes
+        with pytest.raises(EventTooLarge) as info:
+            await store.append("s-1", [ev(blob="x" * limit)])
+        assert info.value.limit == limit and info.value.size > limit
+        assert await store.head() == 0
+
+    async def test_payload_just_under_the_limit_round_trips(self, store: EventStore) -> None:
+        """An event just under max_event_bytes is stored and read back intact."""
+        overhead = len(b'{"blob":""}') + len(b"{}")
+        blob = "y" * (store.max_event_bytes - overhead)
+        await store.append("s-1", [ev(blob=blob)])
+        (got,) = await collect(store.read_stream("s-1"))
+        assert got.data["blob"] == blob
+        assert (await store.verify()).ok
+
+    async def test_unicode_payloads_round_trip(self, store: EventStore) -> None:
+        """Emoji, CJK, combining marks and escapes in data and stream names survive."""
+        data = {"text": 'héllo 🌍 漢字 e\u0301 \u0000 "q" \\', "键": ["ß", "🧪"], "nested": {"ü": None}}
+        await store.append("branch-ñ-漢", [NewEvent("message.added", data, {"actor": "José"})])
+        (got,) = await collect(store.read_stream("branch-ñ-漢"))
+        assert (got.data, got.meta) == (data, {"actor": "José"})
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def test_closed_store_refuses_calls(self, store: EventStore) -> None:
+        """Every call on a closed store raises StoreError; close is idempotent."""
+        await store.append("s-1", [ev()])
+        await store.close()
+        await store.close()
+        calls = [
+            lambda: store.append("s-1", [ev()]),
+            lambda: store.head(),
+            lambda: store.stream_version("s-1"),
+            lambda: collect(store.read_stream("s-1")),
+            lambda: collect(store.read_all()),
+            lambda: store.verify(),
+            lambda: store.list_streams(),
+            lambda: store.load_snapshot("s-1"),
+            lambda: store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {})),
+            lambda: store.delete_snapshots(),
+            lambda: store.append_batch([("s-1", [ev()], ANY)]),
+            lambda: collect(store.subscribe()),
+        ]
+        for call in calls:
+            with pytest.raises(StoreError, match="closed"):
+                await call()

@@ -1,0 +1,211 @@
+"""Validation, canonical encoding, the hash chain and time conversion shared by every backend."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from turnlog.eventstore import (
+    ANY,
+    STREAM_EXISTS,
+    CorruptEventError,
+    EventTooLarge,
+    IdempotencyError,
+    InvalidEventError,
+    NewEvent,
+    Upcasters,
+)
+from turnlog.eventstore._encoding import (
+    ChainChecker,
+    PreparedAppend,
+    check_expected_version,
+    check_stream_name,
+    decode_payload,
+    encode_json,
+    event_hash,
+    from_micros,
+    match_resent,
+    prepare_batch,
+    prepare_events,
+    to_micros,
+    version_matches,
+)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=5)
+
+
+@given(json_objects)
+def test_encoding_is_canonical(data: dict) -> None:
+    """Equal objects encode to equal bytes whatever their key order."""
+    reordered = dict(reversed(list(data.items())))
+    assert encode_json(data) == encode_json(reordered)
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)))
+def test_micros_round_trip(moment: datetime) -> None:
+    """to_micros and from_micros are inverse on aware UTC datetimes."""
+    assert from_micros(to_micros(moment)) == moment
+
+
+def test_micros_treat_naive_as_utc_and_convert_offsets() -> None:
+    """A naive time counts as UTC; an offset time is converted."""
+    naive = datetime(2026, 1, 2, 3, 4, 5, 6)
+    assert to_micros(naive) == to_micros(naive.replace(tzinfo=UTC))
+    paris = datetime(2026, 1, 2, 4, 4, 5, 6, tzinfo=timezone(timedelta(hours=1)))
+    assert to_micros(paris) == to_micros(naive)
+
+
+HASH_ARGS = ("", "id-1", "s-1", 1, "a.b", 1, b'{"x":1}', b"{}", 123)
+
+
+@pytest.mark.parametrize("index", range(len(HASH_ARGS)))
+def test_hash_covers_every_field(index: int) -> None:
+    """Changing any single hashed field changes the hash."""
+    args = list(HASH_ARGS)
+    value = args[index]
+    args[index] = value + 1 if isinstance(value, int) else value + (b"!" if isinstance(value, bytes) else "!")
+    assert event_hash(*args) != event_hash(*HASH_ARGS)  # type: ignore[arg-type]
+
+
+def test_hash_fields_cannot_be_shifted() -> None:
+    """Moving bytes from one field to the next gives another hash (fields are length-prefixed)."""
+    a = event_hash("", "id", "s-1", 1, "a.b", 1, b'{"x":1}', b"{}", 1)
+    b = event_hash("", "id", "s-1", 1, "a.b", 1, b'{"x":1}{', b"}", 1)
+    assert a != b and len(a) == 64
+
+
+def test_prepare_events_encodes_and_defaults_meta() -> None:
+    """prepare_events returns canonical bytes, {} for missing meta, and the id as str."""
+    event = NewEvent("a.b", {"b": 1, "a": 2}, schema=2)
+    name, (prepared,) = prepare_events("s-1", [event], 1000)
+    assert (name, prepared.id, prepared.data, prepared.meta, prepared.schema) == (
+        "s-1",
+        str(event.id),
+        b'{"a":2,"b":1}',
+        b"{}",
+        2,
+    )
+
+
+def test_prepare_events_refuses_duplicate_ids_and_oversize() -> None:
+    """One id twice in a batch, or an event over the limit, is refused with where it is."""
+    event = NewEvent("a.b", {})
+    with pytest.raises(InvalidEventError, match="twice") as info:
+        prepare_events("s-1", [event, event], 1000)
+    assert (info.value.stream, info.value.index) == ("s-1", 1)
+    with pytest.raises(EventTooLarge) as too_big:
+        prepare_events("s-1", [NewEvent("a.b", {"x": "y" * 100})], 50)
+    assert too_big.value.size > 50 and too_big.value.limit == 50
+
+
+@pytest.mark.parametrize("name", ["branch-1", "run-" + "x" * 196, "session-ü", "a b"])
+def test_valid_stream_names(name: str) -> None:
+    assert check_stream_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201, "a\tb", "a\x00", "a\x7f", None, 3])
+def test_invalid_stream_names(name: object) -> None:
+    with pytest.raises(InvalidEventError):
+        check_stream_name(name)
+
+
+def test_expected_version_checks() -> None:
+    """expected_version accepts ints >= 0 and the constants; version_matches applies them."""
+    assert check_expected_version("s", 0) == 0 and check_expected_version("s", ANY) is ANY
+    for bad in (-1, 1.0, "1", None, True):
+        with pytest.raises(InvalidEventError):
+            check_expected_version("s", bad)
+    assert version_matches(ANY, 0) and version_matches(STREAM_EXISTS, 1)
+    assert not version_matches(STREAM_EXISTS, 0) and not version_matches(3, 2)
+
+
+def test_prepare_batch_refuses_an_id_shared_by_two_entries() -> None:
+    """An id may appear once per append_batch call, across entries too."""
+    event = NewEvent("a.b", {})
+    with pytest.raises(InvalidEventError, match="twice"):
+        prepare_batch([("s-1", [event], ANY), ("s-2", [event], ANY)], 1000)
+
+
+def test_decode_payload_refuses_non_objects_and_bad_json() -> None:
+    """Undecodable or non-object payloads raise CorruptEventError naming the event."""
+    ups = Upcasters()
+    for data in (b"[1]", b"{", b"\xff"):
+        with pytest.raises(CorruptEventError) as info:
+            decode_payload(ups, "a.b", 1, data, b"{}", stream="s-1", version=4, position=9)
+        assert (info.value.stream, info.value.version, info.value.position) == ("s-1", 4, 9)
+
+
+def test_decode_payload_reports_a_failing_upcaster() -> None:
+    """An upcaster that raises surfaces as CorruptEventError chained to its error."""
+    ups = Upcasters()
+    ups.add("a.b", 1, lambda d: d["missing"])
+    with pytest.raises(CorruptEventError, match="upcasting") as info:
+        decode_payload(ups, "a.b", 1, b"{}", b"{}", stream="s-1", version=1, position=1)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def _prepared(stream: str, *events: NewEvent) -> PreparedAppend:
+    return PreparedAppend(stream, prepare_events(stream, list(events), 1000)[1], ANY)
+
+
+def test_match_resent_returns_original_and_refuses_differences() -> None:
+    """A re-send matches what is stored; other content, stream or order is an IdempotencyError."""
+    a, b = NewEvent("a.b", {"n": 1}), NewEvent("a.b", {"n": 2})
+    entry = _prepared("s-1", a, b)
+    stored = {
+        ev.id: (10 + i, "s-1", 3 + i, ev.type, ev.schema, ev.data, ev.meta)
+        for i, ev in enumerate(entry.events)
+    }
+    assert [(r.positions, r.version) for r in match_resent([entry], stored)] == [((10, 11), 4)]
+    with pytest.raises(IdempotencyError, match="already stored in stream 's-1'"):
+        match_resent([_prepared("s-2", a, b)], stored)
+    with pytest.raises(IdempotencyError, match="another order"):
+        match_resent([_prepared("s-1", b, a)], stored)
+    with pytest.raises(IdempotencyError, match="mixes"):
+        match_resent([_prepared("s-1", a, b, NewEvent("a.b", {}))], stored)
+    with pytest.raises(IdempotencyError, match="different content"):
+        match_resent([_prepared("s-1", a, NewEvent("a.b", {"n": 3}, id=b.id))], stored)
+
+
+def _chain(count: int) -> list[dict]:
+    rows, prev = [], ""
+    for version in range(1, count + 1):
+        data = encode_json({"v": version})
+        digest = event_hash(prev, f"id-{version}", "s-1", version, "a.b", 1, data, b"{}", 5)
+        rows.append(
+            dict(
+                position=version,
+                event_id=f"id-{version}",
+                stream="s-1",
+                version=version,
+                type_="a.b",
+                schema=1,
+                data=data,
+                meta=b"{}",
+                recorded_at_us=5,
+                prev_hash=prev,
+                hash_=digest,
+            )
+        )
+        prev = digest
+    return rows
+
+
+def test_chain_checker_accepts_a_sound_chain_and_names_a_missing_version() -> None:
+    """A deleted middle event shows as a version gap and a broken link at the next version."""
+    checker = ChainChecker()
+    for row in _chain(4):
+        checker.add(**row)
+    assert checker.problems == [] and (checker.streams, checker.events) == (1, 4)
+    broken = ChainChecker()
+    for row in _chain(4)[:1] + _chain(4)[2:]:
+        broken.add(**row)
+    assert {(p.stream, p.version) for p in broken.problems} == {("s-1", 3)}
+    assert any("gap" in p.what for p in broken.problems) and any("chain" in p.what for p in broken.problems)

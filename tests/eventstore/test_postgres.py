@@ -1,0 +1,325 @@
+"""The PostgreSQL backend: the conformance suite, plus what only a server can do to a store.
+
+Each test gets its own PostgreSQL schema (``?schema=...``), dropped afterwards, so tests never
+see each other's events. Without ``TURNLOG_TEST_PG_DSN`` they are skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import psycopg
+import pytest
+from conformance import StoreConformance
+from turnlog.eventstore import (
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StoreError,
+    StoreFormatError,
+    StoreUnavailable,
+    UnsupportedStoreURL,
+    open_store,
+)
+from turnlog.eventstore._encoding import encode_json, event_hash
+from turnlog.eventstore._postgres import FORMAT_VERSION, PostgresEventStore
+
+DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+needs_pg = pytest.mark.skipif(
+    not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
+)
+
+
+def with_params(dsn: str, **params: str) -> str:
+    return dsn + ("&" if "?" in dsn else "?") + urlencode(params)
+
+
+@pytest.fixture
+async def pg_schema() -> AsyncIterator[str]:
+    """A fresh, empty PostgreSQL schema name, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex}"
+    yield name
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def pg_url(pg_schema: str) -> str:
+    return with_params(DSN, schema=pg_schema)
+
+
+async def raw_sql(query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        cursor = await conn.execute(query, params)
+        return await cursor.fetchall() if cursor.description else []
+
+
+# -- conformance ---------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+@needs_pg
+class TestPostgresConformance(StoreConformance):
+    @pytest.fixture
+    async def store(self, pg_url: str) -> AsyncIterator[EventStore]:
+        async with open_store(pg_url) as store:
+            yield store
+
+    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, PostgresEventStore)
+        await raw_sql(
+            f'UPDATE "{store.schema}".events SET data = %s WHERE stream = %s AND version = %s',
+            [data, stream, version],
+        )
+
+
+# -- opening ---------------------------------------------------------------------------
+
+
+def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without psycopg installed, opening a PostgreSQL store says which extra to install."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(StoreError, match=r"pip install 'turnlog\[postgres\]'"):
+        PostgresEventStore("postgresql://localhost/db")
+
+
+@pytest.mark.parametrize("query", ["schema=bad-name", "schema=x;drop", "pool_size=0", "pool_size=many"])
+def test_bad_url_parameters_are_refused(query: str) -> None:
+    """A malformed schema name or pool size is refused before any connection is made."""
+    with pytest.raises(UnsupportedStoreURL, match=query.split("=")[0]):
+        PostgresEventStore(f"postgresql://localhost/db?{query}")
+
+
+def test_repr_hides_the_password() -> None:
+    """The password never appears in the store's repr."""
+    store = PostgresEventStore("postgresql://me:s3cret@localhost/db?schema=x")
+    assert "s3cret" not in repr(store)
+    assert "***" in repr(store)
+
+
+@pytest.mark.postgres
+@needs_pg
+class TestPostgresServer:
+    """Behaviour that needs a live server."""
+
+    async def test_schema_records_the_format_version(self, pg_url: str, pg_schema: str) -> None:
+        """Opening creates the tables and records the format version."""
+        async with PostgresEventStore(pg_url) as store:
+            assert await store.head() == 0
+        rows = await raw_sql(
+            f'SELECT value FROM "{pg_schema}".turnlog_meta WHERE key = %s', ["format_version"]
+        )
+        assert rows == [(str(FORMAT_VERSION),)]
+
+    async def test_newer_format_refuses_to_open(self, pg_url: str, pg_schema: str) -> None:
+        """A store written by a newer format refuses to open and names both versions."""
+        async with PostgresEventStore(pg_url) as store:
+            await store.append("s", [NewEvent("a.b", {})])
+        await raw_sql(
+            f'UPDATE "{pg_schema}".turnlog_meta SET value = %s WHERE key = %s', ["99", "format_version"]
+        )
+        with pytest.raises(StoreFormatError, match="newer turnlog") as info:
+            async with PostgresEventStore(pg_url):
+                pass
+        assert (info.value.found, info.value.supported) == (99, FORMAT_VERSION)
+
+    async def test_schema_with_foreign_tables_is_refused(self, pg_url: str, pg_schema: str) -> None:
+        """A schema holding an unrelated ``events`` table is not taken over."""
+        await raw_sql(f'CREATE SCHEMA "{pg_schema}"')
+        await raw_sql(f'CREATE TABLE "{pg_schema}".events (id int)')
+        with pytest.raises(StoreFormatError, match="did not create"):
+            async with PostgresEventStore(pg_url):
+                pass
+
+    async def test_concurrent_openers_of_a_fresh_schema(self, pg_url: str) -> None:
+        """Several stores opening the same fresh schema at once all succeed and share it."""
+        stores = [PostgresEventStore(pg_url) for _ in range(4)]
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, store in enumerate(stores):
+                    tg.start_soon(store.append, f"s-{i}", [NewEvent("a.b", {"i": i})])
+            assert await stores[0].head() == 4
+            names = sorted(name for name, _ in await stores[0].list_streams())
+            assert names == [f"s-{i}" for i in range(4)]
+        finally:
+            for store in stores:
+                await store.close()
+
+    async def test_dropped_connection_fails_only_the_call_in_flight(
+        self, pg_url: str, pg_schema: str
+    ) -> None:
+        """A connection terminated mid-call fails that call with StoreUnavailable; the next succeeds."""
+        app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
+        async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
+            await store.append("s", [NewEvent("a.b", {"n": 1})])
+            # Hold the append lock from outside so the next append is surely in flight.
+            async with await psycopg.AsyncConnection.connect(DSN) as blocker:
+                await blocker.execute(f'LOCK TABLE "{pg_schema}".events IN EXCLUSIVE MODE')
+                failure: list[BaseException] = []
+
+                async def doomed_append() -> None:
+                    try:
+                        await store.append("s", [NewEvent("a.b", {"n": 2})])
+                    except StoreUnavailable as exc:
+                        failure.append(exc)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(doomed_append)
+                    pids = await _wait_for_lock_waiter(app)
+                    await raw_sql("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [pids])
+                await blocker.rollback()
+            assert len(failure) == 1
+            assert isinstance(failure[0].__cause__, psycopg.OperationalError)
+            assert "connection" in str(failure[0])
+            result = await store.append("s", [NewEvent("a.b", {"n": 3})])
+            assert result.version == 2
+            assert [e.data["n"] async for e in store.read_stream("s")] == [1, 3]
+
+    async def test_idle_connections_killed_by_the_server_are_replaced(self, pg_url: str) -> None:
+        """After the server drops every idle connection of the store, the next call still succeeds."""
+        app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
+        async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
+            await store.append("s", [NewEvent("a.b", {})])
+            killed = await raw_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", [app]
+            )
+            assert killed and all(row[0] for row in killed)
+            assert (await store.append("s", [NewEvent("a.b", {})])).version == 2
+            assert await store.head() == 2
+
+    async def test_subscriber_survives_a_dropped_listener(self, pg_url: str) -> None:
+        """Killing the LISTEN connection neither ends the subscription nor loses an event."""
+        app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
+        async with PostgresEventStore(with_params(pg_url, application_name=app), poll_interval=0.2) as store:
+            seen: list[int] = []
+            first = anyio.Event()
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+
+                    async def consume() -> None:
+                        async for event in store.subscribe():
+                            seen.append(event.data["n"])
+                            first.set()
+                            if len(seen) == 3:
+                                return
+
+                    tg.start_soon(consume)
+                    await store.append("s", [NewEvent("a.b", {"n": 1})])
+                    await first.wait()
+                    await raw_sql(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+                        [app],
+                    )
+                    await store.append("s", [NewEvent("a.b", {"n": 2}), NewEvent("a.b", {"n": 3})])
+            assert seen == [1, 2, 3]
+
+    async def test_subscriber_catches_an_event_whose_notification_was_lost(
+        self, pg_url: str, pg_schema: str
+    ) -> None:
+        """An event committed without NOTIFY still reaches a subscriber, by the timed re-query."""
+        async with PostgresEventStore(pg_url, poll_interval=0.2) as store:
+            await store.append("s", [NewEvent("a.b", {"n": 1})])
+            got: list[RecordedEvent] = []
+            first = anyio.Event()
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+
+                    async def consume() -> None:
+                        async for event in store.subscribe():
+                            got.append(event)
+                            first.set()
+                            if len(got) == 2:
+                                return
+
+                    tg.start_soon(consume)
+                    await first.wait()
+                    await _insert_without_notify(pg_schema, got[0])
+            assert [e.data["n"] for e in got] == [1, 2]
+            assert (await store.verify()).ok
+
+    async def test_subscriber_sees_appends_of_another_process(self, pg_url: str) -> None:
+        """Live delivery includes events appended by a different process."""
+        code = textwrap.dedent(
+            """
+            import sys, anyio
+            from turnlog.eventstore import NewEvent
+            from turnlog.eventstore._postgres import PostgresEventStore
+            async def main():
+                async with PostgresEventStore(sys.argv[1]) as store:
+                    for n in range(5):
+                        await store.append("other", [NewEvent("a.b", {"n": n})])
+            anyio.run(main)
+            """
+        )
+        async with PostgresEventStore(pg_url, poll_interval=30.0) as store:
+            got: list[int] = []
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+
+                    async def consume() -> None:
+                        async for event in store.subscribe():
+                            got.append(event.data["n"])
+                            if len(got) == 5:
+                                return
+
+                    tg.start_soon(consume)
+                    await anyio.sleep(0.2)  # let the subscription reach its LISTEN
+                    proc = await anyio.run_process([sys.executable, "-c", code, pg_url], check=False)
+                    assert proc.returncode == 0, proc.stderr.decode()
+            # poll_interval=30 means only notifications could have delivered these in time
+            assert got == [0, 1, 2, 3, 4]
+
+    async def test_tampered_byte_is_named_by_verify(self, pg_url: str, pg_schema: str) -> None:
+        """Changing one stored byte with plain SQL makes verify name the stream and version."""
+        async with PostgresEventStore(pg_url) as store:
+            await store.append("s", [NewEvent("a.b", {"text": "hello"}) for _ in range(3)])
+            await raw_sql(
+                f"UPDATE \"{pg_schema}\".events SET data = replace(data::text, '6865', '6a65')::bytea "
+                "WHERE stream = 's' AND version = 2"
+            )
+            report = await store.verify()
+            assert not report.ok
+            assert {(p.stream, p.version) for p in report.problems} == {("s", 2)}
+
+    async def test_positions_stay_gapless_after_rejected_appends(self, pg_url: str) -> None:
+        """Appends refused inside the transaction consume no position."""
+        async with PostgresEventStore(pg_url) as store:
+            await store.append("s", [NewEvent("a.b", {})], 0)
+            for _ in range(3):
+                with pytest.raises(StoreError):
+                    await store.append("s", [NewEvent("a.b", {})], 0)
+            result = await store.append("t", [NewEvent("a.b", {})], 0)
+            assert result.positions == (2,)
+
+
+async def _wait_for_lock_waiter(app: str) -> list[int]:
+    with anyio.fail_after(10):
+        while True:
+            rows = await raw_sql(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                [app],
+            )
+            if rows:
+                return [row[0] for row in rows]
+            await anyio.sleep(0.02)
+
+
+async def _insert_without_notify(schema: str, previous: RecordedEvent) -> None:
+    """Store one valid event with plain SQL and no NOTIFY, as a lost notification would look."""
+    eid = str(uuid.uuid4())
+    data, meta = encode_json({"n": 2}), encode_json({})
+    when = 1_700_000_000_000_000
+    digest = event_hash(previous.hash, eid, "s", 2, "a.b", 1, data, meta, when)
+    await raw_sql(
+        f'INSERT INTO "{schema}".events (position, stream, version, event_id, type, schema, data, meta, '
+        "recorded_at, prev_hash, hash) VALUES (%s, 's', 2, %s, 'a.b', 1, %s, %s, %s, %s, %s)",
+        [previous.position + 1, eid, data, meta, when, previous.hash, digest],
+    )

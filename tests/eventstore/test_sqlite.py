@@ -1,0 +1,280 @@
+"""The SQLite backend: the conformance suite plus what only SQLite has."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from conformance import StoreConformance, collect, ev
+from freezegun import freeze_time
+from turnlog.eventstore import (
+    EventStore,
+    MemoryEventStore,
+    SQLiteEventStore,
+    StoreFormatError,
+    StoreUnavailable,
+    UnsupportedStoreURL,
+    open_store,
+)
+from turnlog.eventstore._sqlite import FORMAT_VERSION
+
+
+class TestSQLiteFile(StoreConformance):
+    @pytest.fixture
+    async def store(self, sqlite_url: str) -> AsyncIterator[EventStore]:
+        async with open_store(sqlite_url) as store:
+            yield store
+
+    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        conn = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            conn.execute(
+                "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+            )
+        finally:
+            conn.close()
+
+
+class TestSQLiteMemory(StoreConformance):
+    shares_across_processes = False
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[EventStore]:
+        async with open_store("sqlite:///:memory:") as store:
+            yield store
+
+    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        store._conn.execute(  # the private database has no other way in
+            "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+        )
+
+
+def file_size(path: Path) -> int:
+    return os.path.getsize(path)
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+async def test_events_survive_reopening(sqlite_url: str) -> None:
+    """Events, versions and hashes read back the same after the store is reopened."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=1), ev(n=2)])
+        before = await collect(store.read_all())
+    async with open_store(sqlite_url) as store:
+        assert await collect(store.read_all()) == before
+        assert (await store.append("s-1", [ev()], expected_version=2)).positions == (3,)
+        assert (await store.verify()).ok
+
+
+async def test_schema_stores_canonical_bytes_and_micros(sqlite_path: Path, sqlite_url: str) -> None:
+    """data and meta are stored as canonical JSON blobs, recorded_at as integer microseconds."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(b=1, a=2)])
+        (event,) = await collect(store.read_all())
+    with raw(sqlite_path) as conn:
+        row = conn.execute("SELECT data, typeof(data), meta, recorded_at FROM events").fetchone()
+        assert row[:3] == (b'{"a":2,"b":1}', "blob", b"{}")
+        assert row[3] == int(event.recorded_at.timestamp() * 1_000_000)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "1"
+        assert "tracking" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+
+
+async def test_recorded_at_is_the_append_time(sqlite_url: str) -> None:
+    """recorded_at is the UTC time of the append, to the microsecond."""
+    async with open_store(sqlite_url) as store:
+        with freeze_time("2026-03-04 05:06:07.891011"):
+            await store.append("s-1", [ev()])
+        (event,) = await collect(store.read_all())
+    assert event.recorded_at.isoformat() == "2026-03-04T05:06:07.891011+00:00"
+
+
+@pytest.mark.parametrize(("durability", "level"), [("normal", 1), ("full", 2)])
+async def test_durability_sets_synchronous(sqlite_url: str, durability: str, level: int) -> None:
+    """durability chooses PRAGMA synchronous; appends work at both levels."""
+    async with open_store(sqlite_url, durability=durability) as store:  # type: ignore[arg-type]
+        assert isinstance(store, SQLiteEventStore)
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == level
+        assert (await store.append("s-1", [ev(), ev()])).version == 2
+        assert (await store.verify()).ok
+
+
+async def test_positions_are_never_reused(sqlite_path: Path, sqlite_url: str) -> None:
+    """Deleting the newest row does not make its position available again."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(), ev()])
+    with raw(sqlite_path) as conn:
+        conn.execute("DELETE FROM events WHERE position = 2")
+    async with open_store(sqlite_url) as store:
+        assert (await store.append("s-2", [ev()])).positions == (3,)
+
+
+async def test_newer_format_refuses_to_open(sqlite_path: Path, sqlite_url: str) -> None:
+    """A store written by a newer format version raises StoreFormatError."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev()])
+    with raw(sqlite_path) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION + 1),))
+    with pytest.raises(StoreFormatError, match="newer turnlog") as info:
+        open_store(sqlite_url)
+    assert (info.value.found, info.value.supported) == (FORMAT_VERSION + 1, FORMAT_VERSION)
+
+
+async def test_file_that_is_not_sqlite_is_refused(sqlite_path: Path, sqlite_url: str) -> None:
+    """A file that is not a SQLite database raises StoreFormatError."""
+    with open(sqlite_path, "wb") as file:  # noqa: ASYNC230 - test set-up
+        file.write(b"hello, this is a text file\n" * 100)
+    with pytest.raises(StoreFormatError, match="not a SQLite database"):
+        open_store(sqlite_url)
+
+
+async def test_sqlite_database_of_another_program_is_refused(sqlite_path: Path, sqlite_url: str) -> None:
+    """A SQLite database without turnlog's tables raises StoreFormatError and is not modified."""
+    with raw(sqlite_path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    with pytest.raises(StoreFormatError, match="not a turnlog store"):
+        open_store(sqlite_url)
+    with raw(sqlite_path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
+
+
+async def test_append_waits_for_another_writer_without_blocking_the_loop(sqlite_path: Path) -> None:
+    """While another connection holds the write lock, an append waits off the loop, then lands."""
+    store = SQLiteEventStore(sqlite_path)
+    other = raw(sqlite_path)
+    other.execute("BEGIN IMMEDIATE")
+    ticks = 0
+    async with store:
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await anyio.sleep(0.005)
+
+        release = threading.Timer(0.3, other.execute, ("COMMIT",))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            release.start()
+            with anyio.fail_after(10):
+                result = await store.append("s-1", [ev()])
+            tg.cancel_scope.cancel()
+        release.join()
+        assert result.positions == (1,)
+        assert ticks >= 10  # the loop kept running while the append waited
+    other.close()
+
+
+async def test_write_lock_held_too_long_raises_store_unavailable(sqlite_path: Path) -> None:
+    """An append that cannot get the write lock within busy_timeout raises StoreUnavailable."""
+    store = SQLiteEventStore(sqlite_path, busy_timeout=0.1)
+    other = raw(sqlite_path)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        async with store:
+            with pytest.raises(StoreUnavailable, match="locked"):
+                await store.append("s-1", [ev()])
+            other.execute("ROLLBACK")
+            assert (await store.append("s-1", [ev()])).positions == (1,)
+    finally:
+        other.close()
+
+
+async def test_large_batches_run_off_the_loop(sqlite_url: str) -> None:
+    """A batch over the inline threshold is written on the worker thread, atomically."""
+    async with open_store(sqlite_url) as store:
+        result = await store.append("s-1", [ev(n=i) for i in range(1000)])
+        assert result.positions == tuple(range(1, 1001)) and result.version == 1000
+        assert (await store.verify()).events == 1000
+
+
+async def test_large_events_are_read_in_small_pages(sqlite_url: str) -> None:
+    """Pages end after a few MiB of payload, and paging still returns every event once."""
+    async with open_store(sqlite_url) as store:
+        for i in range(6):
+            await store.append("s-1", [ev(i=i, blob="b" * 1_000_000)])
+        assert [e.data["i"] for e in await collect(store.read_all())] == list(range(6))
+        backwards = await collect(store.read_stream("s-1", backwards=True, limit=5))
+        assert [e.version for e in backwards] == [6, 5, 4, 3, 2]
+
+
+async def test_wal_is_checkpointed_in_the_background(sqlite_path: Path, sqlite_url: str) -> None:
+    """The WAL does not grow without bound although automatic checkpoints are off."""
+    wal = Path(f"{sqlite_path}-wal")
+    async with open_store(sqlite_url) as store:
+        for _ in range(150):  # 24 MB of events
+            await store.append("s-1", [ev(blob="z" * 4000) for _ in range(40)])
+        await store.verify()  # runs on the worker after any queued checkpoint
+        assert file_size(wal) < 12 * 1024 * 1024
+        with raw(sqlite_path) as conn:
+            busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert busy == 0 and log == done
+
+
+# ---------------------------------------------------------------- open_store
+
+
+async def test_open_store_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative, absolute and in-memory SQLite URLs and memory:// open the right backend."""
+    monkeypatch.chdir(tmp_path)
+    cases = {
+        "sqlite:///rel.db": tmp_path / "rel.db",
+        f"sqlite:///{tmp_path}/abs.db": tmp_path / "abs.db",
+    }
+    for url, path in cases.items():
+        async with open_store(url) as store:
+            assert isinstance(store, SQLiteEventStore) and store.url == url
+            await store.append("s-1", [ev()])
+        assert file_size(path) > 0
+    async with open_store("sqlite:///:memory:") as store:
+        assert isinstance(store, SQLiteEventStore) and store.path == ":memory:"
+    async with open_store("memory://") as store:
+        assert isinstance(store, MemoryEventStore)
+
+
+async def test_open_store_default_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a URL, $TURNLOG_STORE is used, else ./turnlog.db."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
+    async with open_store() as store:
+        assert isinstance(store, SQLiteEventStore) and store.path == "./turnlog.db"
+    monkeypatch.setenv("TURNLOG_STORE", "memory://")
+    async with open_store() as store:
+        assert isinstance(store, MemoryEventStore)
+    monkeypatch.setenv("TURNLOG_STORE", str(tmp_path / "env.db"))
+    async with open_store() as store:
+        assert isinstance(store, SQLiteEventStore) and store.path == str(tmp_path / "env.db")
+
+
+@pytest.mark.parametrize("url", ["store.db", "/tmp/x.db", "mysql://host/db", "sqlite://x.db", "memory://x"])
+def test_open_store_refuses_unknown_urls(url: str) -> None:
+    """A plain path or an unknown scheme raises UnsupportedStoreURL naming what is supported."""
+    with pytest.raises(UnsupportedStoreURL) as info:
+        open_store(url)
+    assert isinstance(info.value, ValueError)
+    if "://" not in url:
+        assert "sqlite:///" in str(info.value)
+
+
+def test_postgres_without_the_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """postgresql:// loads its backend lazily; when it cannot, the error names the extra."""
+    monkeypatch.setitem(sys.modules, "turnlog.eventstore._postgres", None)
+    for url in ("postgresql://u@h/db", "postgres://u@h/db"):
+        with pytest.raises(UnsupportedStoreURL, match=r"turnlog\[postgres\]"):
+            open_store(url)
+
+
+def test_unknown_durability_is_refused(sqlite_url: str) -> None:
+    """durability other than normal or full raises ValueError."""
+    with pytest.raises(ValueError, match="durability"):
+        open_store(sqlite_url, durability="fast")  # type: ignore[arg-type]

@@ -1,0 +1,68 @@
+"""The test models: scripted replies with matchers, function replies, recorded calls."""
+
+from __future__ import annotations
+
+import pytest
+from turnlog.kernel import ScriptExhaustedError
+from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, RateLimitError, Usage
+from turnlog.kernel.testing import FunctionModel, ScriptedModel
+
+
+def request(text: str) -> ModelRequest:
+    return ModelRequest(messages=[{"role": "user", "content": text}])
+
+
+async def test_positional_replies_in_order_then_exhaustion() -> None:
+    model = ScriptedModel("one", ModelResponse(text="two", usage=Usage(1, 2, 0.0)))
+    assert isinstance(model, ChatModel)
+    assert (await model.invoke(request("a"))).text == "one"
+    second = await model.invoke(request("b"))
+    assert (second.text, second.usage, second.provider) == ("two", Usage(1, 2, 0.0), "test")
+    model.assert_complete()
+    with pytest.raises(ScriptExhaustedError):
+        await model.invoke(request("c"))
+
+
+async def test_when_matchers_win_over_position_and_are_used_once() -> None:
+    model = (
+        ScriptedModel("positional")
+        .add("rainy", when="weather")
+        .add("sunny", when=lambda r: "sun" in str(r.messages))
+    )
+    assert (await model.invoke(request("the weather?"))).text == "rainy"
+    assert (await model.invoke(request("the weather again?"))).text == "positional"
+    assert (await model.invoke(request("sun?"))).text == "sunny"
+    assert [c.matched_by for c in model.calls] == ["when", "position", "when"]
+    assert model.calls[0].last_user_message == "the weather?"
+
+
+async def test_exceptions_are_raised_and_recorded() -> None:
+    model = ScriptedModel(RateLimitError("later", status_code=429))
+    with pytest.raises(RateLimitError):
+        await model.invoke(request("x"))
+    assert isinstance(model.calls[0].error, RateLimitError)
+
+
+async def test_assert_complete_names_unused_replies() -> None:
+    model = ScriptedModel("a", "b")
+    await model.invoke(request("x"))
+    with pytest.raises(AssertionError, match="1 scripted replies were never used"):
+        model.assert_complete()
+
+
+async def test_tool_calls_in_a_mapping_reply() -> None:
+    model = ScriptedModel({"text": "", "tool_calls": [{"name": "add", "arguments": {"a": 1}, "id": "c1"}]})
+    response = await model.invoke(request("x"))
+    assert response.tool_calls[0].name == "add" and response.finish_reason == "tool_calls"
+
+
+async def test_function_model_sync_and_async() -> None:
+    sync_model = FunctionModel(lambda r: f"{len(r.messages)} messages")
+    assert (await sync_model.invoke(request("x"))).text == "1 messages"
+
+    async def answer(r: ModelRequest) -> str:
+        return r.messages[-1]["content"].upper()
+
+    async_model = FunctionModel(answer)
+    assert (await async_model.invoke(request("shout"))).text == "SHOUT"
+    assert async_model.calls[0].matched_by == "function"

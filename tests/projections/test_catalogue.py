@@ -1,0 +1,278 @@
+"""The event catalogue: every schema round-trips, writes and reads validate, old schemas upcast."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from turnlog.eventstore import NewEvent, RecordedEvent, TurnlogError, Upcaster, uuid7
+from turnlog.projections import (
+    CATALOGUE,
+    AssistantResponse,
+    BranchCreated,
+    BranchForked,
+    BranchIncluded,
+    BranchRemoved,
+    ChunkReceived,
+    DefaultBranchSet,
+    EventData,
+    EventDecodeError,
+    InvalidEventDataError,
+    MessageAdded,
+    MessageAnnotated,
+    MessagesCleared,
+    ModelCalled,
+    NodeCompleted,
+    NodeFailed,
+    NodeQueued,
+    NodeSkipped,
+    NodeStarted,
+    ProviderSessionBound,
+    RunEnded,
+    RunFailed,
+    RunStarted,
+    SessionCreated,
+    System,
+    UnknownEventType,
+    UsageData,
+    catalogue_upcasters,
+    decode_event,
+    new_event,
+)
+
+from .strategies import json_values, messages
+
+USAGE = UsageData(input_tokens=10, output_tokens=5, cost_usd=0.001)
+EXAMPLES: list[EventData] = [
+    BranchCreated(
+        branch_id="b1",
+        name="main",
+        user="u",
+        system=System.create("Be terse."),
+        chat_model={"provider": "openai", "model": "gpt-4.1-mini"},
+        metadata={"k": [1, 2]},
+        session_id="s1",
+    ),
+    BranchForked(
+        branch_id="b2", parent_branch_id="b1", parent_stream="branch-b1", parent_version=3, name="f"
+    ),
+    MessageAdded(
+        message=AssistantResponse.create("hi", metadata={"run_id": "r1", "chunk_range": [1, 4]}), run_id="r1"
+    ),
+    MessageAnnotated(message_id="m1", metadata={"parsed": {"n": 1}}, reason="parsed"),
+    MessagesCleared(),
+    ProviderSessionBound(provider="claude_code", model="sonnet", session_id="sess-1"),
+    ModelCalled(
+        call_id="c1",
+        provider="openai",
+        model="gpt-4.1-mini",
+        endpoint="chat/completions",
+        verb="communicate",
+        run_id="r1",
+        message_ids=["m1"],
+        params={"temperature": 0.2},
+        tools=["add"],
+        response_format="Answer",
+        fingerprint="ab" * 32,
+        context_providers=["clock"],
+        response={"choices": []},
+        usage=USAGE,
+        latency_ms=12.5,
+        ttft_ms=3.0,
+        attempts=2,
+        status="error",
+        error_type="RateLimited",
+        error_message="slow down",
+        stream=True,
+    ),
+    RunStarted(run_id="r1", verb="run", parent_run_id=None, provider="claude_code", model="sonnet"),
+    RunEnded(run_id="r1", verb="run", duration_ms=10.0, usage=USAGE, chunks=7),
+    RunFailed(
+        run_id="r1",
+        verb="run",
+        duration_ms=1.0,
+        error_type="CancelledError",
+        error_message="",
+        reason="crashed",
+        recovered={"chunks": 3},
+    ),
+    ChunkReceived(seq=1, type="tool_use", tool_name="Read", tool_id="t1", tool_input={"path": "x"}),
+    SessionCreated(session_id="s1", name="demo"),
+    BranchIncluded(branch_id="b1"),
+    BranchRemoved(branch_id="b1"),
+    DefaultBranchSet(branch_id="b1"),
+    NodeQueued(node_id="n1", operation="chat", branch_id="b1"),
+    NodeStarted(node_id="n1", operation="chat"),
+    NodeCompleted(node_id="n1", duration_ms=2.0, result={"ok": True}),
+    NodeFailed(node_id="n1", duration_ms=2.0, error_type="ValueError", error_message="bad"),
+    NodeSkipped(node_id="n1", reason="upstream failed"),
+]
+
+
+def recorded(ev: NewEvent, *, stream: str = "branch-b1", version: int = 1) -> RecordedEvent:
+    """What a store would hand back for ``ev`` (after a real JSON encode/decode)."""
+    return RecordedEvent(
+        id=ev.id,
+        stream=stream,
+        version=version,
+        position=version,
+        type=ev.type,
+        schema=ev.schema,
+        data=orjson.loads(orjson.dumps(dict(ev.data))),
+        meta=dict(ev.meta or {}),
+        recorded_at=datetime.now(UTC),
+        prev_hash="",
+        hash="",
+    )
+
+
+def test_every_catalogue_type_has_an_example() -> None:
+    assert {type(e).event_type for e in EXAMPLES} == set(CATALOGUE)
+
+
+@pytest.mark.parametrize("data", EXAMPLES, ids=lambda d: d.event_type)
+def test_every_schema_round_trips_through_new_event_and_decode_event(data: EventData) -> None:
+    ev = new_event(data, meta={"branch_id": "b1", "actor": "test"})
+    assert (ev.type, ev.schema) == (data.event_type, data.schema_version)
+    assert ev.meta == {"branch_id": "b1", "actor": "test"}
+    back = decode_event(recorded(ev))
+    assert back == data
+    assert type(back) is type(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages, st.none() | st.text(max_size=8))
+def test_message_added_round_trips_every_message(msg, run_id) -> None:
+    data = MessageAdded(message=msg, run_id=run_id)
+    back = decode_event(recorded(new_event(data)))
+    assert isinstance(back, MessageAdded)
+    assert back.message == msg and type(back.message) is type(msg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(json_values)
+def test_node_result_is_any_json(value) -> None:
+    data = NodeCompleted(node_id="n", duration_ms=1.0, result=value)
+    assert decode_event(recorded(new_event(data))) == data
+
+
+def test_new_event_keeps_a_given_id() -> None:
+    eid = uuid7()
+    assert new_event(MessagesCleared(), id=eid).id == eid
+
+
+def test_new_event_rejects_a_payload_that_bypassed_validation() -> None:
+    sneaky = RunStarted.model_construct(run_id=123, verb="run")
+    with pytest.raises(InvalidEventDataError, match="run_id") as info:
+        new_event(sneaky)
+    assert isinstance(info.value, TurnlogError)
+
+
+def test_new_event_rejects_unregistered_types() -> None:
+    class Stray(EventData):
+        event_type: ClassVar[str] = "stray.thing"
+
+    with pytest.raises(InvalidEventDataError, match="not a registered schema"):
+        new_event(Stray())
+
+
+def test_new_event_rejects_non_string_known_meta() -> None:
+    with pytest.raises(InvalidEventDataError, match="run_id"):
+        new_event(MessagesCleared(), meta={"run_id": 5})
+
+
+def test_schemas_reject_bad_input_on_construction() -> None:
+    with pytest.raises(ValueError):
+        RunFailed(run_id="r", verb="v", duration_ms=1, error_type="E", error_message="m", reason="oops")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ChunkReceived(seq=0, type="text")
+
+
+def test_decode_event_names_stream_version_and_type_on_a_bad_payload() -> None:
+    ev = NewEvent("run.started", {"run_id": "r1"})
+    with pytest.raises(EventDecodeError) as info:
+        decode_event(recorded(ev, stream="branch-x", version=7))
+    err = info.value
+    assert (err.stream, err.version, err.type) == ("branch-x", 7, "run.started")
+    assert "verb" in str(err) and "branch-x" in str(err)
+    assert isinstance(err, TurnlogError)
+
+
+def test_decode_event_rejects_unknown_types() -> None:
+    with pytest.raises(UnknownEventType, match=r"mystery\.event"):
+        decode_event(recorded(NewEvent("mystery.event", {})))
+
+
+def test_decode_event_rejects_a_newer_schema_than_the_code_knows() -> None:
+    ev = NewEvent("messages.cleared", {}, schema=9)
+    with pytest.raises(EventDecodeError, match="schema 9"):
+        decode_event(recorded(ev))
+
+
+# --------------------------------------------------------------------------- registering and upcasting
+
+
+class NoteAddedV2(EventData):
+    """A test type whose schema 1 had ``body`` and no ``tags``."""
+
+    event_type: ClassVar[str] = "note.added"
+    schema_version: ClassVar[int] = 2
+    upcasters: ClassVar[dict[int, Upcaster]] = {
+        1: lambda d: {"text": d["body"], "tags": d.get("tags", ["legacy"])},
+    }
+    text: str
+    tags: list[str]
+
+
+def test_catalogue_upcasters_exist_and_are_empty_until_a_schema_moves() -> None:
+    ups = catalogue_upcasters()
+    assert ups.upcast("message.added", 1, {"x": 1}) == (1, {"x": 1})
+
+
+def test_registered_type_is_upcast_by_the_registry_upcasters() -> None:
+    registry = CATALOGUE.copy()
+    registry.register(NoteAddedV2)
+    assert "note.added" not in CATALOGUE
+    ups = catalogue_upcasters(registry)
+    assert ups.upcast("note.added", 1, {"body": "hello"}) == (2, {"text": "hello", "tags": ["legacy"]})
+
+
+def test_decode_event_upcasts_an_old_schema_itself() -> None:
+    registry = CATALOGUE.copy()
+    registry.register(NoteAddedV2)
+    old = NewEvent("note.added", {"body": "hello"}, schema=1)
+    note = decode_event(recorded(old), registry)
+    assert note == NoteAddedV2(text="hello", tags=["legacy"])
+    current = new_event(NoteAddedV2(text="t", tags=[]), registry=registry)
+    assert current.schema == 2 and decode_event(recorded(current), registry) == NoteAddedV2(text="t", tags=[])
+
+
+async def test_store_opened_with_catalogue_upcasters_lifts_old_events() -> None:
+    eventstore = pytest.importorskip("turnlog.eventstore")
+    open_store: Any = getattr(eventstore, "open_store", None)
+    if open_store is None:
+        pytest.skip("the store is not available")
+    registry = CATALOGUE.copy()
+    registry.register(NoteAddedV2)
+    async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters(registry)) as store:
+        await store.append("notes-1", [NewEvent("note.added", {"body": "hello"}, schema=1)])
+        [stored] = [ev async for ev in store.read_stream("notes-1")]
+        assert stored.schema == 2
+        assert decode_event(stored, registry) == NoteAddedV2(text="hello", tags=["legacy"])
+
+
+def test_registering_a_clashing_name_fails() -> None:
+    class Other(EventData):
+        event_type: ClassVar[str] = "message.added"
+
+    with pytest.raises(ValueError, match="already registered"):
+        CATALOGUE.copy().register(Other)
+
+
+def test_ids_in_new_events_are_uuids() -> None:
+    assert isinstance(new_event(MessagesCleared()).id, uuid.UUID)

@@ -1,0 +1,291 @@
+"""Rebuild, snapshots, time travel and forks: the properties users rely on."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from freezegun import freeze_time
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog.eventstore import NewEvent, NewSnapshot, open_store
+from turnlog.projections import (
+    PROJECTION_VERSION,
+    SNAPSHOT_TYPE,
+    AssistantResponse,
+    BranchForked,
+    BranchNotFound,
+    FoldError,
+    Instruction,
+    InvalidTargetError,
+    MessageAdded,
+    ProviderSessionBound,
+    SnapshotPolicy,
+    StateCache,
+    apply,
+    fold,
+    fork,
+    maybe_snapshot,
+    rebuild,
+    write_snapshots,
+)
+
+from .helpers import Script, append, new_branch, op_lists
+
+PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run(fn, *args):
+    return anyio.run(fn, *args)
+
+
+@PROPS
+@given(op_lists, st.data())
+def test_incremental_equals_rebuild_from_scratch_and_through_any_snapshots(op_list, data) -> None:
+    async def main() -> None:
+        async with open_store("memory://") as store:
+            events = await new_branch(store, "b")
+            events += await append(store, "b", Script().events(op_list))
+            states = [None]
+            for event in events:
+                states.append(apply(states[-1], event))
+            tip = states[-1]
+            assert await rebuild(store, "b", snapshots=False) == tip
+            assert fold(events) == tip
+            # snapshots at arbitrary versions (delta chains), then every rebuild still agrees
+            versions = sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=4)))
+            for v in versions:
+                await maybe_snapshot(store, states[v], SnapshotPolicy(every=1))
+            assert await rebuild(store, "b") == tip
+            for v in range(1, len(events) + 1):
+                assert await rebuild(store, "b", at_version=v) == states[v]
+                assert await rebuild(store, "b", at_version=v, snapshots=False) == states[v]
+            # an in-process cache, visited in random order, agrees too
+            cache = StateCache(store, every=data.draw(st.integers(1, 5)))
+            order = data.draw(st.permutations(range(1, len(events) + 1)))
+            for v in order:
+                assert await rebuild(store, "b", at_version=v, cache=cache) == states[v]
+            await store.delete_snapshots()
+            assert await rebuild(store, "b") == tip
+            assert await rebuild(store, "b", cache=cache) == tip
+
+    run(main)
+
+
+@PROPS
+@given(op_lists, op_lists, st.data())
+def test_fork_equals_the_parent_prefix_plus_its_own_events(parent_ops, fork_ops, data) -> None:
+    async def main() -> None:
+        async with open_store("memory://") as store:
+            script = Script()
+            events = await new_branch(store, "p")
+            events += await append(store, "p", script.events(parent_ops))
+            at = data.draw(st.integers(1, len(events)))
+            if data.draw(st.booleans()):
+                await maybe_snapshot(store, fold(events[: max(1, at - 1)]), SnapshotPolicy(every=1))
+            child = await fork(store, "p", at, name="child")
+            # the parent moves on after the fork: the fork must not see it
+            await append(store, "p", [MessageAdded(message=Instruction.create("parent only"))])
+            own = await append(store, child, script.events(fork_ops))
+            [forked] = [e async for e in store.read_stream(f"branch-{child}", 1, 1)]
+            parent_at = fold(events[:at])
+            expected = fold(own, apply(parent_at, forked))
+            state = await rebuild(store, child)
+            assert state == expected
+            assert state == await rebuild(store, child, snapshots=False)
+            cache = StateCache(store, every=2)
+            assert await rebuild(store, "p", cache=cache) == fold(
+                [*events, *[e async for e in store.read_stream("branch-p", len(events) + 1)]]
+            )
+            assert await rebuild(store, child, cache=cache) == expected
+            assert state.forked_from is not None and state.forked_from.parent_version == at
+            assert state.version == 1 + len(own)
+            if not any(op[0] in ("clear", "upsert") for op in fork_ops):
+                added = [e.data["message"]["id"] for e in own if e.type == "message.added"]
+                prefix = [m.id for m in parent_at.messages]
+                assert [m.id for m in state.messages] == prefix + [
+                    i for i in added if i not in prefix and i in {m.id for m in state.messages}
+                ]
+            # a fork of the fork
+            grandchild = await fork(store, child, state.version)
+            assert (await rebuild(store, grandchild)).messages == state.messages
+
+    run(main)
+
+
+@pytest.fixture(params=["memory://", "sqlite:///:memory:"])
+async def store(request):
+    async with open_store(request.param) as s:
+        yield s
+
+
+async def test_rebuild_at_version_is_the_fold_of_the_first_versions(store) -> None:
+    rng = random.Random(7)
+    script = Script()
+    ops = [
+        rng.choice([("ins", "q"), ("asst", "a"), ("req", "t"), ("resp", 0, False), ("clear",)])
+        for _ in range(60)
+    ]
+    events = await new_branch(store, "b")
+    events += await append(store, "b", script.events(ops))
+    written = await write_snapshots(store, "b", SnapshotPolicy(every=7))
+    assert written == len(events) // 7
+    for v in range(1, len(events) + 1):
+        assert await rebuild(store, "b", at_version=v) == fold(events[:v])
+
+
+async def test_rebuild_at_position_picks_the_last_event_at_or_before(store) -> None:
+    a = await new_branch(store, "a")
+    await new_branch(store, "other")
+    a += await append(store, "a", [MessageAdded(message=Instruction.create("q"))])
+    state = await rebuild(store, "a", at_position=a[1].position - 1)
+    assert state.version == 1
+    assert (await rebuild(store, "a", at_position=a[1].position)).version == 2
+    with pytest.raises(BranchNotFound, match="at or before position 0"):
+        await rebuild(store, "a", at_position=0)
+
+
+async def test_rebuild_at_time_with_a_frozen_clock(store) -> None:
+    with freeze_time("2026-03-01 09:00:00") as clock:
+        await new_branch(store, "b")
+        clock.move_to("2026-03-01 10:00:00")
+        await append(store, "b", [MessageAdded(message=Instruction.create("at ten"))])
+        clock.move_to("2026-03-01 11:00:00")
+        await append(store, "b", [MessageAdded(message=AssistantResponse.create("at eleven"))])
+    at = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
+    state = await rebuild(store, "b", at_time=at)
+    assert [m.kind for m in state.messages] == ["Instruction"]
+    assert state.updated_at == datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+    assert len(await rebuild(store, "b", at_time=at + timedelta(hours=1))) == 2
+    with pytest.raises(BranchNotFound):
+        await rebuild(store, "b", at_time=datetime(2026, 3, 1, 8, 0, tzinfo=UTC))
+    with pytest.raises(InvalidTargetError, match="aware"):
+        await rebuild(store, "b", at_time=datetime(2026, 3, 1, 10, 30))
+
+
+async def test_bad_targets_are_refused(store) -> None:
+    await new_branch(store, "b")
+    with pytest.raises(InvalidTargetError, match="at most one"):
+        await rebuild(store, "b", at_version=1, at_position=1)
+    with pytest.raises(InvalidTargetError, match="at version 1"):
+        await rebuild(store, "b", at_version=2)
+    with pytest.raises(InvalidTargetError):
+        await rebuild(store, "b", at_version=0)
+    with pytest.raises(BranchNotFound):
+        await rebuild(store, "nope")
+
+
+async def test_snapshots_of_another_projection_version_are_ignored(store) -> None:
+    events = await new_branch(store, "b")
+    events += await append(store, "b", [MessageAdded(message=Instruction.create("q"))])
+    bogus = {"branch_id": "b", "this": "is not a state"}
+    await store.save_snapshot(
+        NewSnapshot("branch-b", 2, SNAPSHOT_TYPE, bogus, meta={"projection_version": PROJECTION_VERSION - 1})
+    )
+    assert await rebuild(store, "b") == fold(events)
+    # the next snapshot written replaces the outdated one and is used
+    assert await maybe_snapshot(store, fold(events), SnapshotPolicy(every=1))
+    snap = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    assert snap is not None and snap.meta["projection_version"] == PROJECTION_VERSION
+    assert await rebuild(store, "b") == fold(events)
+
+
+async def test_a_broken_snapshot_chain_falls_back_to_the_events(store) -> None:
+    events = await new_branch(store, "b")
+    for i in range(6):
+        events += await append(store, "b", [MessageAdded(message=Instruction.create(f"q{i}"))])
+        await maybe_snapshot(store, fold(events), SnapshotPolicy(every=2))
+    # overwrite a middle link with a snapshot of a different shape: the chain no longer fits
+    middle = await store.load_snapshot("branch-b", 5, type=SNAPSHOT_TYPE)
+    assert middle is not None and middle.version in (4, 5)
+    await store.save_snapshot(
+        NewSnapshot("branch-b", middle.version, SNAPSHOT_TYPE, {**middle.data, "n": 0}, meta=middle.meta)
+    )
+    assert await rebuild(store, "b") == fold(events)
+
+
+async def test_policy_writes_every_n_and_at_run_end(store) -> None:
+    events = await new_branch(store, "b")
+    policy = SnapshotPolicy(every=3)
+    written = []
+    for i in range(7):
+        events += await append(store, "b", [MessageAdded(message=Instruction.create(f"q{i}"))])
+        if await maybe_snapshot(store, fold(events), policy):
+            written.append(len(events))
+    assert written == [3, 6]
+    assert await maybe_snapshot(store, fold(events), policy, run_ended=True)
+    assert not await maybe_snapshot(store, fold(events), policy, run_ended=True)
+    assert not await maybe_snapshot(
+        store, fold(events), SnapshotPolicy(every=3, at_run_end=False), run_ended=True
+    )
+    with pytest.raises(ValueError, match="every"):
+        SnapshotPolicy(every=0)
+
+
+async def test_large_deltas_are_split_into_parts(store, monkeypatch) -> None:
+    from turnlog.projections import _snapshots
+
+    monkeypatch.setattr(_snapshots, "_PART_BYTES", 2000)
+    events = await new_branch(store, "b")
+    events += await append(
+        store, "b", [MessageAdded(message=Instruction.create("x" * 300)) for _ in range(20)]
+    )
+    assert await maybe_snapshot(store, fold(events), SnapshotPolicy(every=5))
+    assert await store.load_snapshot("branch-b", type=f"{SNAPSHOT_TYPE}.part1") is not None
+    assert await rebuild(store, "b") == fold(events)
+
+
+async def test_provider_sessions_are_not_inherited_by_a_fork(store) -> None:
+    await new_branch(store, "p")
+    await append(store, "p", [ProviderSessionBound(provider="claude_code", model="m", session_id="s")])
+    child = await fork(store, "p", 2)
+    assert (await rebuild(store, "p")).provider_session("claude_code", "m") == "s"
+    assert (await rebuild(store, child)).provider_sessions == {}
+
+
+async def test_fork_ids_are_fresh_and_bad_forks_are_refused(store) -> None:
+    await new_branch(store, "p")
+    ids = {await fork(store, "p", 1) for _ in range(5)}
+    assert len(ids) == 5
+    with pytest.raises(InvalidTargetError):
+        await fork(store, "p", 2)
+    with pytest.raises(BranchNotFound):
+        await fork(store, "missing", 1)
+    # a hand-made fork pointing past the parent's end does not fold
+    await store.append(
+        "branch-f",
+        [
+            NewEvent(
+                "branch.forked",
+                BranchForked(
+                    branch_id="f", parent_branch_id="p", parent_stream="branch-p", parent_version=9
+                ).model_dump(),
+            )
+        ],
+    )
+    with pytest.raises(FoldError, match="before 9"):
+        await rebuild(store, "f")
+
+
+async def test_snapshots_are_used_and_hold_only_the_delta(store) -> None:
+    from turnlog.projections import load_snapshot_state
+
+    events = await new_branch(store, "b")
+    events += await append(store, "b", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(20)])
+    assert await write_snapshots(store, "b", SnapshotPolicy(every=7)) == 3
+    snap = await store.load_snapshot("branch-b", 14, type=SNAPSHOT_TYPE)
+    assert snap is not None and snap.version == 14
+    assert snap.data["base_version"] == 7 and len(snap.data["messages"]) == 7
+    loaded = await load_snapshot_state(store, "branch-b", 20)
+    assert loaded is not None and loaded.version == 14 and loaded == fold(events[:14])
+    # running it again adds nothing new
+    assert await write_snapshots(store, "b", SnapshotPolicy(every=7)) == 0
+
+
+async def test_a_cache_serves_one_store(store) -> None:
+    await new_branch(store, "b")
+    async with open_store("memory://") as other:
+        with pytest.raises(ValueError, match="another store"):
+            await rebuild(store, "b", cache=StateCache(other))

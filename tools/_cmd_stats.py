@@ -1,0 +1,223 @@
+"""``turnlog stats``: usage, cost, latency, errors and tools, from the analytics projection.
+
+The projection is brought up to date first (only the events after its checkpoint are
+read), then one table is printed: model calls grouped by model, provider, day, branch or
+session (with the failed calls by error type below), tool calls by tool, or runs by verb.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import anyio
+from turnlog.eventstore import StoreError, open_store
+from turnlog.projections.analytics import (
+    AnalyticsError,
+    AnalyticsProjection,
+    ErrorRow,
+    Percentiles,
+    RunRow,
+    TimeRange,
+    ToolRow,
+    UpdateReport,
+    UsageRow,
+    load_price_table,
+)
+
+from ._command import Command, UserError, add_store_argument, emit_json, store_url
+from ._output import print_table
+
+__all__ = ["COMMAND", "add_analytics_arguments", "open_projection_args"]
+
+_BY = ("model", "provider", "day", "tool", "branch", "session", "verb")
+
+
+def add_analytics_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--prices`` and ``--analytics-db``, shared by ``stats`` and ``export``."""
+    parser.add_argument(
+        "--prices",
+        default=None,
+        metavar="FILE",
+        help='JSON price file {"model": {"input": USD per 1M tokens, "output": ...}} on top of the '
+        "defaults and $TURNLOG_PRICES",
+    )
+    parser.add_argument(
+        "--analytics-db",
+        default=None,
+        metavar="PATH",
+        help="SQLite file for the analytics tables when the store has no file of its own "
+        "(PostgreSQL, in-memory); default: the store's own file",
+    )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser)
+    parser.add_argument("--by", choices=_BY, default="model", help="group by (default: model)")
+    parser.add_argument("--since", default=None, metavar="ISO", help="from this UTC time or date (inclusive)")
+    parser.add_argument(
+        "--until", default=None, metavar="ISO", help="up to this UTC time or date (exclusive)"
+    )
+    parser.add_argument(
+        "--rebuild", action="store_true", help="rebuild the analytics tables from the whole log"
+    )
+    add_analytics_arguments(parser)
+
+
+def open_projection_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The store URL and the ``AnalyticsProjection`` keyword arguments the options ask for."""
+    url = store_url(args.store)
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[10:]).exists():
+        raise UserError(f"no store at {url[10:]} (give --store or set TURNLOG_STORE)")
+    try:
+        prices = load_price_table(args.prices)
+    except AnalyticsError as exc:
+        raise UserError(str(exc)) from exc
+    return url, {"database": args.analytics_db, "prices": prices}
+
+
+def _ms(p: Percentiles) -> tuple[float | None, float | None, float | None]:
+    return p.p50, p.p95, p.p99
+
+
+def _pct(rate: float) -> str:
+    return f"{rate * 100:.1f}%"
+
+
+async def _collect(args: argparse.Namespace) -> dict[str, Any]:
+    url, options = open_projection_args(args)
+    window = TimeRange.of(args.since, args.until)
+    async with open_store(url) as store, AnalyticsProjection(store, **options) as analytics:
+        report: UpdateReport = await (analytics.rebuild() if args.rebuild else analytics.update())
+        result: dict[str, Any] = {
+            "by": args.by,
+            "since": window.since,
+            "until": window.until,
+            "position": report.to_position,
+            "applied_events": report.events,
+        }
+        if args.by == "tool":
+            result["tools"] = await analytics.tool_usage("tool", since=args.since, until=args.until)
+        elif args.by == "verb":
+            result["runs"] = await analytics.run_usage("verb", since=args.since, until=args.until)
+        else:
+            result["usage"] = await analytics.usage(args.by, since=args.since, until=args.until)
+            result["errors"] = await analytics.error_rates(args.by, since=args.since, until=args.until)
+        return result
+
+
+def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
+    columns = [
+        by,
+        "calls",
+        "errors",
+        "error rate",
+        "input tok",
+        "output tok",
+        "cost $",
+        "unpriced",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "ttft p50",
+        "ttft p95",
+        "ttft p99",
+    ]
+    print_table(
+        columns,
+        [
+            [
+                r.key,
+                r.calls,
+                r.errors,
+                _pct(r.error_rate),
+                r.input_tokens,
+                r.output_tokens,
+                None if r.cost_usd is None else round(r.cost_usd, 6),
+                r.unpriced_calls,
+                *_ms(r.latency_ms),
+                *_ms(r.ttft_ms),
+            ]
+            for r in rows
+        ],
+        title=f"model calls by {by}",
+    )
+    if errors:
+        print()
+        print_table(
+            [by, "error.type", "errors", "of calls"],
+            [[e.key, e.error_type, e.errors, _pct(e.rate)] for e in errors],
+            title="failed calls by error type",
+        )
+
+
+def _print_tools(rows: list[ToolRow]) -> None:
+    print_table(
+        ["tool", "calls", "ok", "errors", "denied", "error rate", "p50 ms", "p95 ms", "p99 ms"],
+        [[r.key, r.calls, r.ok, r.errors, r.denied, _pct(r.error_rate), *_ms(r.duration_ms)] for r in rows],
+        title="tool calls by tool",
+    )
+
+
+def _print_runs(rows: list[RunRow]) -> None:
+    print_table(
+        [
+            "verb",
+            "runs",
+            "ok",
+            "failed",
+            "running",
+            "input tok",
+            "output tok",
+            "cost $",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+        ],
+        [
+            [
+                r.key,
+                r.runs,
+                r.ok,
+                r.failed,
+                r.running,
+                r.input_tokens,
+                r.output_tokens,
+                None if r.cost_usd is None else round(r.cost_usd, 6),
+                *_ms(r.duration_ms),
+            ]
+            for r in rows
+        ],
+        title="runs by verb",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        result = anyio.run(_collect, args)
+    except (AnalyticsError, StoreError) as exc:
+        raise UserError(str(exc)) from exc
+    if args.json:
+        emit_json({k: [row.to_dict() for row in v] if isinstance(v, list) else v for k, v in result.items()})
+        return 0
+    if "tools" in result:
+        _print_tools(result["tools"])
+    elif "runs" in result:
+        _print_runs(result["runs"])
+    else:
+        _print_usage(args.by, result["usage"], result["errors"])
+    print(f"\nup to position {result['position']} ({result['applied_events']} new events applied)")
+    return 0
+
+
+COMMAND = Command(
+    name="stats",
+    help="tokens, cost, latency and TTFT percentiles, errors and tools, by model, day, tool, ...",
+    description="Update the analytics projection with the events added since its last update, then print "
+    "usage grouped by model, provider, day, branch, session, tool or verb. Percentiles are nearest-rank; "
+    "cost is null for a model the price table does not know.",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog stats --by day --since 2026-12-01 --store turnlog.db",
+)

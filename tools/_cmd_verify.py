@@ -1,0 +1,57 @@
+"""``turnlog verify``: hash chains, version gaps and integrity of a store."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+from turnlog.eventstore import StoreError, VerifyReport, open_store
+
+from ._command import Command, UserError, add_store_argument, emit_json, store_url
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser)
+    parser.add_argument("--stream", default=None, help="check one stream only")
+
+
+async def _verify(url: str, stream: str | None) -> VerifyReport:
+    try:
+        async with open_store(url) as store:
+            return await store.verify(stream)
+    except StoreError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def _run(args: argparse.Namespace) -> int:
+    report = anyio.run(_verify, store_url(args.store), args.stream)
+    if args.json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "streams": report.streams,
+                "events": report.events,
+                "problems": [
+                    {"stream": p.stream, "version": p.version, "position": p.position, "what": p.what}
+                    for p in report.problems
+                ],
+            }
+        )
+    elif report.ok:
+        print(f"ok: {report.events} events in {report.streams} streams; every hash chain verifies")
+    else:
+        for problem in report.problems:
+            print(f"PROBLEM {problem}")
+        print(f"{len(report.problems)} problem(s) in {report.events} events, {report.streams} streams")
+    return 0 if report.ok else 1
+
+
+COMMAND = Command(
+    name="verify",
+    help="check hash chains, version gaps and integrity; non-zero exit on any problem",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog verify --store turnlog.db",
+)
