@@ -1,6 +1,7 @@
 """turnlog.eventstore: the append-only log. It knows nothing about conversations."""
 
 from ._base import EventStore
+from ._encoding import encode_json, event_hash
 from ._errors import (
     ConcurrencyError,
     CorruptEventError,
@@ -34,6 +35,8 @@ from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 
 __all__ = [
+    "encode_json",
+    "event_hash",
     "ANY",
     "NO_STREAM",
     "STREAM_EXISTS",

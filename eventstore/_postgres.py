@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from uuid import UUID
 
 import anyio
 
@@ -255,6 +256,12 @@ class PostgresEventStore(EventStore):
             raise StoreError("the store is closed")
         async with self._open_lock:
             if self._pool is None:
+                # One direct connection first: an unreachable server fails at once with libpq's
+                # own reason, and the tables exist before any pooled call runs.
+                with self._errors("opening the store"):
+                    conn = await self._pg.AsyncConnection.connect(self._conninfo, autocommit=True)
+                    async with conn:
+                        await self._create_schema(conn)
                 pool = self._pgpool.AsyncConnectionPool(
                     self._conninfo,
                     kwargs={"autocommit": True},
@@ -268,47 +275,42 @@ class PostgresEventStore(EventStore):
                     configure=_configure,
                     name=f"turnlog-{self.schema}",
                 )
-                with self._errors("opening the store"):
-                    await pool.open(wait=True, timeout=15.0)
                 try:
-                    await self._create_schema(pool)
+                    with self._errors("opening the store"):
+                        await pool.open(wait=True, timeout=15.0)
                 except BaseException:
                     await pool.close()
                     raise
                 self._pool = pool
         return self._pool
 
-    async def _create_schema(self, pool: Any) -> None:
+    async def _create_schema(self, conn: Any) -> None:
         sql = self._sql
-        with self._errors("creating the schema"):
-            async with pool.connection() as conn, conn.transaction():
-                # Concurrent openers of a fresh database would race on CREATE ... IF NOT EXISTS.
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(%s)", [_advisory_key(f"turnlog-schema:{sql.schema}")]
+        async with conn.transaction():
+            # Concurrent openers of a fresh database would race on CREATE ... IF NOT EXISTS.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s)", [_advisory_key(f"turnlog-schema:{sql.schema}")]
+            )
+            query = (
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name IN ('turnlog_meta', 'events', 'snapshots', 'tracking')"
+            )
+            tables = {row[0] for row in await (await conn.execute(query, [sql.schema])).fetchall()}
+            if "turnlog_meta" in tables:
+                row = await (await conn.execute(sql.format)).fetchone()
+                if self._check_format(None if row is None else row[0]) and len(tables) == 4:
+                    return  # nothing to create: no DDL, so no lock that would wait for writers
+            elif tables:
+                raise StoreFormatError(
+                    f"schema {sql.schema!r} already has a table named {sorted(tables)[0]!r} that turnlog "
+                    "did not create: choose another schema with ?schema=NAME in the store URL",
+                    supported=FORMAT_VERSION,
                 )
-                tables = {
-                    row[0]
-                    for row in await (
-                        await conn.execute(
-                            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                            "AND table_name IN ('turnlog_meta', 'events', 'snapshots', 'tracking')",
-                            [sql.schema],
-                        )
-                    ).fetchall()
-                }
-                if "turnlog_meta" in tables:
-                    row = await (await conn.execute(sql.format)).fetchone()
-                    self._check_format(None if row is None else row[0])
-                elif tables:
-                    raise StoreFormatError(
-                        f"schema {sql.schema!r} already has a table named {sorted(tables)[0]!r} that turnlog "
-                        "did not create: choose another schema with ?schema=NAME in the store URL",
-                        supported=FORMAT_VERSION,
-                    )
-                for statement in sql.create:
-                    await conn.execute(statement)
+            for statement in sql.create:
+                await conn.execute(statement)
 
-    def _check_format(self, value: str | None) -> None:
+    def _check_format(self, value: str | None) -> bool:
+        """Refuse a store this code cannot read; True when it is exactly the current format."""
         if value is None:
             raise StoreFormatError(
                 f"schema {self.schema!r} has a turnlog_meta table without a format version: "
@@ -328,6 +330,7 @@ class PostgresEventStore(EventStore):
                 found=found,
                 supported=FORMAT_VERSION,
             )
+        return found == FORMAT_VERSION
 
     @asynccontextmanager
     async def _connection(self, action: str) -> AsyncIterator[Any]:
@@ -358,6 +361,9 @@ class PostgresEventStore(EventStore):
         self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
     ) -> list[AppendResult]:
         prepared = prepare_batch(entries, self.max_event_bytes)
+        for entry in prepared:
+            for index, event in enumerate(entry.events):
+                _check_uuid(event.id, entry.stream, index)
         sql = self._sql
         ids = [event.id for entry in prepared for event in entry.events]
         streams = list(dict.fromkeys(entry.stream for entry in prepared))
@@ -601,7 +607,8 @@ class PostgresEventStore(EventStore):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         check_stream_name(stream)
-        where, params = ["stream = %s"], [stream]
+        where: list[str] = ["stream = %s"]
+        params: list[Any] = [stream]
         if at_or_before_version is not None:
             _check_bound("at_or_before_version", at_or_before_version, minimum=0)
             where.append("version <= %s")
@@ -663,7 +670,8 @@ class PostgresEventStore(EventStore):
             position = rows[0][0]
             tips = {row[1]: (row[2] or 0, row[3] or "") for row in rows}
             columns: list[list[Any]] = [[] for _ in range(11)]
-            for event in events:
+            for index, event in enumerate(events):
+                _check_uuid(event.id, event.stream, index)
                 check_continuation(event, tips[event.stream], position)
                 position = event.position
                 values = (
@@ -769,6 +777,21 @@ def _plan(
         tips[name] = (version, prev)
         results.append(AppendResult(tuple(range(first, position + 1)), version))
     return results, columns
+
+
+def _check_uuid(event_id: str, stream: str, index: int) -> None:
+    # The id column is a uuid: anything but the canonical spelling would come back spelled
+    # differently from what was hashed.
+    try:
+        canonical = str(UUID(event_id))
+    except ValueError:
+        canonical = None
+    if canonical != event_id:
+        raise InvalidEventError(
+            f"event id {event_id!r} is not a UUID in canonical form (e.g. str(uuid7()))",
+            stream=stream,
+            index=index,
+        )
 
 
 def _check_bound(name: str, value: object, *, minimum: int = 0) -> None:

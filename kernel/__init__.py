@@ -1,6 +1,7 @@
 """turnlog.kernel: the command side (Kernel, Branch, Session, verbs, providers)."""
 
-from ._branch import Branch
+from ._branch import Branch, find_branch
+from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
 from ._context import ContextProvider, ContextProviderRegistry, ProviderReport
 from ._errors import (
     AmbiguousBranch,
@@ -12,7 +13,18 @@ from ._errors import (
     UnknownBranch,
     UsageError,
 )
-from ._kernel import Kernel
+from ._kernel import (
+    AddMessages,
+    AnnotateMessage,
+    BindProviderSession,
+    ClearMessages,
+    Command,
+    CreateBranch,
+    EndRun,
+    FailRun,
+    Kernel,
+    StartRun,
+)
 from ._lifecycle import (
     MessageAdded,
     RunEnd,
@@ -25,16 +37,56 @@ from ._lifecycle import (
     observed_run,
 )
 from ._params import ChatParam, Middle, ParseParam, RunParam
+from ._persist import PersistOptions, SnapshotFileError
+from ._recover import RecoveryReport, recover
 from ._session import OperationManager, Session
+from ._composed import ComposedVerbs
+from ._flow import FlowResult, Graph, GraphCycleError, flow
+from ._node import NodeStatus, Operation
+from ._tools import (
+    ActionParam,
+    Tool,
+    ToolArgumentsError,
+    ToolError,
+    ToolInvocation,
+    ToolRegistry,
+    UnknownTool,
+)
 from .models import iModel
 
 __all__ = [
+    "ActionParam",
+    "ComposedVerbs",
+    "FlowResult",
+    "Graph",
+    "GraphCycleError",
+    "NodeStatus",
+    "Operation",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolError",
+    "ToolInvocation",
+    "ToolRegistry",
+    "UnknownTool",
+    "flow",
+    "AuditReport",
+    "ExecuteReport",
+    "ReplayDivergence",
+    "ReplayModel",
+    "audit_replay",
+    "execute_replay",
+    "find_branch",
     "AmbiguousBranch",
     "Branch",
     "ChatParam",
+    "ClearMessages",
+    "Command",
     "ContextProvider",
     "ContextProviderRegistry",
+    "CreateBranch",
+    "EndRun",
     "ExecutionError",
+    "FailRun",
     "Kernel",
     "KernelError",
     "MessageAdded",
@@ -42,7 +94,9 @@ __all__ = [
     "OperationError",
     "OperationManager",
     "ParseParam",
+    "PersistOptions",
     "ProviderReport",
+    "RecoveryReport",
     "ResponseParseError",
     "RunEnd",
     "RunFailed",
@@ -52,10 +106,13 @@ __all__ = [
     "ScriptExhaustedError",
     "Session",
     "Signal",
+    "SnapshotFileError",
+    "StartRun",
     "UnknownBranch",
     "UsageError",
     "current_run",
     "iModel",
     "lifecycle",
     "observed_run",
+    "recover",
 ]

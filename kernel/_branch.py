@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
+from turnlog.kernel._composed import ComposedVerbs
 from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
 from turnlog.kernel._errors import AmbiguousBranch, UnknownBranch, UsageError
 from turnlog.kernel._kernel import (
@@ -35,15 +36,19 @@ from turnlog.kernel._kernel import (
 )
 from turnlog.kernel._lifecycle import Signal, observed_run
 from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel._streams import StreamVerbs
 from turnlog.kernel.models import ChatModel
 from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
     BranchCreated,
     BranchForked,
+    EventData,
+    HistoryRow,
     Instruction,
     MessageAdded,
     System,
+    history,
 )
 
 if TYPE_CHECKING:
@@ -110,7 +115,7 @@ def _system_message(system: Any) -> System | None:
     raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
 
 
-class Branch:
+class Branch(StreamVerbs, ComposedVerbs):
     """One conversation: its state is the projection of its own stream.
 
     The constructor does no I/O: ``branch.created`` is appended before the first command, or
@@ -388,6 +393,24 @@ class Branch:
             self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
         )
 
+    async def execute(
+        self,
+        command: Command,
+        *,
+        run_id: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+        terminal: bool = False,
+    ) -> list[RecordedEvent]:
+        """Run a kernel command on this branch (verbs built on the kernel use this).
+
+        Args:
+            command: One of the commands of ``turnlog.kernel`` (``AddMessages``, ``FailRun``...).
+            run_id: The run the events belong to (recorded in their meta).
+            extras: In-process values handed to the observer signals.
+            terminal: The command closes a run (the snapshot policy may write a snapshot).
+        """
+        return await self._execute(command, run_id=run_id, extras=extras, terminal=terminal)
+
     async def add_message(self, message: AnyMessage, *, run_id: str | None = None) -> AnyMessage:
         """Record one message (``message.added``)."""
         await self.add_messages([message], run_id=run_id)
@@ -476,13 +499,19 @@ class Branch:
 
     # ----------------------------------------------------------------------------- time travel
 
-    async def history(self) -> list[Any]:
-        """Every event of the branch's stream, decoded, in order (with version and type)."""
-        from turnlog.kernel._kernel import branch_history
+    async def history(self) -> list[HistoryRow]:
+        """One row per event of the branch's own stream: version, position, time, type, summary."""
+        if self._readonly_at is None:
+            await self._ensure_created()
+        return await history(self.store, self.id, to_version=self._readonly_at)
+
+    async def events(self) -> list[tuple[RecordedEvent, EventData]]:
+        """Every event of the branch's own stream with its decoded payload, in order."""
+        from turnlog.kernel._kernel import branch_events
 
         if self._readonly_at is None:
             await self._ensure_created()
-        return await branch_history(self.store, self.id, self._readonly_at)
+        return await branch_events(self.store, self.id, self._readonly_at)
 
     async def at(self, version: int) -> Branch:
         """A read-only view of the branch as it was at ``version``; verbs on it raise."""
@@ -785,8 +814,6 @@ async def find_branch(store: EventStore, ref: str) -> str:
     by_prefix = [b for b in streams if b.startswith(ref)]
     if len(by_prefix) == 1:
         return by_prefix[0]
-    if len(by_prefix) > 1:
-        raise AmbiguousBranch(ref, by_prefix)
     names: dict[str, list[str]] = {}
     for branch_id in streams:
         async for first in store.read_stream(f"branch-{branch_id}", 1, 1):
@@ -796,8 +823,8 @@ async def find_branch(store: EventStore, ref: str) -> str:
     matches = names.get(ref, [])
     if len(matches) == 1:
         return matches[0]
-    if len(matches) > 1:
-        raise AmbiguousBranch(ref, matches)
+    if len(matches) > 1 or len(by_prefix) > 1:
+        raise AmbiguousBranch(ref, sorted({*matches, *by_prefix}))
     close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
     candidates = [f"{n} ({', '.join(names[n])})" for n in close]
     hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""

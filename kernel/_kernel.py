@@ -33,21 +33,24 @@ from turnlog.projections import (
     AnyMessage,
     BranchCreated,
     BranchForked,
+    BranchState,
     EventData,
     MessageAnnotated,
     MessagesCleared,
     ProviderSessionBound,
     RunEnded,
     RunStarted,
+    SnapshotPolicy,
     UsageData,
+    apply,
     decode_event,
+    fold,
+    maybe_snapshot,
     new_event,
+    rebuild,
 )
 from turnlog.projections import MessageAdded as MessageAddedData
 from turnlog.projections import RunFailed as RunFailedData
-from turnlog.projections._fold import apply, fold  # TEMP
-from turnlog.projections._snapshots import SnapshotPolicy, load_snapshot_state, maybe_snapshot  # TEMP
-from turnlog.projections._state import BranchState  # TEMP
 
 __all__ = [
     "AddMessages",
@@ -257,7 +260,8 @@ class LiveBranch:
     state: Any = None
     listeners: Callable[[], Sequence[tuple[tuple[type[Signal], ...], Observer]]] = lambda: ()
     cache: dict[Any, Any] = field(default_factory=dict)
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # fast_acquire: an uncontended command does not yield to the event loop for the lock.
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     outbox: deque[tuple[RecordedEvent, EventData | None, Mapping[str, Any]]] = field(default_factory=deque)
     delivering: bool = False
     events_since_snapshot: int = 0
@@ -494,27 +498,12 @@ def fold_one(state: BranchState | None, event: RecordedEvent) -> BranchState:
 
 
 async def rebuild_state(store: EventStore, branch_id: str, at_version: int | None = None) -> BranchState:
-    """The state of ``branch_id`` at ``at_version`` (default: the latest), from the store."""
-    from turnlog.projections import BranchNotFound
-
-    stream = f"branch-{branch_id}"
-    start = await load_snapshot_state(store, stream, at_version if at_version is not None else 2**62)
-    if start is not None:
-        tail = [e async for e in store.read_stream(stream, start.version + 1, at_version)]
-        return fold(tail, start) or start
-    events = [e async for e in store.read_stream(stream, 1, at_version)]
-    if not events:
-        raise BranchNotFound(branch_id)
-    first = events[0]
-    if first.type == "branch.forked":
-        origin = decode_event(first)
-        assert isinstance(origin, BranchForked)
-        start = await rebuild_state(store, origin.parent_branch_id, origin.parent_version)
-    state = fold(events, start)
-    assert state is not None
-    return state
+    """The state of ``branch_id`` at ``at_version`` (default: the latest): snapshot plus tail."""
+    return await rebuild(store, branch_id, at_version=at_version)
 
 
-async def branch_history(store: EventStore, branch_id: str, at_version: int | None = None) -> list[Any]:
-    """The decoded events of a branch stream, in order."""
+async def branch_events(
+    store: EventStore, branch_id: str, at_version: int | None = None
+) -> list[tuple[RecordedEvent, EventData]]:
+    """The events of a branch stream with their decoded payloads, in order."""
     return [(e, decode_event(e)) async for e in store.read_stream(f"branch-{branch_id}", 1, at_version)]

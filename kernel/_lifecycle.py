@@ -143,6 +143,7 @@ class RunScope:
         verb: The owning verb.
         usage: Usage accumulated by the model calls of this run so far.
         result: Set it to deliver a value with the ``RunEnd`` signal.
+        chunks: For streamed runs, how many chunks were recorded (goes into ``run.ended``).
         suppressed: True for a nested run that records no lifecycle of its own.
         parent_run_id: The enclosing run, for a run started inside another branch's run.
     """
@@ -153,6 +154,7 @@ class RunScope:
     started: float = field(default_factory=time.perf_counter)
     usage: Usage = field(default_factory=Usage)
     result: Any = None
+    chunks: int | None = None
     suppressed: bool = False
     parent_run_id: str | None = None
 
@@ -250,11 +252,12 @@ class observed_run:
         self._reset()
         from turnlog.kernel._kernel import EndRun, FailRun
 
-        # The terminal event must be written even when the task is being cancelled.
+        # The terminal event must be written even when the task is being cancelled. A stream
+        # closed by its consumer (GeneratorExit) ends cleanly: abandonment is not a failure.
         with anyio.CancelScope(shield=True):
-            if exc is None:
+            if exc is None or isinstance(exc, GeneratorExit):
                 await self._branch._execute(
-                    EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage),
+                    EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage, scope.chunks),
                     run_id=scope.run_id,
                     extras={"result": scope.result},
                     terminal=True,

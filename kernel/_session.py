@@ -270,6 +270,27 @@ class Session:
             raise OperationError(f"Unknown operation: {operation!r}", operation=operation)
         return await method(**kwargs)
 
+    async def flow(
+        self,
+        graph: Any,
+        *,
+        context: Mapping[str, Any] | None = None,
+        max_concurrent: int | None = 5,
+        parallel: bool = True,
+        default_branch: Branch | str | None = None,
+    ) -> Any:
+        """Run a ``Graph`` of operation nodes on this session's branches (``turnlog.kernel.flow``)."""
+        from turnlog.kernel._flow import flow
+
+        return await flow(
+            self,
+            graph,
+            context=context,
+            max_concurrent=max_concurrent,
+            parallel=parallel,
+            default_branch=default_branch,
+        )
+
     # ----------------------------------------------------------------------------- observers
 
     @overload

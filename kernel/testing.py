@@ -19,10 +19,27 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from turnlog.kernel._errors import ScriptExhaustedError
-from turnlog.kernel.models import ModelRequest, ModelResponse, ToolCall, Usage
+from turnlog.eventstore import EventStore
+from turnlog.kernel._errors import KernelError, ScriptExhaustedError
+from turnlog.kernel.models import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    ToolCall,
+    Usage,
+    request_fingerprint,
+)
+from turnlog.projections import AssistantResponse, ModelCalled, decode_event
 
-__all__ = ["FunctionModel", "RecordedCall", "ScriptedModel", "estimate_tokens", "request_text"]
+__all__ = [
+    "FunctionModel",
+    "RecordedCall",
+    "ReplayMismatch",
+    "ReplayModel",
+    "ScriptedModel",
+    "estimate_tokens",
+    "request_text",
+]
 
 Reply = str | ModelResponse | BaseException | Mapping[str, Any]
 Matcher = Callable[[ModelRequest], bool]
@@ -243,4 +260,96 @@ class FunctionModel:
         response = _build_response(reply, request, self.model)
         response = replace(response, latency_ms=(time.perf_counter() - started) * 1000)
         self.calls.append(RecordedCall(index, request, response, None, "function"))
+        return response
+
+
+class ReplayMismatch(KernelError, LookupError):
+    """A replayed request matches no recorded call (the conversation diverged).
+
+    Attributes:
+        fingerprint: The fingerprint of the request that found no recorded call.
+    """
+
+    def __init__(self, fingerprint: str, known: int) -> None:
+        self.fingerprint = fingerprint
+        super().__init__(
+            f"no recorded model call has fingerprint {fingerprint} ({known} recorded calls known)"
+        )
+
+
+class ReplayModel:
+    """A chat model that serves recorded ``model.called`` responses, matched by fingerprint.
+
+    Re-running a recorded conversation with it calls no provider: each request must be the
+    one that was recorded (same model, messages and parameters), else ``ReplayMismatch``.
+    Calls recorded as failed raise a ``ProviderError`` with the recorded message. Identical
+    requests are served in recorded order (the last one repeats).
+
+    Example::
+
+        replay = await ReplayModel.from_store(store, branch_id=original.id)
+        copy = Branch(store=other_store, system="...", chat_model=replay)
+        await copy.communicate("same question")   # the recorded answer, no provider call
+    """
+
+    provider: str = "replay"
+    endpoint: str = "replay"
+
+    def __init__(self, calls: list[ModelCalled], *, model: str | None = None) -> None:
+        names = {c.model for c in calls}
+        if model is None:
+            if len(names) > 1:
+                raise ValueError(f"the recorded calls use several models ({sorted(names)}); pass model=")
+            model = next(iter(names), "replay")
+        self.model = model
+        self._by_fingerprint: dict[str, list[ModelCalled]] = {}
+        for call in calls:
+            if call.model == model:
+                self._by_fingerprint.setdefault(call.fingerprint, []).append(call)
+        self.calls: list[RecordedCall] = []
+
+    @classmethod
+    async def from_store(
+        cls, store: EventStore, *, branch_id: str | None = None, model: str | None = None
+    ) -> ReplayModel:
+        """Collect the recorded calls of one branch (or of the whole store)."""
+        prefix = f"branch-{branch_id}" if branch_id is not None else "branch-"
+        calls = []
+        async for event in store.read_all(types=["model.called"], stream_prefix=prefix):
+            data = decode_event(event)
+            assert isinstance(data, ModelCalled)
+            calls.append(data)
+        return cls(calls, model=model)
+
+    def to_config(self) -> dict[str, Any]:
+        """The model's configuration (provider and model name)."""
+        return {"provider": "test", "model": self.model}
+
+    async def invoke(self, request: ModelRequest) -> ModelResponse:
+        """Serve the recorded answer to ``request``."""
+        fingerprint = request_fingerprint(request, model=self.model)
+        queue = self._by_fingerprint.get(fingerprint)
+        index = len(self.calls)
+        if not queue:
+            error = ReplayMismatch(fingerprint, sum(len(q) for q in self._by_fingerprint.values()))
+            self.calls.append(RecordedCall(index, request, None, error, "fingerprint"))
+            raise error
+        call = queue.pop(0) if len(queue) > 1 else queue[0]
+        if call.status == "error":
+            failure = ProviderError(
+                call.error_message or "recorded failure", provider=call.provider, model=call.model
+            )
+            self.calls.append(RecordedCall(index, request, None, failure, "fingerprint"))
+            raise failure
+        raw = dict(call.response or {})
+        u = call.usage
+        response = ModelResponse(
+            text=AssistantResponse.from_response(raw).response,
+            raw=raw,
+            usage=Usage(u.input_tokens, u.output_tokens, u.cost_usd),
+            model=self.model,
+            provider=self.provider,
+            latency_ms=0.0,
+        )
+        self.calls.append(RecordedCall(index, request, response, None, "fingerprint"))
         return response

@@ -54,7 +54,7 @@ class StateCache:
 
     __slots__ = ("_streams", "every", "max_streams", "store")
 
-    def __init__(self, store: EventStore, *, every: int = 256, max_streams: int = 16) -> None:
+    def __init__(self, store: EventStore, *, every: int = 64, max_streams: int = 16) -> None:
         if every < 1 or max_streams < 1:
             raise ValueError("StateCache needs every >= 1 and max_streams >= 1")
         self.store = store

@@ -24,10 +24,13 @@ raises ``UnknownEventType``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+import gc
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from turnlog.eventstore import RecordedEvent
 
 from ._catalogue import (
@@ -45,10 +48,10 @@ from ._catalogue import (
     decode_event,
 )
 from ._errors import FoldError, UnknownEventType
-from ._messages import ActionRequest, ActionResponse, AnyMessage, System
+from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantResponse, Instruction, System
 from ._state import BranchState, ForkOrigin, RunInfo
 
-__all__ = ["BRANCH_EVENT_TYPES", "Applier", "Appliers", "apply", "fold"]
+__all__ = ["BRANCH_EVENT_TYPES", "Applier", "Appliers", "apply", "fold", "gc_paused"]
 
 Applier = Callable[[BranchState, Any, RecordedEvent], BranchState]
 """A fold rule for an extra event type: ``(state, data, event) -> new state`` (pure)."""
@@ -110,6 +113,25 @@ class Appliers:
     def get(self, type_name: str) -> tuple[type[EventData], Applier] | None:
         """The schema and rule registered for ``type_name``, or None."""
         return self._rules.get(type_name)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a fold allocates many long-lived objects.
+
+    A fold creates a few container objects per message and keeps them all; with the collector
+    on, its generational passes over that growing heap cost more than the fold itself (about
+    3x on a long branch). Folds create no reference cycles, so nothing is lost by waiting:
+    the collector is switched back on (when it was on) as soon as the fold ends or fails.
+    """
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _freeze_map(d: dict[Any, Any]) -> Mapping[Any, Any]:
@@ -308,7 +330,7 @@ class _Builder:
 
     # ---- messages
 
-    def added(self, data: MessageAdded, event: RecordedEvent) -> None:
+    def added(self, data: MessageAdded | _Added, event: RecordedEvent) -> None:
         msg = data.message
         if type(msg) is System:
             self.system = msg
@@ -465,7 +487,43 @@ def _annotate(msg: Any, metadata: Mapping[str, Any]) -> Any:
     return msg.model_copy(update={"metadata": {**msg.metadata, **metadata}})
 
 
-def _decode(event: RecordedEvent, appliers: Appliers | None) -> EventData:
+class _Added(NamedTuple):
+    """A validated ``message.added`` payload without the wrapper model (the fold's hot path)."""
+
+    message: AnyMessage
+    run_id: str | None
+
+
+_KINDS: dict[str, type[BaseModel]] = {
+    cls.__name__: cls for cls in (System, Instruction, AssistantResponse, ActionRequest, ActionResponse)
+}
+_ADDED_KEYS = frozenset({"message", "run_id"})
+
+
+def _decode_added(data: Any) -> _Added | None:
+    """Validate a message.added payload strictly and fast; None means: take the general path.
+
+    Strict mode skips coercions that JSON-decoded data never needs; anything it refuses is
+    validated again the general (lax) way, so the result never depends on which path ran.
+    """
+    if type(data) is not dict or not data.keys() <= _ADDED_KEYS:
+        return None
+    message, run_id = data.get("message"), data.get("run_id")
+    cls = _KINDS.get(message.get("kind")) if type(message) is dict else None  # type: ignore[arg-type]
+    if cls is None or not (run_id is None or type(run_id) is str):
+        return None
+    try:
+        return _Added(cls.model_validate(message, strict=True), run_id)  # type: ignore[arg-type]
+    except ValidationError:
+        return None
+
+
+def _decode(event: RecordedEvent, appliers: Appliers | None) -> Any:
+    """The validated payload of ``event`` (an EventData, or ``_Added`` for message.added)."""
+    if event.type == "message.added" and event.schema == 1:
+        added = _decode_added(event.data)
+        if added is not None:
+            return added
     schema = CATALOGUE.get(event.type)
     if schema is None and appliers is not None:
         extra = appliers.get(event.type)
@@ -525,7 +583,8 @@ def fold(
     """
     builder = _Builder(state)
     touched = state is not None
-    for event in events:
-        builder.apply(event, _decode(event, appliers), appliers)
-        touched = True
+    with gc_paused():
+        for event in events:
+            builder.apply(event, _decode(event, appliers), appliers)
+            touched = True
     return builder.freeze() if touched else None

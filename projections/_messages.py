@@ -113,6 +113,8 @@ class InstructionContent(_Frozen):
     @field_validator("images")
     @classmethod
     def _check_images(cls, images: list[str]) -> list[str]:
+        if not images:
+            return images
         out = []
         for i, url in enumerate(images):
             if url.startswith(("http://", "https://")) or _DATA_IMAGE.match(url):

@@ -21,7 +21,7 @@ from turnlog.eventstore import EventStore, RecordedEvent
 from ._cache import StateCache
 from ._catalogue import BranchForked
 from ._errors import BranchNotFound, FoldError, InvalidTargetError
-from ._fold import Appliers, _Builder, _decode, apply
+from ._fold import Appliers, _Builder, _decode, apply, gc_paused
 from ._snapshots import PROJECTION_VERSION, SnapshotPolicy, load_snapshot_state, snapshot_records
 from ._state import BranchState
 
@@ -174,10 +174,11 @@ async def _fold_range(
     appliers, cache = opts.appliers, opts.cache
     every = cache.every if cache is not None else 0
     builder = _Builder(state)
-    async for event in store.read_stream(stream, state.version + 1, version):
-        builder.apply(event, _decode(event, appliers), appliers)
-        if every and event.version % every == 0:
-            cache.add(stream, builder.freeze(), opts.rules)  # type: ignore[union-attr]
+    with gc_paused():
+        async for event in store.read_stream(stream, state.version + 1, version):
+            builder.apply(event, _decode(event, appliers), appliers)
+            if every and event.version % every == 0:
+                cache.add(stream, builder.freeze(), opts.rules)  # type: ignore[union-attr]
     result = builder.freeze()
     if cache is not None:
         cache.add(stream, result, opts.rules)

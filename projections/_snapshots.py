@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from turnlog.eventstore import EventStore, NewSnapshot, Snapshot
 
 from ._catalogue import UsageData
+from ._fold import gc_paused
 from ._errors import ProjectionError
 from ._messages import AnyMessage, System, message_from_dict
 from ._state import BranchState, ForkOrigin, RunInfo, _set_storage
@@ -229,7 +230,8 @@ async def load_snapshot_state(store: EventStore, stream: str, at_or_before: int)
     for chunk in reversed(parts):
         raw.extend(chunk)
     try:
-        return _state_from(head, raw)
+        with gc_paused():
+            return _state_from(head, raw)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise ProjectionError(
             f"snapshot of stream {stream!r} at version {head.version} does not decode: {exc}"

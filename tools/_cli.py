@@ -17,11 +17,18 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_bench",
     "turnlog.tools._cmd_fake_openai",
     "turnlog.tools._cmd_fake_cli",
+    "turnlog.tools._cmd_branches",
+    "turnlog.tools._cmd_log",
+    "turnlog.tools._cmd_show",
+    "turnlog.tools._cmd_diff",
+    "turnlog.tools._cmd_fork",
+    "turnlog.tools._cmd_replay",
     "turnlog.tools._cmd_verify",
     "turnlog.tools._cmd_tail",
     "turnlog.tools._cmd_migrate",
     "turnlog.tools._cmd_stats",
     "turnlog.tools._cmd_export",
+    "turnlog.tools._cmd_import",
 )
 
 

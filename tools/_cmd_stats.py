@@ -81,6 +81,11 @@ def _ms(p: Percentiles) -> tuple[float | None, float | None, float | None]:
     return p.p50, p.p95, p.p99
 
 
+def _money(cost: float | None) -> str | None:
+    # Costs are often fractions of a cent: keep six decimals rather than the table's three.
+    return None if cost is None else f"{cost:.6f}"
+
+
 def _pct(rate: float) -> str:
     return f"{rate * 100:.1f}%"
 
@@ -134,7 +139,7 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
                 _pct(r.error_rate),
                 r.input_tokens,
                 r.output_tokens,
-                None if r.cost_usd is None else round(r.cost_usd, 6),
+                _money(r.cost_usd),
                 r.unpriced_calls,
                 *_ms(r.latency_ms),
                 *_ms(r.ttft_ms),
@@ -184,7 +189,7 @@ def _print_runs(rows: list[RunRow]) -> None:
                 r.running,
                 r.input_tokens,
                 r.output_tokens,
-                None if r.cost_usd is None else round(r.cost_usd, 6),
+                _money(r.cost_usd),
                 *_ms(r.duration_ms),
             ]
             for r in rows

@@ -64,9 +64,7 @@ async def _tail(args: argparse.Namespace) -> None:
                 if args.lines == 0:
                     start = head + 1
             if args.follow:
-                async for event in store.subscribe(
-                    start, types=args.types, stream_prefix=args.stream_prefix
-                ):
+                async for event in store.subscribe(start, types=args.types, stream_prefix=args.stream_prefix):
                     print(render(event), flush=True)
             else:
                 async for event in store.read_all(

@@ -96,14 +96,26 @@ class _Out:
     def raw(self, text: str, *, newline: bool = True) -> None:
         if self.delay > 0:
             time.sleep(self.delay)
-        sys.stdout.write(text + ("\n" if newline else ""))
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(text + ("\n" if newline else ""))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self._reader_gone(text)
+        # Recorded only once the line has reached the pipe.
         self.record(event="stdout", line=text, **({} if newline else {"torn": True}))
 
     def err(self, text: str) -> None:
-        sys.stderr.write(text if text.endswith("\n") else text + "\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+            sys.stderr.flush()
+        except BrokenPipeError:
+            self._reader_gone(None)
         self.record(event="stderr", text=text)
+
+    def _reader_gone(self, unsent: str | None) -> NoReturn:
+        # Like the real CLIs: whoever read our output is gone, so stop (never linger).
+        self.record(event="broken_pipe", unsent=unsent)
+        os._exit(1)
 
 
 class _Sessions:
@@ -589,8 +601,9 @@ def _run_claude(argv: Sequence[str], run: _Run) -> int:
         run.script["_permission_mode"] = opts["permission_mode"]
     resume = opts.get("resume")
     if resume is None and opts.get("continue"):
-        latest = run.sessions.all()
-        resume = latest[-1]["id"] if latest else None
+        # --continue picks the most recent conversation of the current directory.
+        here = [d for d in run.sessions.all() if d.get("cwd") == os.getcwd()]
+        resume = here[-1]["id"] if here else None
     if resume is not None and run.sessions.get(str(resume)) is None:
         missing = f"No conversation found with session ID: {resume}"
         if fmt != "text":
@@ -1000,6 +1013,22 @@ def _selected_env() -> dict[str, str]:
     return selected
 
 
+def _stdin_kind() -> str:
+    """What standard input is: ``/dev/null``, ``pipe``, ``tty``, ``file`` or ``closed``."""
+    try:
+        target = os.readlink("/proc/self/fd/0")
+    except OSError:
+        target = ""
+    if target == os.devnull:
+        return os.devnull
+    if target.startswith("pipe:"):
+        return "pipe"
+    try:
+        return "tty" if os.isatty(0) else ("file" if target else "unknown")
+    except OSError:
+        return "closed"
+
+
 def _own_options(args: list[str]) -> dict[str, str]:
     own: dict[str, str] = {}
     names = {"--script": "script", "--record": "record", "--state-dir": "state_dir"}
@@ -1038,6 +1067,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pid=os.getpid(),
         pgid=os.getpgid(0),
         env=_selected_env(),
+        stdin=_stdin_kind(),
     )
 
     def on_term(signum: int, frame: object) -> None:

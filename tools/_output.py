@@ -30,9 +30,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def print_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
-) -> None:
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
     """Print ``rows`` under ``columns``: a rich table on a terminal, aligned text elsewhere."""
     if fancy():
         from rich.console import Console

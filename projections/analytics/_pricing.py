@@ -227,7 +227,7 @@ def load_price_table(
     if from_env:
         source = f"${PRICES_ENV}"
         merged.update(
-            _parse_json(source, from_env) if from_env.startswith("{") else _read_file(from_env, source)
+            _parse_json(source, from_env) if from_env.startswith(("{", "[")) else _read_file(from_env, source)
         )
     if path is not None:
         merged.update(_read_file(path, str(path)))

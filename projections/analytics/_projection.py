@@ -166,6 +166,9 @@ class AnalyticsProjection:
         self._lock = anyio.Lock()
         self._ranks_ready = False
         self._expected_schema = {name: CATALOGUE.get(name) for name in RELEVANT_TYPES}
+        self._versions = {
+            name: s.schema_version for name, s in self._expected_schema.items() if s is not None
+        }
 
     # ----------------------------------------------------------------------------- lifecycle
 
@@ -421,7 +424,7 @@ class AnalyticsProjection:
             with _transaction(conn):
                 if self._checkpoint() != expected:
                     raise _Stale
-                counts = self._write_facts(conn, batch)
+                counts = self._write_facts(conn, batch, expected, last)
                 conn.execute(
                     "INSERT INTO tracking (consumer, position) VALUES (?, ?) "
                     "ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",
@@ -433,15 +436,18 @@ class AnalyticsProjection:
             raise
         return (len(batch), *counts)
 
-    def _write_facts(self, conn: sqlite3.Connection, batch: Sequence[RecordedEvent]) -> tuple[int, int, int]:
-        prices, session_of = self.prices, self._session_of
+    def _write_facts(
+        self, conn: sqlite3.Connection, batch: Sequence[RecordedEvent], after: int, upto: int
+    ) -> tuple[int, int, int]:
+        prices, session_of, versions = self.prices, self._session_of, self._versions
         model_rows: list[tuple[Any, ...]] = []
         tool_rows: list[tuple[Any, ...]] = []
         runs: dict[str, list[Any]] = {}
         branches: dict[str, str | None] = {}
-        for raw in batch:
-            event = self._lifted(raw)
+        for event in batch:
             kind = event.type
+            if event.schema != versions.get(kind, event.schema):
+                event = self._lifted(event)
             if kind == "model.called":
                 model_rows.append(model_call_fact(event, prices, session_of))
             elif kind == "message.added":
@@ -463,7 +469,8 @@ class AnalyticsProjection:
             conn.executemany(_insert_sql(RUNS, "INSERT OR REPLACE"), runs.values())
         if branches:
             conn.executemany(f"INSERT OR REPLACE INTO {_BRANCHES} VALUES (?, ?)", branches.items())
-        add_to_rollup(conn, model_rows, tool_rows)
+        if model_rows or tool_rows:
+            add_to_rollup(conn, after, upto)
         return len(model_rows), len(tool_rows), len(runs)
 
     def _close_run(self, conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd) -> None:

@@ -18,11 +18,7 @@ Both are derived data: ``rebuild_rollups`` recomputes the rollups from the facts
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
 
 from ._facts import MODEL_CALLS, TOOL_CALLS, FactTable
 
@@ -72,25 +68,16 @@ class Rollup:
         measures = ", ".join(f"{m} INTEGER NOT NULL" for m, _ in self.measures)
         return f"CREATE TABLE IF NOT EXISTS {self.name} (key TEXT PRIMARY KEY, {dims}, {measures})"
 
-    def upsert_sql(self) -> str:
-        """The INSERT that adds one row's counts, merging into an existing combination."""
-        names = ["key", *(_q(d) for d in self.dims), *(m for m, _ in self.measures)]
-        marks = ", ".join("?" * len(names))
-        merge = ", ".join(f"{m} = {m} + excluded.{m}" for m, _ in self.measures)
-        return (
-            f"INSERT INTO {self.name} ({', '.join(names)}) VALUES ({marks}) "
-            f"ON CONFLICT (key) DO UPDATE SET {merge}"
-        )
-
-    def rebuild_sql(self) -> str:
-        """The INSERT ... SELECT that recomputes the whole rollup from the facts."""
+    def add_sql(self, where: str = "1") -> str:
+        """The INSERT ... SELECT that adds the facts matching ``where`` into the rollup."""
         dims = ", ".join(_q(d) for d in self.dims)
-        key = f"json_array({dims})"
         aggregates = ", ".join(agg for _, agg in self.measures)
         names = ", ".join(["key", dims, *(m for m, _ in self.measures)])
+        merge = ", ".join(f"{m} = {m} + excluded.{m}" for m, _ in self.measures)
         return (
-            f"INSERT INTO {self.name} ({names}) SELECT {key}, {dims}, {aggregates} "
-            f"FROM {self.facts.name} GROUP BY {dims}"
+            f"INSERT INTO {self.name} ({names}) SELECT json_array({dims}), {dims}, {aggregates} "
+            f"FROM {self.facts.name} WHERE {where} GROUP BY {dims} "
+            f"ON CONFLICT (key) DO UPDATE SET {merge}"
         )
 
 
@@ -131,56 +118,15 @@ TOOL_ROLLUP = Rollup(
 
 ROLLUPS: tuple[Rollup, ...] = (MODEL_ROLLUP, TOOL_ROLLUP)
 
-_M = {name: i for i, name in enumerate(MODEL_CALLS.column_names)}
-_T = {name: i for i, name in enumerate(TOOL_CALLS.column_names)}
-_MODEL_DIMS = tuple(_M[d] for d in MODEL_ROLLUP.dims)
-_TOOL_DIMS = tuple(_T[d] for d in TOOL_ROLLUP.dims)
-_MI = (_M["turnlog.status"], _M["gen_ai.usage.input_tokens"], _M["gen_ai.usage.output_tokens"],
-       _M["turnlog.cost_usd"], _M["gen_ai.response.time_to_first_chunk"])  # fmt: skip
-_TS, _TD = _T["turnlog.status"], _T["gen_ai.client.operation.duration"]
 
+def add_to_rollup(conn: sqlite3.Connection, after: int, upto: int) -> None:
+    """Add the facts of positions ``after < p <= upto`` to the rollups (in the caller's transaction).
 
-def _key(dims: tuple[Any, ...]) -> str:
-    # The same text as SQLite's json_array() over the dims, so rebuilt rows merge with added ones.
-    return orjson.dumps(dims).decode()
-
-
-def add_to_rollup(
-    conn: sqlite3.Connection, model_rows: Sequence[tuple[Any, ...]], tool_rows: Sequence[tuple[Any, ...]]
-) -> None:
-    """Add the counts of new fact rows to the rollups (inside the caller's transaction)."""
-    status_i, in_i, out_i, cost_i, ttft_i = _MI
-    merged: dict[tuple[Any, ...], list[int]] = {}
-    for row in model_rows:
-        dims = tuple(row[i] for i in _MODEL_DIMS)
-        acc = merged.get(dims)
-        if acc is None:
-            acc = merged[dims] = [0, 0, 0, 0, 0, 0, 0]
-        cost = row[cost_i]
-        acc[0] += 1
-        acc[1] += row[status_i] == "error"
-        acc[2] += row[in_i] or 0
-        acc[3] += row[out_i] or 0
-        if cost is not None:
-            acc[4] += round(cost * 1e9)
-            acc[5] += 1
-        acc[6] += row[ttft_i] is not None
-    if merged:
-        conn.executemany(MODEL_ROLLUP.upsert_sql(), [(_key(d), *d, *acc) for d, acc in merged.items()])
-    tools: dict[tuple[Any, ...], list[int]] = {}
-    for row in tool_rows:
-        dims = tuple(row[i] for i in _TOOL_DIMS)
-        acc = tools.get(dims)
-        if acc is None:
-            acc = tools[dims] = [0, 0, 0, 0, 0]
-        status = row[_TS]
-        acc[0] += 1
-        acc[1] += status == "ok"
-        acc[2] += status == "error"
-        acc[3] += status == "denied"
-        acc[4] += row[_TD] is not None
-    if tools:
-        conn.executemany(TOOL_ROLLUP.upsert_sql(), [(_key(d), *d, *acc) for d, acc in tools.items()])
+    The facts were just inserted, so their pages are in the cache: one grouped scan of a
+    position range in SQL costs far less than counting row by row in Python.
+    """
+    for rollup in ROLLUPS:
+        conn.execute(rollup.add_sql("position > ? AND position <= ?"), (after, upto))
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
@@ -192,7 +138,7 @@ def rebuild_rollups(conn: sqlite3.Connection) -> None:
     """Recompute every rollup from its facts (after a re-pricing); inside the caller's transaction."""
     for rollup in ROLLUPS:
         conn.execute(f"DELETE FROM {rollup.name}")
-        conn.execute(rollup.rebuild_sql())
+        conn.execute(rollup.add_sql())
 
 
 _DURATION = "gen_ai.client.operation.duration"

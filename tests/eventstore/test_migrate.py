@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import psycopg
 import pytest
 from turnlog.eventstore import (
     ANY,
@@ -33,8 +32,11 @@ needs_pg = pytest.mark.skipif(
 async def pg_url() -> AsyncIterator[str]:
     schema = f"t_{uuid.uuid4().hex}"
     yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
+    import psycopg
+    from psycopg import sql
+
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def fill(store: EventStore) -> None:

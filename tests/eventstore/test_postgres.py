@@ -15,11 +15,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio
-import psycopg
 import pytest
 from conformance import StoreConformance
+from test_stateful import SETTINGS, StoreMachine
 from turnlog.eventstore import (
     EventStore,
+    InvalidEventError,
     NewEvent,
     RecordedEvent,
     StoreError,
@@ -31,6 +32,7 @@ from turnlog.eventstore import (
 from turnlog.eventstore._encoding import encode_json, event_hash
 from turnlog.eventstore._postgres import FORMAT_VERSION, PostgresEventStore
 
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 needs_pg = pytest.mark.skipif(
     not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
@@ -80,6 +82,26 @@ class TestPostgresConformance(StoreConformance):
         )
 
 
+class PostgresMachine(StoreMachine):
+    """The hypothesis state machine of the SQLite tests, on a fresh schema per example."""
+
+    @property  # read once per example, by StoreMachine.__init__
+    def url(self) -> str:  # type: ignore[override]
+        self.schema = f"t_{uuid.uuid4().hex}"
+        return with_params(DSN, schema=self.schema)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+TestPostgresMachine = pytest.mark.slow(pytest.mark.postgres(needs_pg(PostgresMachine.TestCase)))
+TestPostgresMachine.settings = SETTINGS
+
+
 # -- opening ---------------------------------------------------------------------------
 
 
@@ -95,6 +117,14 @@ def test_bad_url_parameters_are_refused(query: str) -> None:
     """A malformed schema name or pool size is refused before any connection is made."""
     with pytest.raises(UnsupportedStoreURL, match=query.split("=")[0]):
         PostgresEventStore(f"postgresql://localhost/db?{query}")
+
+
+async def test_unreachable_server_fails_fast_with_the_reason() -> None:
+    """Opening a store on a port nobody listens on raises StoreUnavailable at once, saying why."""
+    with anyio.fail_after(10), pytest.raises(StoreUnavailable, match="opening the store") as info:
+        async with PostgresEventStore("postgresql://postgres@127.0.0.1:1/x?connect_timeout=3"):
+            pass
+    assert isinstance(info.value.__cause__, psycopg.OperationalError)
 
 
 def test_repr_hides_the_password() -> None:
@@ -288,6 +318,15 @@ class TestPostgresServer:
             report = await store.verify()
             assert not report.ok
             assert {(p.stream, p.version) for p in report.problems} == {("s", 2)}
+
+    @pytest.mark.parametrize("event_id", ["not-a-uuid", "0190B9C2-0000-7000-8000-000000000001"])
+    async def test_ids_that_would_not_round_trip_are_refused(self, pg_url: str, event_id: str) -> None:
+        """An id the uuid column would respell (or refuse) is rejected before anything is written."""
+        async with PostgresEventStore(pg_url) as store:
+            bad = NewEvent("a.b", {}, id=event_id)  # type: ignore[arg-type]
+            with pytest.raises(InvalidEventError, match="canonical"):
+                await store.append("s", [NewEvent("a.b", {}), bad])
+            assert await store.head() == 0
 
     async def test_positions_stay_gapless_after_rejected_appends(self, pg_url: str) -> None:
         """Appends refused inside the transaction consume no position."""

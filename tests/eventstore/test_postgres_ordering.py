@@ -20,11 +20,11 @@ from urllib.parse import urlencode
 
 import anyio
 import orjson
-import psycopg
 import pytest
 from turnlog.eventstore import ANY, NewEvent, RecordedEvent, VerifyReport
 from turnlog.eventstore._postgres import PostgresEventStore
 
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 pytestmark = [
     pytest.mark.postgres,

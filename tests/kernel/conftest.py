@@ -35,7 +35,7 @@ async def assert_rebuilds(branch: Branch) -> None:
 
 async def first_of(branch: Branch, event_type: str) -> Any:
     """The decoded payload of the first event of ``event_type`` in the branch stream."""
-    return next(data for event, data in await branch.history() if event.type == event_type)
+    return next(data for event, data in await branch.events() if event.type == event_type)
 
 
 async def first_record(store: EventStore, stream: str) -> RecordedEvent:

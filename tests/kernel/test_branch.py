@@ -89,8 +89,10 @@ async def test_at_gives_a_read_only_view_of_the_past(store: EventStore) -> None:
         await past.chat_and_record("third")
     with pytest.raises(UsageError, match="read-only"):
         await past.communicate("third")
-    history = await past.history()
-    assert len(history) == version_after_first
+    assert len(await past.events()) == version_after_first
+    rows = await past.history()
+    assert [r.version for r in rows] == list(range(1, version_after_first + 1))
+    assert [r.type for r in rows[-3:]] == ["message.added", "model.called", "message.added"]
 
 
 async def test_fork_starts_from_a_past_version_and_diverges(store: EventStore) -> None:

@@ -13,7 +13,7 @@ from .conftest import assert_rebuilds, first_of
 
 
 async def types_of(branch: Branch) -> list[str]:
-    return [event.type for event, _ in await branch.history()]
+    return [event.type for event, _ in await branch.events()]
 
 
 async def test_chat_returns_text_and_records_no_message(store: EventStore) -> None:
@@ -64,8 +64,8 @@ async def test_same_request_same_fingerprint(store: EventStore) -> None:
     b = Branch(store=store, chat_model=ScriptedModel("y"))
     await a.chat(plain_content="same words")
     await b.chat(plain_content="same words")
-    fa = [d.fingerprint for e, d in await a.history() if e.type == "model.called"]
-    fb = [d.fingerprint for e, d in await b.history() if e.type == "model.called"]
+    fa = [d.fingerprint for e, d in await a.events() if e.type == "model.called"]
+    fb = [d.fingerprint for e, d in await b.events() if e.type == "model.called"]
     assert fa == fb
 
 

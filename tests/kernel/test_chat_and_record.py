@@ -43,6 +43,6 @@ async def test_a_failed_call_records_no_message(store: EventStore) -> None:
     with pytest.raises(ProviderConnectionError):
         await branch.chat_and_record("ping")
     assert branch.messages == ()
-    types = [e.type for e, _ in await branch.history()]
+    types = [e.type for e, _ in await branch.events()]
     assert types == ["branch.created", "model.called"]
     await assert_rebuilds(branch)

@@ -19,7 +19,7 @@ class Answer(BaseModel):
 
 
 async def types_of(branch: Branch) -> list[str]:
-    return [event.type for event, _ in await branch.history()]
+    return [event.type for event, _ in await branch.events()]
 
 
 async def test_plain_mode_returns_text_and_records_two_messages(store: EventStore) -> None:
@@ -66,7 +66,7 @@ async def test_parse_falls_back_to_a_reformat_request_and_annotates(store: Event
     assert len(branch.messages) == 2, "the reformat exchange is not recorded as messages"
     response = branch.messages[1]
     assert response.metadata["parsed_text"] == '{"city": "Paris", "population": 2000000}'
-    called = [d for e, d in await branch.history() if e.type == "model.called"]
+    called = [d for e, d in await branch.events() if e.type == "model.called"]
     assert [c.verb for c in called] == ["communicate", "parse"]
     assert response.metadata["model_call_id"] == called[1].call_id
     assert response.metadata["original_model_call_id"] == called[0].call_id

@@ -19,7 +19,7 @@ def provider(text: str | None) -> Any:
 
 
 async def called_events(branch: Branch) -> list[Any]:
-    return [d for e, d in await branch.history() if e.type == "model.called"]
+    return [d for e, d in await branch.events() if e.type == "model.called"]
 
 
 async def test_provider_text_reaches_the_request_but_is_never_recorded(store: EventStore) -> None:

@@ -57,7 +57,7 @@ async def test_communicate_over_http_records_usage_and_no_secret(
     body = server.requests[0]["body"]
     assert body["model"] == "gpt-4.1-mini" and body["temperature"] == 0
     assert "Be helpful." in body["messages"][0]["content"]
-    (called,) = [d for e, d in await branch.history() if e.type == "model.called"]
+    (called,) = [d for e, d in await branch.events() if e.type == "model.called"]
     assert (called.provider, called.endpoint, called.status) == ("openai", "chat/completions", "ok")
     assert called.usage.input_tokens == 17 and called.usage.output_tokens == 6
     assert called.params == {"temperature": 0}
@@ -82,7 +82,7 @@ async def test_retries_are_counted_in_attempts(store: EventStore, server: FakeOp
     model = model_for(server, retry=RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.01))
     branch = Branch(store=store, chat_model=model)
     assert await branch.chat_and_record("flaky?") == "recovered"
-    (called,) = [d for e, d in await branch.history() if e.type == "model.called"]
+    (called,) = [d for e, d in await branch.events() if e.type == "model.called"]
     assert called.attempts == 2
 
 
@@ -91,7 +91,7 @@ async def test_a_wrong_key_is_recorded_as_a_failed_call(store: EventStore, serve
     branch = Branch(store=store, chat_model=wrong)
     with pytest.raises(AuthenticationError):
         await branch.communicate("hi")
-    (called,) = [d for e, d in await branch.history() if e.type == "model.called"]
+    (called,) = [d for e, d in await branch.events() if e.type == "model.called"]
     assert called.status == "error" and called.error_type == "AuthenticationError"
     assert branch.messages == ()
     (run,) = branch.state.runs.values()

@@ -13,7 +13,18 @@ from turnlog.kernel.testing import FunctionModel
 from turnlog.projections import AssistantResponse, Instruction, catalogue_upcasters
 
 OPS = st.sampled_from(
-    ["communicate", "chat_and_record", "chat", "fail", "clear", "annotate", "system", "bind", "append", "refork"]
+    [
+        "communicate",
+        "chat_and_record",
+        "chat",
+        "fail",
+        "clear",
+        "annotate",
+        "system",
+        "bind",
+        "append",
+        "refork",
+    ]
 )
 
 
@@ -46,7 +57,9 @@ async def scenario(ops: list[str]) -> None:
                 elif op == "bind":
                     await branch.bind_provider_session("cli", "m", f"s{step}")
                 elif op == "append":
-                    await branch.add_messages([Instruction.create(f"i{step}"), AssistantResponse.create(f"r{step}")])
+                    await branch.add_messages(
+                        [Instruction.create(f"i{step}"), AssistantResponse.create(f"r{step}")]
+                    )
                 elif op == "refork" and branch.version > 1:
                     branch = await branch.fork(max(1, branch.version - 1))
             except ServerError:

@@ -154,7 +154,7 @@ async def test_nested_runs_of_the_same_branch_are_suppressed(store: EventStore) 
     assert end.verb == "ReAct" and end.usage.input_tokens == 12
     messages = branch.messages
     assert len(messages) == 4
-    assert {e.meta.get("run_id") for e, _ in await branch.history() if e.type == "message.added"} == {
+    assert {e.meta.get("run_id") for e, _ in await branch.events() if e.type == "message.added"} == {
         outer.run_id
     }
 
@@ -208,3 +208,35 @@ async def test_session_observers_see_included_branches(store: EventStore) -> Non
     await branch.communicate("q")
     assert [type(s) for s in seen] == [RunEnd]
     assert seen[0].event.meta["session_id"] == session.id
+
+
+async def test_a_stream_closed_by_its_consumer_ends_cleanly(store: EventStore) -> None:
+    branch = await Branch(store=store).save()
+
+    async def stream():  # the shape of a streaming verb: the run spans the iteration
+        async with observed_run(branch, "run"):
+            for i in range(10):
+                yield i
+
+    gen = stream()
+    async for item in gen:
+        if item == 2:
+            break
+    await gen.aclose()
+    (run,) = branch.state.runs.values()
+    assert run.verb == "run" and run.status == "ended"
+    await assert_rebuilds(branch)
+
+
+async def test_exactly_one_terminal_per_start_under_failures(store: EventStore) -> None:
+    model = ScriptedModel("ok", RuntimeError("x"), "ok", ValueError("y"), "ok")
+    branch = Branch(store=store, chat_model=model)
+    for _ in range(5):
+        try:
+            await branch.communicate("q")
+        except (RuntimeError, ValueError):
+            pass
+    types = [e.type for e, _ in await branch.events() if e.type.startswith("run.")]
+    assert types.count("run.started") == 5
+    assert types.count("run.ended") + types.count("run.failed") == 5
+    assert types.count("run.failed") == 2

@@ -66,3 +66,23 @@ async def test_function_model_sync_and_async() -> None:
     async_model = FunctionModel(answer)
     assert (await async_model.invoke(request("shout"))).text == "SHOUT"
     assert async_model.calls[0].matched_by == "function"
+
+
+async def test_replay_model_serves_recorded_answers_by_fingerprint(tmp_path: object) -> None:
+    from turnlog.eventstore import open_store
+    from turnlog.kernel import Branch
+    from turnlog.kernel.testing import ReplayMismatch, ReplayModel
+    from turnlog.projections import catalogue_upcasters
+
+    async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters()) as store:
+        original = Branch(store=store, system="Be brief.", chat_model=ScriptedModel("Paris.", "Berlin."))
+        await original.communicate("Capital of France?")
+        await original.communicate("Capital of Germany?")
+
+        replay = await ReplayModel.from_store(store, branch_id=original.id)
+        assert replay.model == "scripted"
+        copy = Branch(store=store, system="Be brief.", chat_model=replay)
+        assert await copy.communicate("Capital of France?") == "Paris."
+        assert await copy.communicate("Capital of Germany?") == "Berlin."
+        with pytest.raises(ReplayMismatch):
+            await copy.communicate("Capital of Spain?")

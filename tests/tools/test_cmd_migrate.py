@@ -10,7 +10,6 @@ from urllib.parse import urlencode
 
 import anyio
 import orjson
-import psycopg
 import pytest
 from turnlog.eventstore import NewEvent, NewSnapshot, RecordedEvent, open_store
 from turnlog.tools._cli import main
@@ -42,8 +41,11 @@ def pg_url() -> Iterator[str]:
         pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
     schema = f"t_{uuid.uuid4().hex}"
     yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
+    import psycopg
+    from psycopg import sql
+
     with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.postgres

@@ -293,3 +293,47 @@ def test_turnlog_fake_cli_command_runs_the_fake(env: dict[str, str], tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     assert lines(done.stdout)[-1]["result"] == "from a file"
+
+
+def test_claude_continue_resumes_the_latest_session_of_the_directory(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    first = lines(fake("claude", CLAUDE, env, cwd=here).stdout)[0]["session_id"]
+    fake("claude", CLAUDE, env, cwd=elsewhere)
+    again = lines(fake("claude", [*CLAUDE, "--continue"], env, cwd=here).stdout)
+    assert again[0]["session_id"] == first
+
+
+def test_claude_text_and_json_output_formats_print_only_the_result(env: dict[str, str]) -> None:
+    script = {"steps": [{"text": "the answer"}]}
+    text = fake("claude", ["-p", "q", "--output-format", "text"], env, script)
+    assert (text.returncode, text.stdout) == (0, "the answer\n")
+    (result,) = lines(fake("claude", ["-p", "q", "--output-format", "json"], env, script).stdout)
+    assert result["type"] == "result" and result["result"] == "the answer"
+
+
+def test_a_vanished_reader_stops_the_fake_and_unsent_lines_are_not_recorded(env: dict[str, str]) -> None:
+    script = {"delay": 0.02, "steps": [{"text": "x" * 40, "chunks": 40}]}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnlog.tools._fake_cli", "gemini", *GEMINI],
+        env={**env, "TURNLOG_FAKE_CLI_SCRIPT": json.dumps(script)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader dies mid-stream
+    assert proc.wait(timeout=30) == 1
+    recorded = records(env)
+    broken = next(r for r in recorded if r["event"] == "broken_pipe")
+    sent = [r["line"] for r in recorded if r["event"] == "stdout"]
+    assert sent[0] + "\n" == first.decode()
+    assert broken["unsent"] not in sent[-1:] and len(sent) < 42
+
+
+def test_stdin_kind_is_recorded(env: dict[str, str]) -> None:
+    fake("claude", CLAUDE, env, stdin=subprocess.DEVNULL)
+    assert records(env)[0]["stdin"] == os.devnull

@@ -57,9 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SQLite synchronous level for every SQLite peer (default: normal)",
     )
     parser.add_argument(
-        "--single", type=int, default=3000, help="single-event appends per run (default 3000)"
+        "--single",
+        type=int,
+        default=None,
+        help="single-event appends per run (default 3000; 1000 with --durability full, fsync-bound)",
     )
-    parser.add_argument("--batches", type=int, default=20, help="batched appends per run (default 20)")
+    parser.add_argument("--batches", type=int, default=40, help="batched appends per run (default 40)")
     parser.add_argument("--batch", type=int, default=1000, help="events per batch (default 1000)")
     parser.add_argument(
         "--repeat", type=int, default=5, help="runs per peer; the best is reported (default 5)"
@@ -313,10 +316,17 @@ def _schema_of_our_store(workdir: Path) -> list[str]:
     return [row[0] for row in rows]
 
 
+def _single_count(args: argparse.Namespace) -> int:
+    if args.single is not None:
+        return int(args.single)
+    return 1000 if args.durability == "full" else 3000
+
+
 def _measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Figure], bool]:
     schema = _schema_of_our_store(workdir)
     have_es = _eventsourcing() is not None
-    n, batches, size, dur = args.single, args.batches, args.batch, args.durability
+    n = _single_count(args)
+    batches, size, dur = args.batches, args.batch, args.durability
     runs: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
 
@@ -385,7 +395,7 @@ def run(args: argparse.Namespace) -> int:
                 "cpus": os.cpu_count(),
                 "sqlite_version": sqlite3.sqlite_version,
                 "sizes": {
-                    "single": args.single,
+                    "single": _single_count(args),
                     "batches": args.batches,
                     "batch": args.batch,
                     "repeat": args.repeat,

@@ -9,6 +9,10 @@ process run, and the ratios are printed.
 
 Targets: at most 1 ms per turn at 500 turns, at least 10x lionagi at 500 turns, and at most
 3x growth from 0 to 500 turns.
+
+The timed turns run in blocks; the figure compared is the best block's mean (as ``timeit``
+does: other load on the machine only ever adds time), with the median of every turn and
+the overall mean printed beside it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
 from turnlog.kernel.models import ModelRequest, ModelResponse, Usage
@@ -51,7 +54,10 @@ class InstantModel:
 
     def __init__(self) -> None:
         self._response = ModelResponse(
-            text="ok", raw={"choices": [{"message": {"content": "ok"}}]}, usage=Usage(10, 1, None), provider="test"
+            text="ok",
+            raw={"choices": [{"message": {"content": "ok"}}]},
+            usage=Usage(10, 1, None),
+            provider="test",
         )
 
     async def invoke(self, request: ModelRequest) -> ModelResponse:
@@ -59,30 +65,53 @@ class InstantModel:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--turns", type=int, default=100, help="timed turns per history length (default 100)")
+    parser.add_argument("--turns", type=int, default=200, help="timed turns per history length (default 200)")
     parser.add_argument(
         "--lionagi-turns", type=int, default=20, help="timed lionagi turns per history length (default 20)"
     )
+    parser.add_argument(
+        "--blocks", type=int, default=5, help="timed turns are split in this many blocks (default 5)"
+    )
     parser.add_argument("--no-lionagi", action="store_true", help="skip lionagi even when it is installed")
     parser.add_argument(
-        "--durability", choices=("normal", "full"), default="normal", help="SQLite durability (default normal)"
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="SQLite durability (default normal)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-async def _time_turns(turn: Callable[[int], Awaitable[Any]], history: int, turns: int) -> dict[str, float]:
+async def _time_turns(
+    turn: Callable[[int], Awaitable[Any]], history: int, turns: int, blocks: int
+) -> dict[str, float]:
     for i in range(history):
         await turn(i)
     gc.collect()
-    samples = []
-    for i in range(turns):
-        started = time.perf_counter()
-        await turn(history + i)
-        samples.append((time.perf_counter() - started) * 1000)
-    return {"mean_ms": statistics.fmean(samples), "p50_ms": statistics.median(samples), "turns": turns}
+    samples: list[float] = []
+    block_means: list[float] = []
+    per_block = max(1, turns // max(1, blocks))
+    done = history
+    while len(samples) < turns:
+        block: list[float] = []
+        for _ in range(min(per_block, turns - len(samples))):
+            started = time.perf_counter()
+            await turn(done)
+            block.append((time.perf_counter() - started) * 1000)
+            done += 1
+        samples.extend(block)
+        block_means.append(statistics.fmean(block))
+    return {
+        "best_ms": min(block_means),
+        "p50_ms": statistics.median(samples),
+        "mean_ms": statistics.fmean(samples),
+        "turns": turns,
+    }
 
 
-async def _turnlog(history: int, turns: int, directory: Path, durability: str) -> dict[str, float]:
+async def _turnlog(
+    history: int, turns: int, blocks: int, directory: Path, durability: str
+) -> dict[str, float]:
     url = f"sqlite:///{directory / f'kernel-{history}.db'}"
     async with open_store(url, upcasters=catalogue_upcasters(), durability=durability) as store:  # type: ignore[arg-type]
         branch = Branch(store=store, system="You are a benchmark.", chat_model=InstantModel())
@@ -91,7 +120,7 @@ async def _turnlog(history: int, turns: int, directory: Path, durability: str) -
         async def turn(i: int) -> Any:
             return await branch.communicate(f"question {i}")
 
-        result = await _time_turns(turn, history, turns)
+        result = await _time_turns(turn, history, turns, blocks)
         result["events"] = branch.version
         return result
 
@@ -104,17 +133,19 @@ def _lionagi_available() -> bool:
     return True
 
 
-async def _lionagi(history: int, turns: int, directory: Path) -> dict[str, float]:
+async def _lionagi(history: int, turns: int, blocks: int, directory: Path) -> dict[str, float]:
     from lionagi.protocols.generic.log import DataLoggerConfig
     from lionagi.testing import TestBranch
 
     config = DataLoggerConfig(persist_dir=str(directory / "lionagi-logs"), auto_save_on_exit=False)
-    branch = TestBranch.from_text(["ok"] * (history + turns + 1), system="You are a benchmark.", log_config=config)
+    branch = TestBranch.from_text(
+        ["ok"] * (history + turns + 1), system="You are a benchmark.", log_config=config
+    )
 
     async def turn(i: int) -> Any:
         return await branch.communicate(f"question {i}")
 
-    return await _time_turns(turn, history, turns)
+    return await _time_turns(turn, history, turns, blocks)
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,11 +154,15 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-kernel-") as tmp:
         directory = Path(tmp)
         for history in HISTORIES:
-            rows[history] = {"turnlog": await _turnlog(history, args.turns, directory, args.durability)}
+            rows[history] = {
+                "turnlog": await _turnlog(history, args.turns, args.blocks, directory, args.durability)
+            }
             if with_lionagi:
                 with warnings.catch_warnings(), _quiet(), _cwd(directory):
                     warnings.simplefilter("ignore")
-                    rows[history]["lionagi"] = await _lionagi(history, args.lionagi_turns, directory)
+                    rows[history]["lionagi"] = await _lionagi(
+                        history, args.lionagi_turns, args.blocks, directory
+                    )
     return _report(rows, with_lionagi, args)
 
 
@@ -154,16 +189,18 @@ def _cwd(directory: Path) -> Any:
 
 
 def _report(rows: dict[int, dict[str, Any]], with_lionagi: bool, args: argparse.Namespace) -> dict[str, Any]:
-    ours = {h: r["turnlog"]["mean_ms"] for h, r in rows.items()}
+    ours = {h: r["turnlog"]["best_ms"] for h, r in rows.items()}
     report: dict[str, Any] = {
         "benchmark": "kernel",
         "durability": args.durability,
         "histories": {str(h): r for h, r in rows.items()},
         "growth_0_to_500": ours[500] / ours[0],
-        "lionagi": "compared" if with_lionagi else "not installed",
+        "lionagi": "compared" if with_lionagi else "skipped" if args.no_lionagi else "not installed",
     }
     if with_lionagi:
-        report["speedup"] = {str(h): r["lionagi"]["mean_ms"] / r["turnlog"]["mean_ms"] for h, r in rows.items()}
+        report["speedup"] = {
+            str(h): r["lionagi"]["best_ms"] / r["turnlog"]["best_ms"] for h, r in rows.items()
+        }
     report["targets"] = {
         "ms_per_turn_at_500 <= 1": ours[500] <= TARGET_MS_AT_500,
         "growth_0_to_500 <= 3": report["growth_0_to_500"] <= TARGET_GROWTH,
@@ -175,25 +212,26 @@ def _report(rows: dict[int, dict[str, Any]], with_lionagi: bool, args: argparse.
 
 def _print(report: dict[str, Any]) -> None:
     print(f"communicate, zero-latency model, SQLite file ({report['durability']} durability)")
-    header = f"{'history':>8}  {'turnlog ms/turn':>16}  {'p50':>7}"
+    print("ms per turn: best block mean / median / mean")
+    header = f"{'history':>8}  {'turnlog':>24}"
     with_lionagi = "speedup" in report
     if with_lionagi:
-        header += f"  {'lionagi ms/turn':>16}  {'p50':>7}  {'speedup':>8}"
+        header += f"  {'lionagi':>24}  {'speedup':>8}"
     print(header)
     for history, row in report["histories"].items():
-        ours = row["turnlog"]
-        line = f"{history:>8}  {ours['mean_ms']:>16.3f}  {ours['p50_ms']:>7.3f}"
+        line = f"{history:>8}  {_figures(row['turnlog']):>24}"
         if with_lionagi:
-            theirs = row["lionagi"]
-            line += (
-                f"  {theirs['mean_ms']:>16.3f}  {theirs['p50_ms']:>7.3f}  {report['speedup'][history]:>7.1f}x"
-            )
+            line += f"  {_figures(row['lionagi']):>24}  {report['speedup'][history]:>7.1f}x"
         print(line)
     print(f"growth 0 -> 500 turns: {report['growth_0_to_500']:.2f}x")
-    if not with_lionagi:
+    if report["lionagi"] == "not installed":
         print("lionagi: not installed (pip install lionagi to compare)")
     for name, ok in report["targets"].items():
         print(f"target {name}: {'met' if ok else 'MISSED'}")
+
+
+def _figures(result: dict[str, float]) -> str:
+    return f"{result['best_ms']:.3f} / {result['p50_ms']:.3f} / {result['mean_ms']:.3f}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -136,6 +136,7 @@ async def _lag(
 ) -> tuple[list[float], list[float]]:
     """Delivery lag in ms, measured from the append call and from its acknowledgement."""
     received: dict[tuple[int, int], tuple[float, float]] = {}
+    reports: list[dict[str, Any]] = []
     start_at = await store.head() + 1
     procs = await _spawn(url, writers, count, rate)
     with anyio.fail_after(120 + count / max(rate, 1)):
@@ -148,7 +149,7 @@ async def _lag(
                         return
 
             tg.start_soon(consume)
-            reports = await _go_and_wait(procs)
+            reports.extend(await _go_and_wait(procs))
     from_call = [(got - sent) * 1000 for got, sent in received.values()]
     from_ack = [
         (received[(w, i)][0] - acked) * 1000
@@ -190,10 +191,11 @@ def _pg_url(args: argparse.Namespace) -> tuple[str, str] | None:
 
 async def _drop_schema(url: str, schema: str) -> None:
     import psycopg
+    from psycopg import sql
 
     base = url.split("?", 1)[0]
     async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def _settings(url: str) -> dict[str, str]:
@@ -210,7 +212,7 @@ async def _settings(url: str) -> dict[str, str]:
     async with await psycopg.AsyncConnection.connect(url.split("?", 1)[0], autocommit=True) as conn:
         out = {}
         for setting in names:
-            row = await (await conn.execute(f"SHOW {setting}")).fetchone()
+            row = await (await conn.execute("SELECT current_setting(%s)", [setting])).fetchone()
             out[setting] = str(row[0]) if row else "?"
         return out
 

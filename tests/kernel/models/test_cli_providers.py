@@ -169,6 +169,7 @@ async def test_claude_chunks(fake: Fake) -> None:
     assert fake.starts()[0]["argv"] == [
         "-p", "List the files", "--output-format", "stream-json", "--verbose", "--model", "sonnet",
     ]  # fmt: skip
+    assert fake.starts()[0]["stdin"] == os.devnull
 
 
 async def test_codex_chunks(fake: Fake) -> None:

@@ -1,0 +1,383 @@
+"""``stream_persist``: branch snapshot files, the live JSONL buffer and batched chunk commits.
+
+Files of one run, under ``persist_dir`` (default: ``runs/`` next to a SQLite store file, else
+``./runs``):
+
+- ``<snapshot_dir or persist_dir>/<branch_id>.json``: the branch projection, written
+  atomically (temporary file, fsync, rename) before the stream starts and again at cleanup;
+  ``Branch.from_snapshot(path, store=...)`` opens it.
+- ``<persist_dir>/<branch_id>.<run_id>.jsonl``: the live buffer. Each line is one
+  ``stream.chunk`` event in the store's envelope (``id``, ``stream``, ``version``, ``type``,
+  ``schema``, ``data``, ``meta``, ``recorded_at``), written with one ``os.write`` *before*
+  the chunk is processed, so a chunk that reached the process survives its crash. The store
+  receives the same events (same ids) in batches; the buffer is removed once every one of
+  them is committed, and ``recover`` imports what a crash left in it.
+
+Example::
+
+    log = ChunkLog(store, run_id, meta, buffer=RunBuffer(path), options=PersistOptions())
+    event = log.add(chunk)          # line written to the buffer, event queued
+    await log.maybe_commit()        # a batch is appended when it is due
+    await log.commit()              # everything queued is in the store
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from turnlog.eventstore import EventStore, MemoryEventStore, NewEvent, uuid7
+from turnlog.projections import (
+    PROJECTION_VERSION,
+    SNAPSHOT_TYPE,
+    BranchState,
+    ChunkReceived,
+    load_snapshot_state,
+    snapshot_records,
+)
+
+from ._errors import KernelError
+
+__all__ = [
+    "CHUNK_TYPE",
+    "SNAPSHOT_FORMAT",
+    "ChunkLog",
+    "PersistOptions",
+    "RunBuffer",
+    "SnapshotFileError",
+    "buffer_path",
+    "default_persist_dir",
+    "envelope",
+    "read_snapshot_file",
+    "snapshot_path",
+    "write_snapshot_file",
+]
+
+CHUNK_TYPE = ChunkReceived.event_type
+"""The event type of stream chunks (``stream.chunk``)."""
+
+SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
+"""The ``format`` field of snapshot files."""
+
+_SNAPSHOT_FILE_VERSION = 1
+
+
+class SnapshotFileError(KernelError, ValueError):
+    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class PersistOptions:
+    """How a streamed run hands its chunks to the store.
+
+    Attributes:
+        batch_chunks: Commit when this many chunks are waiting.
+        batch_ms: Commit when this many milliseconds passed since the last commit (checked as
+            chunks arrive; the rest is committed at the end of the run).
+        fsync: With ``stream_persist``, fsync the buffer after every line (survives power
+            loss, much slower); without it a line is handed to the operating system, which
+            survives a crash of the process.
+    """
+
+    batch_chunks: int = 256
+    batch_ms: float = 50.0
+    fsync: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_chunks < 1:
+            raise ValueError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
+        if self.batch_ms < 0:
+            raise ValueError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
+
+
+def default_persist_dir(store: EventStore) -> Path:
+    """Where run files go when no ``persist_dir`` is given.
+
+    ``<directory of the store file>/runs`` for a SQLite file store; ``./runs`` (resolved
+    against the current directory) for in-memory and server stores.
+    """
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path and path != ":memory:":
+        return Path(path).resolve().parent / "runs"
+    return Path("runs").resolve()
+
+
+def buffer_path(persist_dir: str | os.PathLike[str], branch_id: str, run_id: str) -> Path:
+    """``<persist_dir>/<branch_id>.<run_id>.jsonl``."""
+    return Path(persist_dir) / f"{branch_id}.{run_id}.jsonl"
+
+
+def snapshot_path(snapshot_dir: str | os.PathLike[str], branch_id: str) -> Path:
+    """``<snapshot_dir>/<branch_id>.json``."""
+    return Path(snapshot_dir) / f"{branch_id}.json"
+
+
+# ----------------------------------------------------------------------------------- snapshots
+
+
+def _snapshot_bytes(state: BranchState) -> bytes:
+    records = snapshot_records(state, None)
+    body = {
+        "format": SNAPSHOT_FORMAT,
+        "format_version": _SNAPSHOT_FILE_VERSION,
+        "projection_version": PROJECTION_VERSION,
+        "branch_id": state.branch_id,
+        "stream": f"branch-{state.branch_id}",
+        "version": state.version,
+        "written_at": datetime.now(UTC).isoformat(),
+        "records": [
+            {"type": r.type, "version": r.version, "schema": r.schema, "data": dict(r.data)} for r in records
+        ],
+    }
+    return orjson.dumps(body)
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    # The rename itself must survive too: fsync the directory.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState) -> Path:
+    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename); return the path."""
+    target = Path(path)
+    payload = _snapshot_bytes(state)
+    await anyio.to_thread.run_sync(_write_atomic, target, payload)
+    return target
+
+
+async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
+    """The branch state a snapshot file holds.
+
+    Raises:
+        SnapshotFileError: the file is missing, not JSON, not a turnlog snapshot, or written by
+            another projection version.
+    """
+    try:
+        raw = await anyio.Path(path).read_bytes()
+    except OSError as exc:
+        raise SnapshotFileError(path, f"cannot read the snapshot: {exc}") from exc
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SnapshotFileError(path, f"not JSON: {exc}") from exc
+    if not isinstance(body, dict) or body.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotFileError(path, f"not a {SNAPSHOT_FORMAT} file")
+    if body.get("projection_version") != PROJECTION_VERSION:
+        raise SnapshotFileError(
+            path,
+            f"written by projection version {body.get('projection_version')}, this code is "
+            f"{PROJECTION_VERSION}; rebuild the branch from the store instead",
+        )
+    # The state is decoded by the same loader as store snapshots, from a private in-memory store.
+    from turnlog.eventstore import NewSnapshot
+
+    scratch = MemoryEventStore()
+    stream = str(body["stream"])
+    try:
+        for record in body["records"]:
+            await scratch.save_snapshot(
+                NewSnapshot(
+                    stream,
+                    int(record["version"]),
+                    str(record["type"]),
+                    record["data"],
+                    int(record["schema"]),
+                    {"projection_version": PROJECTION_VERSION},
+                )
+            )
+        state = await load_snapshot_state(scratch, stream, int(body["version"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SnapshotFileError(path, f"malformed snapshot: {exc}") from exc
+    finally:
+        await scratch.close()
+    if state is None:
+        raise SnapshotFileError(path, f"no {SNAPSHOT_TYPE} record in the file")
+    return state
+
+
+# -------------------------------------------------------------------------------------- buffer
+
+
+class RunBuffer:
+    """The append-only JSONL file of one run's chunk events.
+
+    Args:
+        path: The file (its directory is created).
+        fsync: fsync after every line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self.lines = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, line: bytes) -> None:
+        """Hand one line (with its newline) to the operating system, in one write call."""
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path}: the buffer is closed")
+        written = os.write(fd, line)
+        if written != len(line):
+            # A short write to a regular file is rare (disk full, signal): finish the line.
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+        if self.fsync:
+            os.fsync(fd)
+        self.lines += 1
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def remove(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def envelope(event: NewEvent, stream: str, version: int, recorded_at: str) -> dict[str, Any]:
+    """The store envelope of an event not yet stored (no position or hashes yet)."""
+    return {
+        "id": str(event.id),
+        "stream": stream,
+        "version": version,
+        "type": event.type,
+        "schema": event.schema,
+        "data": event.data,
+        "meta": event.meta or {},
+        "recorded_at": recorded_at,
+    }
+
+
+class ChunkLog:
+    """Numbers the chunks of one run, writes them to the buffer and commits them in batches.
+
+    The run stream ``run-<run_id>`` holds only this run's chunks, so chunk ``seq`` k is stream
+    version k; a batch is appended with ``expected_version`` = the last committed seq.
+
+    Args:
+        store: The event store.
+        run_id: The run (stream ``run-<run_id>``).
+        meta: Event meta of every chunk (branch_id, run_id, session_id).
+        buffer: The live buffer, or None without ``stream_persist``.
+        options: Batching and fsync.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        run_id: str,
+        meta: Mapping[str, Any],
+        *,
+        buffer: RunBuffer | None = None,
+        options: PersistOptions | None = None,
+    ) -> None:
+        self.store = store
+        self.stream = f"run-{run_id}"
+        self.meta = {k: v for k, v in meta.items() if v is not None}
+        self.buffer = buffer
+        self.options = options or PersistOptions()
+        self.seq = 0
+        self.committed = 0
+        self._pending: list[NewEvent] = []
+        self._last_commit = time.monotonic()
+        self._batch_s = self.options.batch_ms / 1000.0
+        self._schema = ChunkReceived.schema_version
+
+    @property
+    def pending(self) -> int:
+        """Chunks recorded (and buffered) but not yet committed."""
+        return len(self._pending)
+
+    def add(self, data: dict[str, Any]) -> NewEvent:
+        """Number one chunk payload (``StreamChunk.to_dict()``), buffer it, and queue its event.
+
+        The buffer line is written before this returns, hence before the chunk is processed.
+        """
+        self.seq = seq = self.seq + 1
+        data["seq"] = seq
+        event = NewEvent(CHUNK_TYPE, data, self.meta, uuid7(), self._schema)
+        if self.buffer is not None:
+            line = envelope(event, self.stream, seq, datetime.now(UTC).isoformat())
+            self.buffer.write(orjson.dumps(line) + b"\n")
+        self._pending.append(event)
+        return event
+
+    def due(self) -> bool:
+        """True when the waiting chunks should be committed now."""
+        pending = self._pending
+        return bool(pending) and (
+            len(pending) >= self.options.batch_chunks
+            or time.monotonic() - self._last_commit >= self._batch_s
+        )
+
+    async def maybe_commit(self) -> None:
+        """Commit when a batch is due."""
+        if self.due():
+            await self.commit()
+
+    async def commit(self) -> None:
+        """Append every waiting chunk to the run stream (one atomic append)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        try:
+            await self.store.append(self.stream, pending, self.committed)
+        except BaseException:
+            # Not committed: keep them for the next attempt (the buffer has them anyway).
+            self._pending = pending + self._pending
+            raise
+        self.committed += len(pending)
+        self._last_commit = time.monotonic()
+
+    async def finish(self) -> bool:
+        """Commit what is waiting and, when all is committed, remove the buffer.
+
+        Returns:
+            True when every chunk is in the store (the buffer, if any, is gone).
+        """
+        await self.commit()
+        if self.buffer is not None:
+            if self.committed == self.seq:
+                await anyio.to_thread.run_sync(self.buffer.remove)
+            else:
+                self.buffer.close()
+        return self.committed == self.seq

@@ -1,0 +1,445 @@
+"""Replay: audit a branch from its log, and re-execute its verbs against recorded responses.
+
+Two levels, both without calling any model:
+
+- ``audit_replay`` rebuilds the branch from its events alone and checks that result against
+  every other way the state can be obtained: the snapshot path, each stored snapshot, and a
+  live projection when one is given; it also verifies the hash chain of the stream.
+- ``execute_replay`` re-runs the recorded exchanges through the current prompt-assembly code
+  on a scratch store, with a ``ReplayModel`` that serves the responses recorded in
+  ``model.called``. Every request the verbs build is fingerprinted and compared with the
+  fingerprint recorded for that call; the first difference stops the replay and names the
+  call and what differs (divergence detection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from turnlog.eventstore import EventStore, RecordedEvent, open_store
+from turnlog.projections import (
+    AnyMessage,
+    AssistantResponse,
+    BranchState,
+    Instruction,
+    System,
+    message_from_dict,
+    rebuild,
+)
+from turnlog.projections import (
+    diff as state_diff,
+)
+
+from ._errors import KernelError
+from .models import ModelRequest, ModelResponse, ToolCall, Usage, request_fingerprint
+
+__all__ = [
+    "AuditReport",
+    "ExecuteReport",
+    "ReplayDivergence",
+    "ReplayModel",
+    "audit_replay",
+    "execute_replay",
+]
+
+
+class ReplayDivergence(KernelError):
+    """A replayed request differs from the one recorded.
+
+    Attributes:
+        call_index: 1-based index of the diverging call among the replayed calls.
+        call_id: The ``call_id`` of the recorded ``model.called`` event.
+        version: The version of that event in the branch stream.
+        expected: The recorded fingerprint.
+        actual: The fingerprint of the request built now.
+        difference: What differs, in one or a few lines.
+    """
+
+    def __init__(
+        self, call_index: int, call_id: str, version: int, expected: str, actual: str, difference: str
+    ) -> None:
+        self.call_index = call_index
+        self.call_id = call_id
+        self.version = version
+        self.expected = expected
+        self.actual = actual
+        self.difference = difference
+        super().__init__(
+            f"call #{call_index} (model.called at version {version}, call {call_id}) diverges: {difference}"
+        )
+
+
+def _text_of(raw: Any) -> str | None:
+    """The assistant text of a raw Chat Completions response, if it has one."""
+    if not isinstance(raw, Mapping):
+        return None
+    choices = raw.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return None
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        return None
+    content = message.get("content")
+    return content if isinstance(content, str) else "" if content is None else None
+
+
+@dataclass(slots=True)
+class _Expected:
+    index: int
+    version: int
+    called: dict[str, Any]
+    recorded_messages: list[dict[str, Any]]
+    fallback_text: str
+    tool_calls: tuple[ToolCall, ...]
+
+
+class ReplayModel:
+    """A chat model that serves recorded responses and checks every request's fingerprint.
+
+    The replay driver tells it which recorded call comes next (``expect``); ``invoke`` then
+    compares the fingerprint of the request it receives with the recorded one and returns
+    the recorded response, or raises ``ReplayDivergence`` naming what differs.
+
+    Example:
+        >>> model = ReplayModel(provider="openai", model="gpt-4.1-mini")
+        >>> model.provider, model.model
+        ('openai', 'gpt-4.1-mini')
+    """
+
+    def __init__(self, *, provider: str = "replay", model: str = "replay") -> None:
+        self.provider = provider
+        self.model = model
+        self.endpoint = "chat/completions"
+        self._next: _Expected | None = None
+        self.served = 0
+
+    def expect(self, expected: _Expected) -> None:
+        """Arm the model with the recorded call the next request must match."""
+        self._next = expected
+        self.provider = str(expected.called.get("provider") or self.provider)
+        self.model = str(expected.called.get("model") or self.model)
+
+    def prepare(self, request: ModelRequest) -> ModelRequest:
+        """Merge the recorded call's parameters under the request's own, as its model did."""
+        if self._next is None:
+            return request
+        recorded = self._next.called.get("params") or {}
+        return replace(request, params={**recorded, **dict(request.params)})
+
+    async def invoke(self, request: ModelRequest) -> ModelResponse:
+        expected, self._next = self._next, None
+        if expected is None:
+            raise KernelError("the replay model received a request no recorded call accounts for")
+        # The kernel fingerprints the request after ``prepare``; do the same with the armed call.
+        sent = replace(request, params={**(expected.called.get("params") or {}), **dict(request.params)})
+        actual = request_fingerprint(sent, model=self.model)
+        wanted = str(expected.called.get("fingerprint"))
+        if actual != wanted:
+            raise ReplayDivergence(
+                expected.index,
+                str(expected.called.get("call_id")),
+                expected.version,
+                wanted,
+                actual,
+                _explain(sent, expected),
+            )
+        self.served += 1
+        raw = expected.called.get("response") or {}
+        text = _text_of(raw)
+        usage = expected.called.get("usage") or {}
+        return ModelResponse(
+            text=expected.fallback_text if text is None else text,
+            tool_calls=expected.tool_calls,
+            raw=dict(raw),
+            usage=Usage(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cost_usd")),
+            model=self.model,
+            provider=self.provider,
+            latency_ms=float(expected.called.get("latency_ms") or 0.0),
+        )
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _explain(sent: ModelRequest, expected: _Expected) -> str:
+    """Name the first difference between the request built now and the recorded messages."""
+    now = sent.messages
+    then = expected.recorded_messages
+    for i, (a, b) in enumerate(zip(now, then, strict=False), 1):
+        if a != b:
+            return (
+                f"message {i} ({a.get('role')}) is {_short(a.get('content'))!r} now, "
+                f"but the log recorded {_short(b.get('content'))!r}"
+            )
+    if len(now) != len(then):
+        return f"the request has {len(now)} messages now, the log recorded {len(then)}"
+    recorded_params = expected.called.get("params") or {}
+    if dict(sent.params) != recorded_params:
+        return f"parameters are {dict(sent.params)} now, the log recorded {recorded_params}"
+    tools = [str((t.get("function") or {}).get("name", "")) for t in sent.tools or []]
+    if tools != list(expected.called.get("tools") or []):
+        return f"tools are {tools} now, the log recorded {expected.called.get('tools')}"
+    return "the request's fingerprint differs (response format or rendering changed)"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """What ``audit_replay`` checked.
+
+    Attributes:
+        branch_id: The branch.
+        version: The version replayed to.
+        events: How many events of the branch's own stream were folded.
+        snapshots_checked: How many stored snapshots were compared with a fold from events.
+        model_calls: How many recorded model calls the state holds.
+        problems: Every mismatch found; empty when the replay matches.
+    """
+
+    branch_id: str
+    version: int
+    events: int
+    snapshots_checked: int
+    model_calls: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every way of obtaining the state agrees and the chain verifies."""
+        return not self.problems
+
+
+def _differences(label: str, a: BranchState, b: BranchState) -> list[str]:
+    if a == b:
+        return []
+    d = state_diff(a, b)
+    parts = []
+    if a.version != b.version:
+        parts.append(f"version {a.version} vs {b.version}")
+    if d.added or d.removed:
+        parts.append(f"{len(d.added)} messages only in one, {len(d.removed)} only in the other")
+    if d.changed:
+        parts.append(f"{len(d.changed)} messages differ")
+    if d.runs:
+        parts.append(f"{len(d.runs)} runs differ")
+    if d.provider_sessions:
+        parts.append("provider sessions differ")
+    return [f"{label}: " + ("; ".join(parts) or "states differ")]
+
+
+async def audit_replay(store: EventStore, branch_id: str, *, live: BranchState | None = None) -> AuditReport:
+    """Rebuild ``branch_id`` from events alone and compare with every other source of its state.
+
+    Checks: the stream's hash chain; the fold of every event equals the snapshot path; each
+    stored snapshot equals a fold from events at its version; ``live`` (a running
+    projection, e.g. ``branch.state``) equals the fold.
+    """
+    stream = f"branch-{branch_id}"
+    problems: list[str] = [str(p) for p in (await store.verify(stream)).problems]
+    from_events = await rebuild(store, branch_id, snapshots=False)
+    via_snapshots = await rebuild(store, branch_id)
+    problems += _differences("snapshot path", from_events, via_snapshots)
+    checked = 0
+    at: int | None = from_events.version
+    while at is not None and at > 0:
+        snap = await store.load_snapshot(stream, at)
+        if snap is None:
+            break
+        folded = await rebuild(store, branch_id, at_version=snap.version, snapshots=False)
+        restored = await rebuild(store, branch_id, at_version=snap.version)
+        problems += _differences(f"snapshot at version {snap.version}", folded, restored)
+        checked += 1
+        at = snap.version - 1
+    if live is not None:
+        problems += _differences("live projection", from_events, live)
+    return AuditReport(
+        branch_id=branch_id,
+        version=from_events.version,
+        events=from_events.version,
+        snapshots_checked=checked,
+        model_calls=from_events.model_calls,
+        problems=tuple(problems),
+    )
+
+
+@dataclass(slots=True)
+class ExecuteReport:
+    """What ``execute_replay`` re-ran.
+
+    Attributes:
+        branch_id: The branch replayed.
+        calls_replayed: Recorded model calls re-executed and matched.
+        calls_skipped: Recorded model calls that cannot be re-executed (their instruction was
+            never recorded, e.g. ``chat``, or they failed).
+        messages_copied: Messages recorded without a model call (tools, CLI streams), copied.
+        divergence: The first divergence, or None when every request matched.
+        final_mismatch: Messages of the replayed branch that differ from the recorded ones.
+    """
+
+    branch_id: str
+    calls_replayed: int = 0
+    calls_skipped: int = 0
+    messages_copied: int = 0
+    divergence: ReplayDivergence | None = None
+    final_mismatch: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every request matched and the replayed messages equal the recorded ones."""
+        return self.divergence is None and not self.final_mismatch
+
+
+async def _effective_events(
+    store: EventStore, branch_id: str, upto: int | None = None
+) -> list[RecordedEvent]:
+    """The events whose fold is the branch: a fork's parent prefix, then its own stream."""
+    events = [e async for e in store.read_stream(f"branch-{branch_id}", 1, upto)]
+    if events and events[0].type == "branch.forked":
+        data = events[0].data
+        parent = await _effective_events(store, str(data["parent_branch_id"]), int(data["parent_version"]))
+        return parent + events[1:]
+    return events
+
+
+def _message_of(event: RecordedEvent) -> AnyMessage:
+    return message_from_dict(event.data["message"])
+
+
+def _content_view(message: AnyMessage) -> Any:
+    return (type(message).__name__, message.content.model_dump(mode="json"))
+
+
+async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
+    """Re-run the recorded exchanges of ``branch_id`` without calling any model.
+
+    Each recorded exchange (an Instruction, its ``model.called`` and the AssistantResponse
+    of that call) is re-executed with ``chat_and_record`` on a scratch branch, served by a
+    ``ReplayModel`` armed with the recorded call. Messages recorded without a model call are
+    copied as they are. The report holds the first divergence, if any.
+    """
+    from ._branch import Branch  # local: Branch imports this module's layer
+
+    events = await _effective_events(store, branch_id)
+    if not events:
+        raise KernelError(f"branch {branch_id} has no events")
+    report = ExecuteReport(branch_id=branch_id)
+    state = await rebuild(store, branch_id, snapshots=False)
+    by_id = {m.id: m for m in state.messages}
+    if state.system is not None:
+        by_id[state.system.id] = state.system
+    created = events[0].data
+    model = ReplayModel()
+    async with open_store("memory://") as scratch:
+        system = created.get("system")
+        scratch_branch = Branch(
+            store=scratch,
+            name=created.get("name"),
+            user=created.get("user"),
+            system=message_from_dict(system) if isinstance(system, Mapping) else None,
+            chat_model=model,
+        )
+        seen: dict[str, AnyMessage] = {}
+        index = 0
+        i = 0
+        while i < len(events):
+            event = events[i]
+            if event.type == "message.added":
+                message = _message_of(event)
+                nxt = events[i + 1] if i + 1 < len(events) else None
+                after = events[i + 2] if i + 2 < len(events) else None
+                if (
+                    isinstance(message, Instruction)
+                    and nxt is not None
+                    and nxt.type == "model.called"
+                    and nxt.data.get("status") == "ok"
+                    and after is not None
+                    and after.type == "message.added"
+                ):
+                    answer = _message_of(after)
+                    if isinstance(answer, AssistantResponse):
+                        index += 1
+                        called = nxt.data
+                        recorded = [
+                            by_id.get(mid) or seen.get(mid) for mid in called.get("message_ids") or []
+                        ]
+                        calls = tuple(
+                            ToolCall(str(c.get("id")), str(c.get("name")), dict(c.get("arguments") or {}))
+                            for c in answer.metadata.get("tool_calls") or []
+                        )
+                        model.expect(
+                            _Expected(
+                                index=index,
+                                version=nxt.version,
+                                called=dict(called),
+                                recorded_messages=[m.to_chat() for m in recorded if m is not None],
+                                fallback_text=answer.content.text,
+                                tool_calls=calls,
+                            )
+                        )
+                        try:
+                            await scratch_branch.chat_and_record(
+                                message, tool_schemas=message.content.tool_schemas or None
+                            )
+                        except ReplayDivergence as exc:
+                            history = [*scratch_branch.messages, message]
+                            better = _history_difference(history, [m for m in recorded if m is not None])
+                            report.divergence = (
+                                exc
+                                if better is None
+                                else ReplayDivergence(
+                                    exc.call_index, exc.call_id, exc.version, exc.expected, exc.actual, better
+                                )
+                            )
+                            return report
+                        report.calls_replayed += 1
+                        seen[message.id] = message
+                        seen[answer.id] = answer
+                        i += 3
+                        continue
+                seen[message.id] = message
+                if isinstance(message, System):
+                    await scratch_branch.set_system(message)
+                else:
+                    await scratch_branch.add_message(message)
+                report.messages_copied += 1
+            elif event.type == "model.called":
+                report.calls_skipped += 1
+            elif event.type == "messages.cleared":
+                await scratch_branch.clear_messages()
+            elif event.type == "message.annotated":
+                await scratch_branch.annotate(
+                    str(event.data["message_id"]),
+                    event.data.get("metadata") or {},
+                    reason=event.data.get("reason"),
+                )
+            i += 1
+        report.final_mismatch = _compare(state.messages, scratch_branch.messages)
+    return report
+
+
+def _history_difference(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> str | None:
+    """The first message of a request's history that differs from the recorded one, if any."""
+    now = [m for m in now if not isinstance(m, System)]
+    then = [m for m in then if not isinstance(m, System)]
+    for n, (a, b) in enumerate(zip(now, then, strict=False), 1):
+        if _content_view(a) != _content_view(b):
+            return (
+                f"message {n} ({type(a).__name__}) is {_short(a.rendered)!r} now, "
+                f"but the log recorded {_short(b.rendered)!r}"
+            )
+    if len(now) != len(then):
+        return f"the request carries {len(now)} messages now, the log recorded {len(then)}"
+    return None
+
+
+def _compare(recorded: Sequence[AnyMessage], replayed: Sequence[AnyMessage]) -> list[str]:
+    problems = []
+    for n, (a, b) in enumerate(zip(recorded, replayed, strict=False), 1):
+        if _content_view(a) != _content_view(b):
+            problems.append(f"message {n} ({type(a).__name__}) differs: {_short(b.rendered)!r} vs recorded")
+    if len(recorded) != len(replayed):
+        problems.append(f"{len(replayed)} messages replayed, {len(recorded)} recorded")
+    return problems

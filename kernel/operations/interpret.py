@@ -1,0 +1,58 @@
+"""``interpret``: rewrite a user's raw input into a clearer prompt, through ``chat``.
+
+Nothing is recorded as a message; the model call is recorded (``model.called`` with verb
+``interpret``) like every call ``chat`` makes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from turnlog.kernel._params import ChatParam
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = ["INTERPRET_INSTRUCTION", "interpret"]
+
+INTERPRET_INSTRUCTION = (
+    "Rewrite the user's input into a clear, structured prompt for a language model. Keep the "
+    "user's intent; add missing details only when they are implied. Return only the rewritten prompt."
+)
+
+
+async def interpret(
+    branch: Branch,
+    text: str,
+    *,
+    domain: str | None = None,
+    style: str | None = None,
+    sample_writing: str | None = None,
+    interpret_model: Any = None,
+    **kwargs: Any,
+) -> str:
+    """The rewritten prompt for ``text``.
+
+    Args:
+        branch: The branch whose history is sent.
+        text: The user's raw input.
+        domain: A domain hint (default ``"general"``).
+        style: The desired style (default ``"concise"``).
+        sample_writing: An example of the wanted writing.
+        interpret_model: The model to use (default: the branch's chat model).
+        **kwargs: Request parameters; ``temperature`` defaults to 0.1.
+    """
+    from turnlog.kernel._branch import resolve_model
+    from turnlog.kernel.operations.chat import chat
+
+    guidance = f"Domain hint: {domain or 'general'}. Desired style: {style or 'concise'}."
+    if sample_writing:
+        guidance += f" Sample writing: {sample_writing}"
+    params = {"temperature": 0.1, **kwargs}
+    param = ChatParam(
+        guidance=guidance,
+        context=[f"User input: {text}"],
+        imodel=resolve_model(interpret_model),
+        imodel_kw=params,
+    )
+    return str(await chat(branch, INTERPRET_INSTRUCTION, param, verb="interpret"))

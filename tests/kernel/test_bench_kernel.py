@@ -1,0 +1,19 @@
+"""`turnlog bench kernel` runs end to end and reports every figure it promises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from turnlog.tools._cli import main
+
+
+@pytest.mark.slow
+def test_bench_kernel_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "kernel", "--turns", "4", "--blocks", "2", "--no-lionagi", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["histories"]) == {"0", "100", "500"}
+    ours = report["histories"]["500"]["turnlog"]
+    assert ours["turns"] == 4 and 0 < ours["best_ms"] <= ours["mean_ms"] * 2
+    assert report["lionagi"] == "skipped" and "speedup" not in report
+    assert "growth_0_to_500 <= 3" in report["targets"]

@@ -1,0 +1,178 @@
+"""Incremental updates equal a rebuild; the rollup path equals the scan path; re-pricing equals a rebuild."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog.eventstore import ANY, NewEvent, uuid7
+from turnlog.eventstore._sqlite import SQLiteEventStore
+from turnlog.projections import BranchCreated, BranchIncluded, new_event
+from turnlog.projections.analytics import (
+    FACT_TABLES,
+    GROUPINGS,
+    RELEVANT_TYPES,
+    AnalyticsProjection,
+    Price,
+    PriceTable,
+    UpdateReport,
+)
+from turnlog.projections.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
+from turnlog.tools.bench._analytics import _Synth
+
+Entries = list[tuple[str, list[NewEvent], Any]]
+
+
+def _log(seed: int, turns: int) -> list[Entries]:
+    """A random log, one list of append_batch entries per turn, sessions included."""
+    synth = _Synth(seed, datetime(2026, 11, 1, tzinfo=UTC))
+    rng = synth.rng
+    session = str(uuid7())
+    branches = [str(uuid7()) for _ in range(3)]
+    groups: list[Entries] = []
+    for i, branch in enumerate(branches):
+        created = BranchCreated(branch_id=branch, session_id=session if i == 0 else None)
+        groups.append([(f"branch-{branch}", [new_event(created)], ANY)])
+    for _ in range(turns):
+        if rng.random() < 0.1:
+            included = new_event(BranchIncluded(branch_id=rng.choice(branches)))
+            groups.append([(f"session-{session}", [included], ANY)])
+        groups.append(synth.turn(rng.choice(branches)))
+    return groups
+
+
+def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(path)
+    try:
+        names = [t.name for t in FACT_TABLES] + [r.name for r in ROLLUPS] + ["analytics_branches"]
+        return {name: conn.execute(f"SELECT * FROM {name} ORDER BY 1").fetchall() for name in names}
+    finally:
+        conn.close()
+
+
+async def _queries(analytics: AnalyticsProjection, since: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for by in GROUPINGS:
+        if by != "tool":
+            out[f"usage-{by}"] = await analytics.usage(by, since=since)  # type: ignore[arg-type]
+    for by in ("model", "day"):
+        out[f"errors-{by}"] = await analytics.error_rates(by, since=since)  # type: ignore[arg-type]
+    for by in ("tool", "day", "branch", "session"):
+        out[f"tools-{by}"] = await analytics.tool_usage(by, since=since)  # type: ignore[arg-type]
+    out["runs"] = await analytics.run_usage("verb", since=since)
+    return out
+
+
+async def _check(seed: int, turns: int, cuts: list[int], batch: int) -> None:
+    groups = _log(seed, turns)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with SQLiteEventStore(root / "store.db") as store:
+            async with AnalyticsProjection(store, batch_size=batch) as analytics:
+                start = 0
+                for cut in [*sorted(set(cuts)), len(groups)]:
+                    chunk = groups[start:cut]
+                    start = max(start, cut)
+                    if chunk:
+                        await store.append_batch([entry for group in chunk for entry in group])
+                    await analytics.update()
+                assert await analytics.checkpoint() == await store.head()
+                fast = await _queries(analytics, None)
+                scanned = await _queries(analytics, "1970-01-01")
+            async with AnalyticsProjection(store, database=root / "fresh.db") as fresh:
+                await fresh.rebuild()
+        incremental, rebuilt = _tables(root / "store.db"), _tables(root / "fresh.db")
+        assert incremental == rebuilt
+        # The SQL recomputation of the rollups (used after a re-pricing) agrees as well.
+        conn = sqlite3.connect(root / "fresh.db", isolation_level=None)
+        register_functions(conn)
+        rebuild_rollups(conn)
+        conn.close()
+        assert _tables(root / "fresh.db") == rebuilt
+    assert fast == scanned
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    turns=st.integers(0, 30),
+    cuts=st.lists(st.integers(0, 35), max_size=5),
+    batch=st.integers(1, 40),
+)
+def test_incremental_updates_equal_a_rebuild_and_every_query_path_agrees(
+    seed: int, turns: int, cuts: list[int], batch: int
+) -> None:
+    anyio.run(_check, seed, turns, cuts, batch)
+
+
+async def test_repricing_equals_a_rebuild_with_the_new_table(tmp_path: Path) -> None:
+    groups = _log(3, 40)
+    async with SQLiteEventStore(tmp_path / "store.db") as store:
+        await store.append_batch([entry for group in groups for entry in group])
+        async with AnalyticsProjection(store) as analytics:
+            await analytics.update()
+        prices = PriceTable().with_entries({"llama-3.1-8b": Price(0.05, 0.08), "gpt-4o": Price(5.0, 20.0)})
+        async with AnalyticsProjection(store, prices=prices) as analytics:
+            report = await analytics.update()
+            assert report.events == 0
+            repriced = await analytics.usage("model")
+        async with AnalyticsProjection(store, prices=prices, database=tmp_path / "fresh.db") as fresh:
+            await fresh.rebuild()
+            rebuilt = await fresh.usage("model")
+    assert repriced == rebuilt
+    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    local = next(row for row in repriced if row.key == "llama-3.1-8b")
+    assert local.cost_usd is not None
+
+
+async def test_two_projections_on_one_database_never_apply_a_batch_twice(tmp_path: Path) -> None:
+    groups = _log(5, 60)
+    async with SQLiteEventStore(tmp_path / "store.db") as store:
+        await store.append_batch([entry for group in groups for entry in group])
+        async with (
+            AnalyticsProjection(store, batch_size=7) as one,
+            AnalyticsProjection(store, batch_size=5) as two,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(one.update)
+            tg.start_soon(two.update)
+        async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
+            await fresh.rebuild()
+    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+
+
+async def test_follow_applies_live_events(tmp_path: Path) -> None:
+    synth = _Synth(11, datetime(2026, 11, 1, tzinfo=UTC))
+    branch = str(uuid7())
+    async with SQLiteEventStore(tmp_path / "store.db") as store:
+        await store.append_batch(synth.turn(branch))
+        async with AnalyticsProjection(store) as analytics:
+            applied = [0]
+            changed = [anyio.Event()]
+
+            def on_batch(report: UpdateReport) -> None:
+                applied[0] = report.to_position
+                changed[0].set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: analytics.follow(on_batch=on_batch))
+                for _ in range(3):
+                    await store.append_batch(synth.turn(branch))
+                last = [
+                    e.position async for e in store.read_all(types=RELEVANT_TYPES, backwards=True, limit=1)
+                ]
+                with anyio.fail_after(10):
+                    while applied[0] < last[0]:
+                        changed[0] = anyio.Event()
+                        await changed[0].wait()
+                tg.cancel_scope.cancel()
+            live = await analytics.sql("SELECT COUNT(*) FROM analytics_runs")
+        async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
+            await fresh.rebuild()
+            assert await fresh.sql("SELECT COUNT(*) FROM analytics_runs") == live == [(4,)]

@@ -1,0 +1,39 @@
+"""``turnlog bench projections`` runs end to end on tiny sizes and reports every figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnlog.tools._cli",
+            "bench",
+            "projections",
+            "--sizes",
+            "300,600",
+            "--queries",
+            "20",
+            "--cold-queries",
+            "3",
+            "--dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [s["events"] for s in report["sizes"]] == [300, 600]
+    for size in report["sizes"]:
+        assert size["fold_events_per_s"] > 0 and size["rebuild_events_per_s"] > 0
+        assert size["time_travel_cached_ms"]["n"] == 20
+        assert size["time_travel_store_snapshots_ms"]["n"] == 3
+    assert set(report["checks"]) >= {"fold_rate_met", "p95_met", "flat_met"}

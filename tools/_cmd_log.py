@@ -1,0 +1,70 @@
+"""``turnlog log BRANCH``: the timeline of a branch, one line per event."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+from turnlog.projections import HistoryRow, history
+
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import branch_id_of, opened_store
+from ._output import print_table
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    parser.add_argument("--from", dest="from_version", type=int, default=1, help="first version")
+    parser.add_argument("--to", dest="to_version", type=int, default=None, help="last version")
+    parser.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
+    add_store_argument(parser)
+
+
+async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
+    async with opened_store(args.store) as store:
+        branch_id = await branch_id_of(store, args.branch)
+        rows = await history(store, branch_id, from_version=args.from_version, to_version=args.to_version)
+    if args.types:
+        rows = [r for r in rows if r.type in args.types]
+    return branch_id, rows
+
+
+def _run(args: argparse.Namespace) -> int:
+    branch_id, rows = anyio.run(_log, args)
+    if args.json:
+        emit_json(
+            {
+                "branch_id": branch_id,
+                "events": [
+                    {
+                        "version": r.version,
+                        "position": r.position,
+                        "recorded_at": r.recorded_at.isoformat(),
+                        "type": r.type,
+                        "summary": r.summary,
+                    }
+                    for r in rows
+                ],
+            }
+        )
+        return 0
+    print_table(
+        ["v", "pos", "time", "type", "what"],
+        [
+            [r.version, r.position, r.recorded_at.strftime("%H:%M:%S.%f")[:-3], r.type, r.summary]
+            for r in rows
+        ],
+        title=f"branch {branch_id}",
+    )
+    return 0
+
+
+COMMAND = Command(
+    name="log",
+    help="show a branch's timeline: version, position, time, type, summary",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog log my-branch --from 3 --type message.added",
+)

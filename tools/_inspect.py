@@ -1,0 +1,122 @@
+"""Shared pieces of the inspection commands: opening a store, naming a branch, rendering state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from turnlog.eventstore import EventStore, StoreError, open_store
+from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
+from turnlog.projections import AnyMessage, BranchState, ProjectionError, RunInfo
+
+from ._command import UserError, store_url
+
+__all__ = [
+    "branch_id_of",
+    "message_line",
+    "message_view",
+    "opened_store",
+    "parse_time",
+    "run_view",
+    "state_view",
+]
+
+
+@asynccontextmanager
+async def opened_store(value: str | None, *, must_exist: bool = True) -> AsyncIterator[EventStore]:
+    """Open the store named by ``--store``; store and projection errors become one-line errors.
+
+    A read-only command refuses a SQLite path that does not exist rather than creating an
+    empty store there (a typo should not look like an empty log).
+    """
+    url = store_url(value)
+    if must_exist and url.startswith("sqlite:///") and ":memory:" not in url:
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.exists():  # noqa: ASYNC240 - one stat() before opening, not a hot path
+            raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
+    try:
+        async with open_store(url) as store:
+            yield store
+    except (StoreError, ProjectionError) as exc:
+        raise UserError(str(exc)) from exc
+
+
+async def branch_id_of(store: EventStore, ref: str) -> str:
+    """Resolve a branch id, unique id prefix or name; unknown or ambiguous is a user error."""
+    try:
+        return await find_branch(store, ref)
+    except (UnknownBranch, AmbiguousBranch) as exc:
+        raise UserError(str(exc)) from exc
+
+
+def parse_time(text: str) -> datetime:
+    """Parse an ISO 8601 time; a time without zone is taken as UTC."""
+    from datetime import UTC
+
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UserError(f"not an ISO 8601 time: {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _text(message: AnyMessage) -> str:
+    rendered = message.rendered
+    if isinstance(rendered, str):
+        return rendered
+    return " ".join(str(part.get("text", "")) for part in rendered if isinstance(part, dict))
+
+
+def message_line(message: AnyMessage, width: int = 90) -> str:
+    """``role(sender): first line of the text``, shortened to ``width``."""
+    text = " ".join(_text(message).split())
+    if len(text) > width:
+        text = text[: width - 3] + "..."
+    who = type(message).__name__
+    return f"{who}: {text}"
+
+
+def message_view(message: AnyMessage) -> dict[str, Any]:
+    """A JSON object of a message (its full round-trip form)."""
+    return message.to_dict()
+
+
+def run_view(run: RunInfo) -> dict[str, Any]:
+    """A JSON object of one run."""
+    return {
+        "run_id": run.run_id,
+        "verb": run.verb,
+        "status": run.status,
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+        "duration_ms": run.duration_ms,
+        "usage": run.usage.model_dump() if hasattr(run.usage, "model_dump") else run.usage,
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+        "reason": run.reason,
+    }
+
+
+def state_view(state: BranchState) -> dict[str, Any]:
+    """A JSON object of a branch state: the facts a person or a script asks for."""
+    return {
+        "branch_id": state.branch_id,
+        "name": state.name,
+        "version": state.version,
+        "position": state.position,
+        "forked_from": (
+            {"branch_id": state.forked_from.parent_branch_id, "version": state.forked_from.parent_version}
+            if state.forked_from
+            else None
+        ),
+        "system": state.system.to_dict() if state.system else None,
+        "messages": [message_view(m) for m in state.messages],
+        "runs": [run_view(r) for r in state.runs.values()],
+        "provider_sessions": [
+            {"provider": p, "model": m, "session_id": s} for (p, m), s in state.provider_sessions.items()
+        ],
+        "model_calls": state.model_calls,
+    }

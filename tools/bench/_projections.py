@@ -1,0 +1,296 @@
+"""``turnlog bench projections``: fold rate, time-travel latency and memory of branch rebuilds.
+
+For each size (default 10k, 100k and 1M events) it writes one branch into a fresh SQLite file
+(``branch.created`` then message.added events whose message text is ``--text-bytes`` long,
+appended in batches) and measures, side by side in one process run:
+
+- ``fold``: decode + validate + fold only, over events already read (events/s);
+- ``rebuild``: ``rebuild(store, id, snapshots=False)``: read from SQLite, decode, fold (events/s);
+- ``time travel, store snapshots``: ``rebuild(at_version=random)`` in a process that has nothing
+  in memory (delta snapshots every ``size / 100`` versions): what ``turnlog show --at`` pays;
+- ``time travel, cached``: the same queries with a ``StateCache`` (checkpoints every 64
+  versions) filled by one full rebuild: what a long-lived process (kernel, notebook) pays;
+- peak RSS of the process after each size.
+
+Targets: fold >= 200k events/s; p95 time travel <= 20 ms at 1M; time travel flat (within 2x)
+from 10k to 1M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from turnlog.eventstore import EventStore, NewEvent, RecordedEvent, open_store, uuid7
+from turnlog.projections import (
+    AssistantResponse,
+    BranchCreated,
+    BranchState,
+    Instruction,
+    MessageAdded,
+    SnapshotPolicy,
+    StateCache,
+    fold,
+    new_event,
+    rebuild,
+    write_snapshots,
+)
+
+from .._command import emit_json
+
+__all__ = ["add_arguments", "run"]
+
+TARGETS = {"fold_events_per_s": 200_000, "p95_ms_at_1m": 20.0, "flatness": 2.0}
+_WORDS = "the model reads a file then calls a tool and answers with a short plan for the next step".split()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sizes",
+        default="10000,100000,1000000",
+        help="comma-separated branch sizes in events (default 10k,100k,1M)",
+    )
+    parser.add_argument(
+        "--queries", type=int, default=200, help="cached time-travel queries per size (default 200)"
+    )
+    parser.add_argument(
+        "--cold-queries", type=int, default=5, help="uncached time-travel queries per size (default 5)"
+    )
+    parser.add_argument("--text-bytes", type=int, default=200, help="message text length (default 200)")
+    parser.add_argument("--batch", type=int, default=20_000, help="events per append (default 20000)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the queried versions")
+    parser.add_argument(
+        "--dir", default=None, help="where the SQLite files go (default: a temporary directory)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+@dataclass(slots=True)
+class SizeResult:
+    """Every figure measured for one branch size."""
+
+    events: int
+    payload_bytes: int
+    write_s: float = 0.0
+    fold_rate: float = 0.0
+    fold_cpu_rate: float = 0.0
+    rebuild_rate: float = 0.0
+    snapshots: int = 0
+    snapshot_s: float = 0.0
+    cold_ms: list[float] = field(default_factory=list)
+    warm_ms: list[float] = field(default_factory=list)
+    warm_cpu_ms: list[float] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The figures as a JSON object."""
+        return {
+            "events": self.events,
+            "payload_bytes": self.payload_bytes,
+            "write_s": round(self.write_s, 2),
+            "fold_events_per_s": round(self.fold_rate),
+            "fold_events_per_cpu_s": round(self.fold_cpu_rate),
+            "rebuild_events_per_s": round(self.rebuild_rate),
+            "snapshots_written": self.snapshots,
+            "snapshot_write_s": round(self.snapshot_s, 2),
+            "time_travel_store_snapshots_ms": _percentiles(self.cold_ms),
+            "time_travel_cached_ms": _percentiles(self.warm_ms),
+            "time_travel_cached_cpu_ms": _percentiles(self.warm_cpu_ms),
+            "peak_rss_mb": round(self.peak_rss_mb),
+        }
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | int]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _events(size: int, text_bytes: int, rng: random.Random) -> list[NewEvent]:
+    """branch.created, then alternating instructions and answers of ``text_bytes`` characters."""
+    words = [rng.choice(_WORDS) for _ in range(text_bytes)]
+    base = " ".join(words)[:text_bytes]
+    templates = [
+        dict(new_event(MessageAdded(message=Instruction.create(base))).data),
+        dict(new_event(MessageAdded(message=AssistantResponse.create(base))).data),
+    ]
+    out = [new_event(BranchCreated(branch_id="bench", name="bench"))]
+    stamp = templates[0]["message"]["created_at"]
+    for i in range(size - 1):
+        tpl = templates[i % 2]
+        message = dict(tpl["message"])
+        message["id"] = str(uuid7())
+        message["created_at"] = stamp
+        out.append(NewEvent("message.added", {"message": message, "run_id": None}))
+    return out
+
+
+async def _write(store: EventStore, events: list[NewEvent], batch: int) -> None:
+    for i in range(0, len(events), batch):
+        await store.append("branch-bench", events[i : i + batch])
+
+
+async def _fold_rate(store: EventStore, page: int = 50_000) -> tuple[float, float]:
+    """Decode + fold rate over events already in memory (reading is not timed): wall and CPU."""
+    state: BranchState | None = None
+    folded, spent, cpu = 0, 0.0, 0.0
+    start = 1
+    while True:
+        events: list[RecordedEvent] = [
+            e async for e in store.read_stream("branch-bench", start, start + page - 1)
+        ]
+        if not events:
+            break
+        t0, c0 = time.perf_counter(), time.process_time()
+        state = fold(events, state)
+        spent += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        folded += len(events)
+        start += page
+        del events
+    return folded / spent, folded / cpu
+
+
+async def _measure(size: int, args: argparse.Namespace, workdir: Path) -> SizeResult:
+    rng = random.Random(args.seed)
+    events = _events(size, args.text_bytes, rng)
+    result = SizeResult(size, len(orjson.dumps(dict(events[-1].data))))
+    url = f"sqlite:///{workdir / f'projections-{size}.db'}"
+    async with open_store(url) as store:
+        t0 = time.perf_counter()
+        await _write(store, events, args.batch)
+        result.write_s = time.perf_counter() - t0
+        del events
+        gc.collect()
+
+        result.fold_rate, result.fold_cpu_rate = await _fold_rate(store)
+        gc.collect()
+
+        t0 = time.perf_counter()
+        state = await rebuild(store, "bench", snapshots=False)
+        result.rebuild_rate = size / (time.perf_counter() - t0)
+        assert state.version == size and len(state) == size - 1
+        del state
+        gc.collect()
+
+        t0 = time.perf_counter()
+        result.snapshots = await write_snapshots(store, "bench", SnapshotPolicy(every=max(1000, size // 100)))
+        result.snapshot_s = time.perf_counter() - t0
+
+        targets = [rng.randint(1, size) for _ in range(max(args.queries, args.cold_queries))]
+        for v in targets[: args.cold_queries]:
+            t0 = time.perf_counter()
+            got = await rebuild(store, "bench", at_version=v)
+            result.cold_ms.append((time.perf_counter() - t0) * 1000)
+            assert got.version == v
+            del got
+        gc.collect()
+
+        cache = StateCache(store)
+        await rebuild(store, "bench", cache=cache, snapshots=False)
+        for v in targets[: args.queries]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            got = await rebuild(store, "bench", at_version=v, cache=cache)
+            result.warm_ms.append((time.perf_counter() - t0) * 1000)
+            result.warm_cpu_ms.append((time.process_time() - c0) * 1000)
+            assert got.version == v and len(got) == v - 1
+        del cache, got
+        gc.collect()
+    result.peak_rss_mb = _peak_rss_mb()
+    return result
+
+
+def _report(results: list[SizeResult]) -> dict[str, Any]:
+    smallest, largest = results[0], results[-1]
+
+    def p95(r: SizeResult) -> float:
+        return float(_percentiles(r.warm_ms).get("p95", 0.0))
+
+    flat = p95(largest) / p95(smallest) if p95(smallest) else None
+    return {
+        "sizes": [r.summary() for r in results],
+        "targets": TARGETS,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "checks": {
+            "fold_rate_min": round(min(r.fold_rate for r in results)),
+            "fold_cpu_rate_min": round(min(r.fold_cpu_rate for r in results)),
+            "fold_rate_met": min(r.fold_rate for r in results) >= TARGETS["fold_events_per_s"],
+            "p95_cached_ms_largest": p95(largest),
+            "p95_met": p95(largest) <= TARGETS["p95_ms_at_1m"],
+            "flatness_cached_p95": round(flat, 2) if flat is not None else None,
+            "flat_met": flat is not None and flat <= TARGETS["flatness"],
+        },
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    print(
+        f"{'events':>9} {'fold ev/s':>10} {'(cpu)':>9} {'rebuild ev/s':>13} "
+        f"{'snapshots p50/p95 ms':>21} {'cached p50/p95 ms':>18} {'(cpu)':>12} {'RSS MB':>7}"
+    )
+    for s in report["sizes"]:
+        cold, warm, cpu = (
+            s["time_travel_store_snapshots_ms"],
+            s["time_travel_cached_ms"],
+            s["time_travel_cached_cpu_ms"],
+        )
+        print(
+            f"{s['events']:>9} {s['fold_events_per_s']:>10,} {s['fold_events_per_cpu_s']:>9,} "
+            f"{s['rebuild_events_per_s']:>13,} "
+            f"{cold.get('p50', 0):>10.1f}/{cold.get('p95', 0):<10.1f} "
+            f"{warm.get('p50', 0):>8.2f}/{warm.get('p95', 0):<9.2f} "
+            f"{cpu.get('p50', 0):>5.2f}/{cpu.get('p95', 0):<6.2f}{s['peak_rss_mb']:>7}"
+        )
+    c = report["checks"]
+    print(f"load average during the run: {report['load_average']}")
+    print(
+        f"fold >= 200k ev/s: {'yes' if c['fold_rate_met'] else 'no'} (min {c['fold_rate_min']:,}, "
+        f"cpu time {c['fold_cpu_rate_min']:,}); "
+        f"cached p95 at the largest size <= 20 ms: {'yes' if c['p95_met'] else 'no'} "
+        f"({c['p95_cached_ms_largest']} ms); "
+        f"flat within 2x: {'yes' if c['flat_met'] else 'no'} (ratio {c['flatness_cached_p95']})"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; return 0."""
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    if not sizes or min(sizes) < 2:
+        raise SystemExit("--sizes needs sizes >= 2")
+
+    async def main(workdir: Path) -> list[SizeResult]:
+        return [await _measure(size, args, workdir) for size in sizes]
+
+    if args.dir is not None:
+        results = anyio.run(main, Path(args.dir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
+            results = anyio.run(main, Path(tmp))
+    report = _report(results)
+    if args.json:
+        emit_json(report)
+    else:
+        _print(report)
+    return 0
