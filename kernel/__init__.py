@@ -1,7 +1,7 @@
 """turnlog.kernel: the command side (Kernel, Branch, Session, verbs, providers)."""
 
 from ._branch import Branch, find_branch
-from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
+from ._composed import ComposedVerbs
 from ._context import ContextProvider, ContextProviderRegistry, ProviderReport
 from ._errors import (
     AmbiguousBranch,
@@ -13,6 +13,7 @@ from ._errors import (
     UnknownBranch,
     UsageError,
 )
+from ._flow import FlowResult, Graph, GraphCycleError, flow
 from ._kernel import (
     AddMessages,
     AnnotateMessage,
@@ -36,13 +37,12 @@ from ._lifecycle import (
     lifecycle,
     observed_run,
 )
+from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError
 from ._recover import RecoveryReport, recover
+from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
 from ._session import OperationManager, Session
-from ._composed import ComposedVerbs
-from ._flow import FlowResult, Graph, GraphCycleError, flow
-from ._node import NodeStatus, Operation
 from ._tools import (
     ActionParam,
     Tool,
@@ -76,7 +76,10 @@ __all__ = [
     "audit_replay",
     "execute_replay",
     "find_branch",
+    "AddMessages",
     "AmbiguousBranch",
+    "AnnotateMessage",
+    "BindProviderSession",
     "Branch",
     "ChatParam",
     "ClearMessages",

@@ -808,9 +808,9 @@ async def find_branch(store: EventStore, ref: str) -> str:
         UnknownBranch: nothing matches (``candidates`` lists close names and ids).
         AmbiguousBranch: several branches match.
     """
-    streams = [s.removeprefix("branch-") for s, _ in await store.list_streams("branch-")]
-    if ref in streams:
+    if len(ref) == 36 and await store.stream_version(f"branch-{ref}") > 0:  # a full id: no scan
         return ref
+    streams = [s.removeprefix("branch-") for s, _ in await store.list_streams("branch-")]
     by_prefix = [b for b in streams if b.startswith(ref)]
     if len(by_prefix) == 1:
         return by_prefix[0]

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ComposedVerbs"]
 
-_REMOVED = {"request_model": "response_format=", "operative_model": "response_format=", "imodel": "chat_model="}
+_REMOVED = {
+    "request_model": "response_format=",
+    "operative_model": "response_format=",
+    "imodel": "chat_model=",
+}
 _UNSUPPORTED = ("field_models", "exclude_fields", "call_params")
 
 
@@ -131,6 +135,21 @@ class ComposedVerbs:
             instruct: A mapping (or object) with instruction/guidance/context/reason/actions/
                 action_strategy, filling what is not passed explicitly.
             instruction: What to ask.
+            guidance: How to answer.
+            context: Extra context for the instruction.
+            sender: Sender of the instruction.
+            recipient: Recipient of the instruction.
+            progression: Message ids to send as history instead of the branch's.
+            chat_model: The model to call (default: the branch's chat model).
+            tool_schemas: Tool schemas to send instead of the registered tools' schemas.
+            images: Images attached to the instruction.
+            image_detail: Detail level of the images.
+            parse_model: The model for reformat requests (default: the branch's parse model).
+            include_token_usage_to_model: Accepted for compatibility; has no effect.
+            stream_persist: For CLI models: record every stream chunk as it arrives.
+            persist_dir: For CLI models: where providers keep run files of their own.
+            snapshot_dir: For CLI models: where providers keep snapshots of their own.
+            verbose_action: Accepted for compatibility; has no effect.
             response_format: The pydantic model the answer must follow.
             reason: Ask for a ``reason`` field with the answer.
             actions: Offer the branch's tools and run the calls the model asks for.
@@ -153,7 +172,7 @@ class ComposedVerbs:
             or what ``handle_validation`` decides.
         """
         from turnlog.kernel._branch import resolve_model
-        from turnlog.kernel.operations.operate import operate
+        from turnlog.kernel.operations.operate import default_middle, operate
 
         branch = self._branch
         _check_kwargs("operate", kwargs)
@@ -184,7 +203,11 @@ class ComposedVerbs:
             param = RunParam(
                 **fields, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
             )
-        action_param = ActionParam(strategy=action_strategy, suppress_errors=suppress_errors, authorize=authorize)
+        action_param = ActionParam(
+            strategy=action_strategy, suppress_errors=suppress_errors, authorize=authorize
+        )
+        if middle is None:  # chosen before the run starts: a missing adapter writes nothing
+            middle = default_middle(branch, param)
         used = model or branch.chat_model
         async with observed_run(
             branch, "operate", provider=getattr(used, "provider", None), model=getattr(used, "model", None)
@@ -239,7 +262,7 @@ class ComposedVerbs:
             **kwargs,
         )
 
-    async def ReAct(  # noqa: N802 - the verb's public name
+    async def ReAct(
         self,
         instruct: Any = None,
         *,
@@ -272,7 +295,7 @@ class ComposedVerbs:
             )
             return run.result
 
-    def ReActStream(  # noqa: N802 - the verb's public name
+    def ReActStream(
         self,
         instruct: Any = None,
         *,

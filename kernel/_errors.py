@@ -9,13 +9,13 @@
         ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
         │   └── AmbiguousBranch       several branches match: ref, candidates
         ├── OperationError            an operation name resolves to nothing (ValueError): operation
-        ├── ExecutionError            a model call failed inside a verb (RuntimeError)
+        ├── ExecutionError            an operation could not be executed (RuntimeError)
         ├── ResponseParseError        a response could not be parsed into the requested format
         │                             (ValueError): target
         └── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
 
 Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``) and propagate
-out of the verbs unchanged.
+out of the verbs unchanged, after the failed call was recorded.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class OperationError(KernelError, ValueError):
 
 
 class ExecutionError(KernelError, RuntimeError):
-    """A verb could not complete its model call (the cause is chained)."""
+    """An operation could not be executed, e.g. a graph node without a branch."""
 
 
 class ResponseParseError(KernelError, ValueError):

@@ -41,7 +41,7 @@ import anyio
 from pydantic import BaseModel
 from turnlog.eventstore import uuid7
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel._node import Operation
+from turnlog.kernel._node import Operation, dependency_ids
 from turnlog.kernel._tools import jsonable
 from turnlog.projections import (
     EventData,
@@ -119,8 +119,7 @@ class Graph:
         """
         if isinstance(operation, Operation):
             node = operation
-            extra = Operation("x", depends_on=depends_on).depends_on
-            node.depends_on = tuple(dict.fromkeys([*node.depends_on, *extra]))
+            node.depends_on = tuple(dict.fromkeys([*node.depends_on, *dependency_ids(depends_on)]))
         else:
             node = Operation(
                 operation,
@@ -133,6 +132,7 @@ class Graph:
         if node.id in self.nodes:
             raise UsageError(f"graph {self.id} has a node {node.id} already")
         self.nodes[node.id] = node
+        node.metadata["graph_id"] = self.id
         if when is not None:
             self.conditions[node.id] = when
         return node
@@ -278,9 +278,7 @@ class _Run:
             first = blocked[0]
             await self.skip(node, f"dependency {first.id} {first.status}")
             return
-        dep_results = {
-            d.id: d.response if d.status == "completed" else {"error": str(d.error)} for d in deps
-        }
+        dep_results = {d.id: d.response if d.status == "completed" else {"error": str(d.error)} for d in deps}
         condition = self.graph.conditions.get(node.id)
         if condition is not None:
             verdict = condition(dep_results)
@@ -334,12 +332,17 @@ class _Run:
             result.completed.append(node.id)
             if isinstance(node.response, Mapping) and isinstance(node.response.get("context"), Mapping):
                 self.context.update(node.response["context"])
-            data: EventData = NodeCompleted(node_id=node.id, duration_ms=duration, result=jsonable(node.response))
+            data: EventData = NodeCompleted(
+                node_id=node.id, duration_ms=duration, result=jsonable(node.response)
+            )
         else:
             error = node.error or RuntimeError(f"node ended {node.status}")
             result.failed[node.id] = error
             data = NodeFailed(
-                node_id=node.id, duration_ms=duration, error_type=type(error).__name__, error_message=str(error)
+                node_id=node.id,
+                duration_ms=duration,
+                error_type=type(error).__name__,
+                error_message=str(error),
             )
         await self.record(data, node.branch_id)
 
@@ -399,7 +402,9 @@ async def flow(
         return run.result
     queued = [
         new_event(
-            NodeQueued(node_id=nid, operation=graph.nodes[nid].operation, branch_id=graph.nodes[nid].branch_id),
+            NodeQueued(
+                node_id=nid, operation=graph.nodes[nid].operation, branch_id=graph.nodes[nid].branch_id
+            ),
             meta={"session_id": session.id, "correlation_id": graph.id},
         )
         for nid in order

@@ -362,6 +362,8 @@ class Kernel:
         attempt = 0
         while True:
             payloads = command.build(live.state)
+            if not payloads:
+                return [], []
             events = [new_event(p, meta=meta) for p in payloads]
             expected = live.version if live.state is not None else NO_STREAM
             try:

@@ -30,9 +30,15 @@ from turnlog.kernel._errors import ExecutionError, OperationError, UsageError
 if TYPE_CHECKING:
     from turnlog.kernel._branch import Branch
 
-__all__ = ["NodeStatus", "Operation"]
+__all__ = ["NodeStatus", "Operation", "dependency_ids"]
 
 NodeStatus = Literal["pending", "processing", "completed", "failed", "skipped", "cancelled"]
+
+
+def dependency_ids(value: Any) -> tuple[str, ...]:
+    """Node ids from one node, one id, or an iterable of them."""
+    items = (value,) if isinstance(value, str | Operation) else tuple(value or ())
+    return tuple(d.id if isinstance(d, Operation) else str(d) for d in items)
 
 
 class Operation:
@@ -71,15 +77,14 @@ class Operation:
         if not isinstance(operation, str) or not operation:
             raise UsageError(f"an operation is named by a non-empty string, not {operation!r}")
         if parameters is not None and not isinstance(parameters, Mapping | BaseModel):
-            raise UsageError(f"parameters must be a dict or a pydantic model, not {type(parameters).__name__}")
+            raise UsageError(
+                f"parameters must be a dict or a pydantic model, not {type(parameters).__name__}"
+            )
         self.id = node_id or str(uuid7())
         self.operation = operation
         self.parameters: Mapping[str, Any] | BaseModel = parameters if parameters is not None else {}
         self.branch = branch
-        self.depends_on: tuple[str, ...] = tuple(
-            d.id if isinstance(d, Operation) else str(d)
-            for d in ((depends_on,) if isinstance(depends_on, str | Operation) else depends_on)
-        )
+        self.depends_on: tuple[str, ...] = dependency_ids(depends_on)
         self.inherit_context = inherit_context
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.status: NodeStatus = "pending"

@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import orjson
 from turnlog.eventstore import EventStore, MemoryEventStore, NewEvent, uuid7
+from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
     PROJECTION_VERSION,
     SNAPSHOT_TYPE,
@@ -54,6 +55,7 @@ __all__ = [
     "RunBuffer",
     "SnapshotFileError",
     "buffer_path",
+    "chunk_payload",
     "default_persist_dir",
     "envelope",
     "read_snapshot_file",
@@ -95,7 +97,7 @@ class PersistOptions:
             survives a crash of the process.
     """
 
-    batch_chunks: int = 256
+    batch_chunks: int = 1024
     batch_ms: float = 50.0
     fsync: bool = False
 
@@ -272,6 +274,30 @@ class RunBuffer:
             self.path.unlink()
 
 
+def chunk_payload(chunk: StreamChunk, seq: int) -> dict[str, Any]:
+    """The ``stream.chunk`` payload of a chunk: ``seq``, ``type``, ``content`` and the fields set.
+
+    Fields at their default (no tool, not an error, not a delta, no metadata) are left out;
+    decoding (``ChunkReceived``) restores them, so the stored bytes stay small.
+    """
+    data: dict[str, Any] = {"seq": seq, "type": chunk.type, "content": chunk.content or ""}
+    if chunk.tool_name is not None:
+        data["tool_name"] = chunk.tool_name
+    if chunk.tool_id is not None:
+        data["tool_id"] = chunk.tool_id
+    if chunk.tool_input is not None:
+        data["tool_input"] = chunk.tool_input
+    if chunk.tool_output is not None:
+        data["tool_output"] = chunk.tool_output
+    if chunk.is_error:
+        data["is_error"] = True
+    if chunk.is_delta:
+        data["is_delta"] = True
+    if chunk.metadata:
+        data["metadata"] = chunk.metadata
+    return data
+
+
 def envelope(event: NewEvent, stream: str, version: int, recorded_at: str) -> dict[str, Any]:
     """The store envelope of an event not yet stored (no position or hashes yet)."""
     return {
@@ -320,32 +346,47 @@ class ChunkLog:
         self._last_commit = time.monotonic()
         self._batch_s = self.options.batch_ms / 1000.0
         self._schema = ChunkReceived.schema_version
+        self._stamp_ms = -1
+        self._stamp = ""
+        self._sent = 0
+        self._uncertain = False
 
     @property
     def pending(self) -> int:
         """Chunks recorded (and buffered) but not yet committed."""
         return len(self._pending)
 
-    def add(self, data: dict[str, Any]) -> NewEvent:
-        """Number one chunk payload (``StreamChunk.to_dict()``), buffer it, and queue its event.
+    @property
+    def handed_out(self) -> int:
+        """Chunks given to a committer and not yet stored."""
+        return self._sent
+
+    def add(self, chunk: StreamChunk) -> NewEvent:
+        """Number one chunk, buffer its event, and queue the event for the store.
 
         The buffer line is written before this returns, hence before the chunk is processed.
         """
         self.seq = seq = self.seq + 1
-        data["seq"] = seq
-        event = NewEvent(CHUNK_TYPE, data, self.meta, uuid7(), self._schema)
+        event = NewEvent(CHUNK_TYPE, chunk_payload(chunk, seq), self.meta, uuid7(), self._schema)
         if self.buffer is not None:
-            line = envelope(event, self.stream, seq, datetime.now(UTC).isoformat())
+            line = envelope(event, self.stream, seq, self._now())
             self.buffer.write(orjson.dumps(line) + b"\n")
         self._pending.append(event)
         return event
+
+    def _now(self) -> str:
+        # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
+        ms = time.time_ns() // 1_000_000
+        if ms != self._stamp_ms:
+            self._stamp_ms = ms
+            self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+        return self._stamp
 
     def due(self) -> bool:
         """True when the waiting chunks should be committed now."""
         pending = self._pending
         return bool(pending) and (
-            len(pending) >= self.options.batch_chunks
-            or time.monotonic() - self._last_commit >= self._batch_s
+            len(pending) >= self.options.batch_chunks or time.monotonic() - self._last_commit >= self._batch_s
         )
 
     async def maybe_commit(self) -> None:
@@ -353,20 +394,52 @@ class ChunkLog:
         if self.due():
             await self.commit()
 
-    async def commit(self) -> None:
-        """Append every waiting chunk to the run stream (one atomic append)."""
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        try:
-            await self.store.append(self.stream, pending, self.committed)
-        except BaseException:
-            # Not committed: keep them for the next attempt (the buffer has them anyway).
-            self._pending = pending + self._pending
-            raise
-        self.committed += len(pending)
+    def take(self) -> list[NewEvent]:
+        """Hand the waiting chunks not yet handed out to a committer (``commit_batch``).
+
+        They stay waiting until ``commit_batch`` stored them, so nothing is lost when the
+        committer is cancelled or fails: ``release`` makes them waiting again.
+        """
+        batch = self._pending[self._sent :]
+        self._sent = len(self._pending)
         self._last_commit = time.monotonic()
+        return batch
+
+    def release(self) -> None:
+        """Forget what was handed out and not committed (call when no committer runs)."""
+        self._sent = 0
+
+    async def commit_batch(self, batch: list[NewEvent]) -> None:
+        """Store one batch from ``take``; batches must be committed in the order taken."""
+        if not batch:
+            return
+        if self._uncertain:
+            await self._resync()
+        try:
+            await self.store.append(self.stream, batch, self.committed)
+        except BaseException:
+            # Maybe stored, maybe not (a cancelled append may still commit): check next time.
+            self._uncertain = True
+            self._sent = 0
+            raise
+        del self._pending[: len(batch)]
+        self._sent -= len(batch)
+        self.committed += len(batch)
+
+    async def _resync(self) -> None:
+        # The run stream holds only this run's chunks, in order: its version is the count stored.
+        stored = await self.store.stream_version(self.stream)
+        done = stored - self.committed
+        if done > 0:
+            del self._pending[:done]
+            self._sent = max(0, self._sent - done)
+            self.committed = stored
+        self._uncertain = False
+
+    async def commit(self) -> None:
+        """Append every waiting chunk to the run stream (one atomic append); no committer may run."""
+        self.release()
+        await self.commit_batch(self.take())
 
     async def finish(self) -> bool:
         """Commit what is waiting and, when all is committed, remove the buffer.

@@ -147,7 +147,9 @@ class RecoveryReport:
     @property
     def changed(self) -> bool:
         """True when recovery wrote to the store or touched a file."""
-        return bool(self.imported or self.removed or self.kept or any(r.closed or r.messages for r in self.runs))
+        return bool(
+            self.imported or self.removed or self.kept or any(r.closed or r.messages for r in self.runs)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON object of the report."""
@@ -302,7 +304,9 @@ def _range(message: AnyMessage) -> tuple[int, int] | None:
     return None
 
 
-async def _recover_run(store: EventStore, run: _Open, imported: int, received: Mapping[int, datetime]) -> RecoveredRun:
+async def _recover_run(
+    store: EventStore, run: _Open, imported: int, received: Mapping[int, datetime]
+) -> RecoveredRun:
     from turnlog.kernel._branch import Branch
     from turnlog.kernel.operations.run import StreamAssembler, _Append
 
@@ -348,14 +352,18 @@ async def _recover_run(store: EventStore, run: _Open, imported: int, received: M
     if session is not None and run.provider and branch.provider_session(run.provider, run.model) != session:
         items.append(ProviderSessionBound(provider=run.provider, model=run.model, session_id=session))
     if run.lifecycle:
-        duration = (last_seen - run.started_at).total_seconds() * 1000 if last_seen and run.started_at else 0.0
+        duration = (
+            (last_seen - run.started_at).total_seconds() * 1000 if last_seen and run.started_at else 0.0
+        )
         u = assembler.usage
         items.append(
             RunFailed(
                 run_id=run.run_id,
                 verb=run.verb,
                 duration_ms=max(0.0, duration),
-                usage=UsageData(input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd),
+                usage=UsageData(
+                    input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd
+                ),
                 error_type=_CRASH_TYPE,
                 error_message=_CRASH_MESSAGE,
                 reason="crashed",

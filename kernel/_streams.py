@@ -84,8 +84,8 @@ class StreamVerbs:
         Raises:
             ValueError: the model is not a CLI agent (on the first iteration).
         """
-        from turnlog.kernel.operations.run import run
         from turnlog.kernel._branch import resolve_model
+        from turnlog.kernel.operations.run import run
 
         branch: Branch = self  # type: ignore[assignment]
         model = chat_model if chat_model is None or callable(getattr(chat_model, "stream", None)) else None
@@ -127,13 +127,13 @@ class StreamVerbs:
         stream_persist: bool = False,
         persist_dir: str | os.PathLike[str] | None = None,
         snapshot_dir: str | os.PathLike[str] | None = None,
-        timeout: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run one CLI turn and return its text: the responses joined with a blank line.
 
         Returns None when no response arrived; with ``response_format`` (and without
-        ``skip_validation``), the text parsed once into it.
+        ``skip_validation``), the text parsed once into it. Other keyword arguments are
+        those of ``run`` (``timeout=`` included).
         """
         from turnlog.kernel._branch import resolve_model
         from turnlog.kernel.operations.run import run_and_collect
@@ -143,9 +143,7 @@ class StreamVerbs:
         model = chat_model if chat_model is None or callable(getattr(chat_model, "stream", None)) else None
         if chat_model is not None and model is None:
             model = resolve_model(chat_model)
-        imodel_kw = dict(kwargs)
-        if timeout is not None:
-            imodel_kw["timeout"] = timeout
+        imodel_kw = {k: v for k, v in kwargs.items() if k != "timeout" or v is not None}
         param = RunParam(
             guidance=guidance,
             context=context,

@@ -10,12 +10,8 @@ blocks the event loop.
 Example::
 
     def get_weather(city: str, unit: Literal["C", "F"] = "C") -> dict:
-        '''Current weather of a city.
-
-        Args:
-            city: The city name.
-            unit: Temperature unit.
-        '''
+        # The docstring gives the description: its first paragraph describes the tool,
+        # and its Google-style argument section describes each parameter.
         return {"city": city, "temp": 21, "unit": unit}
 
     branch = Branch(store=store, chat_model=model, tools=[get_weather])
@@ -141,7 +137,9 @@ def _is_async(func: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(target):
         return True
     call = getattr(target, "__call__", None)  # noqa: B004 - an object with an async __call__
-    return not inspect.isfunction(target) and not inspect.ismethod(target) and inspect.iscoroutinefunction(call)
+    return (
+        not inspect.isfunction(target) and not inspect.ismethod(target) and inspect.iscoroutinefunction(call)
+    )
 
 
 def _arguments_model(name: str, func: Callable[..., Any], descriptions: Mapping[str, str]) -> type[BaseModel]:
@@ -205,7 +203,9 @@ class Tool:
             raise UsageError("a lambda or partial needs an explicit tool name")
         summary, args = _doc_parts(inspect.getdoc(_unwrap(func)))
         model = _arguments_model(tool_name, func, args)
-        return cls(tool_name, func, description if description is not None else summary, model, _is_async(func))
+        return cls(
+            tool_name, func, description if description is not None else summary, model, _is_async(func)
+        )
 
     @property
     def __name__(self) -> str:  # type: ignore[override]

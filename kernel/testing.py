@@ -1,8 +1,9 @@
 """Test models: product code for writing tests against turnlog without any provider.
 
 ``ScriptedModel`` answers from a script (a queue plus ``when`` matchers) and records every
-call; ``FunctionModel`` lets a function produce each answer. Both implement the
-``ChatModel`` protocol with provider ``"test"``::
+call; ``FunctionModel`` lets a function produce each answer; ``RecordedModel`` serves the
+answers recorded in a store's ``model.called`` events, matched by request fingerprint. They
+implement the ``ChatModel`` protocol::
 
     model = ScriptedModel("Hello!", "Bye.")
     branch = Branch(store=store, chat_model=model)
@@ -35,7 +36,7 @@ __all__ = [
     "FunctionModel",
     "RecordedCall",
     "ReplayMismatch",
-    "ReplayModel",
+    "RecordedModel",
     "ScriptedModel",
     "estimate_tokens",
     "request_text",
@@ -277,7 +278,7 @@ class ReplayMismatch(KernelError, LookupError):
         )
 
 
-class ReplayModel:
+class RecordedModel:
     """A chat model that serves recorded ``model.called`` responses, matched by fingerprint.
 
     Re-running a recorded conversation with it calls no provider: each request must be the
@@ -287,7 +288,7 @@ class ReplayModel:
 
     Example::
 
-        replay = await ReplayModel.from_store(store, branch_id=original.id)
+        replay = await RecordedModel.from_store(store, branch_id=original.id)
         copy = Branch(store=other_store, system="...", chat_model=replay)
         await copy.communicate("same question")   # the recorded answer, no provider call
     """
@@ -311,7 +312,7 @@ class ReplayModel:
     @classmethod
     async def from_store(
         cls, store: EventStore, *, branch_id: str | None = None, model: str | None = None
-    ) -> ReplayModel:
+    ) -> RecordedModel:
         """Collect the recorded calls of one branch (or of the whole store)."""
         prefix = f"branch-{branch_id}" if branch_id is not None else "branch-"
         calls = []

@@ -59,7 +59,7 @@ from ._messages import (
     SystemContent,
     message_from_dict,
 )
-from ._rebuild import MAX_FORK_DEPTH, rebuild, resolve_version, write_snapshots
+from ._rebuild import MAX_FORK_DEPTH, event_at, rebuild, resolve_version, write_snapshots
 from ._render import render_yaml
 from ._snapshots import (
     PROJECTION_VERSION,
@@ -138,6 +138,7 @@ __all__ = [
     "catalogue_upcasters",
     "decode_event",
     "diff",
+    "event_at",
     "fold",
     "fork",
     "history",

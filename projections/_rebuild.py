@@ -14,6 +14,7 @@ its own k-th event"; targets by position or time also only look at the fork's ow
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from datetime import datetime
 
 from turnlog.eventstore import EventStore, RecordedEvent
@@ -25,7 +26,17 @@ from ._fold import Appliers, _Builder, _decode, apply, gc_paused
 from ._snapshots import PROJECTION_VERSION, SnapshotPolicy, load_snapshot_state, snapshot_records
 from ._state import BranchState
 
-__all__ = ["MAX_FORK_DEPTH", "rebuild", "resolve_version", "write_snapshots"]
+__all__ = ["MAX_FORK_DEPTH", "event_at", "rebuild", "resolve_version", "write_snapshots"]
+
+
+async def event_at(store: EventStore, branch_id: str, version: int) -> RecordedEvent:
+    """The event at ``version`` of the branch's own stream.
+
+    Raises:
+        BranchNotFound: the stream has no such version.
+    """
+    return await _event_at(store, _stream(branch_id), version)
+
 
 MAX_FORK_DEPTH = 1000
 """Forks of forks deeper than this are refused (a guard against a corrupt, cyclic log)."""
@@ -38,8 +49,9 @@ def _stream(branch_id: str) -> str:
 
 
 async def _event_at(store: EventStore, stream: str, version: int) -> RecordedEvent:
-    async for event in store.read_stream(stream, version, version):
-        return event
+    async with aclosing(store.read_stream(stream, version, version)) as events:
+        async for event in events:
+            return event
     raise BranchNotFound(stream.removeprefix("branch-"), f"has no version {version}")
 
 

@@ -88,6 +88,9 @@ class BranchState:
     Two states are equal when everything they show is equal (messages, system, runs, provider
     sessions, model configs, fork origin, version, position, ...), however they were built.
 
+    States may be shared freely between tasks. Folding onto the *same* state from two OS
+    threads at once is not supported (the shared message storage is grown without a lock).
+
     Attributes:
         branch_id: The branch id (stream ``branch-<branch_id>``).
         name: Human name.

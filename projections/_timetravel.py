@@ -20,7 +20,7 @@ from ._messages import (
     Instruction,
     System,
 )
-from ._rebuild import _stream
+from ._rebuild import _stream, event_at
 from ._state import BranchState, RunInfo
 
 __all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "summarize"]
@@ -68,6 +68,10 @@ def _message_summary(msg: AnyMessage) -> str:
     return msg.kind  # pragma: no cover - the union is closed
 
 
+def _or_unknown(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
 def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
     """One line saying what a branch event did (decoded and validated on the way)."""
     d: Any = _decode(event, appliers)
@@ -86,7 +90,8 @@ def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
         case "provider.session_bound":
             return f"{d.provider}/{d.model} session {d.session_id}"
         case "model.called":
-            tokens = f"{d.usage.input_tokens}->{d.usage.output_tokens} tokens"
+            u = d.usage
+            tokens = f"{_or_unknown(u.input_tokens)}->{_or_unknown(u.output_tokens)} tokens"
             return f"{d.provider}/{d.model} {d.status} in {d.latency_ms:.0f} ms, {tokens}"
         case "run.started":
             return f"{d.verb} run {d.run_id} started"
@@ -201,7 +206,7 @@ async def fork(
         raise InvalidTargetError(
             f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"
         )
-    first = await anext(aiter(store.read_stream(parent_stream, 1, 1)))
+    first = await event_at(store, branch_id, 1)
     if first.type not in ("branch.created", "branch.forked"):
         raise InvalidTargetError(f"stream {parent_stream!r} is not a branch (it starts with {first.type!r})")
     new_id = str(uuid7())

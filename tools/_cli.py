@@ -14,6 +14,8 @@ __all__ = ["main"]
 # Each module exposes ``COMMAND: Command``. The order here is the order of ``--help``.
 _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_demo",
+    "turnlog.tools._cmd_chat",
+    "turnlog.tools._cmd_run",
     "turnlog.tools._cmd_bench",
     "turnlog.tools._cmd_fake_openai",
     "turnlog.tools._cmd_fake_cli",
@@ -24,6 +26,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_fork",
     "turnlog.tools._cmd_replay",
     "turnlog.tools._cmd_verify",
+    "turnlog.tools._cmd_recover",
     "turnlog.tools._cmd_tail",
     "turnlog.tools._cmd_migrate",
     "turnlog.tools._cmd_stats",

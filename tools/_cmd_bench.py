@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, projections, kernel, stream, analytics)",
+    help="run a benchmark (append, subscribe, projections, kernel, stream, analytics)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

@@ -52,6 +52,12 @@ def _next_steps(flag: str, demo: Demo) -> list[str]:
     if demo.branch is None or demo.branch.version == 0:
         return [f"turnlog branches {store}", f"turnlog verify {store}"]
     b = demo.branch.id
+    # Only a SQLite store keeps the analytics tables in its own file.
+    analytics = (
+        ""
+        if flag.startswith("sqlite:") or "://" not in flag
+        else f" --analytics-db {demo.workdir / 'analytics.db'}"
+    )
     at = demo.version_after_communicate or 1
     lines = [
         f"turnlog branches {store}",
@@ -59,8 +65,8 @@ def _next_steps(flag: str, demo: Demo) -> list[str]:
         f"turnlog show {b} --at {at} {store}",
         f"turnlog diff {b} {at} {demo.branch.version} {store}",
         f"turnlog fork {b} --at {at} --name what-if {store}",
-        f"turnlog replay {b} --execute {store}",
-        f"turnlog stats --by verb {store}",
+        f"turnlog replay {b} {store}",
+        f"turnlog stats --by verb {store}{analytics}",
         f"turnlog tail --type run.failed {store}",
         f"turnlog verify {store}",
     ]

@@ -60,6 +60,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--until", default=None, metavar="ISO", help="up to this UTC time or date (exclusive)"
     )
     parser.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="show the N biggest groups (latest days); 0: all"
+    )
+    parser.add_argument(
         "--rebuild", action="store_true", help="rebuild the analytics tables from the whole log"
     )
     add_analytics_arguments(parser)
@@ -93,6 +96,9 @@ def _pct(rate: float) -> str:
 async def _collect(args: argparse.Namespace) -> dict[str, Any]:
     url, options = open_projection_args(args)
     window = TimeRange.of(args.since, args.until)
+    if args.limit < 0:
+        raise UserError(f"--limit must be >= 0, not {args.limit}")
+    limit = args.limit or None
     async with open_store(url) as store, AnalyticsProjection(store, **options) as analytics:
         report: UpdateReport = await (analytics.rebuild() if args.rebuild else analytics.update())
         result: dict[str, Any] = {
@@ -101,13 +107,18 @@ async def _collect(args: argparse.Namespace) -> dict[str, Any]:
             "until": window.until,
             "position": report.to_position,
             "applied_events": report.events,
+            "limit": limit,
         }
         if args.by == "tool":
-            result["tools"] = await analytics.tool_usage("tool", since=args.since, until=args.until)
+            result["tools"] = await analytics.tool_usage(
+                "tool", since=args.since, until=args.until, limit=limit
+            )
         elif args.by == "verb":
-            result["runs"] = await analytics.run_usage("verb", since=args.since, until=args.until)
+            result["runs"] = await analytics.run_usage(
+                "verb", since=args.since, until=args.until, limit=limit
+            )
         else:
-            result["usage"] = await analytics.usage(args.by, since=args.since, until=args.until)
+            result["usage"] = await analytics.usage(args.by, since=args.since, until=args.until, limit=limit)
             result["errors"] = await analytics.error_rates(args.by, since=args.since, until=args.until)
         return result
 
@@ -212,6 +223,9 @@ def _run(args: argparse.Namespace) -> int:
         _print_runs(result["runs"])
     else:
         _print_usage(args.by, result["usage"], result["errors"])
+    shown = result.get("usage") or result.get("tools") or result.get("runs") or []
+    if result["limit"] is not None and len(shown) == result["limit"]:
+        print(f"\n(the {result['limit']} biggest groups; --limit 0 shows them all)")
     print(f"\nup to position {result['position']} ({result['applied_events']} new events applied)")
     return 0
 

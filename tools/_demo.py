@@ -33,15 +33,15 @@ from turnlog.kernel.models import RetryPolicy
 from turnlog.projections import (
     ActionRequest,
     ActionResponse,
+    AnyMessage,
     AssistantResponse,
     BranchState,
+    Instruction,
     history,
     rebuild,
 )
 
-from ._inspect import message_line
-
-__all__ = ["DEMO_MODEL", "CityFact", "Demo", "StepOutcome", "get_weather", "openai_script"]
+__all__ = ["DEMO_MODEL", "CityFact", "Demo", "StepOutcome", "get_weather", "openai_script", "said"]
 
 DEMO_MODEL = "gpt-4.1-mini"
 """The model name the fake server answers as (priced like the real one by the analytics)."""
@@ -87,7 +87,9 @@ def openai_script(*, operate: bool, react: bool) -> list[dict[str, Any]]:
     if operate:
         script.append(
             {
-                "tool_calls": [{"id": "call_weather_1", "name": "get_weather", "arguments": {"city": "Paris"}}],
+                "tool_calls": [
+                    {"id": "call_weather_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+                ],
                 "usage": _usage(268, 18),
                 "delay_ms": 60,
             }
@@ -248,7 +250,9 @@ class Demo:
         new = [m for m in branch.messages if m.id not in before]
         rounds = sum(1 for m in new if isinstance(m, AssistantResponse))
         calls = [m for m in new if isinstance(m, ActionRequest)]
-        print(f"   {rounds} model answers recorded; tools called: {', '.join(_call(c) for c in calls) or 'none'}")
+        print(
+            f"   {rounds} model answers recorded; tools called: {', '.join(_call(c) for c in calls) or 'none'}"
+        )
         print(f"   final answer: {answer}")
         print(f"   {_run_line(branch.state, 'ReAct')}")
         return None
@@ -273,7 +277,7 @@ class Demo:
                 f"{len(now.messages)} messages and {len(now.runs)} runs at version {now.version}:"
             )
             for i, message in enumerate(past.messages, 1):
-                print(f"     {i}. {message_line(message, 80)}")
+                print(f"     {i}. {said(message)}")
             fork = await branch.fork(earlier, name="demo-fork")
             self.fork_id = fork.id
             print(
@@ -282,7 +286,7 @@ class Demo:
                 f"({len(fork.messages)} messages, nothing copied)"
             )
         await _audit_replay(self.store, branch)
-        await _analytics(self.store, branch.id)
+        await _analytics(self.store, branch.id, self.workdir)
         await _verify(self.store)
         return None
 
@@ -297,13 +301,29 @@ class Demo:
             "a CLI run with stream_persist, killed with SIGKILL mid-stream, then recover and resume",
             self.stream_crash_recover_resume,
         )
-        await self.step(
-            "timeline, time travel, fork, audit replay, analytics and verification", self.inspect
-        )
+        await self.step("timeline, time travel, fork, audit replay, analytics and verification", self.inspect)
         return self.outcomes
 
 
 # ------------------------------------------------------------------------------------ printing
+
+
+def said(message: AnyMessage, width: int = 90) -> str:
+    """``who: what`` for one message, on one line."""
+    if isinstance(message, Instruction):
+        who, text = "you", str(message.content.instruction)
+    elif isinstance(message, AssistantResponse):
+        who, text = "assistant", message.response
+    elif isinstance(message, ActionRequest):
+        who, text = "tool call", _call(message)
+    elif isinstance(message, ActionResponse):
+        who, text = "tool result", orjson.dumps(message.content.output).decode()
+    else:
+        who, text = message.role, str(message.rendered)
+    text = " ".join(text.split())
+    if len(text) > width:
+        text = text[: width - 3] + "..."
+    return f"{who}: {text}"
 
 
 def _args(arguments: Any) -> str:
@@ -358,10 +378,18 @@ async def _audit_replay(store: EventStore, branch: Branch) -> None:
     )
 
 
-async def _analytics(store: EventStore, branch_id: str) -> None:
-    from turnlog.projections.analytics import AnalyticsProjection
+async def _analytics(store: EventStore, branch_id: str, workdir: Path) -> None:
+    from turnlog.projections.analytics import (
+        AnalyticsDatabaseError,
+        AnalyticsProjection,
+        analytics_database_of,
+    )
 
-    async with AnalyticsProjection(store) as analytics:
+    try:
+        database = analytics_database_of(store)  # a SQLite store keeps its facts in its own file
+    except AnalyticsDatabaseError:
+        database = workdir / "analytics.db"  # PostgreSQL: a file of the demo's own
+    async with AnalyticsProjection(store, database=database) as analytics:
         update = await analytics.update()
         rows = [r for r in await analytics.usage("branch") if r.key == branch_id]
         tools = await analytics.tool_usage("branch")

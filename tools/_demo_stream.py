@@ -193,13 +193,15 @@ async def crash_recover_resume(demo: Demo) -> str | None:
         print(
             f"   recover: {done.imported} chunks imported from the buffer ({done.chunks} in the run stream), "
             f"{done.interrupted_text} characters of partial text materialized as an interrupted response, "
-            f"{done.messages} messages recorded, run.failed reason=crashed"
+            f"{done.messages} message(s) recorded, run.failed reason=crashed"
         )
         branch = await demo.open_branch()
         partial = [
             m
             for m in branch.messages
-            if isinstance(m, AssistantResponse) and m.metadata.get("interrupted") and m.metadata.get("run_id") == run_id
+            if isinstance(m, AssistantResponse)
+            and m.metadata.get("interrupted")
+            and m.metadata.get("run_id") == run_id
         ]
         for message in partial:
             chunk_range = message.metadata.get("chunk_range")

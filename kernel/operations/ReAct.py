@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 MAX_EXTENSIONS = 100
+_UNSUPPORTED = ("intermediate_response_options", "intermediate_listable")
+_DISPLAY_ONLY = ("verbose", "verbose_length", "display_as", "verbose_analysis")
 
 FIRST_EXT_PROMPT = (
     "You can take up to {extensions} more rounds of reasoning and tool use before answering. "
@@ -120,7 +122,7 @@ def _check_round(analysis: Any, number: int, keep_going: bool) -> bool:
     )
 
 
-async def ReActStream(  # noqa: N802 - the verb's public name
+async def ReActStream(
     branch: Branch,
     instruct: Any = None,
     *,
@@ -167,8 +169,14 @@ async def ReActStream(  # noqa: N802 - the verb's public name
         between_rounds: Called as ``f(branch, round)`` before each extension round; a
             non-None return value is sent as that round's instruction.
         **operate_kwargs: Passed to every analysis ``operate`` (authorize, action_strategy,
-            request parameters, ...).
+            request parameters, ...). ``verbose``, ``verbose_length`` and ``display_as`` are
+            accepted for compatibility and have no effect.
     """
+    for name in _UNSUPPORTED:
+        if name in operate_kwargs:
+            raise TypeError(f"ReActStream() does not support {name!r}")
+    for name in _DISPLAY_ONLY:  # how a console showed the rounds; nothing to send or record
+        operate_kwargs.pop(name, None)
     extensions = clamp_extensions(max_extensions)
     instruction = instruction if instruction is not None else _instruct_value(instruct, "instruction")
     guidance = guidance if guidance is not None else _instruct_value(instruct, "guidance")
@@ -218,14 +226,16 @@ async def ReActStream(  # noqa: N802 - the verb's public name
         **dict(response_kwargs or {}),
     }
     try:
-        final = await branch.operate(instruction=ANSWER_PROMPT.format(instruction=instruction), **final_kwargs)
+        final = await branch.operate(
+            instruction=ANSWER_PROMPT.format(instruction=instruction), **final_kwargs
+        )
     except Exception:
         # The answer round failed: the last thing the model said is the best answer there is.
         final = _last_response_text(branch)
     yield final
 
 
-async def ReAct(  # noqa: N802 - the verb's public name
+async def ReAct(
     branch: Branch,
     instruct: Any = None,
     *,

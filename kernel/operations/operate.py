@@ -221,7 +221,9 @@ async def operate(
         ResponseParseError: the answer did not validate and ``handle_validation="raise"``.
     """
     if handle_validation not in ("raise", "return_value", "return_none"):
-        raise UsageError(f"handle_validation must be raise, return_value or return_none, not {handle_validation!r}")
+        raise UsageError(
+            f"handle_validation must be raise, return_value or return_none, not {handle_validation!r}"
+        )
     use_tools = actions or (tools is not None and tools is not False)
     base = _model_class(response_format)
     if (reason or use_tools) and response_format is not None and base is None:
@@ -256,7 +258,9 @@ async def operate(
     from_native = False
     if isinstance(target, type) and not isinstance(result, target):
         if native and request_model is not None and _all_optional(request_model):
-            asked = [ActionRequestModel(function=c["name"], arguments=c.get("arguments") or {}) for c in native]
+            asked = [
+                ActionRequestModel(function=c["name"], arguments=c.get("arguments") or {}) for c in native
+            ]
             result = request_model(action_required=True, action_requests=asked)
             from_native = True
         elif handle_validation == "raise":

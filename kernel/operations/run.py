@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import orjson
-from turnlog.eventstore import uuid7
+from anyio.streams.memory import MemoryObjectReceiveStream
+from turnlog.eventstore import NewEvent, uuid7
 from turnlog.kernel._errors import ResponseParseError
 from turnlog.kernel._kernel import BindProviderSession
 from turnlog.kernel._lifecycle import current_run, failure_reason
@@ -119,7 +121,9 @@ class _Append:
 def streaming_model(model: Any) -> Any:
     """``model`` when it is a CLI agent that can stream; else ``ValueError`` with a hint."""
     if model is None:
-        raise ValueError(f"run operation only supports CLI endpoints, but the branch has no chat model. {CLI_HINT}")
+        raise ValueError(
+            f"run operation only supports CLI endpoints, but the branch has no chat model. {CLI_HINT}"
+        )
     is_cli = getattr(model, "is_cli", None)
     if is_cli is False or not callable(getattr(model, "stream", None)):
         provider = getattr(model, "provider", type(model).__name__)
@@ -302,7 +306,9 @@ class StreamAssembler:
         usage = meta.get("usage") if meta else None
         if isinstance(usage, Mapping):
             self.usage = self.usage + Usage(
-                _int(usage.get("input_tokens")), _int(usage.get("output_tokens")), _float(usage.get("cost_usd"))
+                _int(usage.get("input_tokens")),
+                _int(usage.get("output_tokens")),
+                _float(usage.get("cost_usd")),
             )
         sid = meta.get("session_id") if meta else None
         if isinstance(sid, str) and sid and self.session_id is None:
@@ -375,7 +381,7 @@ def _deadline(timeout: Any) -> float | None:
 
 
 async def _next_chunk(
-    iterator: AsyncIterator[StreamChunk], deadline: float | None, timeout: Any, provider: str, model: str
+    iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any, provider: str, model: str
 ) -> StreamChunk | None:
     """The next chunk (None at the end), within the run's deadline; failures classified once."""
     try:
@@ -392,7 +398,7 @@ async def _next_chunk(
         raise
     except TimeoutError as exc:
         raise ProviderTimeout(
-            f"run() stream timeout exceeded ({timeout} s)", provider=provider, model=model
+            f"run() stream timeout exceeded ({limit} s)", provider=provider, model=model
         ) from exc
     except RuntimeError as exc:
         raise classify_stream_error(str(exc), provider=provider, model=model) from exc
@@ -414,7 +420,9 @@ async def _close(iterator: AsyncIterator[StreamChunk] | None, primary: BaseExcep
 
 
 def _usage(usage: Usage) -> UsageData:
-    return UsageData(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd)
+    return UsageData(
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
+    )
 
 
 @dataclass(slots=True)
@@ -454,7 +462,9 @@ class _Run:
             return
         self.bound = sid
         if self.branch.provider_session(self.provider, self.model) != sid:
-            await self.branch._execute(BindProviderSession(self.provider, self.model, sid), run_id=self.lifecycle_id)
+            await self.branch._execute(
+                BindProviderSession(self.provider, self.model, sid), run_id=self.lifecycle_id
+            )
 
     def called(self, error: BaseException | None, duration_ms: float) -> ModelCalled:
         params = {"resume": self.resume, **self.options}
@@ -620,14 +630,16 @@ async def run(
 
 
 async def _stream(
-    state: _Run, model: Any, param: RunParam, persist: PersistOptions | None, timeout: Any
+    state: _Run, model: Any, param: RunParam, persist: PersistOptions | None, limit: Any
 ) -> AsyncGenerator[AnyMessage, None]:
     branch = state.branch
-    deadline = _deadline(timeout)
+    deadline = _deadline(limit)
     meta = {"branch_id": branch.id, "run_id": state.run_id, **_session_meta(branch)}
     buffer = None
     if param.stream_persist:
-        state.persist_dir = Path(param.persist_dir) if param.persist_dir else default_persist_dir(branch.store)
+        state.persist_dir = (
+            Path(param.persist_dir) if param.persist_dir else default_persist_dir(branch.store)
+        )
         state.snapshot_dir = Path(param.snapshot_dir) if param.snapshot_dir else state.persist_dir
         await write_snapshot_file(snapshot_path(state.snapshot_dir, branch.id), branch.state)
         opts = persist or PersistOptions()
@@ -638,18 +650,7 @@ async def _stream(
     primary: BaseException | None = None
     try:
         while True:
-            chunk = await _next_chunk(iterator, deadline, timeout, state.provider, state.model)
-            if chunk is None:
-                break
-            if state.first_chunk_at is None:
-                state.first_chunk_at = time.perf_counter()
-            data = chunk.to_dict()
-            if data["content"] is None:
-                data["content"] = ""
-            log.add(data)
-            produced = assembler.feed(log.seq, chunk)
-            if assembler.session_id is not None and assembler.session_id != state.bound:
-                await state.bind_session()
+            produced, ended = await _segment(state, log, iterator, deadline, limit)
             if produced:
                 await state.record(produced)
                 for message in produced:
@@ -659,10 +660,8 @@ async def _stream(
                 raise classify_stream_error(
                     bad.content, bad.metadata, provider=state.provider, model=state.model
                 )
-            if assembler.finished:
+            if ended:
                 break
-            if log.due():
-                await log.commit()
         state.completed = True
         final = assembler.flush()
         if final:
@@ -675,6 +674,69 @@ async def _stream(
     finally:
         with anyio.CancelScope(shield=True):
             await _close(iterator, primary)
+
+
+async def _segment(
+    state: _Run, log: ChunkLog, iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any
+) -> tuple[list[AnyMessage], bool]:
+    """Read chunks until some make messages, an error arrives or the stream ends.
+
+    Batches are committed by a task running beside the reading loop, so the store works
+    while chunks keep coming; the task group never spans a ``yield`` of the generator
+    (messages are yielded by the caller, after it closed). Returns the messages made and
+    whether the stream is over.
+    """
+    assembler = state.assembler
+    send, receive = anyio.create_memory_object_stream[list[NewEvent]](4)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_committer, log, receive)
+            async with send:
+                while True:
+                    chunk = await _next_chunk(iterator, deadline, limit, state.provider, state.model)
+                    if chunk is None:
+                        return [], True
+                    if state.first_chunk_at is None:
+                        state.first_chunk_at = time.perf_counter()
+                    log.add(chunk)  # the buffer line is written before the chunk is processed
+                    produced = assembler.feed(log.seq, chunk)
+                    if assembler.session_id is not None and assembler.session_id != state.bound:
+                        await state.bind_session()
+                    if produced or assembler.error is not None:
+                        return produced, False
+                    if assembler.finished:
+                        return [], True
+                    if log.due():
+                        await send.send(log.take())
+                        await anyio.lowlevel.checkpoint()  # let the committer start its append
+    except BaseExceptionGroup as group:
+        single = _single(group)
+        raise single from single.__cause__
+    finally:
+        log.release()  # batches handed out and not stored are waiting again
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error a task group raised: the reading loop's, else the committer's."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    cancelled = anyio.get_cancelled_exc_class()
+    real = [e for e in leaves if not isinstance(e, cancelled)]
+    return (real or leaves)[0]
+
+
+async def _committer(log: ChunkLog, batches: MemoryObjectReceiveStream[list[NewEvent]]) -> None:
+    async with batches:
+        async for batch in batches:
+            await log.commit_batch(batch)
 
 
 def _session_meta(branch: Branch) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from ._facts import (
 )
 from ._pricing import PriceTable
 from ._rollup import (
+    RANK_INDEXES,
     ROLLUPS,
     add_to_rollup,
     create_rank_indexes,
@@ -128,6 +129,14 @@ def _insert_sql(table: FactTable, verb: str = "INSERT") -> str:
 
 _RUN_INDEX = {name: i for i, name in enumerate(RUNS.column_names)}
 _RUN_MODEL = _RUN_INDEX["gen_ai.request.model"]
+_RUN_ENDED = _RUN_INDEX["ended_at"]
+_RUN_VERB = _RUN_INDEX["turnlog.verb"]
+_RUN_STATUS = _RUN_INDEX["turnlog.status"]
+_RUN_COST = _RUN_INDEX["turnlog.cost_usd"]
+assert RUNS.column_names[_RUN_STATUS:_RUN_COST + 2] == (
+    "turnlog.status", "turnlog.reason", "error.type", "gen_ai.client.operation.duration", "turnlog.chunks",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "turnlog.cost_usd", "turnlog.cost_source",
+)  # fmt: skip
 
 
 class _Stale(Exception):
@@ -210,7 +219,8 @@ class AnalyticsProjection:
             self._conn = conn
             self._migrate()
             self._load_sessions()
-            self._ranks_ready = False
+            present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+            self._ranks_ready = all(name in present for name, *_ in RANK_INDEXES)
         except BaseException:
             self._conn = None
             conn.close()
@@ -258,8 +268,11 @@ class AnalyticsProjection:
         self._sessions = dict(rows)
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
-        # sqlite3 blocks; keep it off the event loop.
-        return await anyio.to_thread.run_sync(fn, *args)
+        # sqlite3 blocks; keep it off the event loop. Its errors are translated here, once.
+        try:
+            return await anyio.to_thread.run_sync(fn, *args)
+        except sqlite3.Error as exc:
+            raise AnalyticsDatabaseError(f"{self.database}: {exc}", database=self.database) from exc
 
     # ------------------------------------------------------------------------------ checkpoint
 
@@ -283,8 +296,7 @@ class AnalyticsProjection:
         await self.open()
         async with self._lock:
             started = time.perf_counter()
-            await self._in_thread(self._reprice_if_needed)
-            start = await self._in_thread(self._checkpoint)
+            start = await self._in_thread(self._prepare)
             counts = [0, 0, 0, 0]
             position = start
             while True:
@@ -293,7 +305,8 @@ class AnalyticsProjection:
                     break
                 except _Stale:
                     position = await self._in_thread(self._checkpoint)
-            await self._in_thread(self._finish)
+            if not self._ranks_ready:
+                await self._in_thread(self._finish)
             return UpdateReport(start, position, *counts, seconds=time.perf_counter() - started)
 
     async def _catch_up(self, position: int, counts: list[int]) -> int:
@@ -323,6 +336,11 @@ class AnalyticsProjection:
         for i, n in enumerate(added):
             counts[i] += n
         return last
+
+    def _prepare(self) -> int:
+        # One hop to the thread for both: each hop waits for a scheduler slot on a busy machine.
+        self._reprice_if_needed()
+        return self._checkpoint()
 
     def _finish(self) -> None:
         conn = self._db()
@@ -375,6 +393,7 @@ class AnalyticsProjection:
                 finally:
                     await _aclose(subscription)
 
+        applied_to = report.to_position
         async with anyio.create_task_group() as tg, receive:
             tg.start_soon(pump)
             async for first in receive:
@@ -384,21 +403,28 @@ class AnalyticsProjection:
                         batch.append(receive.receive_nowait())
                     except anyio.WouldBlock:
                         break
-                async with self._lock:
-                    started = time.perf_counter()
-                    expected = await self._in_thread(self._checkpoint)
-                    batch = [e for e in batch if e.position > expected]
-                    if not batch:
-                        continue
-                    counts = [0, 0, 0, 0]
-                    try:
-                        await self._apply(batch, expected, batch[-1].position, counts)
-                    except _Stale:
-                        continue  # another process applied these; the next batch re-checks
-                if on_batch is not None:
-                    on_batch(
-                        UpdateReport(expected, batch[-1].position, *counts, time.perf_counter() - started)
-                    )
+                batch = [event for event in batch if event.position > applied_to]
+                if not batch:
+                    continue
+                report = await self._follow_batch(batch, applied_to)
+                applied_to = report.to_position
+                if on_batch is not None and report.events:
+                    on_batch(report)
+
+    async def _follow_batch(self, batch: list[RecordedEvent], applied_to: int) -> UpdateReport:
+        async with self._lock:
+            started = time.perf_counter()
+            expected = await self._in_thread(self._checkpoint)
+            if expected == applied_to:
+                counts = [0, 0, 0, 0]
+                try:
+                    await self._apply(batch, expected, batch[-1].position, counts)
+                    return UpdateReport(expected, batch[-1].position, *counts, time.perf_counter() - started)
+                except _Stale:
+                    pass
+        # Another process moved the checkpoint (it applied these, or rebuilt from scratch):
+        # catch up from wherever it is now with read_all, never from the live batch alone.
+        return await self.update()
 
     # ----------------------------------------------------------------------------- the batch
 
@@ -482,18 +508,11 @@ class AnalyticsProjection:
             row = list(found) if found is not None else list(end.fallback)
             runs[end.run_id] = row
         cost, source = _run_cost(self.prices, row[_RUN_MODEL], end)
-        ix = _RUN_INDEX
-        row[ix["ended_at"]] = end.ended_at
-        row[ix["turnlog.verb"]] = row[ix["turnlog.verb"]] or end.fallback[ix["turnlog.verb"]]
-        row[ix["turnlog.status"]] = end.status
-        row[ix["turnlog.reason"]] = end.reason
-        row[ix["error.type"]] = end.error_type
-        row[ix["gen_ai.client.operation.duration"]] = end.duration
-        row[ix["turnlog.chunks"]] = end.chunks
-        row[ix["gen_ai.usage.input_tokens"]] = end.input_tokens
-        row[ix["gen_ai.usage.output_tokens"]] = end.output_tokens
-        row[ix["turnlog.cost_usd"]] = cost
-        row[ix["turnlog.cost_source"]] = source
+        # The closing facts (status .. output tokens) sit side by side in RUNS and in the fallback row.
+        row[_RUN_ENDED] = end.ended_at
+        row[_RUN_VERB] = row[_RUN_VERB] or end.fallback[_RUN_VERB]
+        row[_RUN_STATUS:_RUN_COST] = end.fallback[_RUN_STATUS:_RUN_COST]
+        row[_RUN_COST : _RUN_COST + 2] = (cost, source)
 
     def _note_branch(self, event: RecordedEvent, branches: dict[str, str | None]) -> None:
         data = event.data

@@ -275,26 +275,38 @@ def _nanos_to_usd(nanos: int | None, priced: int) -> float | None:
     return None if not priced else (nanos or 0) / 1e9
 
 
+def _rank_of(p: int, n: int) -> int:
+    return -(-p * n // 100)  # ceil(p * n / 100) in integers: no rounding question
+
+
 def percentiles(
     conn: sqlite3.Connection, table: FactTable, column: str, by: str, window: TimeRange
 ) -> dict[str | None, Percentiles]:
-    """Nearest-rank p50/p95/p99 (ms) of ``column`` per group, by one sort of the window's rows.
+    """Nearest-rank p50/p95/p99 (ms) of ``column`` per group, over the window's rows.
 
-    Rows with a null value are left out.
+    Rows with a null value are left out. The values are sorted here rather than by a SQL
+    window function: fetching two columns and sorting floats in Python is faster.
     """
     key = _key(table, by)
     where, params = window.where()
-    # rank >= ceil(p*n/100)  <=>  rank*100 >= p*n, in integers: no rounding question.
-    sql = (
-        f"WITH r AS (SELECT {key} AS k, {column} AS v, "
-        f"ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY {column}) AS rn, "
-        f"COUNT(*) OVER (PARTITION BY {key}) AS n "
-        f"FROM {table.name} WHERE {column} IS NOT NULL AND {where}) "
-        "SELECT k, MIN(CASE WHEN rn * 100 >= n * 50 THEN v END), "
-        "MIN(CASE WHEN rn * 100 >= n * 95 THEN v END), "
-        "MIN(CASE WHEN rn * 100 >= n * 99 THEN v END) FROM r GROUP BY k"
-    )
-    return {k: Percentiles(_ms(a), _ms(b), _ms(c)) for k, a, b, c in conn.execute(sql, params)}
+    groups: dict[Any, list[float]] = {}
+    sql = f"SELECT {key}, {column} FROM {table.name} WHERE {column} IS NOT NULL AND {where}"
+    for k, v in conn.execute(sql, params):
+        values = groups.get(k)
+        if values is None:
+            groups[k] = [v]
+        else:
+            values.append(v)
+    return {k: _picked(sorted(values)) for k, values in groups.items()}
+
+
+def _picked(ordered: list[float]) -> Percentiles:
+    n = len(ordered)
+    return Percentiles(*(_ms(ordered[_rank_of(p, n) - 1]) for p in (50, 95, 99)))
+
+
+_SEEK_GROUPS = 48
+"""Up to this many groups, percentiles are index seeks; beyond, one ordered pass over the index."""
 
 
 def ranked(
@@ -315,11 +327,37 @@ def ranked(
     )
     found = []
     for p in (50, 95, 99):
-        rank = -(-p * n // 100)
+        rank = _rank_of(p, n)
         params = (rank - 1,) if value is None else (value, rank - 1)
         row = conn.execute(sql, params).fetchone()
         found.append(None if row is None else _ms(row[0]))
     return Percentiles(*found)
+
+
+def _ranked_groups(
+    conn: sqlite3.Connection, table: FactTable, by: str, column: str, counts: dict[Any, int]
+) -> dict[Any, Percentiles]:
+    """Percentiles of the groups in ``counts`` (group -> non-null values), seeks or one pass."""
+    if len(counts) <= _SEEK_GROUPS:
+        return {k: ranked(conn, table, by, column, k, n) for k, n in counts.items()}
+    # Many small groups: walk the rank index once in (group, value) order and pick the ranks.
+    key = _key(table, by)
+    sql = f"SELECT {key}, {column} FROM {table.name} WHERE {column} IS NOT NULL ORDER BY {key}, {column}"
+    out: dict[Any, Percentiles] = {}
+    current: Any = object()
+    values: list[float] = []
+
+    def close() -> None:
+        if counts.get(current, 0) and values:
+            out[current] = _picked(values)
+
+    for k, v in conn.execute(sql):
+        if k != current:
+            close()
+            current, values = k, []
+        values.append(v)
+    close()
+    return {k: out.get(k, Percentiles()) for k in counts}
 
 
 def usage(
@@ -340,8 +378,8 @@ def usage(
             f"GROUP BY k ORDER BY {_order(by, limit)}"
         )
         rows = conn.execute(sql).fetchall()
-        latency = {r[0]: ranked(conn, MODEL_CALLS, by, _DURATION, r[0], r[1]) for r in rows}
-        ttft = {r[0]: ranked(conn, MODEL_CALLS, by, _TTFT, r[0], r[7]) for r in rows}
+        latency = _ranked_groups(conn, MODEL_CALLS, by, _DURATION, {r[0]: r[1] for r in rows})
+        ttft = _ranked_groups(conn, MODEL_CALLS, by, _TTFT, {r[0]: r[7] for r in rows})
     else:
         where, params = window.where()
         sql = (
@@ -376,7 +414,7 @@ def tool_usage(
             f"FROM {TOOL_ROLLUP.name} GROUP BY k ORDER BY {_order(by, limit)}"
         )
         rows = conn.execute(sql).fetchall()
-        durations = {r[0]: ranked(conn, TOOL_CALLS, by, _DURATION, r[0], r[5]) for r in rows}
+        durations = _ranked_groups(conn, TOOL_CALLS, by, _DURATION, {r[0]: r[5] for r in rows})
     else:
         where, params = window.where()
         sql = (

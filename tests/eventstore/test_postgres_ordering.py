@@ -40,7 +40,7 @@ STREAMS = ("shared-0", "shared-1", "shared-2")
 
 WORKER = textwrap.dedent(
     """
-    import random, sys, anyio, orjson
+    import random, sys, time, anyio, orjson
     from turnlog.eventstore import ConcurrencyError, NewEvent
     from turnlog.eventstore._postgres import PostgresEventStore
 
@@ -52,6 +52,7 @@ WORKER = textwrap.dedent(
                 stream = rng.choice(streams)
                 while True:
                     version = await store.stream_version(stream)
+                    started = time.monotonic()
                     try:
                         result = await store.append(
                             stream, [NewEvent("test.appended", {"w": worker, "i": i})], version
@@ -60,7 +61,7 @@ WORKER = textwrap.dedent(
                         conflicts += 1
                         continue
                     break
-                acks.append([stream, result.version, result.positions[0], i])
+                acks.append([stream, result.version, result.positions[0], i, started, time.monotonic()])
         print(orjson.dumps({"acks": acks, "conflicts": conflicts}).decode())
 
     anyio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","))
@@ -136,15 +137,27 @@ async def test_four_processes_with_expected_version_lose_nothing(pg_url: str) ->
     # every acknowledgement matches what is stored, and each writer's positions increase
     stored = {(e.data["w"], e.data["i"]): e for e in events}
     for w, report in reports.items():
-        positions = [position for _, _, position, _ in report["acks"]]
+        positions = [ack[2] for ack in report["acks"]]
         assert positions == sorted(positions) and len(set(positions)) == len(positions)
-        for stream, version, position, i in report["acks"]:
+        for stream, version, position, i, _, _ in report["acks"]:
             event = stored[(w, i)]
             assert (event.stream, event.version, event.position) == (stream, version, position)
+    _assert_commit_order([ack for report in reports.values() for ack in report["acks"]])
     assert sum(r["conflicts"] for r in reports.values()) > 0, (
         "the writers never raced; the test proves nothing"
     )
     assert (await _verify(pg_url)).ok
+
+
+def _assert_commit_order(acks: list[list[Any]]) -> None:
+    """An append started after another was acknowledged (any process) has a higher position."""
+    by_ack = sorted(acks, key=lambda ack: ack[5])
+    done, highest = 0, 0
+    for ack in sorted(acks, key=lambda ack: ack[4]):
+        while done < len(by_ack) and by_ack[done][5] < ack[4]:
+            highest = max(highest, by_ack[done][2])
+            done += 1
+        assert ack[2] > highest, f"position {ack[2]} was given after position {highest} was acknowledged"
 
 
 class SlowCommitStore(PostgresEventStore):

@@ -7,7 +7,11 @@ CLIs (``turnlog.tools._fake_cli``) as real child processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +20,8 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
 from turnlog.kernel.models import StreamChunk
 
 BIN_VARS = {"claude": "TURNLOG_CLAUDE_BIN", "codex": "TURNLOG_CODEX_BIN", "gemini": "TURNLOG_GEMINI_BIN"}
@@ -103,3 +109,35 @@ class ChunkModel:
             self.closed += 1
             if not finished and self.close_error is not None:
                 raise self.close_error
+
+
+class Child:
+    """A child process whose standard output is read line by line (standard error inherited)."""
+
+    def __init__(self, proc: Process) -> None:
+        self.proc = proc
+        assert proc.stdout is not None
+        self._reader = BufferedByteReceiveStream(proc.stdout)
+
+    @classmethod
+    async def start(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
+        proc = await anyio.open_process(list(argv), stdout=subprocess.PIPE, stderr=None, env=env)
+        return cls(proc)
+
+    async def readline(self) -> str:
+        """The next line of standard output, without its newline."""
+        return (await self._reader.receive_until(b"\n", 65536)).decode()
+
+    async def kill(self) -> None:
+        """SIGKILL the child and reap it (idempotent)."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+        await self.proc.aclose()
+
+
+def kill_groups(starts: Sequence[Mapping[str, Any]]) -> None:
+    """SIGKILL the process groups of fake CLIs orphaned by a killed parent."""
+    for start in starts:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(start["pgid"], signal.SIGKILL)

@@ -7,11 +7,13 @@ from typing import Any
 
 import anyio
 import pytest
-from turnlog.eventstore import EventStore
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, ToolInvocation, UnknownTool, UsageError, iModel
 from turnlog.kernel.models import ToolCall
 from turnlog.kernel.testing import ScriptedModel
-from turnlog.projections import ActionRequest, ActionResponse, Instruction, decode_event
+from turnlog.projections import ActionRequest, ActionResponse, Instruction, catalogue_upcasters, decode_event
 from turnlog.projections.analytics._facts import tool_call_fact
 from turnlog.tools._fake_openai import FakeOpenAIServer
 
@@ -62,7 +64,11 @@ async def test_request_forms_are_normalized(store: EventStore) -> None:
         [
             recorded,
             ToolCall(id="call_9", name="add", arguments={"a": 2, "b": 2}),
-            {"id": "call_7", "type": "function", "function": {"name": "add", "arguments": '{"a": 3, "b": 3}'}},
+            {
+                "id": "call_7",
+                "type": "function",
+                "function": {"name": "add", "arguments": '{"a": 3, "b": 3}'},
+            },
             {"name": "add", "arguments": {"a": 4, "b": 4}},
         ]
     )
@@ -76,7 +82,12 @@ async def test_request_forms_are_normalized(store: EventStore) -> None:
 async def test_malformed_requests_write_nothing(store: EventStore) -> None:
     branch = Branch(store=store, tools=[add])
     await branch.save()
-    for bad in ({"arguments": {}}, {"function": "add", "arguments": "{not json"}, 42, {"function": "add", "arguments": [1]}):
+    for bad in (
+        {"arguments": {}},
+        {"function": "add", "arguments": "{not json"},
+        42,
+        {"function": "add", "arguments": [1]},
+    ):
         with pytest.raises(UsageError):
             await branch.act(bad)
     with pytest.raises(UsageError, match="Invalid strategy"):
@@ -180,9 +191,13 @@ async def test_gate_denies_and_the_denial_is_recorded(store: EventStore) -> None
     assert denied.error == "denied by authorization gate" and denied.metadata == {"denied": True}
     assert {c.arguments["n"] for c in asked} == {1, 99} and asked[0].branch_id == branch.id
     # analytics reads the denial from the log
-    denial_event = [e async for e in store.read_stream(branch.stream)][-1]
-    fact = tool_call_fact(denial_event, lambda _: None)
-    assert fact is not None and "denied" in fact
+    facts = [
+        tool_call_fact(e, lambda _: None)
+        async for e in store.read_stream(branch.stream)
+        if e.type == "message.added"
+    ]
+    statuses = {f[5]: f for f in facts if f is not None}
+    assert "denied" in statuses[denied.id] and "ok" in statuses[allowed.id]
     await assert_rebuilds(branch)
 
 
@@ -193,18 +208,25 @@ async def test_a_gate_that_raises_denies(store: EventStore) -> None:
     branch = Branch(store=store, tools=[add])
     (response,) = await branch.act({"function": "add", "arguments": {"a": 1, "b": 1}}, authorize=gate)
     assert response.metadata == {"denied": True}
-    assert response.error == "denied by authorization gate (the gate raised PermissionError: policy store offline)"
+    assert (
+        response.error
+        == "denied by authorization gate (the gate raised PermissionError: policy store offline)"
+    )
     await assert_rebuilds(branch)
 
 
 async def test_calls_inside_operate_carry_its_run(store: EventStore) -> None:
-    reply = '{"action_required": true, "action_requests": [{"function": "add", "arguments": {"a": 2, "b": 2}}]}'
+    reply = (
+        '{"action_required": true, "action_requests": [{"function": "add", "arguments": {"a": 2, "b": 2}}]}'
+    )
     branch = Branch(store=store, chat_model=ScriptedModel(reply), tools=[add])
     result = await branch.operate(instruction="2+2?", actions=True)
     assert result.action_responses[0].output == 4
     (run_id,) = branch.state.runs
     tool_messages = [
-        data for kind, data in await events(branch) if kind == "message.added" and data.message.role == "action"
+        data
+        for kind, data in await events(branch)
+        if kind == "message.added" and data.message.role == "action"
     ]
     assert [d.run_id for d in tool_messages] == [run_id, run_id]
     await assert_rebuilds(branch)
@@ -247,3 +269,43 @@ async def test_openai_tool_calls_run_through_act(store: EventStore, server: Fake
     assert isinstance(branch.messages[-2], Instruction)
     server.assert_complete()
     await assert_rebuilds(branch)
+
+
+# ------------------------------------------------------------------------------------ property
+
+CALLS = st.lists(st.sampled_from(["ok", "fail", "deny", "unknown"]), min_size=1, max_size=6)
+
+
+async def act_scenario(kinds: list[str], strategy: str) -> None:
+    async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters()) as store:
+        branch = Branch(store=store, tools=[add, fail])
+        requests = [
+            {"function": "add", "arguments": {"a": i, "b": 1}}
+            if kind in ("ok", "deny")
+            else {"function": "fail", "arguments": {"reason": str(i)}}
+            if kind == "fail"
+            else {"function": "ghost", "arguments": {}}
+            for i, kind in enumerate(kinds)
+        ]
+
+        def gate(call: ToolInvocation) -> bool:
+            return kinds[int(call.arguments.get("a", -1))] != "deny" if "a" in call.arguments else True
+
+        responses = await branch.act(requests, strategy=strategy, authorize=gate)  # type: ignore[arg-type]
+        assert len(responses) == len(kinds)
+        for i, (kind, response) in enumerate(zip(kinds, responses, strict=True)):
+            assert response.content.arguments == requests[i]["arguments"]
+            assert (response.metadata.get("denied") is True) == (kind == "deny")
+            assert (response.error is None) == (kind == "ok")
+            if kind == "ok":
+                assert response.output == i + 1
+        # every request is answered in the view, and the log rebuilds the same state
+        links = branch.state.action_links
+        assert sorted(links.values()) == sorted(r.id for r in responses)
+        await assert_rebuilds(branch)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=CALLS, strategy=st.sampled_from(["concurrent", "sequential"]))
+def test_any_mix_of_calls_is_answered_once_each(kinds: list[str], strategy: str) -> None:
+    anyio.run(act_scenario, kinds, strategy)

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
-from turnlog.kernel.models import AuthenticationError, ModelRequest, RetryPolicy
+from turnlog.kernel.models import AuthenticationError, ModelRequest, RetryPolicy, ServerError
 from turnlog.tools._fake_openai import FakeOpenAIServer
 
 from .conftest import assert_rebuilds
@@ -31,6 +31,7 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
     script = [
         {"match": {"last_user_contains": "weather"}, "text": '{"city": "Oslo", "celsius": -3}'},
         {"status": 429, "retry_after_ms": 1, "match": {"last_user_contains": "flaky"}},
+        {"status": 503, "times": None, "match": {"last_user_contains": "down"}},
         {"text": "recovered", "match": {"last_user_contains": "flaky"}},
         {
             "text": "Hello from the fake server.",
@@ -84,6 +85,18 @@ async def test_retries_are_counted_in_attempts(store: EventStore, server: FakeOp
     assert await branch.chat_and_record("flaky?") == "recovered"
     (called,) = [d for e, d in await branch.events() if e.type == "model.called"]
     assert called.attempts == 2
+
+
+async def test_exhausted_retries_are_recorded_with_their_attempts(
+    store: EventStore, server: FakeOpenAIServer
+) -> None:
+    model = model_for(server, retry=RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.01))
+    branch = Branch(store=store, chat_model=model)
+    with pytest.raises(ServerError):
+        await branch.chat_and_record("is it down?")
+    (called,) = [d for e, d in await branch.events() if e.type == "model.called"]
+    assert (called.status, called.error_type, called.attempts) == ("error", "ServerError", 3)
+    assert branch.messages == ()
 
 
 async def test_a_wrong_key_is_recorded_as_a_failed_call(store: EventStore, server: FakeOpenAIServer) -> None:

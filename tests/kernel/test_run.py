@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-
 import pytest
 from pydantic import BaseModel
 from turnlog.eventstore import EventStore

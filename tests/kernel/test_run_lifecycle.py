@@ -129,7 +129,9 @@ async def test_break_after_a_response_ends_cleanly_and_closes_the_process(
     await assert_rebuilds(branch)
 
 
-async def test_cancellation_is_run_failed_cancelled_and_the_process_goes(store: EventStore, fake: Fake) -> None:
+async def test_cancellation_is_run_failed_cancelled_and_the_process_goes(
+    store: EventStore, fake: Fake
+) -> None:
     fake.script({"steps": [{"text": "one"}, {"hang": True}]})
     branch = Branch(store=store, chat_model=iModel("claude_code/sonnet"))
     seen = watch(branch)

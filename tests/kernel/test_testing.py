@@ -68,10 +68,10 @@ async def test_function_model_sync_and_async() -> None:
     assert async_model.calls[0].matched_by == "function"
 
 
-async def test_replay_model_serves_recorded_answers_by_fingerprint(tmp_path: object) -> None:
+async def test_recorded_model_serves_recorded_answers_by_fingerprint() -> None:
     from turnlog.eventstore import open_store
     from turnlog.kernel import Branch
-    from turnlog.kernel.testing import ReplayMismatch, ReplayModel
+    from turnlog.kernel.testing import RecordedModel, ReplayMismatch
     from turnlog.projections import catalogue_upcasters
 
     async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters()) as store:
@@ -79,7 +79,7 @@ async def test_replay_model_serves_recorded_answers_by_fingerprint(tmp_path: obj
         await original.communicate("Capital of France?")
         await original.communicate("Capital of Germany?")
 
-        replay = await ReplayModel.from_store(store, branch_id=original.id)
+        replay = await RecordedModel.from_store(store, branch_id=original.id)
         assert replay.model == "scripted"
         copy = Branch(store=store, system="Be brief.", chat_model=replay)
         assert await copy.communicate("Capital of France?") == "Paris."

@@ -90,7 +90,7 @@ def test_demo_on_a_fresh_temporary_store(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     path = Path(re.search(r"^store: (.+)$", done.stdout, re.MULTILINE).group(1))  # type: ignore[union-attr]
     assert path.is_file() and tmp_path in path.parents
-    assert f"turnlog log " in done.stdout and f"--store {path}" in done.stdout
+    assert "turnlog log " in done.stdout and f"--store {path}" in done.stdout
 
 
 def test_demo_reports_an_unusable_store_clearly(tmp_path: Path) -> None:
@@ -99,3 +99,30 @@ def test_demo_reports_an_unusable_store_clearly(tmp_path: Path) -> None:
     done = _demo("--store", str(not_a_store), tmp=tmp_path)
     assert done.returncode == 2
     assert "turnlog demo:" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_and_the_commands_it_names_work(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "make demo" in readme and "make test" in readme
+    example = re.search(r"^```python\n(.*?)^```$", readme, re.MULTILINE | re.DOTALL).group(1)  # type: ignore[union-attr]
+    assert len(example.splitlines()) <= 22
+    (tmp_path / "example.py").write_text(example)
+    env = {k: v for k, v in os.environ.items() if k != "TURNLOG_STORE"}
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "True"
+    for command in ("log geo", "show geo --at 6", "diff geo 6 11"):
+        assert f"`turnlog {command}`" in readme
+    # The versions it names exist (diff checks both ends).
+    shown = subprocess.run(
+        [sys.executable, "-m", "turnlog.tools._cli", "diff", "geo", "6", "11"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr

@@ -25,8 +25,9 @@ async def main(url: str, persist_dir: str, branch_id: str | None) -> None:
             branch = await Branch(store=store, chat_model=iModel("claude_code/sonnet")).save()
         print(f"branch {branch.id}", flush=True)
         options = PersistOptions(batch_chunks=16, batch_ms=20.0)
-        async for message in branch.run("Count slowly.", stream_persist=True, persist_dir=persist_dir,
-                                        persist_options=options):
+        async for message in branch.run(
+            "Count slowly.", stream_persist=True, persist_dir=persist_dir, persist_options=options
+        ):
             if message.kind == "Instruction":
                 print("streaming", flush=True)
         print("done", flush=True)

@@ -1,0 +1,241 @@
+"""recover: leftover buffers imported with their ids, open runs closed as crashed, idempotent."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog.eventstore import EventStore, NewEvent, open_store, uuid7
+from turnlog.kernel import Branch, StartRun, iModel, recover
+from turnlog.kernel.models import StreamChunk
+from turnlog.kernel.operations.run import StreamAssembler
+from turnlog.projections import (
+    ActionRequest,
+    ActionResponse,
+    AssistantResponse,
+    Instruction,
+    catalogue_upcasters,
+)
+
+from .conftest import assert_rebuilds
+from .streamkit import Child, ChunkModel, Fake, kill_groups, make_fake
+
+CHILD = Path(__file__).parent / "_stream_workers" / "stream_child.py"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fake:
+    return make_fake(monkeypatch, tmp_path)
+
+
+def chunk_line(run_id: str, branch_id: str, seq: int, chunk: StreamChunk) -> dict[str, Any]:
+    data = {**chunk.to_dict(), "seq": seq}
+    return {
+        "id": str(uuid7()),
+        "stream": f"run-{run_id}",
+        "version": seq,
+        "type": "stream.chunk",
+        "schema": 1,
+        "data": data,
+        "meta": {"branch_id": branch_id, "run_id": run_id},
+        "recorded_at": datetime.now(UTC).isoformat(),
+    }
+
+
+async def open_run(store: EventStore) -> tuple[Branch, str]:
+    branch = await Branch(store=store).save()
+    run_id = str(uuid7())
+    await branch.add_message(Instruction.create("go"), run_id=run_id)
+    await branch._execute(StartRun(run_id, "run", None, "claude_code", "fake"), run_id=run_id)
+    return branch, run_id
+
+
+async def test_buffer_is_imported_and_the_run_closed(store: EventStore, tmp_path: Path) -> None:
+    branch, run_id = await open_run(store)
+    chunks = [
+        StreamChunk("system", metadata={"session_id": "sess-1"}),
+        StreamChunk("text", content="hel"),
+        StreamChunk("text", content="lo"),
+        StreamChunk("tool_use", tool_name="Bash", tool_id="t1", tool_input={"command": "ls"}),
+        StreamChunk("text", content="tail"),
+    ]
+    lines = [chunk_line(run_id, branch.id, i, c) for i, c in enumerate(chunks, start=1)]
+    # the first two were committed by the run before it died; the buffer still has them
+    await store.append(
+        f"run-{run_id}",
+        [
+            NewEvent(ln["type"], ln["data"], ln["meta"], id=__import__("uuid").UUID(ln["id"]))
+            for ln in lines[:2]
+        ],
+        0,
+    )
+    raw = [json.dumps(ln) for ln in lines]
+    raw.insert(3, "@@@ not a chunk @@@")
+    path = tmp_path / f"{branch.id}.{run_id}.jsonl"
+    path.write_text("\n".join(raw) + "\n" + json.dumps(lines[0])[:25])  # torn last line
+
+    report = await recover(store, tmp_path)
+    assert report.imported == 3
+    assert [(p.line_number, "not JSON" in p.what) for p in report.problems] == [(4, True)]
+    assert report.torn == (str(path),)
+    assert report.kept == (str(path) + ".corrupt",) and not path.exists()
+    [done] = report.runs
+    assert (done.chunks, done.closed, done.closed_tools, done.session_id) == (5, True, 1, "sess-1")
+
+    again = await Branch.load(store, branch.id)
+    kinds = [type(m) for m in again.messages]
+    # the text that arrived after the call first, then the call closed by recovery
+    assert kinds == [Instruction, AssistantResponse, ActionRequest, AssistantResponse, ActionResponse]
+    hello, request, tail, closed = again.messages[1:]
+    assert isinstance(hello, AssistantResponse) and hello.response == "hello"
+    assert (
+        isinstance(closed, ActionResponse) and closed.error and again.state.response_for(request.id) == closed
+    )
+    assert (
+        isinstance(tail, AssistantResponse)
+        and tail.response == "tail"
+        and tail.metadata["interrupted"] is True
+    )
+    assert tail.metadata["chunk_range"] == [5, 5]
+    run = again.state.runs[run_id]
+    assert (run.status, run.reason) == ("failed", "crashed")
+    assert run.recovered is not None and run.recovered["imported"] == 3
+    assert again.provider_session("claude_code", "fake") == "sess-1"
+
+    head = await store.head()
+    second = await recover(store, tmp_path)
+    assert not second.changed and await store.head() == head
+
+
+async def test_run_without_buffer_is_materialized_from_committed_chunks(
+    store: EventStore, tmp_path: Path
+) -> None:
+    branch, run_id = await open_run(store)
+    lines = [chunk_line(run_id, branch.id, 1, StreamChunk("text", content="only in the store"))]
+    await store.append(f"run-{run_id}", [NewEvent("stream.chunk", lines[0]["data"], lines[0]["meta"])], 0)
+    report = await recover(store, tmp_path / "none")
+    assert report.imported == 0 and report.runs[0].interrupted_text == len("only in the store")
+    loaded = await Branch.load(store, branch.id)
+    assert loaded.messages[-1].response == "only in the store"  # type: ignore[union-attr]
+
+
+async def test_nothing_to_do_is_a_no_op(store: EventStore, tmp_path: Path) -> None:
+    branch = Branch(store=store)
+    [m async for m in branch.run("go", chat_model=ChunkModel([StreamChunk("text", content="a")]))]
+    head = await store.head()
+    report = await recover(store, tmp_path)
+    assert not report.changed and report.runs == () and await store.head() == head
+
+
+_chunk = st.one_of(
+    st.builds(lambda s: StreamChunk("text", content=s), st.text(min_size=0, max_size=5)),
+    st.builds(lambda s: StreamChunk("thinking", content=s), st.text(min_size=1, max_size=5)),
+    st.builds(
+        lambda i: StreamChunk("tool_use", tool_name="f", tool_id=f"t{i}", tool_input={"i": i}),
+        st.integers(0, 3),
+    ),
+    st.builds(
+        lambda i, e: StreamChunk("tool_result", tool_id=f"t{i}", tool_output=f"o{i}", is_error=e),
+        st.integers(0, 4),
+        st.booleans(),
+    ),
+    st.just(StreamChunk("result", metadata={"usage": {"input_tokens": 1, "output_tokens": 2}})),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=st.lists(_chunk, max_size=12))
+def test_replaying_a_finished_run_adds_nothing(chunks: list[StreamChunk]) -> None:
+    """The recovery replay of the chunk rules agrees with what the live run recorded."""
+
+    async def main() -> None:
+        async with open_store("memory://", upcasters=catalogue_upcasters()) as store:
+            branch = Branch(store=store)
+            got = [m async for m in branch.run("go", chat_model=ChunkModel(chunks))]
+            run_id = next(iter(branch.state.runs))
+            existing = {
+                (m.kind, *m.metadata["chunk_range"]): m for m in got[1:] if "chunk_range" in m.metadata
+            }
+            replay = StreamAssembler(branch_id=branch.id, user=branch.user, run_id=run_id, existing=existing)
+            made = []
+            async for event in store.read_stream(f"run-{run_id}"):
+                made += replay.feed(event.data["seq"], StreamChunk.from_dict(event.data))
+            made += replay.flush()
+            assert made == [m for m in got[1:]]
+            texts = "".join(m.response for m in got if isinstance(m, AssistantResponse))
+            assert texts == "".join(c.content for c in chunks if c.type == "text")
+            await assert_rebuilds(branch)
+
+    anyio.run(main)
+
+
+async def test_killed_child_is_recovered_and_the_session_resumes(
+    store_url: str, fake: Fake, tmp_path: Path
+) -> None:
+    fake.script(
+        {
+            "steps": [
+                {"thinking": "plan"},
+                {"text": ["a", "b", "c"]},
+                {"tool_use": {"name": "Bash", "input": {"command": "ls"}}},
+                {"text": ["t", "ail"]},
+                {"hang": True},
+            ]
+        }
+    )
+    persist = tmp_path / "runs"
+    child = await Child.start([sys.executable, str(CHILD), store_url, str(persist)])
+    try:
+        branch_id = (await child.readline()).split()[1]
+        # the child is killed once all 8 chunks (system .. "ail") are in its buffer
+        with anyio.fail_after(20):
+            while sum(len(p.read_text().splitlines()) for p in persist.glob("*.jsonl")) < 8:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+    finally:
+        await child.kill()
+        kill_groups(fake.starts())
+    async with open_store(store_url, upcasters=catalogue_upcasters()) as store:
+        report = await recover(store, persist)
+        [run] = report.runs
+        assert run.closed and run.chunks == 8 and run.closed_tools == 1
+        branch = await Branch.load(store, branch_id, chat_model=iModel("claude_code/sonnet"))
+        texts = [m.response for m in branch.messages if isinstance(m, AssistantResponse)]
+        assert texts == ["abc", "tail"]
+        assert branch.messages[-1].metadata["interrupted"] is True
+        session = branch.provider_session("claude_code", "sonnet")
+        assert session is not None and session == run.session_id
+        assert not (await recover(store, persist)).changed
+        fake.script({"steps": [{"text": "resumed"}]})
+        assert await branch.run_and_collect("continue") == "resumed"
+        argv = fake.starts()[-1]["argv"]
+        assert argv[argv.index("--resume") + 1] == session
+        await assert_rebuilds(branch)
+
+
+def test_recover_command_reports_and_is_idempotent(
+    tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from turnlog.tools._cli import main
+
+    async def crashed() -> str:
+        async with open_store(store_url, upcasters=catalogue_upcasters()) as store:
+            branch, run_id = await open_run(store)
+            line = chunk_line(run_id, branch.id, 1, StreamChunk("text", content="half"))
+            (tmp_path / "runs").mkdir()
+            (tmp_path / "runs" / f"{branch.id}.{run_id}.jsonl").write_text(json.dumps(line) + "\n")
+            return run_id
+
+    run_id = anyio.run(crashed)
+    args = ["recover", "--store", store_url, "--persist-dir", str(tmp_path / "runs")]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["imported"] == 1 and report["runs"][0]["run_id"] == run_id and report["runs"][0]["closed"]
+    assert main(args) == 0
+    assert "nothing to recover" in capsys.readouterr().out

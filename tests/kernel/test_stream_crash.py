@@ -1,0 +1,160 @@
+"""The crash proof: a streaming process is SIGKILLed at random points; recovery loses nothing.
+
+"Received" is defined by the child's live buffer: a chunk's line is written there before the
+chunk is processed, so a chunk is received when its line is in the buffer at the moment of
+the kill. After ``recover``:
+
+- every received chunk is in the store (same event id): zero lost;
+- the chunks in the store are, in order, a prefix of what the fake CLI recorded as flushed
+  (nothing invented, nothing reordered);
+- the run is ``run.failed`` with reason ``crashed``, every text chunk's content is in the
+  run's assistant responses exactly once (the partial text is recorded, marked interrupted);
+- a new run resumes the same provider session (the fake receives ``--resume ID``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from turnlog.eventstore import EventStore, open_store
+from turnlog.kernel import Branch, iModel, recover
+from turnlog.projections import AssistantResponse, catalogue_upcasters
+
+from .conftest import assert_rebuilds
+from .streamkit import Child, make_fake
+
+CHILD = Path(__file__).parent / "_stream_workers" / "stream_child.py"
+KILLS = 10
+SCRIPT = {
+    "delay": 0.004,
+    "steps": [
+        {"text": [f"a{i} " for i in range(60)]},
+        {"tool_use": {"name": "Bash", "input": {"command": "ls"}}},
+        {"sleep": 0.15},
+        {"tool_result": {"output": "README.md"}},
+        {"text": [f"b{i} " for i in range(150)]},
+    ],
+}
+
+
+def read_buffer(persist: Path) -> list[dict[str, Any]]:
+    """The complete lines of the buffer (a torn last line is not a received chunk)."""
+    lines: list[dict[str, Any]] = []
+    for path in persist.glob("*.jsonl"):
+        raw = path.read_bytes()
+        complete = raw[: raw.rfind(b"\n") + 1]
+        lines += [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return lines
+
+
+def flushed_texts(record: Path) -> list[str]:
+    """The text blocks of the assistant lines the fake CLI flushed, in order."""
+    texts: list[str] = []
+    if not record.exists():
+        return texts
+    for entry in (json.loads(line) for line in record.read_text().splitlines()):
+        if entry["event"] != "stdout" or entry.get("torn"):
+            continue
+        obj = json.loads(entry["line"])
+        if obj.get("type") == "assistant":
+            texts += [b["text"] for b in obj["message"]["content"] if b.get("type") == "text"]
+    return texts
+
+
+def kill_group_of(record: Path) -> None:
+    for entry in (json.loads(line) for line in record.read_text().splitlines()):
+        if entry["event"] == "start":
+            try:
+                os.killpg(entry["pgid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+async def crash_once(
+    url: str, persist: Path, record: Path, rng: random.Random
+) -> tuple[str, list[dict[str, Any]]]:
+    env = {**os.environ, "TURNLOG_FAKE_CLI_RECORD": str(record)}
+    child = await Child.start([sys.executable, str(CHILD), url, str(persist)], env=env)
+    try:
+        branch_id = (await child.readline()).split()[1]
+        assert (await child.readline()).strip() == "streaming"
+        await anyio.sleep(rng.uniform(0.1, 1.0))  # the random kill point
+    finally:
+        await child.kill()
+        if record.exists():
+            kill_group_of(record)
+    return branch_id, read_buffer(persist)
+
+
+async def check_recovered(
+    store: EventStore, branch_id: str, received: list[dict[str, Any]], record: Path
+) -> str | None:
+    branch = await Branch.load(store, branch_id, chat_model=iModel("claude_code/sonnet"))
+    [run] = branch.state.runs.values()
+    stored = [e async for e in store.read_stream(f"run-{run.run_id}")]
+    stored_ids = {str(e.id) for e in stored}
+    lost = [line["data"]["seq"] for line in received if line["id"] not in stored_ids]
+    assert lost == [], f"chunks received but not in the store: {lost}"
+    assert [e.data["seq"] for e in stored] == list(range(1, len(stored) + 1))
+    texts = [e.data["content"] for e in stored if e.data["type"] == "text"]
+    assert texts == flushed_texts(record)[: len(texts)]
+    assert (run.status, run.reason) == ("failed", "crashed")
+    responses = [m for m in branch.messages if isinstance(m, AssistantResponse)]
+    assert "".join(m.response for m in responses) == "".join(texts)
+    interrupted = [m for m in responses if m.metadata.get("interrupted")]
+    assert interrupted in ([], responses[-1:])
+    if stored and stored[-1].data["type"] == "text":
+        assert interrupted == responses[-1:]  # the text after the last flush is recorded
+    session = branch.provider_session("claude_code", "sonnet")
+    if stored:
+        assert session is not None and session == stored[0].data["metadata"]["session_id"]
+    await assert_rebuilds(branch)
+    return session
+
+
+@pytest.mark.slow
+async def test_sigkill_at_random_points_loses_no_received_chunk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = make_fake(monkeypatch, tmp_path)
+    fake.script(SCRIPT)
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    rng = random.Random(int(os.environ.get("TURNLOG_CRASH_SEED", "20261202")))
+    crashes = 0
+    mid_stream = 0  # kills that found chunks in the buffer
+    last: tuple[str, str] | None = None
+    for attempt in range(KILLS + 4):
+        if crashes == KILLS:
+            break
+        persist = tmp_path / f"runs-{attempt}"
+        record = tmp_path / f"record-{attempt}.jsonl"
+        branch_id, received = await crash_once(url, persist, record, rng)
+        async with open_store(url, upcasters=catalogue_upcasters()) as store:
+            report = await recover(store, persist)
+            if not report.runs:
+                continue  # the child finished before the kill: nothing crashed
+            crashes += 1
+            mid_stream += bool(received)
+            session = await check_recovered(store, branch_id, received, record)
+            assert not (await recover(store, persist)).changed
+            if session is not None:
+                last = (branch_id, session)
+    assert crashes == KILLS
+    assert mid_stream >= KILLS // 2, f"only {mid_stream} kills happened mid-stream"
+    assert last is not None
+    branch_id, session = last
+    fake.monkeypatch.setenv("TURNLOG_FAKE_CLI_RECORD", str(tmp_path / "resume.jsonl"))
+    fake.script({"steps": [{"text": "resumed"}]})
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+        branch = await Branch.load(store, branch_id, chat_model=iModel("claude_code/sonnet"))
+        assert await branch.run_and_collect("continue") == "resumed"
+    start = json.loads((tmp_path / "resume.jsonl").read_text().splitlines()[0])
+    assert start["argv"][start["argv"].index("--resume") + 1] == session

@@ -1,0 +1,152 @@
+"""stream_persist: the live buffer, batched commits with the same ids, snapshot files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from turnlog.eventstore import EventStore
+from turnlog.kernel import Branch, PersistOptions, SnapshotFileError
+from turnlog.kernel.models import StreamChunk
+from turnlog.projections import AssistantResponse
+
+from .conftest import assert_rebuilds
+from .streamkit import ChunkModel, text
+
+
+def buffer_lines(directory: Path) -> list[dict[str, Any]]:
+    files = list(directory.glob("*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines()]
+
+
+async def test_each_line_is_written_before_its_chunk_is_processed(store: EventStore, tmp_path: Path) -> None:
+    persist = tmp_path / "p"
+    counts: list[int] = []
+
+    def hook(i: int) -> None:
+        # Asked for chunk i: chunks 0..i-1 are processed, so their lines must be there.
+        if i:
+            lines = buffer_lines(persist)
+            counts.append(len(lines))
+            assert [line["data"]["seq"] for line in lines] == list(range(1, i + 1))
+
+    model = ChunkModel([text(f"{i} ") for i in range(6)], hook=hook)
+    branch = Branch(store=store)
+    [m async for m in branch.run("go", chat_model=model, stream_persist=True, persist_dir=persist)]
+    assert counts == [1, 2, 3, 4, 5]
+    assert not list(persist.glob("*.jsonl"))  # everything committed: the buffer is gone
+
+
+async def test_buffer_lines_are_the_store_envelope_with_the_same_ids(
+    store: EventStore, tmp_path: Path
+) -> None:
+    persist = tmp_path / "p"
+    seen: list[list[dict[str, Any]]] = []
+    chunks = [StreamChunk("system", metadata={"session_id": "s"}), text("a"), text("b")]
+    model = ChunkModel([*chunks, StreamChunk("result", metadata={"usage": {}})])
+    model.hook = lambda i: seen.append(buffer_lines(persist)) if i == 3 else None
+    branch = Branch(store=store)
+    got = [m async for m in branch.run("go", chat_model=model, stream_persist=True, persist_dir=persist)]
+    run_id = got[-1].metadata["run_id"]
+    stored = [e async for e in store.read_stream(f"run-{run_id}")]
+    for line, event in zip(seen[0], stored, strict=False):
+        assert set(line) == {"id", "stream", "version", "type", "schema", "data", "meta", "recorded_at"}
+        assert line["id"] == str(event.id) and line["stream"] == event.stream
+        assert (line["version"], line["type"], line["schema"]) == (event.version, event.type, event.schema)
+        assert line["data"] == event.data and line["meta"] == event.meta
+    assert stored[0].meta["branch_id"] == branch.id and stored[0].meta["run_id"] == run_id
+
+
+async def test_commits_are_batched_and_messages_never_outrun_their_chunks(
+    store: EventStore, tmp_path: Path
+) -> None:
+    branch = Branch(store=store)
+    committed: list[int] = []
+    run_ids: list[str] = []
+
+    async def stored() -> int:
+        return await store.stream_version(f"run-{run_ids[0]}") if run_ids else 0
+
+    chunks = [text(f"{i}") for i in range(10)]
+    chunks.insert(7, StreamChunk("tool_use", tool_name="t", tool_id="c"))
+    model = ChunkModel(chunks)
+    options = PersistOptions(batch_chunks=4, batch_ms=60_000)
+    async for message in branch.run("go", chat_model=model, persist_options=options):
+        if isinstance(message, AssistantResponse) or message.kind == "ActionRequest":
+            run_ids.append(message.metadata["run_id"])
+            committed.append(await stored())
+            assert committed[-1] >= message.metadata["chunk_range"][1]
+    # the response before the tool call forced a commit of the 7 chunks before it (and the call)
+    assert committed[0] == 8
+    assert await store.stream_version(f"run-{run_ids[0]}") == 11
+    await assert_rebuilds(branch)
+
+
+async def test_without_batching_every_chunk_is_committed_at_once(store: EventStore) -> None:
+    branch = Branch(store=store)
+    versions: list[int] = []
+    run: list[str] = []
+
+    def hook(i: int) -> None:
+        versions.append(i)
+
+    model = ChunkModel([text("a"), text("b")], hook=hook)
+    options = PersistOptions(batch_chunks=1)
+    got = [m async for m in branch.run("go", chat_model=model, persist_options=options)]
+    run.append(got[-1].metadata["run_id"])
+    assert await store.stream_version(f"run-{run[0]}") == 2
+
+
+async def test_fsync_mode_streams_and_cleans_up(store: EventStore, tmp_path: Path) -> None:
+    branch = Branch(store=store)
+    options = PersistOptions(fsync=True)
+    got = [
+        m
+        async for m in branch.run(
+            "go",
+            chat_model=ChunkModel([text("a")]),
+            stream_persist=True,
+            persist_dir=tmp_path,
+            persist_options=options,
+        )
+    ]
+    assert got[-1].response == "a"  # type: ignore[union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".jsonl", ".tmp")) == [
+        f"{branch.id}.json"
+    ]
+
+
+def test_bad_persist_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="batch_chunks"):
+        PersistOptions(batch_chunks=0)
+    with pytest.raises(ValueError, match="batch_ms"):
+        PersistOptions(batch_ms=-1)
+
+
+async def test_unreadable_snapshot_files_are_refused(store: EventStore, tmp_path: Path) -> None:
+    garbage = tmp_path / "x.json"
+    garbage.write_text("{not json")
+    with pytest.raises(SnapshotFileError, match="not JSON"):
+        await Branch.from_snapshot(garbage, store=store)
+    other = tmp_path / "y.json"
+    other.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(SnapshotFileError, match=r"not a turnlog\.branch_snapshot"):
+        await Branch.from_snapshot(other, store=store)
+    branch = Branch(store=store)
+    [
+        m
+        async for m in branch.run(
+            "go", chat_model=ChunkModel([text("a")]), stream_persist=True, persist_dir=tmp_path
+        )
+    ]
+    path = tmp_path / f"{branch.id}.json"
+    body = json.loads(path.read_text())
+    body["projection_version"] = -1
+    path.write_text(json.dumps(body))
+    with pytest.raises(SnapshotFileError, match="projection version"):
+        await Branch.from_snapshot(path, store=store)
+    with pytest.raises(SnapshotFileError, match="cannot read"):
+        await Branch.from_snapshot(tmp_path / "missing.json", store=store)

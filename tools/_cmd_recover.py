@@ -1,0 +1,74 @@
+"""``turnlog recover``: import leftover stream buffers and close the runs a crash left open."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+
+from ._command import Command, add_store_argument, emit_json, store_url
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser)
+    parser.add_argument(
+        "--persist-dir",
+        default=None,
+        help="where stream_persist buffers are (default: runs/ next to the store file, else ./runs)",
+    )
+
+
+async def _recover(url: str, persist_dir: str | None) -> object:
+    from turnlog.eventstore import open_store
+    from turnlog.kernel import recover
+    from turnlog.projections import catalogue_upcasters
+
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+        return await recover(store, persist_dir)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from turnlog.kernel import RecoveryReport
+
+    report = anyio.run(_recover, store_url(args.store), args.persist_dir)
+    assert isinstance(report, RecoveryReport)
+    if args.json:
+        emit_json(report.to_dict())
+        return 0
+    if not report.changed and not report.problems:
+        print(f"nothing to recover (buffers searched in {report.persist_dir})")
+        return 0
+    for run in report.runs:
+        what = "closed as crashed" if run.closed else "chunks imported"
+        print(
+            f"run {run.run_id} (branch {run.branch_id}): {what}; {run.chunks} chunks, "
+            f"{run.imported} imported, {run.messages} messages recorded, "
+            f"{run.interrupted_text} chars of interrupted text, {run.closed_tools} tool calls closed"
+            + (f"; resume session {run.session_id}" if run.session_id else "")
+        )
+    for problem in report.problems:
+        print(f"bad line: {problem}")
+    for path in report.torn:
+        print(f"torn last line tolerated: {path}")
+    for path in report.kept:
+        print(f"kept for inspection: {path}")
+    print(f"{report.imported} chunk events imported, {len(report.removed)} buffers removed")
+    return 0
+
+
+COMMAND = Command(
+    name="recover",
+    help="import leftover stream buffers and close runs a crash left open",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog recover --store runs.db --persist-dir ./runs",
+    description=(
+        "Find runs that started and never ended and the live buffers of stream_persist runs; "
+        "import the buffered chunks (same event ids, so running it twice changes nothing), "
+        "record the text received after the last response as an interrupted response, close "
+        "tool calls left without a result, and end each such run with run.failed (crashed). "
+        "Run it when no process is streaming into the store."
+    ),
+)

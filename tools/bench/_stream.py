@@ -1,0 +1,211 @@
+"""``turnlog bench stream``: chunks per second through ``run()``, beside lionagi's ``run()``.
+
+One in-process stream of pre-built text chunks (no subprocess) is consumed by:
+
+- turnlog ``run(stream_persist=True)``: every chunk a ``stream.chunk`` event, its line in the
+  live buffer before it is processed (durable against a crash of the process), commits
+  batched into a SQLite store file;
+- turnlog ``run(stream_persist=False)``: the same events, without the buffer;
+- the raw cost of the buffer writes alone (one ``os.write`` per envelope line);
+- lionagi 0.36 ``Branch.run()`` on the same chunks, when it is importable (it keeps no chunk).
+
+Each peer runs ``--repeat`` times in this one process; the best time counts. Ratios are
+turnlog's rate over lionagi's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .._command import emit_json
+
+__all__ = ["PrebuiltStream", "add_arguments", "run"]
+
+
+class PrebuiltStream:
+    """A CLI-like streaming model that yields pre-built chunks (no process, no I/O).
+
+    Args:
+        chunks: What every ``stream`` call yields.
+    """
+
+    provider = "bench"
+    model = "prebuilt"
+    is_cli = True
+
+    def __init__(self, chunks: list[Any]) -> None:
+        self.chunks = chunks
+
+    def stream(
+        self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[Any]:
+        return self._gen()
+
+    async def _gen(self) -> AsyncIterator[Any]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``turnlog bench stream``."""
+    parser.add_argument("--chunks", type=int, default=50_000, help="text chunks per stream (default 50000)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per peer; the best counts (default 3)")
+    parser.add_argument("--batch-chunks", type=int, default=1024, help="chunks per store commit (default 1024)")
+    parser.add_argument("--batch-ms", type=float, default=50.0, help="ms between store commits (default 50)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _texts(n: int) -> list[str]:
+    return [f"tok{i} " for i in range(n)]
+
+
+async def _turnlog(directory: Path, texts: list[str], persist: bool, batch_chunks: int, batch_ms: float) -> float:
+    from turnlog.eventstore import open_store
+    from turnlog.kernel import Branch, PersistOptions
+    from turnlog.kernel.models import StreamChunk
+    from turnlog.projections import catalogue_upcasters
+
+    model = PrebuiltStream([StreamChunk("text", content=t) for t in texts])
+    url = f"sqlite:///{directory / 'bench.db'}"
+    options = PersistOptions(batch_chunks=batch_chunks, batch_ms=batch_ms)
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+        branch = await Branch(store=store, chat_model=None).save()
+        started = time.perf_counter()
+        count = 0
+        async for _ in branch.run(
+            "go", chat_model=model, stream_persist=persist, persist_dir=directory / "runs", persist_options=options
+        ):
+            count += 1
+        elapsed = time.perf_counter() - started
+        run = next(iter(branch.state.runs.values()))
+        if run.chunks != len(texts) or count != 2:
+            raise RuntimeError(f"bench stream: expected {len(texts)} chunks and 2 messages, got {run.chunks}/{count}")
+        if list((directory / "runs").glob("*.jsonl")):
+            raise RuntimeError("bench stream: a buffer was left behind")
+    return elapsed
+
+
+def _buffer_only(directory: Path, texts: list[str]) -> float:
+    from turnlog.eventstore import MemoryEventStore
+    from turnlog.kernel._persist import ChunkLog, RunBuffer
+    from turnlog.kernel.models import StreamChunk
+
+    chunks = [StreamChunk("text", content=t) for t in texts]
+    buffer = RunBuffer(directory / "raw.jsonl")
+    # numbering, event ids and envelope lines as a run makes them; nothing is committed
+    log = ChunkLog(MemoryEventStore(), "r", {"run_id": "r"}, buffer=buffer)
+    started = time.perf_counter()
+    for chunk in chunks:
+        log.add(chunk)
+    elapsed = time.perf_counter() - started
+    buffer.remove()
+    return elapsed
+
+
+def _lionagi_available() -> str | None:
+    try:
+        import lionagi  # noqa: F401
+        from lionagi.version import __version__
+    except ImportError:
+        return None
+    return str(__version__)
+
+
+async def _lionagi(directory: Path, texts: list[str], persist: bool) -> float:
+    import logging
+
+    from lionagi import Branch as LBranch
+    from lionagi import iModel as LModel
+    from lionagi.service.types.stream_chunk import StreamChunk as LChunk
+
+    logging.getLogger("lionagi").setLevel(logging.ERROR)
+    chunks = [LChunk(type="text", content=t) for t in texts]
+    model = LModel(provider="claude_code", model="sonnet")
+
+    async def prebuilt(api_call: Any = None, **_: Any) -> AsyncIterator[Any]:
+        for chunk in chunks:
+            yield chunk
+
+    model.stream = prebuilt  # the same pre-built stream, no subprocess
+    branch = LBranch(chat_model=model)
+    kwargs: dict[str, Any] = {"stream_persist": True, "persist_dir": str(directory / "lionagi")} if persist else {}
+    started = time.perf_counter()
+    out = [m async for m in branch.run("go", **kwargs)]
+    elapsed = time.perf_counter() - started
+    if len(out) != 2:
+        raise RuntimeError(f"bench stream: lionagi yielded {len(out)} messages")
+    return elapsed
+
+
+def _best(repeat: int, make: Callable[[Path], Coroutine[Any, Any, float] | float]) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="turnlog-bench-stream-") as tmp:
+            gc.collect()
+            result = make(Path(tmp))
+            if not isinstance(result, float):
+                result = anyio.run(lambda r=result: r)  # type: ignore[misc]
+            best = min(best, result)
+    return best
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; print the rates and ratios (or JSON)."""
+    n = int(args.chunks)
+    texts = _texts(n)
+    repeat = max(1, int(args.repeat))
+    rows: dict[str, float | None] = {}
+
+    def coro(persist: bool) -> Callable[[Path], Any]:
+        return lambda d: _run_async(_turnlog(d, texts, persist, args.batch_chunks, args.batch_ms))
+
+    rows["turnlog run(stream_persist=True)"] = n / _best(repeat, coro(True))
+    rows["turnlog run(stream_persist=False)"] = n / _best(repeat, coro(False))
+    rows["buffer writes only (os.write per line)"] = n / _best(repeat, lambda d: _buffer_only(d, texts))
+    version = _lionagi_available()
+    if version is not None:
+        rows[f"lionagi {version} run()"] = n / _best(repeat, lambda d: _run_async(_lionagi(d, texts, False)))
+        rows[f"lionagi {version} run(stream_persist=True)"] = n / _best(
+            repeat, lambda d: _run_async(_lionagi(d, texts, True))
+        )
+    lionagi_rate = rows.get(f"lionagi {version} run()") if version else None
+    ratio = rows["turnlog run(stream_persist=True)"] / lionagi_rate if lionagi_rate else None  # type: ignore[operator]
+    if args.json:
+        emit_json(
+            {
+                "chunks": n,
+                "repeat": repeat,
+                "batch_chunks": args.batch_chunks,
+                "batch_ms": args.batch_ms,
+                "chunks_per_s": rows,
+                "lionagi": version,
+                "ratio_persist_vs_lionagi": ratio,
+                "cpus": os.cpu_count(),
+            }
+        )
+        return 0
+    print(f"stream: {n} text chunks through run(), best of {repeat}")
+    for name, rate in rows.items():
+        rel = f"  {rate / lionagi_rate:5.2f}x lionagi" if lionagi_rate and rate else ""
+        print(f"  {name:<45} {rate:>12,.0f} chunks/s{rel}")
+    if version is None:
+        print("  lionagi: not installed (pip install 'lionagi==0.36.*' to compare)")
+    elif ratio is not None:
+        print(f"ratio: turnlog with every chunk durable = {ratio:.2f}x lionagi run() (target >= 1.0x)")
+    return 0
+
+
+def _run_async(coro: Coroutine[Any, Any, float]) -> float:
+    async def main() -> float:
+        return await coro
+
+    return anyio.run(main)
