@@ -103,6 +103,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f", in {took:.1f} s (budget {_BUDGET_S:.0f} s).")
     for outcome in failed:
         print(f"   failed: {outcome.name}: {outcome.detail}")
+    if url.startswith("memory:") or url.endswith(":memory:"):
+        print("\nThe in-memory store is gone now; run 'turnlog demo' without --store to keep one to explore.")
+        return 1 if failed else 0
     print("\nTry next:")
     for line in _next_steps(flag, demo):
         print(f"   {line}")

@@ -19,7 +19,15 @@ from uuid import UUID
 
 import anyio
 import orjson
-from turnlog.eventstore import EventStore, NewEvent, StoreError, encode_json, event_hash, open_store
+from turnlog.eventstore import (
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StoreError,
+    encode_json,
+    event_hash,
+    open_store,
+)
 
 from ._command import Command, UserError, add_store_argument, emit_json, store_url
 from ._output import fancy
@@ -30,19 +38,12 @@ _BATCH = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Line:
+    """One event of the file and the line it came from."""
+
     number: int
-    id: str
-    stream: str
-    version: int
-    type: str
-    schema: int
-    data: dict[str, Any]
-    meta: dict[str, Any]
-    recorded_at: datetime
-    prev_hash: str
-    hash: str
+    event: RecordedEvent
 
 
 @dataclass(slots=True)
@@ -81,17 +82,20 @@ def read_export(path: Path) -> list[_Line]:
                 raise UserError(f"line {number}: {exc}") from exc
             lines.append(
                 _Line(
-                    number=number,
-                    id=obj["id"],
-                    stream=_field(obj, "stream", str, number),
-                    version=_field(obj, "version", int, number),
-                    type=_field(obj, "type", str, number),
-                    schema=_field(obj, "schema", int, number),
-                    data=_field(obj, "data", dict, number),
-                    meta=_field(obj, "meta", dict, number),
-                    recorded_at=recorded_at,
-                    prev_hash=_field(obj, "prev_hash", str, number),
-                    hash=_field(obj, "hash", str, number),
+                    number,
+                    RecordedEvent(
+                        id=UUID(obj["id"]),
+                        stream=_field(obj, "stream", str, number),
+                        version=_field(obj, "version", int, number),
+                        position=_field(obj, "position", int, number),
+                        type=_field(obj, "type", str, number),
+                        schema=_field(obj, "schema", int, number),
+                        data=_field(obj, "data", dict, number),
+                        meta=_field(obj, "meta", dict, number),
+                        recorded_at=recorded_at,
+                        prev_hash=_field(obj, "prev_hash", str, number),
+                        hash=_field(obj, "hash", str, number),
+                    ),
                 )
             )
     return lines
@@ -106,35 +110,35 @@ def check_chains(lines: list[_Line]) -> None:
     """Versions are contiguous per stream and every hash recomputes from the content."""
     last: dict[str, _Line] = {}
     for line in lines:
-        before = last.get(line.stream)
-        expected_version = before.version + 1 if before else line.version
-        if line.version != expected_version:
+        before = last.get(line.event.stream)
+        expected_version = before.event.version + 1 if before else line.event.version
+        if line.event.version != expected_version:
             raise UserError(
-                f"line {line.number}: stream {line.stream!r} jumps from version "
-                f"{before.version if before else 0} to {line.version}"
+                f"line {line.number}: stream {line.event.stream!r} jumps from version "
+                f"{before.event.version if before else 0} to {line.event.version}"
             )
-        if before is not None and line.prev_hash != before.hash:
+        if before is not None and line.event.prev_hash != before.event.hash:
             raise UserError(
-                f"line {line.number}: stream {line.stream!r} version {line.version} does not chain "
+                f"line {line.number}: stream {line.event.stream!r} version {line.event.version} does not chain "
                 "to the previous event (prev_hash differs)"
             )
         digest = event_hash(
-            line.prev_hash,
-            line.id,
-            line.stream,
-            line.version,
-            line.type,
-            line.schema,
-            encode_json(line.data),
-            encode_json(line.meta),
-            _micros(line.recorded_at),
+            line.event.prev_hash,
+            str(line.event.id),
+            line.event.stream,
+            line.event.version,
+            line.event.type,
+            line.event.schema,
+            encode_json(line.event.data),
+            encode_json(line.event.meta),
+            _micros(line.event.recorded_at),
         )
-        if digest != line.hash:
+        if digest != line.event.hash:
             raise UserError(
-                f"line {line.number}: stream {line.stream!r} version {line.version}: the content "
+                f"line {line.number}: stream {line.event.stream!r} version {line.event.version}: the content "
                 "does not match its hash (altered after export?)"
             )
-        last[line.stream] = line
+        last[line.event.stream] = line
 
 
 def _batches(lines: list[_Line]) -> Iterator[list[list[_Line]]]:
@@ -143,14 +147,14 @@ def _batches(lines: list[_Line]) -> Iterator[list[list[_Line]]]:
     size = 0
     streams: set[str] = set()
     for line in lines:
-        if batch and batch[-1][0].stream == line.stream:
+        if batch and batch[-1][0].event.stream == line.event.stream:
             batch[-1].append(line)
         else:
-            if line.stream in streams or size >= _BATCH:
+            if line.event.stream in streams or size >= _BATCH:
                 yield batch
                 batch, size, streams = [], 0, set()
             batch.append([line])
-            streams.add(line.stream)
+            streams.add(line.event.stream)
         size += 1
     if batch:
         yield batch
@@ -158,18 +162,20 @@ def _batches(lines: list[_Line]) -> Iterator[list[list[_Line]]]:
 
 async def _already_there(store: EventStore, run: list[_Line], current: int) -> int:
     """How many leading events of ``run`` the store holds already (same ids), else an error."""
-    overlap = [line for line in run if line.version <= current]
+    overlap = [line for line in run if line.event.version <= current]
     if not overlap:
         return 0
     stored = {
         e.version: str(e.id)
-        async for e in store.read_stream(run[0].stream, overlap[0].version, overlap[-1].version)
+        async for e in store.read_stream(
+            run[0].event.stream, overlap[0].event.version, overlap[-1].event.version
+        )
     }
     for line in overlap:
-        if stored.get(line.version) != line.id:
+        if stored.get(line.event.version) != str(line.event.id):
             raise UserError(
-                f"line {line.number}: stream {line.stream!r} already has a different event at "
-                f"version {line.version}; the store and the file have diverged"
+                f"line {line.number}: stream {line.event.stream!r} already has a different event at "
+                f"version {line.event.version}; the store and the file have diverged"
             )
     return len(overlap)
 
@@ -181,7 +187,7 @@ async def import_events(store: EventStore, lines: list[_Line], progress: Any = N
     for batch in _batches(lines):
         entries = []
         for run in batch:
-            stream = run[0].stream
+            stream = run[0].event.stream
             report.streams.add(stream)
             if stream not in versions:
                 versions[stream] = await store.stream_version(stream)
@@ -190,14 +196,17 @@ async def import_events(store: EventStore, lines: list[_Line], progress: Any = N
             rest = run[skip:]
             if not rest:
                 continue
-            if rest[0].version != versions[stream] + 1:
+            if rest[0].event.version != versions[stream] + 1:
                 raise UserError(
                     f"line {rest[0].number}: stream {stream!r} is at version {versions[stream]} in the "
-                    f"store, the file continues at {rest[0].version}"
+                    f"store, the file continues at {rest[0].event.version}"
                 )
-            events = [NewEvent(x.type, x.data, x.meta, id=UUID(x.id), schema=x.schema) for x in rest]
+            events = [
+                NewEvent(x.event.type, x.event.data, x.event.meta, id=x.event.id, schema=x.event.schema)
+                for x in rest
+            ]
             entries.append((stream, events, versions[stream]))
-            versions[stream] = rest[-1].version
+            versions[stream] = rest[-1].event.version
             report.added += len(rest)
         if entries:
             await store.append_batch(entries)

@@ -122,7 +122,7 @@ def openai_script(*, operate: bool, react: bool) -> list[dict[str, Any]]:
     return script
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What one step did: ``ok``, ``skipped`` (the build lacks a verb) or ``failed``."""
 
@@ -141,6 +141,10 @@ class Demo:
         workdir: A directory for the fake CLI's script, state and record, and the run buffers.
         base_url: The fake OpenAI server's ``/v1`` URL.
         store_url: The store's URL, for the child process.
+        branch: The demo branch (reloaded from the log by each step).
+        version_after_communicate: The branch's version after step 1 (time travel goes there).
+        fork_id: The branch forked in step 5.
+        outcomes: What each step did, in order.
     """
 
     store: EventStore
@@ -151,7 +155,6 @@ class Demo:
     version_after_communicate: int | None = None
     fork_id: str | None = None
     outcomes: list[StepOutcome] = field(default_factory=list)
-    model_calls_before: int = 0
 
     # ------------------------------------------------------------------------------ helpers
 

@@ -164,6 +164,8 @@ async def crash_recover_resume(demo: Demo) -> str | None:
         return "run not available in this build"
     if recover is None:
         return "recover not available in this build"
+    if demo.store_url.startswith("memory:") or demo.store_url.endswith(":memory:"):
+        return "an in-memory store cannot be shared with the child process (give a file or PostgreSQL store)"
     with anyio.fail_after(_STEP_LIMIT):
         branch = await demo.open_branch()
         slow = demo.workdir / "claude-slow.json"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -172,3 +174,31 @@ async def test_in_memory_store_needs_a_separate_database(tmp_path: Path, log: Si
         async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as analytics:
             await analytics.update()
             assert sum(r.calls for r in await analytics.usage("model")) == 8
+
+
+PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not PG_DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
+async def test_postgres_store_with_a_separate_analytics_database(
+    tmp_path: Path, log: SimpleNamespace
+) -> None:
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    schema = f"t_{uuid.uuid4().hex}"
+    url = PG_DSN + ("&" if "?" in PG_DSN else "?") + f"schema={schema}"
+    try:
+        async with open_store(url) as store:
+            with pytest.raises(AnalyticsDatabaseError):
+                AnalyticsProjection(store)
+            await log.build_small_log(store)
+            async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as analytics:
+                report = await analytics.update()
+                rows = {
+                    row.key: (row.calls, row.errors, row.latency_ms) for row in await analytics.usage("model")
+                }
+        assert (report.model_calls, report.tool_calls) == (8, 4)
+        assert rows["gpt-4o"] == (5, 2, Percentiles(300.0, 800.0, 800.0))
+    finally:
+        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
