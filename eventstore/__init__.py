@@ -18,6 +18,7 @@ from ._ids import uuid7
 from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, MigrationError, migrate
 from ._open import open_store
+from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
     NO_STREAM,
@@ -54,6 +55,9 @@ __all__ = [
     "NewEvent",
     "NewSnapshot",
     "Problem",
+    "RawCopy",
+    "RawEvent",
+    "RawSnapshot",
     "RecordedEvent",
     "SQLiteEventStore",
     "Snapshot",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Self
 
 from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._records import (
@@ -31,7 +31,13 @@ class EventStore(ABC):
     tested by the conformance suite:
 
     - ``"gapless_positions"``: global positions have no gaps and are never reused;
-    - ``"cross_process_subscribe"``: subscribers see events appended by other processes.
+    - ``"cross_process_subscribe"``: subscribers see events appended by other processes;
+    - ``"raw_copy"``: the store exports and imports events and snapshots exactly as stored
+      (``raw_events``, ``raw_snapshots``, ``import_raw``: the ``RawCopy`` protocol), which is
+      what ``migrate`` uses to copy a store between backends.
+
+    A store may declare fewer capabilities than its class when how it was opened rules one
+    out (a SQLite store in memory has no ``"raw_copy"``), so check them on the instance.
 
     Use as an async context manager to close it::
 
@@ -39,7 +45,7 @@ class EventStore(ABC):
             await store.append("branch-1", [NewEvent("message.added", {"content": "hi"})])
     """
 
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    capabilities: frozenset[str] = frozenset()
     url: str
 
     def __init__(

@@ -10,15 +10,27 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
+from uuid import UUID
 
 import orjson
 
 from ._errors import CorruptEventError, EventTooLarge, IdempotencyError, InvalidEventError
-from ._records import ANY, STREAM_EXISTS, AppendResult, ExpectedVersion, NewEvent, NewSnapshot, Problem
+from ._records import (
+    ANY,
+    STREAM_EXISTS,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    NewSnapshot,
+    Problem,
+    RecordedEvent,
+    Snapshot,
+    VerifyReport,
+)
 from ._upcasting import Upcasters
 
 __all__ = [
@@ -30,8 +42,10 @@ __all__ = [
     "check_expected_version",
     "check_read_range",
     "check_stream_name",
+    "decode_event",
     "decode_json",
     "decode_payload",
+    "decode_snapshot",
     "encode_json",
     "event_hash",
     "from_micros",
@@ -363,6 +377,44 @@ def decode_payload(
     return schema, data_obj, meta_obj
 
 
+def decode_event(upcasters: Upcasters, row: Sequence[Any]) -> RecordedEvent:
+    """Turn a stored row in ``RawEvent`` field order into a ``RecordedEvent`` (decoded, upcast).
+
+    The id may be stored as text or as a ``UUID``.
+
+    Raises:
+        CorruptEventError: the payload cannot be decoded or the id is not a UUID.
+    """
+    position, eid, stream, version, type_, schema, data, meta, recorded_at, prev_hash, digest = row
+    schema, data_obj, meta_obj = decode_payload(
+        upcasters, type_, schema, data, meta, stream=stream, version=version, position=position
+    )
+    if type(eid) is not UUID:
+        try:
+            eid = UUID(eid)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CorruptEventError(
+                stream, version, f"malformed event id {eid!r}", position=position
+            ) from exc
+    return RecordedEvent(
+        eid, stream, version, position, type_, schema, data_obj, meta_obj,
+        from_micros(recorded_at), prev_hash, digest,
+    )  # fmt: skip
+
+
+def decode_snapshot(upcasters: Upcasters, row: Sequence[Any]) -> Snapshot:
+    """Turn a stored snapshot row in ``RawSnapshot`` field order into a decoded, upcast ``Snapshot``.
+
+    Raises:
+        CorruptEventError: the payload cannot be decoded.
+    """
+    stream, type_, version, schema, data, meta, recorded_at = row
+    schema, data_obj, meta_obj = decode_payload(
+        upcasters, type_, schema, data, meta, stream=stream, version=version, position=None
+    )
+    return Snapshot(stream, version, type_, schema, data_obj, meta_obj, from_micros(recorded_at))
+
+
 class ChainChecker:
     """Check stored events of each stream in version order: chain, contiguity, decodability.
 
@@ -397,6 +449,18 @@ class ChainChecker:
         hash_: str,
     ) -> None:
         """Check one stored event (rows must come ordered by stream, then version)."""
+        self.add_row(
+            (position, event_id, stream, version, type_, schema, data, meta, recorded_at_us, prev_hash, hash_)
+        )
+
+    def add_row(self, row: Sequence[Any]) -> None:
+        """Check one stored row whose fields come in ``RawEvent`` order.
+
+        That is ``(position, id, stream, version, type, schema, data, meta, recorded_at_us,
+        prev_hash, hash)``, the order every backend selects for ``verify``; rows must come
+        ordered by stream, then version.
+        """
+        position, event_id, stream, version, type_, schema, data, meta, recorded_at_us, prev_hash, hash_ = row
         if stream != self._stream:
             self._stream = stream
             self.streams += 1
@@ -416,7 +480,7 @@ class ChainChecker:
             problem("prev_hash does not match the hash of the previous version (broken chain)")
         data_b, meta_b = _as_bytes(data), _as_bytes(meta)
         expected = event_hash(
-            prev_hash, event_id, stream, version, type_, schema, data_b, meta_b, recorded_at_us
+            prev_hash, str(event_id), stream, version, type_, schema, data_b, meta_b, recorded_at_us
         )
         if expected != hash_:
             problem("hash does not match the stored bytes (the event was altered)")
@@ -430,6 +494,10 @@ class ChainChecker:
         self._next_version = version + 1
         self._prev_hash = hash_
         self._prev_position = position
+
+    def report(self, problems: Iterable[Problem] = ()) -> VerifyReport:
+        """The ``verify`` result: ``problems`` found outside the chains first, then the chains' own."""
+        return VerifyReport((*problems, *self.problems), self.streams, self.events)
 
 
 def match_resent(entries: list[PreparedAppend], stored: Mapping[str, Sequence[Any]]) -> list[AppendResult]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, ClassVar, NamedTuple
-from uuid import UUID
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.lowlevel
@@ -22,9 +21,9 @@ from ._encoding import (
     PreparedAppend,
     check_expected_version,
     check_read_range,
-    decode_payload,
+    decode_event,
+    decode_snapshot,
     event_hash,
-    from_micros,
     match_resent,
     prepare_batch,
     prepare_events,
@@ -50,6 +49,8 @@ _PAGE = 500
 
 
 class _Row(NamedTuple):
+    """A stored event, fields in ``RawEvent`` order (a tuple: one is made per appended event)."""
+
     position: int
     id: str
     stream: str
@@ -77,7 +78,7 @@ class MemoryEventStore(EventStore):
         1
     """
 
-    capabilities: ClassVar[frozenset[str]] = frozenset({"gapless_positions"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions"})
 
     def __init__(
         self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -192,38 +193,13 @@ class MemoryEventStore(EventStore):
 
     # ------------------------------------------------------------------ reads
 
-    def _decode(self, row: _Row) -> RecordedEvent:
-        schema, data, meta = decode_payload(
-            self.upcasters,
-            row.type,
-            row.schema,
-            row.data,
-            row.meta,
-            stream=row.stream,
-            version=row.version,
-            position=row.position,
-        )
-        return RecordedEvent(
-            UUID(row.id),
-            row.stream,
-            row.version,
-            row.position,
-            row.type,
-            schema,
-            data,
-            meta,
-            from_micros(row.recorded_at),
-            row.prev_hash,
-            row.hash,
-        )
-
     async def _emit(self, rows: Iterable[_Row], limit: int | None) -> AsyncIterator[RecordedEvent]:
         count = 0
         for row in rows:
             if limit is not None and count >= limit:
                 return
             self._check_open()
-            yield self._decode(row)
+            yield decode_event(self.upcasters, row)
             count += 1
             if count % _PAGE == 0:
                 await anyio.lowlevel.checkpoint()
@@ -323,22 +299,9 @@ class MemoryEventStore(EventStore):
         names = sorted(self._streams) if stream is None else [stream] if stream in self._streams else []
         for name in names:
             for position in self._streams[name]:
-                row = self._rows[position - 1]
-                checker.add(
-                    position=row.position,
-                    event_id=row.id,
-                    stream=row.stream,
-                    version=row.version,
-                    type_=row.type,
-                    schema=row.schema,
-                    data=row.data,
-                    meta=row.meta,
-                    recorded_at_us=row.recorded_at,
-                    prev_hash=row.prev_hash,
-                    hash_=row.hash,
-                )
+                checker.add_row(self._rows[position - 1])
             await anyio.lowlevel.checkpoint()
-        return VerifyReport(tuple(checker.problems), checker.streams, checker.events)
+        return checker.report()
 
     # ------------------------------------------------------------------ snapshots
 
@@ -370,11 +333,7 @@ class MemoryEventStore(EventStore):
         if best is None:
             return None
         name, stype, version = best[1]
-        schema, data, meta, recorded_at = self._snapshots[best[1]]
-        schema, data_obj, meta_obj = decode_payload(
-            self.upcasters, stype, schema, data, meta, stream=name, version=version, position=None
-        )
-        return Snapshot(name, version, stype, schema, data_obj, meta_obj, from_micros(recorded_at))
+        return decode_snapshot(self.upcasters, (name, stype, version, *self._snapshots[best[1]]))
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         self._check_open()

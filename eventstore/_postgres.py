@@ -16,15 +16,11 @@ URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import astuple
 from datetime import UTC, datetime
-from types import ModuleType
-from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
 from uuid import UUID
 
 import anyio
@@ -36,9 +32,9 @@ from ._encoding import (
     PreparedAppend,
     check_read_range,
     check_stream_name,
-    decode_payload,
+    decode_event,
+    decode_snapshot,
     event_hash,
-    from_micros,
     match_resent,
     prepare_batch,
     prepare_snapshot,
@@ -51,9 +47,20 @@ from ._errors import (
     StoreError,
     StoreFormatError,
     StoreUnavailable,
-    UnsupportedStoreURL,
 )
-from ._migrate import RawEvent, RawSnapshot, check_continuation
+from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._postgres_sql import (
+    FORMAT_VERSION,
+    LOCK_TIMEOUT,
+    ROW_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    Sql,
+    advisory_key,
+    import_psycopg,
+    masked,
+    parse_url,
+)
+from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation
 from ._records import (
     ANY,
     AppendResult,
@@ -68,123 +75,7 @@ from ._upcasting import Upcasters
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 
-FORMAT_VERSION = 1
-"""The newest table layout this code reads and writes."""
-
-_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
-_OUR_PARAMS = ("schema", "pool_size")
 _PAGE = 500
-_LOCK_TIMEOUT = "30s"
-_EVENT_COLUMNS = "position, stream, version, event_id, type, schema, data, meta, recorded_at, prev_hash, hash"
-
-
-def _import_psycopg() -> tuple[ModuleType, ModuleType]:
-    try:
-        import psycopg
-        import psycopg_pool
-    except ImportError as exc:
-        raise StoreError(
-            "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
-        ) from exc
-    return psycopg, psycopg_pool
-
-
-def _parse_url(url: str) -> tuple[str, str, int]:
-    """Split a store URL into the libpq conninfo, the schema name and the pool size."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise UnsupportedStoreURL(f"not a PostgreSQL URL: scheme {parts.scheme!r}")
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in params if k in _OUR_PARAMS}
-    rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
-    schema = ours.get("schema", "public")
-    if not _SCHEMA_RE.match(schema):
-        raise UnsupportedStoreURL(
-            f"schema={schema!r} in the store URL: use letters, digits and '_' (at most 63 characters)"
-        )
-    try:
-        pool_size = int(ours.get("pool_size", "10"))
-    except ValueError:
-        pool_size = 0
-    if pool_size < 1:
-        raise UnsupportedStoreURL(f"pool_size={ours['pool_size']!r} in the store URL must be an int >= 1")
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
-    return conninfo, schema, pool_size
-
-
-def _masked(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-class _Sql:
-    """Every statement, with the schema name filled in once."""
-
-    def __init__(self, schema: str) -> None:
-        s = f'"{schema}"'
-        self.schema = schema
-        self.events = f"{s}.events"
-        self.snapshots = f"{s}.snapshots"
-        self.channel = "turnlog_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
-        self.create = [
-            f"CREATE SCHEMA IF NOT EXISTS {s}",
-            f"CREATE TABLE IF NOT EXISTS {s}.turnlog_meta (key text PRIMARY KEY, value text NOT NULL)",
-            f"""CREATE TABLE IF NOT EXISTS {s}.events (
-                position bigint PRIMARY KEY,
-                stream text NOT NULL,
-                version bigint NOT NULL,
-                event_id uuid NOT NULL UNIQUE,
-                type text NOT NULL,
-                schema integer NOT NULL,
-                data bytea NOT NULL,
-                meta bytea NOT NULL,
-                recorded_at bigint NOT NULL,
-                prev_hash text NOT NULL,
-                hash text NOT NULL,
-                UNIQUE (stream, version)
-            ) WITH (autovacuum_vacuum_threshold = 100000000, autovacuum_analyze_scale_factor = 0.01)""",
-            f"CREATE INDEX IF NOT EXISTS events_type_position ON {s}.events (type, position)",
-            f"""CREATE TABLE IF NOT EXISTS {s}.snapshots (
-                stream text NOT NULL,
-                type text NOT NULL,
-                version bigint NOT NULL,
-                schema integer NOT NULL,
-                data bytea NOT NULL,
-                meta bytea NOT NULL,
-                recorded_at bigint NOT NULL,
-                PRIMARY KEY (stream, type, version)
-            )""",
-            f"""CREATE TABLE IF NOT EXISTS {s}.tracking (
-                consumer text PRIMARY KEY,
-                position bigint NOT NULL
-            )""",
-            f"INSERT INTO {s}.turnlog_meta (key, value) VALUES ('format_version', '{FORMAT_VERSION}') "
-            "ON CONFLICT (key) DO NOTHING",
-        ]
-        self.format = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'format_version'"
-        self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
-        self.heads = f"""
-            SELECT (SELECT coalesce(max(position), 0) FROM {s}.events), q.stream, e.version, e.hash
-            FROM unnest(%s::text[]) AS q(stream)
-            LEFT JOIN LATERAL (
-                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
-            ) AS e ON true"""
-        self.by_ids = f"SELECT {_EVENT_COLUMNS} FROM {s}.events WHERE event_id = ANY(%s::uuid[])"
-        self.insert = f"""
-            WITH ins AS (
-                INSERT INTO {s}.events ({_EVENT_COLUMNS})
-                SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::uuid[], %s::text[],
-                                     %s::integer[], %s::bytea[], %s::bytea[], %s::bigint[], %s::text[],
-                                     %s::text[])
-                RETURNING position
-            )
-            SELECT pg_notify('{self.channel}', max(position)::text) FROM ins"""
-        self.head = f"SELECT coalesce(max(position), 0) FROM {s}.events"
-        self.stream_version = f"SELECT coalesce(max(version), 0) FROM {s}.events WHERE stream = %s"
-        self.listen = f'LISTEN "{self.channel}"'
 
 
 class PostgresEventStore(EventStore):
@@ -207,7 +98,7 @@ class PostgresEventStore(EventStore):
         poll_interval: Seconds a subscriber waits for a notification before re-querying.
     """
 
-    capabilities: ClassVar[frozenset[str]] = frozenset({"gapless_positions", "cross_process_subscribe"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions", "cross_process_subscribe", "raw_copy"})
 
     def __init__(
         self,
@@ -218,17 +109,17 @@ class PostgresEventStore(EventStore):
         poll_interval: float = 1.0,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
-        self._pg, self._pgpool = _import_psycopg()
+        self._pg, self._pgpool = import_psycopg()
         self.url = url
-        self._conninfo, self.schema, self._pool_size = _parse_url(url)
-        self._sql = _Sql(self.schema)
+        self._conninfo, self.schema, self._pool_size = parse_url(url)
+        self._sql = Sql(self.schema)
         self._pool: Any = None
         self._open_lock = anyio.Lock()
         self._closed = False
         self.poll_interval = poll_interval
 
     def __repr__(self) -> str:
-        return f"PostgresEventStore({_masked(self.url)!r})"
+        return f"PostgresEventStore({masked(self.url)!r})"
 
     # -- connections -------------------------------------------------------------------
 
@@ -240,11 +131,11 @@ class PostgresEventStore(EventStore):
             yield
         except pg.errors.LockNotAvailable as exc:
             raise StoreUnavailable(
-                f"PostgreSQL: {action} timed out after {_LOCK_TIMEOUT} waiting for the append lock"
+                f"PostgreSQL: {action} timed out after {LOCK_TIMEOUT} waiting for the append lock"
             ) from exc
         except (pg.OperationalError, pg.InterfaceError) as exc:
             raise StoreUnavailable(
-                f"PostgreSQL connection failed during {action} ({_masked(self._conninfo)}): {exc}"
+                f"PostgreSQL connection failed during {action} ({masked(self._conninfo)}): {exc}"
             ) from exc
         except pg.Error as exc:
             raise StoreError(f"PostgreSQL error during {action}: {exc}") from exc
@@ -289,7 +180,7 @@ class PostgresEventStore(EventStore):
         async with conn.transaction():
             # Concurrent openers of a fresh database would race on CREATE ... IF NOT EXISTS.
             await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s)", [_advisory_key(f"turnlog-schema:{sql.schema}")]
+                "SELECT pg_advisory_xact_lock(%s)", [advisory_key(f"turnlog-schema:{sql.schema}")]
             )
             query = (
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
@@ -391,19 +282,16 @@ class PostgresEventStore(EventStore):
 
     # -- reads -------------------------------------------------------------------------
 
-    def _decode(self, row: Sequence[Any]) -> RecordedEvent:
-        position, stream, version, eid, type_, schema, data, meta, recorded_at, prev_hash, digest = row
-        schema, payload, metadata = decode_payload(
-            self.upcasters, type_, schema, data, meta, stream=stream, version=version, position=position
-        )
-        return RecordedEvent(
-            eid, stream, version, position, type_, schema, payload, metadata,
-            from_micros(recorded_at), prev_hash, digest,
-        )  # fmt: skip
-
     async def _fetch(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async with self._connection(action) as conn:
             return await (await conn.execute(query, params)).fetchall()
+
+    async def _fetch_events(
+        self, action: str, query: str, params: Sequence[Any], count: int
+    ) -> tuple[list[RecordedEvent], bool]:
+        """One page of decoded events, and whether the range ran out of them."""
+        rows = await self._fetch(action, query, params)
+        return [decode_event(self.upcasters, row) for row in rows], len(rows) < count
 
     async def read_stream(
         self,
@@ -416,31 +304,25 @@ class PostgresEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
-        low, high = max(from_version, 1), to_version
-        remaining = limit
         order = "DESC" if backwards else "ASC"
-        while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
+
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
             where = "stream = %s AND version >= %s"
             params: list[Any] = [stream, low]
             if high is not None:
                 where += " AND version <= %s"
                 params.append(high)
             query = (
-                f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE {where} "
-                f"ORDER BY version {order} LIMIT {page}"
+                f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE {where} "
+                f"ORDER BY version {order} LIMIT {count}"
             )
-            rows = await self._fetch("read_stream", query, params)
-            for row in rows:
-                yield self._decode(row)
-            if len(rows) < page:
-                return
-            if remaining is not None:
-                remaining -= len(rows)
-            if backwards:
-                high = rows[-1][2] - 1
-            else:
-                low = rows[-1][2] + 1
+            return await self._fetch_events("read_stream", query, params, count)
+
+        pages = read_pages(
+            fetch, max(from_version, 1), to_version, key=BY_VERSION, limit=limit, backwards=backwards
+        )
+        async for event in pages:
+            yield event
 
     async def read_all(
         self,
@@ -454,23 +336,16 @@ class PostgresEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         check_read_range("from_position", from_position, "to_position", to_position, limit)
         type_list = _type_list(types)
-        low, high = max(from_position, 1), to_position
-        remaining = limit
-        while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
-            rows = await self._fetch(
-                "read_all", *self._range_query(low, high, type_list, stream_prefix, backwards, page)
-            )
-            for row in rows:
-                yield self._decode(row)
-            if len(rows) < page:
-                return
-            if remaining is not None:
-                remaining -= len(rows)
-            if backwards:
-                high = rows[-1][0] - 1
-            else:
-                low = rows[-1][0] + 1
+
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
+            query = self._range_query(low, high, type_list, stream_prefix, backwards, count)
+            return await self._fetch_events("read_all", *query, count)
+
+        pages = read_pages(
+            fetch, max(from_position, 1), to_position, key=BY_POSITION, limit=limit, backwards=backwards
+        )
+        async for event in pages:
+            yield event
 
     def _range_query(
         self,
@@ -494,7 +369,7 @@ class PostgresEventStore(EventStore):
             params.append(prefix)
         order = "DESC" if backwards else "ASC"
         query = (
-            f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
+            f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
             f"ORDER BY position {order} LIMIT {page}"
         )
         return query, params
@@ -539,7 +414,7 @@ class PostgresEventStore(EventStore):
                 rows, head = await self._fetch_live(low, type_list, stream_prefix)
                 for row in rows:
                     low = row[0] + 1
-                    yield self._decode(row)
+                    yield decode_event(self.upcasters, row)
                 if len(rows) < _PAGE:
                     # Every matching event up to the head was delivered: skip the others for good.
                     low = max(low, head + 1)
@@ -574,20 +449,14 @@ class PostgresEventStore(EventStore):
             check_stream_name(stream)
         checker = ChainChecker()
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [stream])
-        query = (
-            f'SELECT {_EVENT_COLUMNS} FROM {self._sql.events} {where} ORDER BY stream COLLATE "C", version'
-        )
+        query = f'SELECT {ROW_COLUMNS} FROM {self._sql.events} {where} ORDER BY stream COLLATE "C", version'
         async with self._connection("verify") as conn, conn.transaction():
             async with conn.cursor(name="turnlog_verify") as cursor:
                 await cursor.execute(query, params)
                 while rows := await cursor.fetchmany(2000):
-                    for pos, name, version, eid, type_, schema, data, meta, rec, prev, digest in rows:
-                        checker.add(
-                            position=pos, event_id=str(eid), stream=name, version=version, type_=type_,
-                            schema=schema, data=data, meta=meta, recorded_at_us=rec, prev_hash=prev,
-                            hash_=digest,
-                        )  # fmt: skip
-        return VerifyReport(tuple(checker.problems), checker.streams, checker.events)
+                    for row in rows:
+                        checker.add_row(row)
+        return checker.report()
 
     # -- snapshots ---------------------------------------------------------------------
 
@@ -617,17 +486,11 @@ class PostgresEventStore(EventStore):
             where.append("type = %s")
             params.append(type)
         query = (
-            f"SELECT stream, type, version, schema, data, meta, recorded_at FROM {self._sql.snapshots} "
+            f"SELECT {SNAPSHOT_COLUMNS} FROM {self._sql.snapshots} "
             f"WHERE {' AND '.join(where)} ORDER BY version DESC, recorded_at DESC LIMIT 1"
         )
         rows = await self._fetch("load_snapshot", query, params)
-        if not rows:
-            return None
-        name, type_, version, schema, data, meta, recorded_at = rows[0]
-        schema, payload, metadata = decode_payload(
-            self.upcasters, type_, schema, data, meta, stream=name, version=version, position=None
-        )
-        return Snapshot(name, version, type_, schema, payload, metadata, from_micros(recorded_at))
+        return decode_snapshot(self.upcasters, rows[0]) if rows else None
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [check_stream_name(stream)])
@@ -635,28 +498,26 @@ class PostgresEventStore(EventStore):
             cursor = await conn.execute(f"DELETE FROM {self._sql.snapshots} {where}", params)
             return max(cursor.rowcount, 0)
 
-    # -- raw copy (turnlog migrate) ----------------------------------------------------
+    # -- raw copy (capability "raw_copy") ----------------------------------------------
 
-    async def raw_events(self, after_position: int = 0, limit: int = _PAGE) -> list[RawEvent]:
-        """Stored events after a position, as stored bytes (no decoding, no upcasting)."""
-        query = (
-            f"SELECT {_EVENT_COLUMNS} FROM {self._sql.events} WHERE position > %s ORDER BY position LIMIT %s"
-        )
+    async def raw_events(self, after_position: int = 0, limit: int = RAW_PAGE) -> list[RawEvent]:
+        """Up to ``limit`` stored events after ``after_position``, as stored (nothing decoded)."""
+        check_read_range("after_position", after_position, "to_position", None, limit)
+        query = f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE position > %s ORDER BY position LIMIT %s"
         rows = await self._fetch("raw_events", query, [after_position, limit])
-        return [RawEvent(r[0], str(r[3]), r[1], r[2], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10])
+        return [RawEvent(r[0], str(r[1]), r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10])
                 for r in rows]  # fmt: skip
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
-        """Every snapshot as stored."""
+        """Every stored snapshot, ordered by stream, type and version."""
         query = (
-            f"SELECT stream, type, version, schema, data, meta, recorded_at FROM {self._sql.snapshots} "
-            'ORDER BY stream COLLATE "C", type, version'
+            f'SELECT {SNAPSHOT_COLUMNS} FROM {self._sql.snapshots} ORDER BY stream COLLATE "C", type, version'
         )
         rows = await self._fetch("raw_snapshots", query, [])
         return [RawSnapshot(r[0], r[1], r[2], r[3], bytes(r[4]), bytes(r[5]), r[6]) for r in rows]
 
     async def import_raw(self, events: Sequence[RawEvent], snapshots: Sequence[RawSnapshot] = ()) -> None:
-        """Store already-hashed events unchanged (positions, ids, versions, times, hashes), atomically.
+        """Store already-hashed events and snapshots unchanged, in one transaction.
 
         Raises:
             InvalidEventError: an event does not continue its stream (version and ``prev_hash``)
@@ -696,7 +557,7 @@ class PostgresEventStore(EventStore):
 
 async def _configure(conn: Any) -> None:
     # A writer waiting this long for the append lock gives up with StoreUnavailable.
-    await conn.execute(f"SET lock_timeout = '{_LOCK_TIMEOUT}'")
+    await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
 
 
 class _Listener:
@@ -807,7 +668,3 @@ def _type_list(types: Iterable[str] | None) -> list[str] | None:
     if isinstance(types, str):
         return [types]
     return list(types)
-
-
-def _advisory_key(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)

@@ -1,15 +1,6 @@
 """The SQLite backend: the embedded default store.
 
-Layout (created and migrated with sqlite-utils; the format version is kept in ``meta``)::
-
-    events(position INTEGER PRIMARY KEY AUTOINCREMENT, id UNIQUE, stream, version, type,
-           schema, data BLOB, meta BLOB, recorded_at INTEGER (UTC µs), prev_hash, hash,
-           UNIQUE(stream, version))
-    snapshots(stream, type, version, schema, data BLOB, meta BLOB, recorded_at)
-    tracking(consumer PRIMARY KEY, position)      -- for consumers that keep their place here
-    meta(key PRIMARY KEY, value)                  -- format_version
-
-SQLite has one writer at a time, so positions are given in commit order and, with
+The tables are described (and created) in ``_sqlite_schema``. SQLite has one writer at a time, so positions are given in commit order and, with
 AUTOINCREMENT, are gapless and never reused. Every write is one ``BEGIN IMMEDIATE``
 transaction that checks ``expected_version`` before inserting.
 
@@ -46,16 +37,14 @@ an fsync per commit.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import queue
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
-from uuid import UUID
+from dataclasses import astuple
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -68,22 +57,18 @@ from ._encoding import (
     PreparedAppend,
     check_expected_version,
     check_read_range,
-    decode_payload,
+    decode_event,
+    decode_snapshot,
     event_hash,
-    from_micros,
     match_resent,
     prepare_batch,
     prepare_events,
     prepare_snapshot,
     version_matches,
 )
-from ._errors import (
-    ConcurrencyError,
-    CorruptEventError,
-    StoreError,
-    StoreFormatError,
-    StoreUnavailable,
-)
+from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
+from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation
 from ._records import (
     ANY,
     AppendResult,
@@ -95,15 +80,11 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._sqlite_schema import FORMAT_VERSION, init_schema, rollback, write_transaction
 from ._upcasting import Upcasters
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from ._worker import Worker
 
 __all__ = ["FORMAT_VERSION", "SQLiteEventStore"]
-
-FORMAT_VERSION = 1
-"""The newest store layout this code writes and reads."""
 
 Durability = Literal["normal", "full"]
 T = TypeVar("T")
@@ -114,91 +95,22 @@ _INLINE_MAX_EVENTS = 64
 _INLINE_MAX_BYTES = 256 * 1024
 _CHECKPOINT_WAL_BYTES = 4 * 1024 * 1024
 _POLL_INTERVAL = 0.025
+_NO_BOUND = 2**62
 _COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
+"""Every column of an event, in ``RawEvent`` order (what ``decode_event`` and ``ChainChecker`` read)."""
+_SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
+"""Every column of a snapshot, in ``RawSnapshot`` order."""
 _INSERT = (
     "INSERT INTO events (id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_RAW = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
 
 
 class _WouldBlock(Exception):
     """An inline attempt found the database busy; retry on the worker thread."""
-
-
-class _Worker:
-    """One daemon thread running blocking jobs in order; results go back to the event loop."""
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], Any], Callable[[BaseException | None, Any], None]] | None
-        ]
-        self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, done = job
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting task, which re-raises it
-                outcome: tuple[BaseException | None, Any] = (exc, None)
-            else:
-                outcome = (None, result)
-            try:
-                done(*outcome)
-            except RuntimeError:
-                # The event loop that waited for this job has been closed: nobody is left
-                # to tell, and the thread must keep serving the store's other callers.
-                continue
-
-    async def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the worker thread and return its result.
-
-        The wait is shielded: once a job is handed over it runs to its end (a write is then
-        either committed or not, never abandoned mid-way); a cancellation is delivered at
-        the caller's next checkpoint.
-        """
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # another anyio backend: take the generic path
-            return await anyio.to_thread.run_sync(self._blocking_call, fn)
-        future: asyncio.Future[T] = loop.create_future()
-
-        def settle(exc: BaseException | None, result: Any) -> None:
-            if not future.done():
-                if exc is not None:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-
-        self._jobs.put((fn, lambda exc, result: loop.call_soon_threadsafe(settle, exc, result)))
-        with anyio.CancelScope(shield=True):
-            return await future
-
-    def submit(self, fn: Callable[[], object]) -> None:
-        """Queue ``fn`` without waiting for it (background housekeeping)."""
-        self._jobs.put((fn, _ignore_result))
-
-    def _blocking_call(self, fn: Callable[[], T]) -> T:
-        box: list[Any] = []
-        ready = threading.Event()
-
-        def done(exc: BaseException | None, result: Any) -> None:
-            box.append((exc, result))
-            ready.set()
-
-        self._jobs.put((fn, done))
-        ready.wait()
-        exc, result = box[0]
-        if exc is not None:
-            raise exc
-        return result
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
 
 
 def _parse_target(path: str) -> tuple[str, bool]:
@@ -229,7 +141,7 @@ class SQLiteEventStore(EventStore):
         1
     """
 
-    capabilities: ClassVar[frozenset[str]] = frozenset({"gapless_positions", "cross_process_subscribe"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions", "cross_process_subscribe", "raw_copy"})
 
     def __init__(
         self,
@@ -248,6 +160,10 @@ class SQLiteEventStore(EventStore):
         self.url = "sqlite:///:memory:" if in_memory else f"sqlite:///{target}"
         self.durability = durability
         self._in_memory = in_memory
+        if in_memory:
+            # A private database ends with its object, so it cannot be a migration's source or
+            # target (a migration may be interrupted and resumed by another process).
+            self.capabilities = self.capabilities - {"raw_copy"}
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._lock = threading.Lock()
         self._closed = False
@@ -257,13 +173,13 @@ class SQLiteEventStore(EventStore):
         self._conn = self._connect(target)
         self._aux: sqlite3.Connection | None = None
         try:
-            self._init_schema()
+            init_schema(self._conn, target, self._busy_ms)
             if not in_memory:
                 self._aux = self._connect(target)
         except BaseException:
             self._conn.close()
             raise
-        self._worker = _Worker(f"turnlog-sqlite:{os.path.basename(target)}")
+        self._worker = Worker(f"turnlog-sqlite:{os.path.basename(target)}")
 
     # ------------------------------------------------------------------ connection
 
@@ -286,91 +202,6 @@ class SQLiteEventStore(EventStore):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
         return conn
-
-    def _init_schema(self) -> None:
-        conn = self._conn
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        try:
-            # Imported here: it is only needed when a store is opened, and takes a while to load.
-            import sqlite_utils
-
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._create_or_check_schema(
-                    sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-                )
-            except BaseException:
-                _rollback(conn)
-                raise
-            conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc) or "malformed" in str(exc):
-                raise StoreFormatError(f"{self.path} is not a SQLite database: {exc}") from exc
-            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
-        finally:
-            conn.execute("PRAGMA busy_timeout = 0")
-
-    def _create_or_check_schema(self, db: sqlite_utils.Database) -> None:
-        tables = set(db.table_names())
-        if not tables:
-            self._create_schema(db)
-            return
-        if "meta" not in tables or "events" not in tables:
-            raise StoreFormatError(f"{self.path} is a SQLite database but not a turnlog store")
-        row = db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()
-        try:
-            found = int(row[0]) if row is not None else None
-        except ValueError:
-            found = None
-        if found is None:
-            raise StoreFormatError(f"{self.path} has no turnlog format version; it is not a turnlog store")
-        if found > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"{self.path} was written by a newer turnlog (store format {found}; this version "
-                f"reads formats up to {FORMAT_VERSION}); upgrade turnlog to open it",
-                found=found,
-                supported=FORMAT_VERSION,
-            )
-        # Older formats would be migrated here, one step at a time; format 1 is the first.
-
-    @staticmethod
-    def _create_schema(db: sqlite_utils.Database) -> None:
-        # sqlite-utils has no public switch for AUTOINCREMENT, which keeps positions from
-        # being reused after a delete, so the events table is spelled out.
-        db.execute(
-            """
-            CREATE TABLE events (
-                position INTEGER PRIMARY KEY AUTOINCREMENT,
-                id TEXT NOT NULL UNIQUE,
-                stream TEXT NOT NULL,
-                version INTEGER NOT NULL,
-                type TEXT NOT NULL,
-                schema INTEGER NOT NULL,
-                data BLOB NOT NULL,
-                meta BLOB NOT NULL,
-                recorded_at INTEGER NOT NULL,
-                prev_hash TEXT NOT NULL,
-                hash TEXT NOT NULL,
-                UNIQUE (stream, version)
-            )
-            """
-        )
-        db["snapshots"].create(
-            {
-                "stream": str,
-                "type": str,
-                "version": int,
-                "schema": int,
-                "data": bytes,
-                "meta": bytes,
-                "recorded_at": int,
-            },
-            pk=("stream", "type", "version"),
-            not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
-        )
-        db["tracking"].create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
-        db["meta"].create({"key": str, "value": str}, pk="key", not_null={"value"})
-        db["meta"].insert({"key": "format_version", "value": str(FORMAT_VERSION)})
 
     # ------------------------------------------------------------------ running jobs
 
@@ -448,24 +279,21 @@ class SQLiteEventStore(EventStore):
                 size += len(ev.data) + len(ev.meta)
         inline = self.durability == "normal" and count <= _INLINE_MAX_EVENTS and size <= _INLINE_MAX_BYTES
         results = await self._run(lambda blocking: self._write_sync(entries, blocking), inline=inline)
+        self._written(count, size)
+        return results
+
+    def _written(self, count: int, size: int) -> None:
+        """After a commit of ``count`` events: wake subscribers, checkpoint the WAL now and then."""
         self._notify()
         if not self._in_memory:
             self._wal_bytes += size + 200 * count  # payload plus a rough row overhead
             if self._wal_bytes >= _CHECKPOINT_WAL_BYTES:
                 self._wal_bytes = 0
                 self._schedule_checkpoint()
-        return results
 
     def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            results = self._insert_entries(conn, entries)
-        except BaseException:
-            _rollback(conn)
-            raise
-        conn.execute("COMMIT")
-        return results
+        with write_transaction(self._conn) as conn:
+            return self._insert_entries(conn, entries)
 
     def _insert_entries(self, conn: sqlite3.Connection, entries: list[PreparedAppend]) -> list[AppendResult]:
         now = time.time_ns() // 1000
@@ -504,7 +332,7 @@ class SQLiteEventStore(EventStore):
                 results.append(AppendResult(tuple(range(last - len(rows) + 1, last + 1)), version))
         except sqlite3.IntegrityError as exc:
             # A stored event id: either a re-send of an acknowledged append or a clash.
-            _rollback(conn)
+            rollback(conn)
             conn.execute("BEGIN IMMEDIATE")
             original = self._find_resent(conn, entries)
             if original is not None:
@@ -537,33 +365,8 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ reads
 
-    def _decode_row(self, row: tuple[Any, ...]) -> RecordedEvent:
-        position, eid, stream, version, type_, schema, data, meta, recorded_at, prev_hash, digest = row
-        schema, data_obj, meta_obj = decode_payload(
-            self.upcasters, type_, schema, data, meta, stream=stream, version=version, position=position
-        )
-        try:
-            event_id = UUID(eid)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise CorruptEventError(
-                stream, version, f"malformed event id {eid!r}", position=position
-            ) from exc
-        return RecordedEvent(
-            event_id,
-            stream,
-            version,
-            position,
-            type_,
-            schema,
-            data_obj,
-            meta_obj,
-            from_micros(recorded_at),
-            prev_hash,
-            digest,
-        )
-
-    def _query(self, sql: str, params: Sequence[Any]) -> Callable[[bool], tuple[list[RecordedEvent], bool]]:
-        """A page of events, and whether the query ran out of rows.
+    def _page(self, sql: str, *params: Any) -> Callable[[bool], tuple[list[RecordedEvent], bool]]:
+        """A page of events, and whether the query ran out of rows (the last param is the LIMIT).
 
         A page ends after ``LIMIT`` rows or once it holds about ``_PAGE_BYTES`` of payload,
         so that pages of large events stay small in memory.
@@ -573,9 +376,10 @@ class SQLiteEventStore(EventStore):
             cursor = self._conn.execute(sql, params)
             events: list[RecordedEvent] = []
             size = 0
+            upcasters = self.upcasters
             try:
                 for row in cursor:
-                    events.append(self._decode_row(row))
+                    events.append(decode_event(upcasters, row))
                     size += len(row[6]) + len(row[7])
                     if size >= _PAGE_BYTES:
                         return events, False
@@ -596,27 +400,18 @@ class SQLiteEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
         check_read_range("from_version", from_version, "to_version", to_version, limit)
-        low, high = from_version, to_version if to_version is not None else 2**62
-        remaining = limit
-        while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
-            order = "DESC" if backwards else "ASC"
-            sql = (
-                f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version >= ? AND version <= ? "
-                f"ORDER BY version {order} LIMIT ?"
-            )
-            events, exhausted = await self._run(self._query(sql, (stream, low, high, page)))
-            for event in events:
-                yield event
-            if exhausted:
-                return
-            if remaining is not None:
-                remaining -= len(events)
-            if backwards:
-                high = events[-1].version - 1
-            else:
-                low = events[-1].version + 1
-            await anyio.lowlevel.checkpoint()
+        order = "DESC" if backwards else "ASC"
+        sql = (
+            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version >= ? AND version <= ? "
+            f"ORDER BY version {order} LIMIT ?"
+        )
+
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
+            return await self._run(self._page(sql, stream, low, _NO_BOUND if high is None else high, count))
+
+        pages = read_pages(fetch, from_version, to_version, key=BY_VERSION, limit=limit, backwards=backwards)
+        async for event in pages:
+            yield event
 
     async def read_all(
         self,
@@ -631,27 +426,20 @@ class SQLiteEventStore(EventStore):
         self._check_open()
         check_read_range("from_position", from_position, "to_position", to_position, limit)
         filters, params = _filters(types, stream_prefix)
-        low, high = from_position, to_position if to_position is not None else 2**62
-        remaining = limit
         order = "DESC" if backwards else "ASC"
         sql = (
             f"SELECT {_COLUMNS} FROM events WHERE position >= ? AND position <= ?{filters} "
             f"ORDER BY position {order} LIMIT ?"
         )
-        while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
-            events, exhausted = await self._run(self._query(sql, (low, high, *params, page)))
-            for event in events:
-                yield event
-            if exhausted:
-                return
-            if remaining is not None:
-                remaining -= len(events)
-            if backwards:
-                high = events[-1].position - 1
-            else:
-                low = events[-1].position + 1
-            await anyio.lowlevel.checkpoint()
+
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
+            return await self._run(self._page(sql, low, _NO_BOUND if high is None else high, *params, count))
+
+        pages = read_pages(
+            fetch, from_position, to_position, key=BY_POSITION, limit=limit, backwards=backwards
+        )
+        async for event in pages:
+            yield event
 
     async def stream_version(self, stream: str) -> int:
         def run(blocking: bool) -> int:
@@ -724,32 +512,16 @@ class SQLiteEventStore(EventStore):
             conn.execute("BEGIN")  # one consistent view of the log while checking it
             try:
                 where = "WHERE stream = ?" if stream is not None else ""
-                sql = (
-                    "SELECT position, id, stream, version, type, schema, data, meta, recorded_at, "
-                    f"prev_hash, hash FROM events {where} ORDER BY stream, version"
-                )
+                sql = f"SELECT {_COLUMNS} FROM events {where} ORDER BY stream, version"
                 # The (stream, version) index gives this order without sorting, and the cursor
                 # streams rows, so memory stays flat however large the log is.
                 for row in conn.execute(sql, () if stream is None else (stream,)):
-                    position, eid, name, version, type_, schema, data, meta, rec, prev, digest = row
-                    checker.add(
-                        position=position,
-                        event_id=eid,
-                        stream=name,
-                        version=version,
-                        type_=type_,
-                        schema=schema,
-                        data=data,
-                        meta=meta,
-                        recorded_at_us=rec,
-                        prev_hash=prev,
-                        hash_=digest,
-                    )
+                    checker.add_row(row)
             finally:
                 conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             problems.append(Problem(stream or "", 0, f"SQLite could not read the log: {exc}"))
-        return VerifyReport(tuple(problems + checker.problems), checker.streams, checker.events)
+        return checker.report(problems)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -760,18 +532,8 @@ class SQLiteEventStore(EventStore):
         row = (snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta, now)
 
         def run(blocking: bool) -> None:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT OR REPLACE INTO snapshots "
-                    "(stream, type, version, schema, data, meta, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-            except BaseException:
-                _rollback(conn)
-                raise
-            conn.execute("COMMIT")
+            with write_transaction(self._conn) as conn:
+                conn.execute(_UPSERT_SNAPSHOT, row)
 
         inline = self.durability == "normal" and len(snap.data) <= _INLINE_MAX_BYTES
         await self._run(run, inline=inline)
@@ -779,7 +541,7 @@ class SQLiteEventStore(EventStore):
     async def load_snapshot(
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
-        sql = "SELECT stream, version, type, schema, data, meta, recorded_at FROM snapshots WHERE stream = ?"
+        sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots WHERE stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
             sql += " AND version <= ?"
@@ -791,32 +553,62 @@ class SQLiteEventStore(EventStore):
 
         def run(blocking: bool) -> Snapshot | None:
             row = self._conn.execute(sql, params).fetchone()
-            if row is None:
-                return None
-            name, version, stype, schema, data, meta, recorded_at = row
-            schema, data_obj, meta_obj = decode_payload(
-                self.upcasters, stype, schema, data, meta, stream=name, version=version, position=None
-            )
-            return Snapshot(name, version, stype, schema, data_obj, meta_obj, from_micros(recorded_at))
+            return None if row is None else decode_snapshot(self.upcasters, row)
 
         return await self._run(run)
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         def run(blocking: bool) -> int:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(self._conn) as conn:
                 if stream is None:
-                    count = conn.execute("DELETE FROM snapshots").rowcount
-                else:
-                    count = conn.execute("DELETE FROM snapshots WHERE stream = ?", (stream,)).rowcount
-            except BaseException:
-                _rollback(conn)
-                raise
-            conn.execute("COMMIT")
-            return count
+                    return conn.execute("DELETE FROM snapshots").rowcount
+                return conn.execute("DELETE FROM snapshots WHERE stream = ?", (stream,)).rowcount
 
         return await self._run(run, inline=self.durability == "normal")
+
+    # ------------------------------------------------------------------ raw copy (capability "raw_copy")
+
+    async def raw_events(self, after_position: int = 0, limit: int = RAW_PAGE) -> list[RawEvent]:
+        """Up to ``limit`` stored events after ``after_position``, as stored (nothing decoded)."""
+        check_read_range("after_position", after_position, "to_position", None, limit)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?"
+
+        def run(blocking: bool) -> list[RawEvent]:
+            return [RawEvent(*row) for row in self._conn.execute(sql, (after_position, limit))]
+
+        return await self._run(run, inline=limit <= _PAGE)
+
+    async def raw_snapshots(self) -> list[RawSnapshot]:
+        """Every stored snapshot, ordered by stream, type and version."""
+        sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots ORDER BY stream, type, version"
+
+        def run(blocking: bool) -> list[RawSnapshot]:
+            return [RawSnapshot(*row) for row in self._conn.execute(sql)]
+
+        return await self._run(run, inline=False)
+
+    async def import_raw(self, events: Sequence[RawEvent], snapshots: Sequence[RawSnapshot] = ()) -> None:
+        """Store already-hashed events and snapshots unchanged, in one transaction.
+
+        Raises:
+            InvalidEventError: an event does not continue its stream (version and ``prev_hash``)
+                or its position is not after the head; nothing is written.
+        """
+        self._check_open()
+        events, snapshots = list(events), list(snapshots)
+        for index, item in enumerate(events):
+            if not isinstance(item, RawEvent):
+                raise InvalidEventError(
+                    f"import_raw: expected a RawEvent, got {type(item).__name__}", index=index
+                )
+
+        def run(blocking: bool) -> None:
+            with write_transaction(self._conn) as conn:
+                _insert_raw(conn, events, snapshots)
+
+        await self._run(run, inline=False)
+        if events:
+            self._written(len(events), sum(len(e.data) + len(e.meta) for e in events))
 
     # ------------------------------------------------------------------ housekeeping
 
@@ -862,13 +654,22 @@ class SQLiteEventStore(EventStore):
         return f"SQLiteEventStore({self.path!r}, durability={self.durability!r})"
 
 
-def _ignore_result(exc: BaseException | None, result: Any) -> None:
-    """Completion of a background checkpoint: a failure only delays the next one."""
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
+def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: list[RawSnapshot]) -> None:
+    """Check that ``events`` continue the log and their streams, then insert them as they are."""
+    head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+    tips: dict[str, tuple[int, str]] = {}
+    rows = []
+    for event in events:
+        tip = tips.get(event.stream)
+        if tip is None:
+            row = conn.execute(_STREAM_HEAD, (event.stream,)).fetchone()
+            tip = (row[0], row[1]) if row is not None else (0, "")
+        check_continuation(event, tip, head)
+        head = event.position
+        tips[event.stream] = (event.version, event.hash)
+        rows.append(astuple(event))
+    conn.executemany(_INSERT_RAW, rows)
+    conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -342,6 +342,7 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
             chat_model=model,
         )
         seen: dict[str, AnyMessage] = {}
+        renamed: dict[str, str] = {}
         index = 0
         i = 0
         while i < len(events):
@@ -397,6 +398,8 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                         report.calls_replayed += 1
                         seen[message.id] = message
                         seen[answer.id] = answer
+                        # The replayed response is a new message; later events name the original.
+                        renamed[answer.id] = scratch_branch.messages[-1].id
                         i += 3
                         continue
                 seen[message.id] = message
@@ -410,8 +413,9 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
             elif event.type == "messages.cleared":
                 await scratch_branch.clear_messages()
             elif event.type == "message.annotated":
+                target = str(event.data["message_id"])
                 await scratch_branch.annotate(
-                    str(event.data["message_id"]),
+                    renamed.get(target, target),
                     event.data.get("metadata") or {},
                     reason=event.data.get("reason"),
                 )

@@ -41,7 +41,7 @@ from ._errors import (
     ProjectionError,
     UnknownEventType,
 )
-from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
+from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, decode_many, fold
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -137,6 +137,7 @@ __all__ = [
     "apply",
     "catalogue_upcasters",
     "decode_event",
+    "decode_many",
     "diff",
     "event_at",
     "fold",

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from turnlog.eventstore import RecordedEvent
 
 from ._catalogue import (
@@ -51,7 +51,14 @@ from ._errors import FoldError, UnknownEventType
 from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantResponse, Instruction, System
 from ._state import BranchState, ForkOrigin, RunInfo
 
-__all__ = ["BRANCH_EVENT_TYPES", "Applier", "Appliers", "apply", "fold", "gc_paused"]
+__all__ = [
+    "BRANCH_EVENT_TYPES",
+    "Applier",
+    "Appliers",
+    "apply",
+    "decode_many",
+    "fold",
+]
 
 Applier = Callable[[BranchState, Any, RecordedEvent], BranchState]
 """A fold rule for an extra event type: ``(state, data, event) -> new state`` (pure)."""
@@ -134,8 +141,9 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _freeze_map(d: dict[Any, Any]) -> Mapping[Any, Any]:
-    return MappingProxyType(d)
+def _freeze_map(d: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """A read-only view (the builder never writes to a dict it handed out: see ``_own``)."""
+    return d if type(d) is MappingProxyType else MappingProxyType(d)
 
 
 class _Builder:
@@ -225,13 +233,9 @@ class _Builder:
         setter(state, "chat_model", self.chat_model)
         setter(state, "parse_model", self.parse_model)
         setter(state, "metadata", self.metadata)
-        setter(state, "runs", _freeze_map(self.runs) if self.own_runs else self.runs)
-        setter(
-            state,
-            "provider_sessions",
-            _freeze_map(self.provider_sessions) if self.own_sessions else self.provider_sessions,
-        )
-        setter(state, "action_links", _freeze_map(self.action_links) if self.own_links else self.action_links)
+        setter(state, "runs", _freeze_map(self.runs))
+        setter(state, "provider_sessions", _freeze_map(self.provider_sessions))
+        setter(state, "action_links", _freeze_map(self.action_links))
         setter(state, "forked_from", self.forked_from)
         setter(state, "version", self.version)
         setter(state, "position", self.position)
@@ -518,6 +522,43 @@ def _decode_added(data: Any) -> _Added | None:
         return None
 
 
+_MESSAGE_LIST: TypeAdapter[list[AnyMessage]] = TypeAdapter(list[AnyMessage])
+
+
+def decode_many(events: Sequence[RecordedEvent], appliers: Appliers | None = None) -> list[Any]:
+    """Validated payloads of ``events``, in order; the same results as decoding one by one.
+
+    The messages of ``message.added`` events are validated in one call (strictly), which
+    saves the per-call overhead of the validator on long runs of messages. If any of them is
+    refused, every event is decoded on its own, so errors and results never depend on batching.
+    """
+    picked: list[int] = []
+    messages: list[Any] = []
+    for i, event in enumerate(events):
+        data = event.data
+        if event.type != "message.added" or event.schema != 1:
+            continue
+        if type(data) is not dict or not data.keys() <= _ADDED_KEYS:
+            continue
+        run_id = data.get("run_id")
+        if run_id is None or type(run_id) is str:
+            picked.append(i)
+            messages.append(data.get("message"))
+    if len(picked) < 2:
+        return [_decode(e, appliers) for e in events]
+    try:
+        validated = _MESSAGE_LIST.validate_python(messages, strict=True)
+    except ValidationError:
+        return [_decode(e, appliers) for e in events]
+    out: list[Any] = [None] * len(events)
+    for i, message in zip(picked, validated, strict=True):
+        out[i] = _Added(message, events[i].data.get("run_id"))
+    for i, event in enumerate(events):
+        if out[i] is None:
+            out[i] = _decode(event, appliers)
+    return out
+
+
 def _decode(event: RecordedEvent, appliers: Appliers | None) -> Any:
     """The validated payload of ``event`` (an EventData, or ``_Added`` for message.added)."""
     if event.type == "message.added" and event.schema == 1:
@@ -582,9 +623,36 @@ def fold(
     Returns None only when there is no state and no event.
     """
     builder = _Builder(state)
-    touched = state is not None
+    folded = False
     with gc_paused():
+        batch: list[RecordedEvent] = []
         for event in events:
-            builder.apply(event, _decode(event, appliers), appliers)
-            touched = True
-    return builder.freeze() if touched else None
+            batch.append(event)
+            if len(batch) >= _BATCH:
+                _fold_batch(builder, batch, appliers)
+                batch, folded = [], True
+        if batch:
+            _fold_batch(builder, batch, appliers)
+            folded = True
+    return builder.freeze() if folded or state is not None else None
+
+
+_BATCH = 256
+
+
+def _fold_batch(
+    builder: _Builder,
+    events: Sequence[RecordedEvent],
+    appliers: Appliers | None,
+    every: int = 0,
+    on_checkpoint: Callable[[BranchState], None] | None = None,
+) -> None:
+    """Decode ``events`` together and fold them into ``builder`` in order.
+
+    With ``every`` and ``on_checkpoint``, the state after each version that is a multiple of
+    ``every`` is frozen and handed to ``on_checkpoint``.
+    """
+    for event, data in zip(events, decode_many(events, appliers), strict=True):
+        builder.apply(event, data, appliers)
+        if every and event.version % every == 0 and on_checkpoint is not None:
+            on_checkpoint(builder.freeze())

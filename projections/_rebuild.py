@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from datetime import datetime
 
-from turnlog.eventstore import EventStore, RecordedEvent
+from turnlog.eventstore import EventStore, RecordedEvent, Snapshot
 
 from ._cache import StateCache
 from ._catalogue import BranchForked
 from ._errors import BranchNotFound, FoldError, InvalidTargetError
-from ._fold import Appliers, _Builder, _decode, apply, gc_paused
+from ._fold import _BATCH, Appliers, _Builder, _decode, _fold_batch, apply, gc_paused
 from ._snapshots import PROJECTION_VERSION, SnapshotPolicy, load_snapshot_state, snapshot_records
 from ._state import BranchState
 
@@ -186,11 +186,19 @@ async def _fold_range(
     appliers, cache = opts.appliers, opts.cache
     every = cache.every if cache is not None else 0
     builder = _Builder(state)
+
+    def keep(checkpoint: BranchState) -> None:
+        cache.add(stream, checkpoint, opts.rules)  # type: ignore[union-attr]
+
     with gc_paused():
+        batch: list[RecordedEvent] = []
         async for event in store.read_stream(stream, state.version + 1, version):
-            builder.apply(event, _decode(event, appliers), appliers)
-            if every and event.version % every == 0:
-                cache.add(stream, builder.freeze(), opts.rules)  # type: ignore[union-attr]
+            batch.append(event)
+            if len(batch) >= _BATCH:
+                _fold_batch(builder, batch, appliers, every, keep)
+                batch = []
+        if batch:
+            _fold_batch(builder, batch, appliers, every, keep)
     result = builder.freeze()
     if cache is not None:
         cache.add(stream, result, opts.rules)
@@ -248,16 +256,39 @@ async def write_snapshots(
     base = await store.load_snapshot(stream, state.version, type="branch_state")
     if base is not None and base.meta.get("projection_version") != PROJECTION_VERSION:
         base = None
+    with gc_paused():
+        return await _write_chain(store, stream, state, head, base, policy, appliers, progress)
+
+
+async def _write_chain(
+    store: EventStore,
+    stream: str,
+    state: BranchState,
+    head: int,
+    base: Snapshot | None,
+    policy: SnapshotPolicy,
+    appliers: Appliers | None,
+    progress: Callable[[int], Awaitable[None]] | None,
+) -> int:
     written = 0
     builder = _Builder(state)
-    async for event in store.read_stream(stream, state.version + 1, head):
-        builder.apply(event, _decode(event, appliers), appliers)
-        if event.version % policy.every == 0:
-            frozen = builder.freeze()
-            for record in snapshot_records(frozen, base):
-                await store.save_snapshot(record)
-            base = await store.load_snapshot(stream, frozen.version, type="branch_state")
-            written += 1
-            if progress is not None:
-                await progress(event.version)
-    return written
+    due: list[BranchState] = []
+    batch: list[RecordedEvent] = []
+    async with aclosing(store.read_stream(stream, state.version + 1, head)) as events:
+        while True:
+            async for event in events:  # resumes the same generator after each batch
+                batch.append(event)
+                if len(batch) >= _BATCH:
+                    break
+            if not batch:
+                return written
+            _fold_batch(builder, batch, appliers, policy.every, due.append)
+            batch = []
+            for frozen in due:
+                for record in snapshot_records(frozen, base):
+                    await store.save_snapshot(record)
+                base = await store.load_snapshot(stream, frozen.version, type="branch_state")
+                written += 1
+                if progress is not None:
+                    await progress(frozen.version)
+            due.clear()

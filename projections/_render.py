@@ -1,8 +1,13 @@
 """Minimal YAML rendering of JSON values, used to show structured content to a model.
 
-The output is meant for reading (by people and models), so it is compact block YAML: keys in
-the given order, strings plain when that is unambiguous, otherwise JSON-quoted; multi-line
-strings as literal blocks.
+The output is meant for reading (by people and models), so it is compact block YAML: strings
+plain when that is unambiguous, otherwise JSON-quoted; multi-line strings as literal blocks.
+
+Key order: the top level keeps the order it is given (the section headings a prompt is built
+from); every nested mapping is rendered in sorted key order. Nested values are data (context,
+tool and response schemas) that the log stores as canonical, sorted-key JSON, so sorting
+makes the rendering of a message identical whether it was just made or rebuilt from the log:
+the same branch always sends the same prompt, and a replay reproduces it exactly.
 """
 
 from __future__ import annotations
@@ -38,12 +43,13 @@ def _scalar(value: Any) -> str:
     return text if plain else json.dumps(text, ensure_ascii=False)
 
 
-def _lines(value: Any, indent: str) -> list[str]:
+def _lines(value: Any, indent: str, depth: int = 1) -> list[str]:
     if isinstance(value, dict):
         if not value:
             return [indent + "{}"]
         out: list[str] = []
-        for key, item in value.items():
+        items = value.items() if depth == 0 else sorted(value.items(), key=lambda kv: str(kv[0]))
+        for key, item in items:
             out.extend(_entry(indent + _scalar(key) + ":", item, indent))
         return out
     if isinstance(value, list | tuple):
@@ -83,4 +89,4 @@ def render_yaml(value: Any) -> str:
           a: 1
           b: 2
     """
-    return "\n".join(_lines(value, ""))
+    return "\n".join(_lines(value, "", 0))

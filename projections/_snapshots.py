@@ -24,8 +24,8 @@ from pydantic import TypeAdapter, ValidationError
 from turnlog.eventstore import EventStore, NewSnapshot, Snapshot
 
 from ._catalogue import UsageData
-from ._fold import gc_paused
 from ._errors import ProjectionError
+from ._fold import gc_paused
 from ._messages import AnyMessage, System, message_from_dict
 from ._state import BranchState, ForkOrigin, RunInfo, _set_storage
 
@@ -202,6 +202,12 @@ async def load_snapshot_state(store: EventStore, stream: str, at_or_before: int)
     Raises:
         ProjectionError: a snapshot of the current projection version does not decode.
     """
+    # a long chain decodes millions of long-lived objects: see gc_paused
+    with gc_paused():
+        return await _load_chain(store, stream, at_or_before)
+
+
+async def _load_chain(store: EventStore, stream: str, at_or_before: int) -> BranchState | None:
     head = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
     if head is None or not _usable(head):
         return None
@@ -230,8 +236,7 @@ async def load_snapshot_state(store: EventStore, stream: str, at_or_before: int)
     for chunk in reversed(parts):
         raw.extend(chunk)
     try:
-        with gc_paused():
-            return _state_from(head, raw)
+        return _state_from(head, raw)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise ProjectionError(
             f"snapshot of stream {stream!r} at version {head.version} does not decode: {exc}"

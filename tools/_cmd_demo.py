@@ -25,8 +25,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         default=None,
-        help="store URL (sqlite:///path.db) or a SQLite file path; "
-        "default: a fresh SQLite file in a new temporary directory",
+        help="store URL (sqlite:///path.db, postgresql://...) or a SQLite file path; default: a fresh "
+        "SQLite file in a new temporary directory. The demo runs recover on it: give a store no other "
+        "process is streaming into",
     )
 
 
@@ -41,7 +42,7 @@ async def _main(url: str, workdir: Path) -> Demo:
     )
     async with FakeOpenAIServer(script) as server, open_store(url, upcasters=catalogue_upcasters()) as store:
         print(f"fake OpenAI server: {server.base_url} (in-process, loopback)")
-        print(f"fake Claude CLI:    {shlex.join(['python', '-m', 'turnlog.tools._fake_cli', 'claude'])}")
+        print("fake Claude CLI:    python -m turnlog.tools._fake_cli claude (a real child process)")
         demo = Demo(store=store, workdir=workdir, base_url=server.base_url, store_url=url)
         await demo.run_all()
         return demo
@@ -87,8 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     shown = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
     print("turnlog demo: an event-sourced conversation log and its operation kernel, offline\n")
     print(f"store: {shown}")
-    # The demo never talks to a real provider; make sure nothing it starts can either.
-    os.environ.setdefault("TURNLOG_ALLOW_MODEL_REQUESTS", "0")
+    # The demo never talks to a real provider; make sure nothing it starts can (loopback only).
+    os.environ["TURNLOG_ALLOW_MODEL_REQUESTS"] = "0"
     try:
         demo = anyio.run(_main, url, workdir)
     except (StoreError, ProjectionError) as exc:

@@ -60,8 +60,8 @@ def _run(args: argparse.Namespace) -> int:
 COMMAND = Command(
     name="export",
     help="write the log as JSON Lines (every envelope field) or Parquet event and fact tables",
-    description="jsonl writes one recorded event per line with every field (id, stream, version, position, "
-    "type, schema, data, meta, recorded_at, prev_hash, hash). parquet (pip install 'turnlog[analytics]') "
+    description="jsonl writes one recorded event per line with every field (id, stream, version, position,\n"
+    "type, schema, data, meta, recorded_at, prev_hash, hash). parquet (pip install 'turnlog[analytics]')\n"
     "writes events.parquet, model_calls.parquet, tool_calls.parquet and runs.parquet into --out.",
     add_arguments=_add_arguments,
     run=_run,

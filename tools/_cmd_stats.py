@@ -233,9 +233,9 @@ def _run(args: argparse.Namespace) -> int:
 COMMAND = Command(
     name="stats",
     help="tokens, cost, latency and TTFT percentiles, errors and tools, by model, day, tool, ...",
-    description="Update the analytics projection with the events added since its last update, then print "
-    "usage grouped by model, provider, day, branch, session, tool or verb. Percentiles are nearest-rank; "
-    "cost is null for a model the price table does not know.",
+    description="Update the analytics projection with the events added since its last update, then print\n"
+    "usage grouped by model, provider, day, branch, session, tool or verb. Percentiles are\n"
+    "nearest-rank; the cost of a model the price table does not know is null, not zero.",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog stats --by day --since 2026-12-01 --store turnlog.db",

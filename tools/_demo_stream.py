@@ -30,27 +30,20 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNKS_BEFORE_KILL", "claude_command", "crash_recover_resume"]
 
-CHUNKS_BEFORE_KILL = 3
+CHUNKS_BEFORE_KILL = 6
 """Text chunks that must be in the live buffer before the child is killed."""
 
 _PROMPT = "Look at the project files and explain, step by step, what turnlog records."
 _RESUME = "continue"
-_PARTS = [
-    "turnlog records ",
-    "every message, ",
-    "every model call, ",
-    "every run start and end, ",
-    "and every streamed chunk ",
-    "as an event ",
-    "in an append-only, ",
-    "hash-chained log; ",
-    "a branch is a fold ",
-    "of its events, ",
-    "so nothing is lost ",
-    "when a process dies.",
-]
+# Many small parts: the kill comes after a few, long before the stream could end by itself.
+_WORDS = (
+    "turnlog records every message, every model call, every run start and end, and every streamed "
+    "chunk as an event in an append-only, hash-chained log; a branch is a fold of its events, so "
+    "nothing that reached the process is lost when it dies, and a crashed run is closed honestly."
+).split(" ")
+_PARTS = [word + " " for word in _WORDS[:-1]] + _WORDS[-1:]
 _SLOW_SCRIPT: dict[str, Any] = {
-    "delay": 0.15,
+    "delay": 0.1,
     "usage": {"input_tokens": 1200, "output_tokens": 160},
     "cost_usd": 0.0061,
     "steps": [

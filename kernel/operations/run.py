@@ -32,10 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-import anyio.lowlevel
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream
-from turnlog.eventstore import NewEvent, uuid7
+from turnlog.eventstore import uuid7
 from turnlog.kernel._errors import ResponseParseError
 from turnlog.kernel._kernel import BindProviderSession
 from turnlog.kernel._lifecycle import current_run, failure_reason
@@ -681,62 +679,39 @@ async def _segment(
 ) -> tuple[list[AnyMessage], bool]:
     """Read chunks until some make messages, an error arrives or the stream ends.
 
-    Batches are committed by a task running beside the reading loop, so the store works
-    while chunks keep coming; the task group never spans a ``yield`` of the generator
-    (messages are yielded by the caller, after it closed). Returns the messages made and
-    whether the stream is over.
+    Returns the messages made (the caller records and yields them) and whether the stream is
+    over. Batches are committed as they fall due.
     """
     assembler = state.assembler
-    send, receive = anyio.create_memory_object_stream[list[NewEvent]](4)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_committer, log, receive)
-            async with send:
-                while True:
-                    chunk = await _next_chunk(iterator, deadline, limit, state.provider, state.model)
-                    if chunk is None:
-                        return [], True
-                    if state.first_chunk_at is None:
-                        state.first_chunk_at = time.perf_counter()
-                    log.add(chunk)  # the buffer line is written before the chunk is processed
-                    produced = assembler.feed(log.seq, chunk)
-                    if assembler.session_id is not None and assembler.session_id != state.bound:
-                        await state.bind_session()
-                    if produced or assembler.error is not None:
-                        return produced, False
-                    if assembler.finished:
-                        return [], True
-                    if log.due():
-                        await send.send(log.take())
-                        await anyio.lowlevel.checkpoint()  # let the committer start its append
-    except BaseExceptionGroup as group:
-        single = _single(group)
-        raise single from single.__cause__
-    finally:
-        log.release()  # batches handed out and not stored are waiting again
-
-
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The one error a task group raised: the reading loop's, else the committer's."""
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
+    next_chunk = iterator.__anext__
+    while True:
+        if deadline is None:
+            # The common case inlined (one call less per chunk); same rules as _next_chunk.
+            try:
+                chunk = await next_chunk()
+            except StopAsyncIteration:
+                return [], True
+            except ProviderError:
+                raise
+            except RuntimeError as exc:
+                raise classify_stream_error(str(exc), provider=state.provider, model=state.model) from exc
         else:
-            leaves.append(exc)
-
-    walk(group)
-    cancelled = anyio.get_cancelled_exc_class()
-    real = [e for e in leaves if not isinstance(e, cancelled)]
-    return (real or leaves)[0]
-
-
-async def _committer(log: ChunkLog, batches: MemoryObjectReceiveStream[list[NewEvent]]) -> None:
-    async with batches:
-        async for batch in batches:
-            await log.commit_batch(batch)
+            found = await _next_chunk(iterator, deadline, limit, state.provider, state.model)
+            if found is None:
+                return [], True
+            chunk = found
+        if state.first_chunk_at is None:
+            state.first_chunk_at = time.perf_counter()
+        log.add(chunk)  # the buffer line is written before the chunk is processed
+        produced = assembler.feed(log.seq, chunk)
+        if assembler.session_id is not None and assembler.session_id != state.bound:
+            await state.bind_session()
+        if produced or assembler.error is not None:
+            return produced, False
+        if assembler.finished:
+            return [], True
+        if log.due():
+            await log.commit()
 
 
 def _session_meta(branch: Branch) -> dict[str, Any]:

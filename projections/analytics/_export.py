@@ -52,14 +52,16 @@ def envelope(event: RecordedEvent) -> dict[str, Any]:
     }
 
 
-async def events_of(store: EventStore, branch: str | None = None) -> AsyncIterator[RecordedEvent]:
-    """Every event by position; with ``branch``, its stream and the streams of its runs.
+async def events_of(
+    store: EventStore, branch: str | None = None, *, upto: int | None = None
+) -> AsyncIterator[RecordedEvent]:
+    """Every event by position (up to position ``upto``); with ``branch``, its stream and its runs' streams.
 
     A fork's stream references its parent's prefix rather than copying it; export the parent
     too when you need that prefix.
     """
     if branch is None:
-        async for event in store.read_all():
+        async for event in store.read_all(1, upto):
             yield event
         return
     own = [e async for e in store.read_stream(f"branch-{branch}")]
@@ -70,6 +72,8 @@ async def events_of(store: EventStore, branch: str | None = None) -> AsyncIterat
     for run_id in runs:
         streams.append([e async for e in store.read_stream(f"run-{run_id}")])
     for event in heapq.merge(*streams, key=lambda e: e.position):
+        if upto is not None and event.position > upto:
+            return
         yield event
 
 
@@ -97,8 +101,10 @@ async def export_parquet(
 ) -> dict[str, int]:
     """Write ``events.parquet`` and one Parquet file per fact table into ``out_dir``.
 
-    The projection is brought up to date first. With ``branch``, events are those of
-    ``events_of(store, branch)`` and facts those whose ``gen_ai.conversation.id`` is the branch.
+    The projection is brought up to date first, and the events written stop at its
+    checkpoint, so events and facts describe the same moment. With ``branch``, events are
+    those of ``events_of(store, branch)`` and facts those whose ``gen_ai.conversation.id``
+    is the branch.
 
     Returns:
         Rows written per file name.
@@ -109,8 +115,11 @@ async def export_parquet(
     pa = _pyarrow()
     out = Path(out_dir)
     await anyio.Path(out).mkdir(parents=True, exist_ok=True)
-    written = {"events.parquet": await _write_events(pa, store, out / "events.parquet", branch)}
-    await projection.update()
+    # Events and facts of one moment: the facts' checkpoint bounds the events written.
+    report = await projection.update()
+    written = {
+        "events.parquet": await _write_events(pa, store, out / "events.parquet", branch, report.to_position)
+    }
     for table in FACT_TABLES:
         where, params = ("", ()) if branch is None else (' WHERE "gen_ai.conversation.id" = ?', (branch,))
         rows = await projection.sql(f"SELECT * FROM {table.name}{where} ORDER BY position", params)
@@ -130,12 +139,12 @@ def _event_schema(pa: Any) -> Any:
     return pa.schema([(name, types.get(name, text)) for name in EVENT_COLUMNS])
 
 
-async def _write_events(pa: Any, store: EventStore, path: Path, branch: str | None) -> int:
+async def _write_events(pa: Any, store: EventStore, path: Path, branch: str | None, upto: int) -> int:
     schema = _event_schema(pa)
     count = 0
     columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
     with pa.parquet.ParquetWriter(path, schema) as writer:
-        async for event in events_of(store, branch):
+        async for event in events_of(store, branch, upto=upto):
             meta = event.meta
             for name, value in (
                 ("position", event.position), ("id", str(event.id)), ("stream", event.stream),

@@ -35,6 +35,7 @@ __all__ = [
     "RunStart",
     "branch_of",
     "model_call_fact",
+    "priced",
     "run_end_fact",
     "run_start_fact",
     "tool_call_fact",
@@ -228,8 +229,12 @@ def _seconds(event: RecordedEvent, value: Any, key: str) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
+_NO_USAGE: dict[str, Any] = {}
+
+
 def _usage(event: RecordedEvent, data: Mapping[str, Any]) -> tuple[int | None, int | None, float | None]:
-    usage = _field(event, data, "usage")
+    # The catalogue defaults usage to all-unknown, so a payload without it is valid.
+    usage = data.get("usage", _NO_USAGE)
     if not isinstance(usage, dict):
         raise _bad(event, f"usage must be an object, not {type(usage).__name__}")
     return (
@@ -239,14 +244,17 @@ def _usage(event: RecordedEvent, data: Mapping[str, Any]) -> tuple[int | None, i
     )
 
 
-def _priced(
+def priced(
     prices: PriceTable,
     model: str | None,
     tokens_in: int | None,
     tokens_out: int | None,
     reported: float | None,
 ) -> tuple[float | None, str | None]:
-    # A cost the provider reported wins over the table; an unknown model stays unknown.
+    """The cost of a call (or run) and where it comes from: ``provider``, ``price_table`` or None.
+
+    A cost the provider reported wins over the table; an unknown model stays unknown (None).
+    """
     if reported is not None:
         return reported, "provider"
     cost = prices.cost(model, tokens_in, tokens_out)
@@ -309,7 +317,7 @@ def model_call_fact(event: RecordedEvent, prices: PriceTable, session_of: Sessio
     if latency is None:
         raise _bad(event, "latency_ms must be a number")
     tokens_in, tokens_out, reported = _usage(event, data)
-    cost, source = _priced(prices, model, tokens_in, tokens_out, reported)
+    cost, source = priced(prices, model, tokens_in, tokens_out, reported)
     when, day = _when(event)
     branch, session, run_id = _where(event, session_of, run_id)
     ttft = get("ttft_ms")
@@ -375,28 +383,15 @@ class RunEnd:
 
     Attributes:
         run_id: The run.
-        fallback: The whole ``RUNS`` row, used when the run's start is not in the log.
-        ended_at: UTC time of the closing event.
-        status: ``ok`` or ``failed``.
-        reason: Why it failed (None when it ended).
-        error_type: The error class name (None when it ended).
-        duration: Seconds.
-        chunks: Stream chunks, when it streamed.
-        input_tokens: Input tokens of the run.
-        output_tokens: Output tokens of the run.
+        row: A whole ``RUNS`` row from this event alone: its closing columns (``ended_at``,
+            status through output tokens) update the run's row, and all of it stands in for
+            a run whose start is not in the log. Cost columns are None: the projection
+            prices the run with the model its start named.
         reported_cost: The cost reported in the run's usage, if any.
     """
 
     run_id: str
-    fallback: tuple[Any, ...]
-    ended_at: str
-    status: str
-    reason: str | None
-    error_type: str | None
-    duration: float | None
-    chunks: int | None
-    input_tokens: int | None
-    output_tokens: int | None
+    row: tuple[Any, ...]
     reported_cost: float | None
 
 
@@ -454,10 +449,8 @@ def run_end_fact(event: RecordedEvent, session_of: SessionOf) -> RunEnd:
     status = "failed" if failed else "ok"
     branch, session, _ = _where(event, session_of, run_id)
     verb = _text(event, _field(event, data, "verb"), "verb")
-    fallback = (
+    row = (
         run_id, event.position, when, day, when, verb, None, None, None, branch, session,
         status, reason, error_type, duration, chunks, tokens_in, tokens_out, None, None,
     )  # fmt: skip
-    return RunEnd(
-        run_id, fallback, when, status, reason, error_type, duration, chunks, tokens_in, tokens_out, reported
-    )
+    return RunEnd(run_id, row, reported)

@@ -43,6 +43,7 @@ from ._facts import (
     FactTable,
     RunEnd,
     model_call_fact,
+    priced,
     run_end_fact,
     run_start_fact,
     tool_call_fact,
@@ -67,6 +68,10 @@ SCHEMA_VERSION = 2
 """Version of the fact tables' layout; a database with another version is rebuilt."""
 
 _T = TypeVar("_T")
+# A long update lets the WAL grow to this before copying it into the database; a finished
+# one leaves at most this much behind. Few large checkpoints cost far less than many small.
+_WAL_DURING_UPDATE = 256 * 1024 * 1024
+_WAL_AFTER_UPDATE = 64 * 1024 * 1024
 _BRANCHES = "analytics_branches"
 _META = "analytics_meta"
 
@@ -133,6 +138,7 @@ _RUN_ENDED = _RUN_INDEX["ended_at"]
 _RUN_VERB = _RUN_INDEX["turnlog.verb"]
 _RUN_STATUS = _RUN_INDEX["turnlog.status"]
 _RUN_COST = _RUN_INDEX["turnlog.cost_usd"]
+_RUN_TOKENS_IN = _RUN_INDEX["gen_ai.usage.input_tokens"]
 assert RUNS.column_names[_RUN_STATUS:_RUN_COST + 2] == (
     "turnlog.status", "turnlog.reason", "error.type", "gen_ai.client.operation.duration", "turnlog.chunks",
     "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "turnlog.cost_usd", "turnlog.cost_source",
@@ -213,8 +219,9 @@ class AnalyticsProjection:
                 conn.execute("PRAGMA journal_mode=WAL")
             # A lost tail after a power cut loses facts AND their checkpoint together.
             conn.execute("PRAGMA synchronous=NORMAL")
-            # Fewer, larger WAL checkpoints: each one syncs the file.
-            conn.execute("PRAGMA wal_autocheckpoint=8192")
+            # No automatic checkpoint inside our commits (each one syncs the whole file and
+            # stalls the batch); _checkpoint_wal runs one, passively, when the WAL grows large.
+            conn.execute("PRAGMA wal_autocheckpoint=0")
             register_functions(conn)
             self._conn = conn
             self._migrate()
@@ -307,6 +314,8 @@ class AnalyticsProjection:
                     position = await self._in_thread(self._checkpoint)
             if not self._ranks_ready:
                 await self._in_thread(self._finish)
+            if position > start:
+                await self._in_thread(self._checkpoint_wal, _WAL_AFTER_UPDATE)
             return UpdateReport(start, position, *counts, seconds=time.perf_counter() - started)
 
     async def _catch_up(self, position: int, counts: list[int]) -> int:
@@ -332,7 +341,7 @@ class AnalyticsProjection:
     async def _apply(
         self, batch: Sequence[RecordedEvent], expected: int, last: int, counts: list[int]
     ) -> int:
-        added = await self._in_thread(self._apply_batch, batch, expected, last)
+        added = await self._in_thread(self._apply_batch, batch, expected, last, _WAL_DURING_UPDATE)
         for i, n in enumerate(added):
             counts[i] += n
         return last
@@ -443,7 +452,7 @@ class AnalyticsProjection:
         )  # fmt: skip
 
     def _apply_batch(
-        self, batch: Sequence[RecordedEvent], expected: int, last: int
+        self, batch: Sequence[RecordedEvent], expected: int, last: int, wal_limit: int | None = None
     ) -> tuple[int, int, int, int]:
         conn = self._db()
         try:
@@ -460,7 +469,20 @@ class AnalyticsProjection:
             # The session map may hold entries of the rolled-back batch.
             self._load_sessions()
             raise
+        if wal_limit is not None:
+            self._checkpoint_wal(wal_limit)
         return (len(batch), *counts)
+
+    def _checkpoint_wal(self, limit: int) -> None:
+        """Copy the WAL into the database (PASSIVE: never waits for readers) once it passes ``limit`` bytes."""
+        if self.database == ":memory:":
+            return
+        try:
+            size = Path(self.database + "-wal").stat().st_size
+        except FileNotFoundError:
+            return
+        if size > limit:
+            self._db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _write_facts(
         self, conn: sqlite3.Connection, batch: Sequence[RecordedEvent], after: int, upto: int
@@ -505,14 +527,16 @@ class AnalyticsProjection:
             found = conn.execute(
                 f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (end.run_id,)
             ).fetchone()
-            row = list(found) if found is not None else list(end.fallback)
+            row = list(found) if found is not None else list(end.row)
             runs[end.run_id] = row
-        cost, source = _run_cost(self.prices, row[_RUN_MODEL], end)
-        # The closing facts (status .. output tokens) sit side by side in RUNS and in the fallback row.
-        row[_RUN_ENDED] = end.ended_at
-        row[_RUN_VERB] = row[_RUN_VERB] or end.fallback[_RUN_VERB]
-        row[_RUN_STATUS:_RUN_COST] = end.fallback[_RUN_STATUS:_RUN_COST]
-        row[_RUN_COST : _RUN_COST + 2] = (cost, source)
+        closing = end.row
+        row[_RUN_ENDED] = closing[_RUN_ENDED]
+        row[_RUN_VERB] = row[_RUN_VERB] or closing[_RUN_VERB]
+        # The closing facts (status .. output tokens) sit side by side in RUNS.
+        row[_RUN_STATUS:_RUN_COST] = closing[_RUN_STATUS:_RUN_COST]
+        row[_RUN_COST : _RUN_COST + 2] = priced(
+            self.prices, row[_RUN_MODEL], row[_RUN_TOKENS_IN], row[_RUN_TOKENS_IN + 1], end.reported_cost
+        )
 
     def _note_branch(self, event: RecordedEvent, branches: dict[str, str | None]) -> None:
         data = event.data
@@ -602,13 +626,6 @@ class AnalyticsProjection:
         """Run a read-only SQL query over the fact tables (quote the dotted column names)."""
         await self.open()
         return await self._in_thread(lambda: self._db().execute(query, params).fetchall())
-
-
-def _run_cost(prices: PriceTable, model: str | None, end: RunEnd) -> tuple[float | None, str | None]:
-    if end.reported_cost is not None:
-        return end.reported_cost, "provider"
-    cost = prices.cost(model, end.input_tokens, end.output_tokens)
-    return cost, (None if cost is None else "price_table")
 
 
 def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> None:

@@ -305,7 +305,7 @@ def _picked(ordered: list[float]) -> Percentiles:
     return Percentiles(*(_ms(ordered[_rank_of(p, n) - 1]) for p in (50, 95, 99)))
 
 
-_SEEK_GROUPS = 48
+_SEEK_GROUPS = 64
 """Up to this many groups, percentiles are index seeks; beyond, one ordered pass over the index."""
 
 

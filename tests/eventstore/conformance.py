@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import sys
 from contextlib import aclosing
+from dataclasses import replace
 from datetime import UTC
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -34,9 +35,14 @@ from turnlog.eventstore import (
     InvalidEventError,
     NewEvent,
     NewSnapshot,
+    RawCopy,
+    RawEvent,
     RecordedEvent,
     StoreError,
     Upcasters,
+    encode_json,
+    event_hash,
+    uuid7,
 )
 
 __all__ = ["StoreConformance", "collect", "ev"]
@@ -485,6 +491,59 @@ class StoreConformance:
             with pytest.raises(InvalidEventError):
                 await store.save_snapshot(snap)
         assert await store.load_snapshot("s-1") is None
+
+    # ---------------------------------------------------------------- raw copy (optional)
+
+    def raw(self, store: EventStore) -> RawCopy:
+        if "raw_copy" not in store.capabilities:
+            pytest.skip("this store does not declare raw_copy")
+        return cast(RawCopy, store)
+
+    async def test_raw_events_are_the_stored_events_by_position(self, store: EventStore) -> None:
+        """raw_events pages through the log by position with the ids, versions and hashes read_all gives."""
+        raw = self.raw(store)
+        await store.append("a", [ev(n=1), ev(n=2)])
+        await store.append("b", [ev(n=3)])
+        await store.append("a", [ev(n=4)])
+        events = await raw.raw_events(0, 100)
+        recorded = await collect(store.read_all())
+        assert [(e.position, e.id, e.stream, e.version, e.prev_hash, e.hash) for e in events] == [
+            (r.position, str(r.id), r.stream, r.version, r.prev_hash, r.hash) for r in recorded
+        ]
+        assert [e.position for e in await raw.raw_events(1, 2)] == [2, 3]
+        assert events[0].data == encode_json({"n": 1}) and events[0].meta == b"{}"
+
+    async def test_import_raw_continues_chains_and_refuses_a_break(self, store: EventStore) -> None:
+        """An imported event that continues its stream is stored as is; one that breaks it stores nothing."""
+        raw = self.raw(store)
+        await store.append("a", [ev(n=1)])
+        (first,) = await raw.raw_events(0)
+        data, eid = encode_json({"n": 2}), str(uuid7())
+        digest = event_hash(first.hash, eid, "a", 2, "thing.happened", 1, data, b"{}", 7)
+        follower = RawEvent(5, eid, "a", 2, "thing.happened", 1, data, b"{}", 7, first.hash, digest)
+        broken = replace(follower, position=9, version=3, id=str(uuid7()))
+        with pytest.raises(InvalidEventError, match="does not continue"):
+            await raw.import_raw([follower, broken])
+        assert await store.head() == 1
+        await raw.import_raw([follower])
+        assert await raw.raw_events(1) == [follower]
+        assert (await store.verify()).ok
+        assert (await collect(store.read_stream("a")))[-1].data == {"n": 2}
+
+    async def test_raw_snapshots_round_trip(self, store: EventStore) -> None:
+        """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable."""
+        raw = self.raw(store)
+        await store.save_snapshot(NewSnapshot("a", 1, "state", {"v": 1}))
+        (saved,) = await raw.raw_snapshots()
+        assert (saved.stream, saved.type, saved.version, saved.data) == (
+            "a",
+            "state",
+            1,
+            encode_json({"v": 1}),
+        )
+        await raw.import_raw([], [replace(saved, version=2, data=encode_json({"v": 2}))])
+        loaded = await store.load_snapshot("a")
+        assert loaded is not None and (loaded.version, loaded.data) == (2, {"v": 2})
 
     # ---------------------------------------------------------------- 7. schemas
 

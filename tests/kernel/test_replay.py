@@ -123,3 +123,28 @@ def test_replay_command_exit_status(tmp_path: Path, execute: bool) -> None:
     bad = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1
     assert ("DIVERGENCE" in bad.stdout) == execute
+
+
+def get_weather(city: str) -> str:
+    """The weather of a city."""
+    return f"sunny in {city}"
+
+
+async def test_operate_with_tools_and_unordered_context_replays(tmp_path: Path) -> None:
+    """Rendering is canonical: what the log stores renders exactly as what was sent."""
+    async with open_store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        model = ScriptedModel(
+            {"text": "", "tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}]},
+            '{"city": "Paris"}',
+        )
+        branch = Branch(store=store, system="Be brief.", chat_model=model, tools=[get_weather])
+        result = await branch.operate(
+            instruction="weather?",
+            context={"zeta": 1, "alpha": {"y": 2, "x": 1}},
+            response_format=Capital,
+            actions=True,
+        )
+        assert result.city == "Paris"
+        report = await execute_replay(store, branch.id)
+    assert report.ok, report.divergence
+    assert report.calls_replayed == 1

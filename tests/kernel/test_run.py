@@ -247,3 +247,30 @@ async def test_run_replaces_the_branch_model_when_given(store: EventStore) -> No
         async for _ in stream:
             pass
     assert branch.chat_model is model
+
+
+@pytest.mark.parametrize(
+    ("provider", "flag"), [("claude_code", "--resume"), ("codex", "resume"), ("gemini", "--resume")]
+)
+async def test_every_cli_resumes_its_session(store: EventStore, fake: Fake, provider: str, flag: str) -> None:
+    fake.script({"steps": [{"text": "hello"}]})
+    branch = Branch(store=store, chat_model=iModel(f"{provider}/m1"))
+    assert await branch.run_and_collect("first") == "hello"
+    session = branch.provider_session(provider, "m1")
+    assert session is not None
+    assert await branch.run_and_collect("second") == "hello"
+    argv = fake.starts()[-1]["argv"]
+    assert argv[argv.index(flag) + 1] == session
+    run = list(branch.state.runs.values())[-1]
+    assert run.status == "ended" and run.provider == provider
+
+
+async def test_run_and_collect_is_the_cli_middle(store: EventStore) -> None:
+    from turnlog.kernel import ChatParam, ParseParam
+    from turnlog.kernel.operations.run import run_and_collect
+
+    branch = Branch(store=store)
+    param = ChatParam(imodel=ChunkModel([text('{"value": 3}')]))  # type: ignore[arg-type]
+    assert await run_and_collect(branch, "go", param, ParseParam(response_format=Answer)) == Answer(value=3)
+    assert await run_and_collect(branch, "go", ChatParam(imodel=ChunkModel([text("x")]))) == "x"  # type: ignore[arg-type]
+    assert [r.verb for r in branch.state.runs.values()] == ["run", "run"]

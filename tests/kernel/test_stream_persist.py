@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +88,19 @@ async def test_commits_are_batched_and_messages_never_outrun_their_chunks(
 
 async def test_without_batching_every_chunk_is_committed_at_once(store: EventStore) -> None:
     branch = Branch(store=store)
-    versions: list[int] = []
-    run: list[str] = []
+    seen: list[int] = []
 
-    def hook(i: int) -> None:
-        versions.append(i)
+    class Probe(ChunkModel):
+        async def _gen(self) -> AsyncIterator[StreamChunk]:
+            for chunk in self.chunks:
+                yield chunk
+                # back here only once the chunk was processed: it must be in the store already
+                run_id = next(iter(branch.state.runs))
+                seen.append(await store.stream_version(f"run-{run_id}"))
 
-    model = ChunkModel([text("a"), text("b")], hook=hook)
-    options = PersistOptions(batch_chunks=1)
-    got = [m async for m in branch.run("go", chat_model=model, persist_options=options)]
-    run.append(got[-1].metadata["run_id"])
-    assert await store.stream_version(f"run-{run[0]}") == 2
+    model = Probe([text("a"), text("b"), text("c")])
+    [m async for m in branch.run("go", chat_model=model, persist_options=PersistOptions(batch_chunks=1))]
+    assert seen == [1, 2, 3]
 
 
 async def test_fsync_mode_streams_and_cleans_up(store: EventStore, tmp_path: Path) -> None:
@@ -150,3 +153,15 @@ async def test_unreadable_snapshot_files_are_refused(store: EventStore, tmp_path
         await Branch.from_snapshot(path, store=store)
     with pytest.raises(SnapshotFileError, match="cannot read"):
         await Branch.from_snapshot(tmp_path / "missing.json", store=store)
+
+
+def test_stream_benchmark_runs_and_reports_every_peer(capsys: pytest.CaptureFixture[str]) -> None:
+    from turnlog.tools._cli import main
+
+    assert main(["bench", "stream", "--chunks", "200", "--repeat", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rates = report["chunks_per_s"]
+    assert report["chunks"] == 200
+    assert rates["turnlog run(stream_persist=True)"] > 0 and rates["turnlog run(stream_persist=False)"] > 0
+    if report["lionagi"] is not None:
+        assert report["ratio_persist_vs_lionagi"] > 0

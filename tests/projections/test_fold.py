@@ -245,3 +245,31 @@ async def test_a_bad_payload_raises_naming_stream_and_version(store) -> None:
     with pytest.raises(EventDecodeError) as info:
         apply(apply(None, events[0]), bad)
     assert (info.value.stream, info.value.version, info.value.type) == ("branch-b1", 2, "message.added")
+
+
+async def test_state_mappings_are_read_only(store) -> None:
+    state, _ = await folded(
+        store, "b1", RunStarted(run_id="r", verb="chat"), RunStarted(run_id="s", verb="chat")
+    )
+    for mapping in (state.runs, state.provider_sessions, state.action_links, state.metadata):
+        with pytest.raises(TypeError):
+            mapping["x"] = 1  # type: ignore[index]
+
+
+async def test_a_bad_message_in_a_long_run_is_reported_by_fold_and_rebuild(store) -> None:
+    from turnlog.projections import rebuild
+
+    events = await new_branch(store, "b1")
+    events += await append(
+        store, "b1", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(10)]
+    )
+    await store.append(
+        "branch-b1", [NewEvent("message.added", {"message": {"kind": "Instruction", "id": 5}})]
+    )
+    events += [e async for e in store.read_stream("branch-b1", 12)]
+    with pytest.raises(EventDecodeError) as info:
+        fold(events)
+    assert (info.value.version, info.value.type) == (12, "message.added")
+    with pytest.raises(EventDecodeError, match="version 12"):
+        await rebuild(store, "b1")
+    assert fold(events[:11]) == await rebuild(store, "b1", at_version=11)

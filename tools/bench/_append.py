@@ -191,7 +191,11 @@ def _raw_append(conn: sqlite3.Connection, stream: str, events: list[tuple[UUID, 
     try:
         head = conn.execute(_RAW_HEAD, (stream,)).fetchone()
         version, prev = (head[0], head[1]) if head else (0, "")
-        conn.executemany(_RAW_INSERT, _raw_rows(stream, version, prev, events))
+        rows = _raw_rows(stream, version, prev, events)
+        if len(rows) == 1:
+            conn.execute(_RAW_INSERT, rows[0])
+        else:
+            conn.executemany(_RAW_INSERT, rows)
     except BaseException:
         conn.execute("ROLLBACK")
         raise

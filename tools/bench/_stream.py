@@ -6,8 +6,14 @@ One in-process stream of pre-built text chunks (no subprocess) is consumed by:
   live buffer before it is processed (durable against a crash of the process), commits
   batched into a SQLite store file;
 - turnlog ``run(stream_persist=False)``: the same events, without the buffer;
-- the raw cost of the buffer writes alone (one ``os.write`` per envelope line);
+- the raw cost of the chunk events alone (numbered, with ids, never stored), and of the same
+  plus their buffer lines (one ``os.write`` per envelope line): the difference is what the
+  buffer costs per chunk;
 - lionagi 0.36 ``Branch.run()`` on the same chunks, when it is importable (it keeps no chunk).
+
+Both receive the chunks at the provider boundary, where a CLI parser would emit them:
+turnlog's ``model.stream`` and lionagi's ``endpoint.stream`` yield the pre-built chunks, so
+each library's own per-chunk path above that boundary runs in full.
 
 Each peer runs ``--repeat`` times in this one process; the best time counts. Ratios are
 turnlog's rate over lionagi's.
@@ -59,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``turnlog bench stream``."""
     parser.add_argument("--chunks", type=int, default=50_000, help="text chunks per stream (default 50000)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per peer; the best counts (default 3)")
-    parser.add_argument("--batch-chunks", type=int, default=1024, help="chunks per store commit (default 1024)")
+    parser.add_argument(
+        "--batch-chunks", type=int, default=1024, help="chunks per store commit (default 1024)"
+    )
     parser.add_argument("--batch-ms", type=float, default=50.0, help="ms between store commits (default 50)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -68,7 +76,9 @@ def _texts(n: int) -> list[str]:
     return [f"tok{i} " for i in range(n)]
 
 
-async def _turnlog(directory: Path, texts: list[str], persist: bool, batch_chunks: int, batch_ms: float) -> float:
+async def _turnlog(
+    directory: Path, texts: list[str], persist: bool, batch_chunks: int, batch_ms: float
+) -> float:
     from turnlog.eventstore import open_store
     from turnlog.kernel import Branch, PersistOptions
     from turnlog.kernel.models import StreamChunk
@@ -82,32 +92,39 @@ async def _turnlog(directory: Path, texts: list[str], persist: bool, batch_chunk
         started = time.perf_counter()
         count = 0
         async for _ in branch.run(
-            "go", chat_model=model, stream_persist=persist, persist_dir=directory / "runs", persist_options=options
+            "go",
+            chat_model=model,
+            stream_persist=persist,
+            persist_dir=directory / "runs",
+            persist_options=options,
         ):
             count += 1
         elapsed = time.perf_counter() - started
         run = next(iter(branch.state.runs.values()))
         if run.chunks != len(texts) or count != 2:
-            raise RuntimeError(f"bench stream: expected {len(texts)} chunks and 2 messages, got {run.chunks}/{count}")
+            raise RuntimeError(
+                f"bench stream: expected {len(texts)} chunks and 2 messages, got {run.chunks}/{count}"
+            )
         if list((directory / "runs").glob("*.jsonl")):
             raise RuntimeError("bench stream: a buffer was left behind")
     return elapsed
 
 
-def _buffer_only(directory: Path, texts: list[str]) -> float:
+def _buffer_only(directory: Path, texts: list[str], buffered: bool = True) -> float:
     from turnlog.eventstore import MemoryEventStore
     from turnlog.kernel._persist import ChunkLog, RunBuffer
     from turnlog.kernel.models import StreamChunk
 
     chunks = [StreamChunk("text", content=t) for t in texts]
-    buffer = RunBuffer(directory / "raw.jsonl")
+    buffer = RunBuffer(directory / "raw.jsonl") if buffered else None
     # numbering, event ids and envelope lines as a run makes them; nothing is committed
     log = ChunkLog(MemoryEventStore(), "r", {"run_id": "r"}, buffer=buffer)
     started = time.perf_counter()
     for chunk in chunks:
         log.add(chunk)
     elapsed = time.perf_counter() - started
-    buffer.remove()
+    if buffer is not None:
+        buffer.remove()
     return elapsed
 
 
@@ -131,13 +148,17 @@ async def _lionagi(directory: Path, texts: list[str], persist: bool) -> float:
     chunks = [LChunk(type="text", content=t) for t in texts]
     model = LModel(provider="claude_code", model="sonnet")
 
-    async def prebuilt(api_call: Any = None, **_: Any) -> AsyncIterator[Any]:
+    async def prebuilt(request: Any = None, **_: Any) -> AsyncIterator[Any]:
         for chunk in chunks:
             yield chunk
 
-    model.stream = prebuilt  # the same pre-built stream, no subprocess
+    # The chunks enter where the CLI parser would emit them (the endpoint's stream), as ours
+    # enter at the model's stream: everything above that boundary runs, no subprocess below it.
+    model.endpoint.stream = prebuilt
     branch = LBranch(chat_model=model)
-    kwargs: dict[str, Any] = {"stream_persist": True, "persist_dir": str(directory / "lionagi")} if persist else {}
+    kwargs: dict[str, Any] = (
+        {"stream_persist": True, "persist_dir": str(directory / "lionagi")} if persist else {}
+    )
     started = time.perf_counter()
     out = [m async for m in branch.run("go", **kwargs)]
     elapsed = time.perf_counter() - started
@@ -146,15 +167,14 @@ async def _lionagi(directory: Path, texts: list[str], persist: bool) -> float:
     return elapsed
 
 
-def _best(repeat: int, make: Callable[[Path], Coroutine[Any, Any, float] | float]) -> float:
-    best = float("inf")
+def _measure(peers: dict[str, Callable[[Path], float]], repeat: int) -> dict[str, float]:
+    """Best time of each peer over ``repeat`` rounds; the peers take turns within a round."""
+    best = dict.fromkeys(peers, float("inf"))
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory(prefix="turnlog-bench-stream-") as tmp:
-            gc.collect()
-            result = make(Path(tmp))
-            if not isinstance(result, float):
-                result = anyio.run(lambda r=result: r)  # type: ignore[misc]
-            best = min(best, result)
+        for name, make in peers.items():
+            with tempfile.TemporaryDirectory(prefix="turnlog-bench-stream-") as tmp:
+                gc.collect()
+                best[name] = min(best[name], make(Path(tmp)))
     return best
 
 
@@ -163,22 +183,23 @@ def run(args: argparse.Namespace) -> int:
     n = int(args.chunks)
     texts = _texts(n)
     repeat = max(1, int(args.repeat))
-    rows: dict[str, float | None] = {}
-
-    def coro(persist: bool) -> Callable[[Path], Any]:
-        return lambda d: _run_async(_turnlog(d, texts, persist, args.batch_chunks, args.batch_ms))
-
-    rows["turnlog run(stream_persist=True)"] = n / _best(repeat, coro(True))
-    rows["turnlog run(stream_persist=False)"] = n / _best(repeat, coro(False))
-    rows["buffer writes only (os.write per line)"] = n / _best(repeat, lambda d: _buffer_only(d, texts))
+    persist_name = "turnlog run(stream_persist=True)"
+    peers: dict[str, Callable[[Path], float]] = {
+        persist_name: lambda d: _run_async(_turnlog(d, texts, True, args.batch_chunks, args.batch_ms)),
+        "turnlog run(stream_persist=False)": lambda d: _run_async(
+            _turnlog(d, texts, False, args.batch_chunks, args.batch_ms)
+        ),
+        "chunk events made, not stored (no buffer)": lambda d: _buffer_only(d, texts, False),
+        "chunk events + buffer lines (os.write each)": lambda d: _buffer_only(d, texts),
+    }
     version = _lionagi_available()
+    lionagi_name = f"lionagi {version} run()"
     if version is not None:
-        rows[f"lionagi {version} run()"] = n / _best(repeat, lambda d: _run_async(_lionagi(d, texts, False)))
-        rows[f"lionagi {version} run(stream_persist=True)"] = n / _best(
-            repeat, lambda d: _run_async(_lionagi(d, texts, True))
-        )
-    lionagi_rate = rows.get(f"lionagi {version} run()") if version else None
-    ratio = rows["turnlog run(stream_persist=True)"] / lionagi_rate if lionagi_rate else None  # type: ignore[operator]
+        peers[lionagi_name] = lambda d: _run_async(_lionagi(d, texts, False))
+        peers[f"lionagi {version} run(stream_persist=True)"] = lambda d: _run_async(_lionagi(d, texts, True))
+    rows = {name: n / seconds for name, seconds in _measure(peers, repeat).items()}
+    lionagi_rate = rows.get(lionagi_name)
+    ratio = rows[persist_name] / lionagi_rate if lionagi_rate else None
     if args.json:
         emit_json(
             {
@@ -193,9 +214,9 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"stream: {n} text chunks through run(), best of {repeat}")
+    print(f"stream: {n} text chunks through run(), best of {repeat} interleaved rounds")
     for name, rate in rows.items():
-        rel = f"  {rate / lionagi_rate:5.2f}x lionagi" if lionagi_rate and rate else ""
+        rel = f"  {rate / lionagi_rate:5.2f}x lionagi" if lionagi_rate else ""
         print(f"  {name:<45} {rate:>12,.0f} chunks/s{rel}")
     if version is None:
         print("  lionagi: not installed (pip install 'lionagi==0.36.*' to compare)")

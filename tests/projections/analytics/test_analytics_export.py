@@ -92,3 +92,14 @@ async def test_parquet_without_pyarrow_names_the_extra(
         with pytest.raises(MissingExtraError, match=r"pip install 'turnlog\[analytics\]'"):
             await export_parquet(small_log, analytics, tmp_path / "out")
     assert not await anyio.Path(tmp_path / "out").exists()
+
+
+async def test_parquet_of_one_branch(small_log: EventStore, tmp_path: Path, log: SimpleNamespace) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    async with AnalyticsProjection(small_log) as analytics:
+        written = await export_parquet(small_log, analytics, tmp_path, branch=log.BRANCH_A)
+    events = pq.read_table(tmp_path / "events.parquet").to_pylist()
+    assert {e["stream"] for e in events} == {f"branch-{log.BRANCH_A}"}
+    assert {e["branch_id"] for e in events} == {log.BRANCH_A}
+    facts = (written["model_calls.parquet"], written["tool_calls.parquet"], written["runs.parquet"])
+    assert facts == (4, 4, 2)

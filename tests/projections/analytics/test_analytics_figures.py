@@ -8,7 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from turnlog.eventstore import EventStore, open_store
+from turnlog.eventstore import EventStore, NewEvent, open_store
+from turnlog.projections import EventDecodeError
 from turnlog.projections.analytics import (
     AnalyticsDatabaseError,
     AnalyticsProjection,
@@ -202,3 +203,21 @@ async def test_postgres_store_with_a_separate_analytics_database(
     finally:
         async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_a_payload_missing_what_a_fact_needs_is_an_error_naming_the_event(store: EventStore) -> None:
+    ok = {"call_id": "c", "provider": "openai", "model": "gpt-4o", "endpoint": "x", "fingerprint": "0" * 64,
+          "latency_ms": 5.0, "status": "ok"}  # fmt: skip
+    await store.append("branch-x", [NewEvent("model.called", ok)])  # no usage: the schema's default
+    await store.append("branch-x", [NewEvent("model.called", {**ok, "status": "maybe"})])
+    async with AnalyticsProjection(store, batch_size=1) as analytics:
+        with pytest.raises(EventDecodeError, match="position 2") as caught:
+            await analytics.update()
+        assert (caught.value.stream, caught.value.version, caught.value.type) == (
+            "branch-x",
+            2,
+            "model.called",
+        )
+        assert await analytics.checkpoint() == 1  # the valid event before it was applied, once
+        (row,) = await analytics.usage("model")
+    assert (row.calls, row.input_tokens, row.cost_usd, row.unpriced_calls) == (1, 0, None, 1)

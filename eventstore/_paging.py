@@ -1,0 +1,55 @@
+"""Paged reads: one loop for every read by version or position range, on every paging backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from operator import attrgetter
+
+import anyio.lowlevel
+
+from ._records import RecordedEvent
+
+__all__ = ["BY_POSITION", "BY_VERSION", "PageFetch", "read_pages"]
+
+BY_VERSION: Callable[[RecordedEvent], int] = attrgetter("version")
+"""The key of ``read_stream`` pages."""
+BY_POSITION: Callable[[RecordedEvent], int] = attrgetter("position")
+"""The key of ``read_all`` pages."""
+
+PageFetch = Callable[[int, int | None, int], Awaitable[tuple[list[RecordedEvent], bool]]]
+"""``fetch(low, high, count)``: at most ``count`` events with keys in ``[low, high]`` in reading
+order (``high`` None: no upper bound), and whether the range ran out of events. A page may hold
+fewer than ``count`` events without being the last (a backend may cut pages by size)."""
+
+
+async def read_pages(
+    fetch: PageFetch,
+    low: int,
+    high: int | None,
+    *,
+    key: Callable[[RecordedEvent], int],
+    limit: int | None,
+    backwards: bool,
+    page_size: int = 500,
+) -> AsyncIterator[RecordedEvent]:
+    """Yield the events of an inclusive key range one page at a time, up to ``limit`` events.
+
+    ``key`` gives the sort key of an event (its version or its position); each next page starts
+    after the key of the last event seen, so a page never repeats or skips an event, and other
+    tasks get a turn between pages.
+    """
+    remaining = limit
+    while remaining is None or remaining > 0:
+        count = page_size if remaining is None else min(page_size, remaining)
+        events, exhausted = await fetch(low, high, count)
+        for event in events:
+            yield event
+        if exhausted or not events:
+            return
+        if remaining is not None:
+            remaining -= len(events)
+        if backwards:
+            high = key(events[-1]) - 1
+        else:
+            low = key(events[-1]) + 1
+        await anyio.lowlevel.checkpoint()

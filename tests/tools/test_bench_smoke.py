@@ -1,0 +1,31 @@
+"""Every ``turnlog bench`` command runs end to end on tiny sizes and prints JSON.
+
+These are smoke tests of the benchmark programs (they must not rot), not timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SMALL = {
+    "append": ["--single", "30", "--batches", "2", "--batch", "50", "--repeat", "1"],
+    "subscribe": ["--writers", "2", "--rate", "20", "--seconds", "1", "--burst", "20", "--pg", ""],
+    "projections": ["--sizes", "300", "--queries", "5", "--cold-queries", "2"],
+    "kernel": ["--turns", "5", "--blocks", "1", "--no-lionagi"],
+    "stream": ["--chunks", "300", "--repeat", "1"],
+    "analytics": ["--events", "2000", "--new", "100", "--repeat", "1"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_bench_runs_and_prints_json(name: str, tmp_path: object) -> None:
+    args = [sys.executable, "-m", "turnlog.tools._cli", "bench", name, *SMALL[name], "--json"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert isinstance(report, dict) and report
