@@ -12,7 +12,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -64,6 +64,7 @@ MAX_TYPE_LEN = 200
 _TYPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*(\.[A-Za-z][A-Za-z0-9_\-]*)*\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _OPTS = orjson.OPT_SORT_KEYS
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LEN = struct.Struct(">Q").pack
 
 
@@ -253,7 +254,8 @@ def to_micros(moment: datetime) -> int:
 
 def from_micros(micros: int) -> datetime:
     """The inverse of ``to_micros`` (an aware UTC datetime)."""
-    return datetime.fromtimestamp(micros // 1_000_000, tz=UTC).replace(microsecond=micros % 1_000_000)
+    # Epoch plus a timedelta is about twice as fast as fromtimestamp().replace() on the read path.
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 class PreparedAppend(NamedTuple):
@@ -353,7 +355,8 @@ def decode_payload(
     """
     try:
         data_obj = orjson.loads(data)
-        meta_obj = orjson.loads(meta)
+        # Most events carry no meta; skip the parser for the canonical empty object.
+        meta_obj = {} if meta == b"{}" or meta == "{}" else orjson.loads(meta)
     except (orjson.JSONDecodeError, TypeError) as exc:
         raise CorruptEventError(
             stream, version, f"payload is not valid JSON: {exc}", position=position

@@ -143,6 +143,6 @@ def _raw_access(store: EventStore) -> RawCopy:
     if "raw_copy" in store.capabilities:
         return cast(RawCopy, store)
     raise MigrationError(
-        f"the store at {store.url} cannot take part in a migration: it does not offer raw copy "
+        f"{store!r} cannot take part in a migration: it does not offer raw copy "
         "(SQLite files and PostgreSQL do; in-memory stores do not, as they end with their process)"
     )

@@ -31,19 +31,20 @@ async def read_pages(
     limit: int | None,
     backwards: bool,
     page_size: int = 500,
-) -> AsyncIterator[RecordedEvent]:
-    """Yield the events of an inclusive key range one page at a time, up to ``limit`` events.
+) -> AsyncIterator[list[RecordedEvent]]:
+    """Yield the events of an inclusive key range page by page, up to ``limit`` events in all.
 
     ``key`` gives the sort key of an event (its version or its position); each next page starts
-    after the key of the last event seen, so a page never repeats or skips an event, and other
-    tasks get a turn between pages.
+    after the key of the last event seen, so no event is repeated or skipped, and other tasks
+    get a turn between pages. Pages rather than single events are yielded so that a caller's
+    own ``async for`` costs one hand-over per page, not one per event.
     """
     remaining = limit
     while remaining is None or remaining > 0:
         count = page_size if remaining is None else min(page_size, remaining)
         events, exhausted = await fetch(low, high, count)
-        for event in events:
-            yield event
+        if events:
+            yield events
         if exhausted or not events:
             return
         if remaining is not None:

@@ -321,8 +321,9 @@ class PostgresEventStore(EventStore):
         pages = read_pages(
             fetch, max(from_version, 1), to_version, key=BY_VERSION, limit=limit, backwards=backwards
         )
-        async for event in pages:
-            yield event
+        async for page in pages:
+            for event in page:
+                yield event
 
     async def read_all(
         self,
@@ -344,8 +345,9 @@ class PostgresEventStore(EventStore):
         pages = read_pages(
             fetch, max(from_position, 1), to_position, key=BY_POSITION, limit=limit, backwards=backwards
         )
-        async for event in pages:
-            yield event
+        async for page in pages:
+            for event in page:
+                yield event
 
     def _range_query(
         self,

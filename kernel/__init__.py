@@ -1,16 +1,19 @@
 """turnlog.kernel: the command side (Kernel, Branch, Session, verbs, providers)."""
 
 from ._branch import Branch, find_branch
+from ._called import called_message_ids, message_ids_at
 from ._composed import ComposedVerbs
 from ._context import ContextProvider, ContextProviderRegistry, ProviderReport
 from ._errors import (
     AmbiguousBranch,
+    AmbiguousSession,
     ExecutionError,
     KernelError,
     OperationError,
     ResponseParseError,
     ScriptExhaustedError,
     UnknownBranch,
+    UnknownSession,
     UsageError,
 )
 from ._flow import FlowResult, Graph, GraphCycleError, flow
@@ -37,6 +40,7 @@ from ._lifecycle import (
     lifecycle,
     observed_run,
 )
+from ._lookup import find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError
@@ -75,9 +79,12 @@ __all__ = [
     "ReplayModel",
     "audit_replay",
     "execute_replay",
+    "called_message_ids",
     "find_branch",
+    "find_session",
     "AddMessages",
     "AmbiguousBranch",
+    "AmbiguousSession",
     "AnnotateMessage",
     "BindProviderSession",
     "Branch",
@@ -112,10 +119,12 @@ __all__ = [
     "SnapshotFileError",
     "StartRun",
     "UnknownBranch",
+    "UnknownSession",
     "UsageError",
     "current_run",
     "iModel",
     "lifecycle",
+    "message_ids_at",
     "observed_run",
     "recover",
 ]

@@ -13,16 +13,14 @@ Example::
 
 from __future__ import annotations
 
-import difflib
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
 from turnlog.kernel._composed import ComposedVerbs
 from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
-from turnlog.kernel._errors import AmbiguousBranch, UnknownBranch, UsageError
+from turnlog.kernel._errors import UsageError
 from turnlog.kernel._kernel import (
     AddMessages,
     AnnotateMessage,
@@ -32,15 +30,17 @@ from turnlog.kernel._kernel import (
     CreateBranch,
     Kernel,
     LiveBranch,
+    Observable,
     Observer,
 )
-from turnlog.kernel._lifecycle import Signal, observed_run
-from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel._lifecycle import Signal
+from turnlog.kernel._lookup import find_branch
+from turnlog.kernel._model_config import default_store, model_config, rebuild_model, resolve_model
 from turnlog.kernel._streams import StreamVerbs
+from turnlog.kernel._verbs import ApiVerbs
 from turnlog.kernel.models import ChatModel
 from turnlog.projections import (
     AnyMessage,
-    AssistantResponse,
     BranchCreated,
     BranchForked,
     EventData,
@@ -56,55 +56,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Branch", "default_store", "model_config", "resolve_model"]
 
-_MAX_PARSE_RETRIES = 5
-
-
-def default_store() -> EventStore:
-    """The store used when none is given: ``$TURNLOG_STORE``, else ``./turnlog.db``."""
-    from turnlog.eventstore import open_store
-    from turnlog.projections import catalogue_upcasters
-
-    return open_store(upcasters=catalogue_upcasters())
-
-
-def resolve_model(value: Any) -> ChatModel | None:
-    """A chat model from a model object, a ``"provider/model"`` string or a config dict."""
-    if value is None or hasattr(value, "invoke"):
-        return value
-    if isinstance(value, str | Mapping):
-        try:
-            from turnlog.kernel.models import iModel
-        except ImportError as exc:
-            raise UsageError("model configurations need turnlog.kernel.models.iModel") from exc
-        if isinstance(value, str):
-            return iModel(value) if "/" in value else iModel(model=value)
-        return iModel.from_config(dict(value))
-    raise UsageError(
-        f"a chat model must be a model object, a 'provider/model' string or a dict, not {value!r}"
-    )
-
-
-def model_config(model: Any) -> dict[str, Any] | None:
-    """The recordable configuration of a model (no secrets)."""
-    if model is None:
-        return None
-    to_config = getattr(model, "to_config", None)
-    if callable(to_config):
-        config = dict(to_config())
-        for secret in ("api_key", "headers", "authorization"):
-            config.pop(secret, None)
-        return config
-    return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
-
 
 def _model_from_config(config: Mapping[str, Any] | None) -> ChatModel | None:
-    """Rebuild a model from a recorded config; test models cannot be, and give None."""
-    if not config or config.get("provider") in (None, "", "test"):
-        return None
-    try:
-        return resolve_model(config)
-    except UsageError:
-        return None
+    """Rebuild a model from a recorded config; None when it cannot be (see ``rebuild_model``)."""
+    return rebuild_model(config)[0]
 
 
 def _system_message(system: Any) -> System | None:
@@ -115,7 +70,7 @@ def _system_message(system: Any) -> System | None:
     raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
 
 
-class Branch(StreamVerbs, ComposedVerbs):
+class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, Observable):
     """One conversation: its state is the projection of its own stream.
 
     The constructor does no I/O: ``branch.created`` is appended before the first command, or
@@ -130,6 +85,11 @@ class Branch(StreamVerbs, ComposedVerbs):
         parse_model: The model used to reformat answers for parsing (default: chat_model).
         tools: Callables the branch may offer as tools, by name.
         metadata: Free-form JSON facts about the branch.
+
+    Attributes:
+        unrestored_models: After ``load``: why a recorded model config could not be rebuilt
+            (say, a provider this installation does not know), by role (``chat_model``,
+            ``parse_model``); that model is None and verbs that need it raise ``UsageError``.
     """
 
     def __init__(
@@ -176,6 +136,7 @@ class Branch(StreamVerbs, ComposedVerbs):
         self._tools: dict[str, Callable[..., Any]] = {}
         self._chat_model: ChatModel | None = None
         self._parse_model: ChatModel | None = None
+        self.unrestored_models: dict[str, str] = {}
 
     # ------------------------------------------------------------------------------- loading
 
@@ -209,8 +170,16 @@ class Branch(StreamVerbs, ComposedVerbs):
         branch = cls.__new__(cls)
         branch._setup(branch_id, store, readonly_at=at_version)
         branch._live.state = state
-        branch._chat_model = resolve_model(chat_model) or _model_from_config(state.chat_model)
-        branch._parse_model = resolve_model(parse_model) or _model_from_config(state.parse_model)
+        for role, given, config in (
+            ("chat_model", chat_model, state.chat_model),
+            ("parse_model", parse_model, state.parse_model),
+        ):
+            model = resolve_model(given)
+            if model is None:
+                model, reason = rebuild_model(config)
+                if reason is not None:
+                    branch.unrestored_models[role] = reason
+            setattr(branch, f"_{role}", model)
         return branch
 
     async def save(self) -> Branch:
@@ -324,6 +293,7 @@ class Branch(StreamVerbs, ComposedVerbs):
     @chat_model.setter
     def chat_model(self, value: Any) -> None:
         self._chat_model = resolve_model(value)
+        self.unrestored_models.pop("chat_model", None)
 
     @property
     def parse_model(self) -> ChatModel | None:
@@ -333,6 +303,7 @@ class Branch(StreamVerbs, ComposedVerbs):
     @parse_model.setter
     def parse_model(self, value: Any) -> None:
         self._parse_model = resolve_model(value)
+        self.unrestored_models.pop("parse_model", None)
 
     @property
     def providers(self) -> ContextProviderRegistry:
@@ -463,27 +434,6 @@ class Branch(StreamVerbs, ComposedVerbs):
 
     # ------------------------------------------------------------------------------ observers
 
-    @overload
-    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
-    @overload
-    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
-    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
-        """Call ``handler`` with every signal of ``types`` (all signals when none), in log order.
-
-        Usable as a decorator. Handlers may be sync or async; one that raises is logged and
-        changes nothing.
-        """
-
-        def register(func: Observer) -> Observer:
-            self._observers.append((tuple(types), func))
-            return func
-
-        return register(handler) if handler is not None else register
-
-    def unobserve(self, handler: Observer) -> None:
-        """Stop calling ``handler``."""
-        self._observers = [(t, h) for t, h in self._observers if h is not handler]
-
     def _listeners(self) -> list[tuple[tuple[type[Signal], ...], Observer]]:
         if self._session is None:
             return self._observers
@@ -545,290 +495,6 @@ class Branch(StreamVerbs, ComposedVerbs):
         )
         await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
         return child
-
-    # ---------------------------------------------------------------------------------- verbs
-
-    @overload
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        return_ins_res_message: Literal[False] = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> str: ...
-    @overload
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        *,
-        return_ins_res_message: Literal[True],
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> tuple[Instruction, AssistantResponse]: ...
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        return_ins_res_message: bool = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> str | tuple[Instruction, AssistantResponse]:
-        """Ask the model once. No message is recorded; the model call is (``model.called``).
-
-        Returns the response text, or ``(Instruction, AssistantResponse)`` when
-        ``return_ins_res_message`` is true. Extra keyword arguments are request parameters.
-        """
-        from turnlog.kernel.operations.chat import chat
-
-        param = self._chat_param(
-            guidance=guidance,
-            context=context,
-            sender=sender,
-            recipient=recipient,
-            response_format=response_format if response_format is not None else request_fields,
-            progression=progression,
-            imodel=imodel,
-            tool_schemas=tool_schemas,
-            images=images,
-            image_detail=image_detail,
-            plain_content=plain_content,
-            include_token_usage_to_model=include_token_usage_to_model,
-            imodel_kw=kwargs,
-        )
-        return await chat(self, instruction, param, return_ins_res_message)  # type: ignore[call-overload]
-
-    async def chat_and_record(self, instruction: Any = None, **kwargs: Any) -> str:
-        """Ask the model once and record instruction, model call and response in one append.
-
-        Takes the keyword arguments of ``chat`` (``return_ins_res_message`` is ignored) and
-        returns the response text. Owns no run lifecycle.
-        """
-        from turnlog.kernel.operations.chat_and_record import chat_and_record
-
-        kwargs.pop("return_ins_res_message", None)
-        request_fields = kwargs.pop("request_fields", None)
-        if kwargs.get("response_format") is None and request_fields is not None:
-            kwargs["response_format"] = request_fields
-        param = self._chat_param(**_chat_param_kwargs(kwargs))
-        return await chat_and_record(self, instruction, param)
-
-    async def communicate(
-        self,
-        instruction: Any = None,
-        *,
-        guidance: Any = None,
-        context: Any = None,
-        plain_content: str | None = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        progression: Sequence[str] | None = None,
-        response_format: Any = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        chat_model: Any = None,
-        parse_model: Any = None,
-        skip_validation: bool = False,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        num_parse_retries: int = 3,
-        clear_messages: bool = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """Record one exchange and return the answer, parsed when a format is requested.
-
-        Runs as one observed run (``run.started`` then ``run.ended`` or ``run.failed``).
-
-        Returns:
-            The response text; with ``response_format``, an instance of it; with
-            ``request_fields``, a dict of the fields found.
-        """
-        from turnlog.kernel.operations.communicate import communicate
-
-        for removed in ("request_model", "operative_model", "imodel"):
-            if removed in kwargs:
-                hint = "chat_model=" if removed == "imodel" else "response_format="
-                raise TypeError(f"communicate() no longer accepts {removed!r} (use {hint})")
-        if num_parse_retries > _MAX_PARSE_RETRIES:
-            warnings.warn(
-                f"num_parse_retries={num_parse_retries} is high. "
-                f"Lowering to {_MAX_PARSE_RETRIES}. Suggestion: <3",
-                UserWarning,
-                stacklevel=2,
-            )
-            num_parse_retries = _MAX_PARSE_RETRIES
-        self._check_writable()
-        model = resolve_model(chat_model)
-        param = self._chat_param(
-            guidance=guidance,
-            context=context,
-            sender=sender,
-            recipient=recipient,
-            response_format=response_format if response_format is not None else request_fields,
-            progression=progression,
-            imodel=model,
-            images=images,
-            image_detail=image_detail,
-            plain_content=plain_content,
-            include_token_usage_to_model=include_token_usage_to_model,
-            imodel_kw=kwargs,
-        )
-        parse_param = None
-        if response_format is not None and not skip_validation:
-            parse_param = ParseParam(
-                response_format=response_format,
-                max_retries=num_parse_retries,
-                imodel=resolve_model(parse_model) or self.parse_model,
-            )
-        used = model or self._chat_model
-        async with observed_run(
-            self,
-            "communicate",
-            provider=getattr(used, "provider", None),
-            model=getattr(used, "model", None),
-        ) as run:
-            run.result = await communicate(
-                self,
-                instruction,
-                param,
-                parse_param,
-                clear_messages=clear_messages,
-                skip_validation=skip_validation,
-                request_fields=request_fields if response_format is None else None,
-            )
-            return run.result
-
-    async def parse(
-        self,
-        text: str,
-        *,
-        response_format: Any = None,
-        request_type: Any = None,
-        handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
-        max_retries: int = 3,
-        fuzzy_match: bool = True,
-        similarity_threshold: float = 0.85,
-        parse_model: Any = None,
-    ) -> Any:
-        """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
-
-        Reformat requests record no message (each is a ``model.called`` with verb ``parse``).
-        On failure, ``handle_validation`` decides: raise ``ValueError``, return the text, or
-        return None.
-        """
-        from turnlog.kernel.operations.parse import parse
-
-        fmt = response_format if response_format is not None else request_type
-        if fmt is None:
-            raise UsageError("parse() needs response_format=")
-        param = ParseParam(
-            response_format=fmt,
-            handle_validation=handle_validation,
-            max_retries=max_retries,
-            fuzzy_match=fuzzy_match,
-            similarity_threshold=similarity_threshold,
-            imodel=resolve_model(parse_model) or self.parse_model,
-        )
-        return await parse(self, text, param)
-
-    def _chat_param(self, **fields: Any) -> ChatParam:
-        given = {k: v for k, v in fields.items() if v is not None}
-        if "imodel" in given:
-            given["imodel"] = resolve_model(given["imodel"])
-        for name in ("tool_schemas", "images"):
-            if name in given:
-                given[name] = tuple(given[name])
-        return ChatParam(**given)
-
-
-_CHAT_FIELDS = frozenset(
-    {
-        "guidance",
-        "context",
-        "sender",
-        "recipient",
-        "response_format",
-        "progression",
-        "imodel",
-        "tool_schemas",
-        "images",
-        "image_detail",
-        "plain_content",
-        "include_token_usage_to_model",
-    }
-)
-
-
-def _chat_param_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    fields = {k: v for k, v in kwargs.items() if k in _CHAT_FIELDS}
-    if "chat_model" in kwargs:
-        fields["imodel"] = kwargs["chat_model"]
-    fields["imodel_kw"] = {k: v for k, v in kwargs.items() if k not in _CHAT_FIELDS and k != "chat_model"}
-    return fields
-
-
-async def find_branch(store: EventStore, ref: str) -> str:
-    """The id of the branch ``ref`` names: an id, a unique id prefix, or a name.
-
-    Raises:
-        UnknownBranch: nothing matches (``candidates`` lists close names and ids).
-        AmbiguousBranch: several branches match.
-    """
-    if len(ref) == 36 and await store.stream_version(f"branch-{ref}") > 0:  # a full id: no scan
-        return ref
-    streams = [s.removeprefix("branch-") for s, _ in await store.list_streams("branch-")]
-    by_prefix = [b for b in streams if b.startswith(ref)]
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    names: dict[str, list[str]] = {}
-    for branch_id in streams:
-        async for first in store.read_stream(f"branch-{branch_id}", 1, 1):
-            name = first.data.get("name")
-            if isinstance(name, str):
-                names.setdefault(name, []).append(branch_id)
-    matches = names.get(ref, [])
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1 or len(by_prefix) > 1:
-        raise AmbiguousBranch(ref, sorted({*matches, *by_prefix}))
-    close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
-    candidates = [f"{n} ({', '.join(names[n])})" for n in close]
-    hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""
-    raise UnknownBranch(ref, candidates, f"no branch has id, id prefix or name {ref!r}{hint}")
 
 
 def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from turnlog.kernel._lifecycle import observed_run
-from turnlog.kernel._params import ChatParam, Middle, RunParam
+from turnlog.kernel._params import ChatParam, Middle, RunParam, instruct_value
 from turnlog.kernel._tools import ActionParam, Authorize
 
 if TYPE_CHECKING:
@@ -30,14 +30,6 @@ _REMOVED = {
     "imodel": "chat_model=",
 }
 _UNSUPPORTED = ("field_models", "exclude_fields", "call_params")
-
-
-def _instruct_value(instruct: Any, name: str) -> Any:
-    if instruct is None:
-        return None
-    if isinstance(instruct, Mapping):
-        return instruct.get(name)
-    return getattr(instruct, name, None)
 
 
 def _check_kwargs(where: str, kwargs: dict[str, Any]) -> None:
@@ -177,12 +169,12 @@ class ComposedVerbs:
         branch = self._branch
         _check_kwargs("operate", kwargs)
         if instruct is not None:
-            instruction = instruction if instruction is not None else _instruct_value(instruct, "instruction")
-            guidance = guidance if guidance is not None else _instruct_value(instruct, "guidance")
-            context = context if context is not None else _instruct_value(instruct, "context")
-            reason = reason or bool(_instruct_value(instruct, "reason"))
-            actions = actions or bool(_instruct_value(instruct, "actions"))
-            action_strategy = _instruct_value(instruct, "action_strategy") or action_strategy
+            instruction = instruction if instruction is not None else instruct_value(instruct, "instruction")
+            guidance = guidance if guidance is not None else instruct_value(instruct, "guidance")
+            context = context if context is not None else instruct_value(instruct, "context")
+            reason = reason or bool(instruct_value(instruct, "reason"))
+            actions = actions or bool(instruct_value(instruct, "actions"))
+            action_strategy = instruct_value(instruct, "action_strategy") or action_strategy
         branch._check_writable()
         model = resolve_model(chat_model)
         param: ChatParam = branch._chat_param(
@@ -208,10 +200,7 @@ class ComposedVerbs:
         )
         if middle is None:  # chosen before the run starts: a missing adapter writes nothing
             middle = default_middle(branch, param)
-        used = model or branch.chat_model
-        async with observed_run(
-            branch, "operate", provider=getattr(used, "provider", None), model=getattr(used, "model", None)
-        ) as run:
+        async with observed_run.using(branch, "operate", model) as run:
             run.result = await operate(
                 branch,
                 instruction if instruction is not None else "",
@@ -280,11 +269,13 @@ class ComposedVerbs:
             The final answer (``answer`` of the final analysis when it has one, else the
             final object); with ``return_analysis``, every analysis and the final one.
         """
+        from turnlog.kernel._branch import resolve_model
         from turnlog.kernel.operations.ReAct import ReAct
 
         branch = self._branch
         _check_kwargs("ReAct", kwargs)
-        async with observed_run(branch, "ReAct") as run:
+        analysis_model = resolve_model(kwargs.get("analysis_model"))
+        async with observed_run.using(branch, "ReAct", analysis_model) as run:
             run.result = await ReAct(
                 branch,
                 instruct,

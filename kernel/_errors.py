@@ -8,6 +8,8 @@
         │                             view, a branch owned by another session, a missing model
         ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
         │   └── AmbiguousBranch       several branches match: ref, candidates
+        ├── UnknownSession            no session matches a reference (LookupError): ref, candidates
+        │   └── AmbiguousSession      several sessions match: ref, candidates
         ├── OperationError            an operation name resolves to nothing (ValueError): operation
         ├── ExecutionError            an operation could not be executed (RuntimeError)
         ├── ResponseParseError        a response could not be parsed into the requested format
@@ -26,12 +28,14 @@ from turnlog.eventstore import TurnlogError
 
 __all__ = [
     "AmbiguousBranch",
+    "AmbiguousSession",
     "ExecutionError",
     "KernelError",
     "OperationError",
     "ResponseParseError",
     "ScriptExhaustedError",
     "UnknownBranch",
+    "UnknownSession",
     "UsageError",
 ]
 
@@ -44,28 +48,57 @@ class UsageError(KernelError, ValueError):
     """The API was used in a way it does not support; nothing was written."""
 
 
-class UnknownBranch(KernelError, LookupError):
-    """No branch of the store matches a reference.
+class _Unresolved(KernelError, LookupError):
+    """No recorded stream of ``kind`` matches a reference (see the subclasses)."""
 
-    Attributes:
-        ref: The id, id prefix or name that was looked up.
-        candidates: Branch ids that came close (empty when none did).
-    """
+    kind = "stream"
+    kinds = "streams"
 
     def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
         self.ref = ref
         self.candidates = tuple(candidates)
-        if message is None:
-            message = f"no branch matches {ref!r}"
-        super().__init__(message)
+        super().__init__(message if message is not None else f"no {self.kind} matches {ref!r}")
+
+    @classmethod
+    def several(cls, ref: str, candidates: Sequence[str]) -> str:
+        """The message for a reference that matches several candidates."""
+        return f"{ref!r} matches {len(candidates)} {cls.kinds}: {', '.join(candidates)}"
+
+
+class UnknownBranch(_Unresolved):
+    """No branch of the store matches a reference.
+
+    Attributes:
+        ref: The id, id prefix or name that was looked up.
+        candidates: Branch names (with their ids) that came close (empty when none did).
+    """
+
+    kind, kinds = "branch", "branches"
 
 
 class AmbiguousBranch(UnknownBranch):
     """Several branches match a reference; ``candidates`` lists them all."""
 
     def __init__(self, ref: str, candidates: Sequence[str]) -> None:
-        listed = ", ".join(candidates)
-        super().__init__(ref, candidates, f"{ref!r} matches {len(candidates)} branches: {listed}")
+        super().__init__(ref, candidates, self.several(ref, candidates))
+
+
+class UnknownSession(_Unresolved):
+    """No session of the store matches a reference.
+
+    Attributes:
+        ref: The id, id prefix or name that was looked up.
+        candidates: Session names (with their ids) that came close (empty when none did).
+    """
+
+    kind, kinds = "session", "sessions"
+
+
+class AmbiguousSession(UnknownSession):
+    """Several sessions match a reference; ``candidates`` lists them all."""
+
+    def __init__(self, ref: str, candidates: Sequence[str]) -> None:
+        super().__init__(ref, candidates, self.several(ref, candidates))
 
 
 class OperationError(KernelError, ValueError):

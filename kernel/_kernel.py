@@ -21,8 +21,8 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Protocol, overload
 
 import anyio
 from turnlog.eventstore import NO_STREAM, ConcurrencyError, EventStore, RecordedEvent
@@ -63,6 +63,7 @@ __all__ = [
     "FailRun",
     "Kernel",
     "LiveBranch",
+    "Observable",
     "Observer",
     "StartRun",
 ]
@@ -71,6 +72,33 @@ _log = logging.getLogger("turnlog.kernel")
 
 Observer = Callable[[Signal], Any]
 """A sync or async callable receiving signals; what it returns is ignored."""
+
+
+class Observable:
+    """``observe`` / ``unobserve`` over ``self._observers`` (mixed into Branch and Session)."""
+
+    _observers: list[tuple[tuple[type[Signal], ...], Observer]]
+
+    @overload
+    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
+    @overload
+    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
+    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
+        """Call ``handler`` with every signal of ``types`` (all signals when none), in log order.
+
+        On a Session, the signals of every included branch. Usable as a decorator. Handlers
+        may be sync or async; one that raises is logged and changes nothing.
+        """
+
+        def register(func: Observer) -> Observer:
+            self._observers.append((tuple(types), func))
+            return func
+
+        return register(handler) if handler is not None else register
+
+    def unobserve(self, handler: Observer) -> None:
+        """Stop calling ``handler``."""
+        self._observers = [(t, h) for t, h in self._observers if h is not handler]
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -91,6 +119,12 @@ def _usage(usage: Usage) -> UsageData:
     return UsageData(
         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
     )
+
+
+def _payload(schema: type[EventData], command: Any, **converted: Any) -> EventData:
+    """The ``schema`` payload holding a command's fields (``converted`` replaces some of them)."""
+    values = {f.name: getattr(command, f.name) for f in fields(command)}
+    return schema(**(values | converted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +173,7 @@ class AnnotateMessage:
     def build(self, state: Any) -> Sequence[EventData]:
         if not _has_message(state, self.message_id):
             raise UsageError(f"message {self.message_id} is not in this branch")
-        return (
-            MessageAnnotated(message_id=self.message_id, metadata=dict(self.metadata), reason=self.reason),
-        )
+        return (_payload(MessageAnnotated, self, metadata=dict(self.metadata)),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +196,7 @@ class BindProviderSession:
     session_id: str
 
     def build(self, state: Any) -> Sequence[EventData]:
-        return (ProviderSessionBound(provider=self.provider, model=self.model, session_id=self.session_id),)
+        return (_payload(ProviderSessionBound, self),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,15 +211,7 @@ class StartRun:
     model: str | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
-        return (
-            RunStarted(
-                run_id=self.run_id,
-                verb=self.verb,
-                parent_run_id=self.parent_run_id,
-                provider=self.provider,
-                model=self.model,
-            ),
-        )
+        return (_payload(RunStarted, self),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +226,7 @@ class EndRun:
     chunks: int | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
-        return (
-            RunEnded(
-                run_id=self.run_id,
-                verb=self.verb,
-                duration_ms=self.duration_ms,
-                usage=_usage(self.usage),
-                chunks=self.chunks,
-            ),
-        )
+        return (_payload(RunEnded, self, usage=_usage(self.usage)),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,18 +244,8 @@ class FailRun:
     recovered: Mapping[str, Any] | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
-        return (
-            RunFailedData(
-                run_id=self.run_id,
-                verb=self.verb,
-                duration_ms=self.duration_ms,
-                usage=_usage(self.usage),
-                error_type=self.error_type,
-                error_message=self.error_message,
-                reason=self.reason,  # type: ignore[arg-type]
-                recovered=dict(self.recovered) if self.recovered is not None else None,
-            ),
-        )
+        recovered = dict(self.recovered) if self.recovered is not None else None
+        return (_payload(RunFailedData, self, usage=_usage(self.usage), recovered=recovered),)
 
 
 # ------------------------------------------------------------------------------------- live branch

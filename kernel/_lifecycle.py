@@ -64,7 +64,13 @@ class Signal:
 
 
 @dataclass(frozen=True, slots=True)
-class RunStart(Signal):
+class _RunSignal(Signal):
+    run_id: str
+    verb: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart(_RunSignal):
     """A run began (``run.started``).
 
     Attributes:
@@ -72,12 +78,15 @@ class RunStart(Signal):
         verb: The verb that owns the run.
     """
 
-    run_id: str
-    verb: str
+
+@dataclass(frozen=True, slots=True)
+class _RunOutcome(_RunSignal):
+    duration_ms: float
+    usage: Usage
 
 
 @dataclass(frozen=True, slots=True)
-class RunEnd(Signal):
+class RunEnd(_RunOutcome):
     """A run finished normally (``run.ended``).
 
     Attributes:
@@ -88,15 +97,11 @@ class RunEnd(Signal):
         result: What the verb returned (only in the process that ran it).
     """
 
-    run_id: str
-    verb: str
-    duration_ms: float
-    usage: Usage
     result: Any = None
 
 
 @dataclass(frozen=True, slots=True)
-class RunFailed(Signal):
+class RunFailed(_RunOutcome):
     """A run ended with an error, a cancellation or a timeout (``run.failed``).
 
     Attributes:
@@ -110,10 +115,6 @@ class RunFailed(Signal):
         error: The exception itself (only in the process that ran it).
     """
 
-    run_id: str
-    verb: str
-    duration_ms: float
-    usage: Usage
     error_type: str
     error_message: str
     reason: FailureReason
@@ -201,6 +202,8 @@ class observed_run:
         verb: The owning verb's name.
         provider: The provider used, when known (recorded in ``run.started``).
         model: The model used, when known.
+
+    ``observed_run.using(branch, verb, chat_model)`` takes both from the model in use.
     """
 
     __slots__ = ("_branch", "_model", "_provider", "_scope", "_tokens", "_verb")
@@ -214,6 +217,20 @@ class observed_run:
         self._model = model
         self._scope: RunScope | None = None
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
+
+    @classmethod
+    def using(cls, branch: Branch, verb: str, chat_model: Any = None) -> observed_run:
+        """A run that records the provider and model of ``chat_model`` (default: the branch's).
+
+        Analytics attributes a run's cost by them, so every verb owning a run passes its model.
+        """
+        used = chat_model if chat_model is not None else branch.chat_model
+        return cls(
+            branch,
+            verb,
+            provider=str(getattr(used, "provider", "") or "") or None,
+            model=str(getattr(used, "model", "") or "") or None,
+        )
 
     async def __aenter__(self) -> RunScope:
         from turnlog.kernel._kernel import StartRun
@@ -307,7 +324,7 @@ def lifecycle(verb: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Aw
         @functools.wraps(func)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             branch = args[0] if args else kwargs["branch"]
-            async with observed_run(branch, verb) as run:  # type: ignore[arg-type]
+            async with observed_run.using(branch, verb) as run:  # type: ignore[arg-type]
                 result = await func(*args, **kwargs)
                 run.result = result
                 return result

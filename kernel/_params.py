@@ -15,9 +15,18 @@ if TYPE_CHECKING:
     from turnlog.kernel._branch import Branch
     from turnlog.kernel.models import ChatModel
 
-__all__ = ["ChatParam", "Middle", "ParseParam", "RunParam"]
+__all__ = ["ChatParam", "Middle", "ParseParam", "RunParam", "instruct_value"]
 
 ImageDetail = Literal["low", "high", "auto"]
+
+
+def instruct_value(instruct: Any, name: str) -> Any:
+    """Field ``name`` of an ``instruct`` (a mapping or an object with attributes; None: None)."""
+    if instruct is None:
+        return None
+    if isinstance(instruct, Mapping):
+        return instruct.get(name)
+    return getattr(instruct, name, None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,11 +313,16 @@ def envelope(event: NewEvent, stream: str, version: int, recorded_at: str) -> di
     }
 
 
+_UNKNOWN = SafeUUID.unknown  # an enum member lookup per id is measurable at this rate
+_new = object.__new__
+_set = object.__setattr__
+
+
 def _uuid_from_int(value: int) -> UUID:
     """``UUID(int=value)`` without re-validating an int made in range by construction."""
-    made = object.__new__(UUID)
-    object.__setattr__(made, "int", value)
-    object.__setattr__(made, "is_safe", SafeUUID.unknown)
+    made = _new(UUID)
+    _set(made, "int", value)
+    _set(made, "is_safe", _UNKNOWN)
     return made
 
 

@@ -334,7 +334,7 @@ async def _recover_run(
     produced.extend(trailing)
     closed: list[AnyMessage] = []
     state_after = branch.state
-    for request in assembler.pending_requests.values():
+    for request in assembler.unanswered.values():
         if state_after.response_for(request.id) is not None:
             continue
         span = _range(request) or (0, 0)

@@ -24,6 +24,7 @@ from turnlog.projections import (
     AssistantResponse,
     BranchState,
     Instruction,
+    StateCache,
     System,
     message_from_dict,
     rebuild,
@@ -321,7 +322,9 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
     copied as they are. The report holds the first divergence, if any.
     """
     from ._branch import Branch  # local: Branch imports this module's layer
+    from ._called import called_message_ids
 
+    states = StateCache(store)  # the calls name their history by version: fold each once
     events = await _effective_events(store, branch_id)
     if not events:
         raise KernelError(f"branch {branch_id} has no events")
@@ -364,7 +367,8 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                         index += 1
                         called = nxt.data
                         recorded = [
-                            by_id.get(mid) or seen.get(mid) for mid in called.get("message_ids") or []
+                            by_id.get(mid) or seen.get(mid)
+                            for mid in await called_message_ids(store, nxt, cache=states)
                         ]
                         calls = tuple(
                             ToolCall(str(c.get("id")), str(c.get("name")), dict(c.get("arguments") or {}))

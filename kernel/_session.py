@@ -13,32 +13,37 @@ Example::
         return await branch.chat_and_record(f"Summarize: {text}")
 
     await session.run_operation("summarize", text="...")
+    again = await Session.load(store, session.id)   # same branches and default, from the log
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import anyio
-from turnlog.eventstore import EventStore, uuid7
+from turnlog.eventstore import EventStore, RecordedEvent, uuid7
 from turnlog.kernel._branch import Branch, default_store
 from turnlog.kernel._errors import OperationError, UsageError
-from turnlog.kernel._kernel import Observer
+from turnlog.kernel._kernel import Observable, Observer
 from turnlog.kernel._lifecycle import Signal
+from turnlog.kernel._lookup import find_session
 from turnlog.projections import (
     BranchIncluded,
     BranchRemoved,
     DefaultBranchSet,
     EventData,
     SessionCreated,
+    decode_event,
     new_event,
 )
 
 __all__ = ["OperationManager", "Session"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = logging.getLogger("turnlog.kernel")
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
@@ -76,14 +81,18 @@ class OperationManager:
         self.registry[operation] = func
 
 
-class Session:
+class Session(Observable):
     """Branches that share one operation registry, one set of observers and a default branch.
 
     The constructor does no I/O; the session stream is written on the first change.
 
     Args:
         store: The store (None: the store of the first included branch, else the default).
-        name: A human name.
+        name: A human name (``Session.load`` finds a session by it).
+
+    Attributes:
+        default_branch: The branch verbs run on when none is named.
+        missing_branches: After ``load``: included branches of which nothing was recorded.
     """
 
     def __init__(self, *, store: EventStore | None = None, name: str | None = None) -> None:
@@ -96,6 +105,44 @@ class Session:
         self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
         self._branches: dict[str, Branch] = {}
         self.default_branch: Branch | None = None
+        self.missing_branches: list[str] = []
+
+    @classmethod
+    async def load(
+        cls, store: EventStore, ref: str, *, chat_model: Any = None, parse_model: Any = None
+    ) -> Session:
+        """Restore a recorded session: its included branches (loaded) and its default branch.
+
+        The operation registry and observers are not recorded: register them again.
+
+        Args:
+            store: The store holding the session.
+            ref: A session id, a unique prefix of one, or a session name.
+            chat_model: The chat model of every branch (default: each branch's recorded one).
+            parse_model: The parse model of every branch (default: likewise).
+
+        Raises:
+            UnknownSession: nothing matches ``ref`` (``candidates`` lists close names).
+            AmbiguousSession: several sessions match ``ref``.
+        """
+        session_id = await find_session(store, ref)
+        events = [e async for e in store.read_stream(f"session-{session_id}")]
+        name, included, default = _fold_session(events)
+        session = cls(store=store, name=name)
+        session.id = session_id
+        session._created = True
+        for branch_id in included:
+            if await store.stream_version(f"branch-{branch_id}") == 0:
+                # Included before anything of it was recorded: there is nothing to restore.
+                _log.debug("session %s: branch %s has no events; not restored", session_id, branch_id)
+                session.missing_branches.append(branch_id)
+                continue
+            branch = await Branch.load(store, branch_id, chat_model=chat_model, parse_model=parse_model)
+            session._adopt(branch)
+        session.default_branch = session._branches.get(default or "") or next(
+            iter(session._branches.values()), None
+        )
+        return session
 
     @property
     def stream(self) -> str:
@@ -172,15 +219,20 @@ class Session:
         for branch in batch:
             if branch.id in self._branches:
                 continue
-            branch._session = self
-            branch._operation_manager = self._operation_manager
-            self._branches[branch.id] = branch
+            self._adopt(branch)
+            # Recorded before the inclusion, so that Session.load finds every branch it names.
+            await branch._ensure_created()
             items.append(BranchIncluded(branch_id=branch.id))
             if self.default_branch is None:
                 self.default_branch = branch
                 items.append(DefaultBranchSet(branch_id=branch.id))
         if items:
             await self._record(*items)
+
+    def _adopt(self, branch: Branch) -> None:
+        branch._session = self
+        branch._operation_manager = self._operation_manager
+        self._branches[branch.id] = branch
 
     async def new_branch(self, *, as_default_branch: bool = False, **kwargs: Any) -> Branch:
         """Make a branch in this session's store (``Branch`` keyword arguments) and include it."""
@@ -291,21 +343,20 @@ class Session:
             default_branch=default_branch,
         )
 
-    # ----------------------------------------------------------------------------- observers
 
-    @overload
-    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
-    @overload
-    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
-    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
-        """Call ``handler`` with the signals of every included branch (usable as a decorator)."""
-
-        def register(func: Observer) -> Observer:
-            self._observers.append((tuple(types), func))
-            return func
-
-        return register(handler) if handler is not None else register
-
-    def unobserve(self, handler: Observer) -> None:
-        """Stop calling ``handler``."""
-        self._observers = [(t, h) for t, h in self._observers if h is not handler]
+def _fold_session(events: list[RecordedEvent]) -> tuple[str | None, list[str], str | None]:
+    """``(name, included branch ids in inclusion order, default branch id)`` of a session stream."""
+    name: str | None = None
+    included: dict[str, None] = {}
+    default: str | None = None
+    for event in events:
+        data = decode_event(event)
+        if isinstance(data, SessionCreated):
+            name = data.name
+        elif isinstance(data, BranchIncluded):
+            included[data.branch_id] = None
+        elif isinstance(data, BranchRemoved):
+            included.pop(data.branch_id, None)
+        elif isinstance(data, DefaultBranchSet):
+            default = data.branch_id
+    return name, list(included), default if default in included else None

@@ -206,7 +206,16 @@ class ModelCalled(EventData):
     run_id: str | None = None
     """The run the call belongs to."""
     message_ids: list[str] = Field(default_factory=list)
-    """Ids of the recorded messages the request was built from."""
+    """Ids of the recorded messages the request was built from, when they are listed.
+
+    Empty when ``history_version`` is set: the ids are then those of the branch's view at
+    that version (system first), followed by ``instruction_id``, and are not stored again
+    on every call (``turnlog.kernel.called_message_ids`` resolves them either way).
+    """
+    history_version: int | None = None
+    """The branch version whose message view was sent as history (None: see ``message_ids``)."""
+    instruction_id: str | None = None
+    """The id of the new instruction sent after that history (with ``history_version``)."""
     params: dict[str, JsonValue] = Field(default_factory=dict)
     """Request parameters other than messages (no secrets)."""
     tools: list[str] = Field(default_factory=list)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 from turnlog.kernel._errors import ResponseParseError
+from turnlog.kernel._params import instruct_value
 from turnlog.projections import AssistantResponse
 
 if TYPE_CHECKING:
@@ -92,14 +93,6 @@ def clamp_extensions(max_extensions: int | None) -> int:
         )
         return MAX_EXTENSIONS
     return max_extensions
-
-
-def _instruct_value(instruct: Any, name: str) -> Any:
-    if instruct is None:
-        return None
-    if isinstance(instruct, Mapping):
-        return instruct.get(name)
-    return getattr(instruct, name, None)
 
 
 def _last_response_text(branch: Branch) -> str | None:
@@ -178,9 +171,9 @@ async def ReActStream(
     for name in _DISPLAY_ONLY:  # how a console showed the rounds; nothing to send or record
         operate_kwargs.pop(name, None)
     extensions = clamp_extensions(max_extensions)
-    instruction = instruction if instruction is not None else _instruct_value(instruct, "instruction")
-    guidance = guidance if guidance is not None else _instruct_value(instruct, "guidance")
-    context = context if context is not None else _instruct_value(instruct, "context")
+    instruction = instruction if instruction is not None else instruct_value(instruct, "instruction")
+    guidance = guidance if guidance is not None else instruct_value(instruct, "guidance")
+    context = context if context is not None else instruct_value(instruct, "context")
     if interpret:
         instruction = await branch.interpret(
             str(instruction or ""),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+from turnlog.kernel._called import sent_message_ids
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._params import ChatParam
 from turnlog.projections import (
@@ -248,8 +249,5 @@ def assemble(
                 if folded is None:
                     folded = history.folded[key] = _fold_system(history.first, prefix)
                 out[0] = folded
-    ids = [m.id for m in messages] if not cached else list(history.ids)
-    if system is not None and system.id not in ids[:1]:
-        ids.insert(0, system.id)
-    ids.append(ins.id)
-    return Prompt(out, ids)
+    ids = [m.id for m in messages] if not cached else history.ids
+    return Prompt(out, sent_message_ids(ids, system, ins.id))

@@ -64,8 +64,10 @@ class Exchange:
 def _model_for(branch: Branch, param: ChatParam) -> ChatModel:
     model = param.imodel or branch.chat_model
     if model is None:
+        why = branch.unrestored_models.get("chat_model")
         raise UsageError(
             f"branch {branch.id} has no chat model: pass chat_model= to Branch(...) or Branch.load(...)"
+            + (f" ({why})" if why else "")
         )
     return model
 
@@ -79,12 +81,16 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
     model = _model_for(branch, param)
     ins = build_instruction(branch, instruction, param)
     report = await branch._gather_context(ins)
+    history_version: int | None = None
     if param.progression is not None:
         history = branch._messages_by_ids(param.progression)
         cached = False
     else:
         history = branch.messages
         cached = True
+        # The branch's own view is named by its version (O(1) per call) instead of listing
+        # every id again. Before the first write the view is the one version 1 will hold.
+        history_version = max(branch.version, 1)
     prompt = assemble(branch._live.cache, history, branch.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
     tools = [dict(t) for t in param.tool_schemas] or None
@@ -113,7 +119,9 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         endpoint=str(getattr(model, "endpoint", "chat/completions")),
         verb=verb,
         run_id=run.run_id if run is not None else None,
-        message_ids=prompt.message_ids,
+        message_ids=prompt.message_ids if history_version is None else [],
+        history_version=history_version,
+        instruction_id=ins.id if history_version is not None else None,
         params=_json_params(sent.params),
         tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
         response_format=schema_name,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import orjson
 from turnlog.eventstore import uuid7
-from turnlog.kernel._errors import ResponseParseError
+from turnlog.kernel._errors import ResponseParseError, UsageError
 from turnlog.kernel._kernel import BindProviderSession
 from turnlog.kernel._lifecycle import current_run, failure_reason
 from turnlog.kernel._params import ChatParam, ParseParam, RunParam
@@ -176,6 +176,9 @@ class StreamAssembler:
     - ``error``: with ``benign_eos`` sets ``finished``; else the pending text is returned and
       ``error`` holds the chunk.
 
+    ``unanswered`` holds every request no result has answered (also one whose call id a later
+    call reused), by message id.
+
     Every message carries ``metadata["run_id"]`` and ``metadata["chunk_range"]`` (first and
     last seq it was built from). ``recover`` replays the same rules; ``existing`` maps
     ``(kind, first_seq, last_seq)`` to messages already recorded, which are then returned
@@ -207,6 +210,7 @@ class StreamAssembler:
         self.result_meta: dict[str, Any] = {}
         self.usage = Usage()
         self.pending_requests: dict[str, ActionRequest] = {}
+        self.unanswered: dict[str, ActionRequest] = {}
         self.session_id: str | None = None
         self.finished = False
         self.error: StreamChunk | None = None
@@ -278,13 +282,16 @@ class StreamAssembler:
                 metadata=self._meta(seq, seq),
             )
         if chunk.tool_id:
+            # a second call reusing an id takes the results from then on; the first stays unanswered
             self.pending_requests[chunk.tool_id] = request
+        self.unanswered[request.id] = request
         return request
 
     def _response(self, seq: int, chunk: StreamChunk) -> ActionResponse | None:
         request = self.pending_requests.pop(chunk.tool_id, None) if chunk.tool_id else None
         if request is None:
             return None
+        self.unanswered.pop(request.id, None)
         found = self._known("ActionResponse", seq, seq)
         if isinstance(found, ActionResponse):
             return found
@@ -586,6 +593,8 @@ async def run(
     if resume is None:
         resume = branch.provider_session(provider, model_name)
     ins = build_instruction(branch, instruction, param)
+    if branch.state.message(ins.id) is not None:
+        raise UsageError(f"instruction {ins.id} is recorded in branch {branch.id} already; pass a new one")
     prompt = _prompt(branch, ins, resume)
     outer = current_run(branch.id)
     run_id = str(uuid7())
@@ -594,7 +603,6 @@ async def run(
     if outer is None:
         items += (RunStarted(run_id=run_id, verb=VERB, provider=provider or None, model=model_name or None),)
     started = time.perf_counter()
-    await branch._execute(_Append(items), run_id=lifecycle_id)
     state = _Run(
         branch=branch,
         run_id=run_id,
@@ -613,6 +621,7 @@ async def run(
     )
     error: BaseException | None = None
     try:
+        await branch._execute(_Append(items), run_id=lifecycle_id)
         yield ins
         async with contextlib.aclosing(_stream(state, model, param, persist, timeout)) as messages:
             async for message in messages:
@@ -623,8 +632,10 @@ async def run(
         error = exc
         raise
     finally:
-        with anyio.CancelScope(shield=True):
-            await state.finish(error)
+        # A start that was recorded gets its terminal, even when what followed it was cancelled.
+        if branch.state.message(ins.id) is not None:
+            with anyio.CancelScope(shield=True):
+                await state.finish(error)
 
 
 async def _stream(

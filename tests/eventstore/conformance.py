@@ -313,6 +313,7 @@ class StoreConformance:
         assert await positions(store) == acked
         assert await positions(store, backwards=True) == acked[::-1]
         assert await versions(store, "s-1", from_version=2, limit=1200) == list(range(2, 1202))
+        assert await versions(store, "s-1", backwards=True, limit=700) == list(range(1300, 600, -1))
 
     async def test_head_stream_version_and_list_streams(self, store: EventStore) -> None:
         """head, stream_version and list_streams describe the log (0 and [] when empty)."""

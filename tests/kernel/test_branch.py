@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -147,6 +148,40 @@ async def test_verbs_need_a_chat_model(store: EventStore) -> None:
     with pytest.raises(UsageError, match="no chat model"):
         await branch.chat("hi")
     assert await store.head() == 0
+
+
+class _ForeignModel(ScriptedModel):
+    """A model whose recorded config names something this installation cannot rebuild."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__("hello")
+        self._config = config
+
+    def to_config(self) -> dict[str, Any]:
+        return dict(self._config)
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"provider": "acme-unknown", "model": "m1"}, "acme-unknown"),
+        ({"provider": "openai", "model": "gpt-x", "colour": "blue"}, "colour"),
+    ],
+)
+async def test_load_survives_a_recorded_model_that_cannot_be_rebuilt(
+    store: EventStore, config: dict[str, Any], said: str
+) -> None:
+    branch = Branch(store=store, name="foreign", chat_model=_ForeignModel(config))
+    await branch.communicate("hi")
+    again = await Branch.load(store, "foreign")
+    assert again.chat_model is None and len(again.messages) == 2
+    assert said in again.unrestored_models["chat_model"]
+    with pytest.raises(UsageError, match="no chat model") as caught:
+        await again.communicate("still there?")
+    assert said in str(caught.value)
+    again.chat_model = ScriptedModel("yes")
+    assert again.unrestored_models == {}
+    assert await again.communicate("still there?") == "yes"
 
 
 async def test_set_system_replaces_the_system_message(store: EventStore) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch
+from turnlog.kernel import Branch, called_message_ids
 from turnlog.kernel.models import RateLimitError
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse, Instruction
@@ -52,7 +52,8 @@ async def test_model_called_describes_the_call(store: EventStore) -> None:
     assert (called.provider, called.model, called.endpoint) == ("test", "scripted", "test")
     assert called.params == {"temperature": 0.2}
     assert called.usage.input_tokens == 11 and called.usage.cost_usd == 0.5
-    assert called.message_ids[0] == branch.system.id
+    event = next(e for e, _ in await branch.events() if e.type == "model.called")
+    assert (await called_message_ids(store, event))[0] == branch.system.id
     assert len(called.fingerprint) == 64
     assert called.response is not None and called.response["choices"][0]["message"]["content"] == "ok"
     assert called.latency_ms >= 0 and called.attempts == 1

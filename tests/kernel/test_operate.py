@@ -287,3 +287,11 @@ async def test_without_the_cli_middle_a_cli_model_gets_a_clear_error(
 
 async def _fixed_middle(*args: Any, **kwargs: Any) -> str:
     return "fixed"
+
+
+async def test_operate_run_names_the_provider_and_model_it_uses(store: EventStore) -> None:
+    branch = Branch(store=store, chat_model=ScriptedModel(GOOD, model="main"))
+    await branch.operate(instruction="city?", response_format=Answer)
+    await branch.operate(instruction="city?", chat_model=ScriptedModel(GOOD, model="other"))
+    started = [e.data async for e in store.read_stream(branch.stream) if e.type == "run.started"]
+    assert [(s["provider"], s["model"]) for s in started] == [("test", "main"), ("test", "other")]

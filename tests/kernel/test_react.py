@@ -228,3 +228,16 @@ async def test_cli_backed_react_nests_its_streamed_runs(store: EventStore) -> No
     (run,) = branch.state.runs.values()
     assert run.verb == "ReAct"
     await assert_rebuilds(branch)
+
+
+async def test_react_run_names_the_provider_and_model_it_uses(store: EventStore) -> None:
+    branch = Branch(store=store, chat_model=ScriptedModel(step(False), answer("a"), model="main"))
+    await branch.ReAct(instruction="go")
+    analyst = ScriptedModel(step(False), model="analyst")
+    branch.chat_model = ScriptedModel(answer("b"), model="main")
+    await branch.ReAct(instruction="again", analysis_model=analyst)
+    started = [e.data async for e in store.read_stream(branch.stream) if e.type == "run.started"]
+    assert [(s["verb"], s["provider"], s["model"]) for s in started] == [
+        ("ReAct", "test", "main"),
+        ("ReAct", "test", "analyst"),
+    ]

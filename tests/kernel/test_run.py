@@ -274,3 +274,15 @@ async def test_run_and_collect_is_the_cli_middle(store: EventStore) -> None:
     assert await run_and_collect(branch, "go", param, ParseParam(response_format=Answer)) == Answer(value=3)
     assert await run_and_collect(branch, "go", ChatParam(imodel=ChunkModel([text("x")]))) == "x"  # type: ignore[arg-type]
     assert [r.verb for r in branch.state.runs.values()] == ["run", "run"]
+
+
+async def test_a_recorded_instruction_is_not_run_again(store: EventStore) -> None:
+    from turnlog.kernel import UsageError
+
+    branch = Branch(store=store)
+    got = [m async for m in branch.run("go", chat_model=ChunkModel([text("a")]))]
+    version = branch.version
+    with pytest.raises(UsageError, match="recorded"):
+        async for _ in branch.run(got[0], chat_model=ChunkModel([text("b")])):
+            pass
+    assert branch.version == version

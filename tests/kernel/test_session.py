@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+import textwrap
+
+import anyio
 import pytest
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, OperationError, Session, UsageError
+from turnlog.kernel import (
+    AmbiguousSession,
+    Branch,
+    OperationError,
+    Session,
+    UnknownSession,
+    UsageError,
+)
 from turnlog.kernel.testing import ScriptedModel
 
 
@@ -150,3 +161,77 @@ async def test_branch_created_in_a_session_records_the_session(store: EventStore
     branch = await session.new_branch(name="child")
     await branch.save()
     assert branch.state.session_id == session.id
+
+
+async def test_load_restores_branches_and_default(store: EventStore) -> None:
+    session = Session(store=store, name="desk")
+    a = Branch(store=store, name="alpha", system="Be alpha.", chat_model=ScriptedModel("a1"))
+    b, c = Branch(store=store, name="beta"), Branch(store=store, name="gamma")
+    await session.include_branches([a, b, c])
+    await a.communicate("hello")
+    await session.change_default_branch(c)
+    await session.remove_branch(c)  # the default moves back to the first branch left
+    await session.change_default_branch(b)
+    again = await Session.load(store, "desk", chat_model=ScriptedModel("a2"))
+    assert again.id == session.id and again.name == "desk"
+    assert [x.name for x in again.branches] == ["alpha", "beta"]
+    assert again.default_branch is again.get_branch("beta")
+    restored = again.get_branch("alpha")
+    assert restored.state == a.state and restored.session is again
+    assert await again.run_operation("communicate", branch="alpha", instruction="more") == "a2"
+    assert restored.state.session_id == session.id
+    await again.change_default_branch("alpha")
+    third = await Session.load(store, session.id[:13])
+    assert third.default_branch is not None and third.default_branch.name == "alpha"
+
+
+async def test_load_by_unknown_or_ambiguous_reference(store: EventStore) -> None:
+    await Session(store=store, name="twin").save()
+    await Session(store=store, name="twin").save()
+    with pytest.raises(AmbiguousSession):
+        await Session.load(store, "twin")
+    with pytest.raises(UnknownSession, match="did you mean") as caught:
+        await Session.load(store, "twins")
+    assert caught.value.candidates and caught.value.candidates[0].startswith("twin (")
+
+
+async def test_an_included_branch_is_recorded_before_its_inclusion(store: EventStore) -> None:
+    session = Session(store=store)
+    branch = Branch(store=store, name="unused", system="Kept.")
+    await session.include_branches(branch)
+    assert branch.version == 1 and branch.state.session_id == session.id
+    again = await Session.load(store, session.id)
+    assert again.default_branch is not None and again.default_branch.system == branch.system
+    assert again.missing_branches == []
+
+
+RELOAD = textwrap.dedent(
+    """
+    import sys, anyio
+    from turnlog.eventstore import open_store
+    from turnlog.kernel import Session
+    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.projections import catalogue_upcasters
+
+    async def main():
+        store = open_store(sys.argv[1], upcasters=catalogue_upcasters())
+        session = await Session.load(store, "far", chat_model=ScriptedModel("from the child"))
+        print(",".join(b.name for b in session.branches), session.default_branch.name)
+        print(await session.run_operation("communicate", instruction="again"))
+        print(len(session.default_branch.messages))
+        await store.close()
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_a_new_process_restores_the_session(store: EventStore, store_url: str) -> None:
+    session = Session(store=store, name="far")
+    one = Branch(store=store, name="one", chat_model=ScriptedModel("first"))
+    await session.include_branches([one, Branch(store=store, name="two")])
+    await one.communicate("hello")
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-c", RELOAD, store_url], check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().splitlines() == ["one,two one", "from the child", "4"]

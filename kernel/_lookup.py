@@ -1,0 +1,67 @@
+"""Finding a recorded branch or session by id, unique id prefix or name.
+
+Branches and sessions are both streams (``branch-<id>``, ``session-<id>``) whose first event
+carries the name, so one lookup serves both.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from turnlog.eventstore import EventStore
+from turnlog.kernel._errors import AmbiguousBranch, AmbiguousSession, UnknownBranch, UnknownSession
+
+__all__ = ["find_branch", "find_session"]
+
+_ID_LENGTH = 36  # str(uuid7())
+
+
+async def _find(
+    store: EventStore,
+    kind: str,
+    ref: str,
+    unknown: type[UnknownBranch] | type[UnknownSession],
+    ambiguous: type[AmbiguousBranch] | type[AmbiguousSession],
+) -> str:
+    prefix = f"{kind}-"
+    if len(ref) == _ID_LENGTH and await store.stream_version(prefix + ref) > 0:  # a full id: no scan
+        return ref
+    ids = [s.removeprefix(prefix) for s, _ in await store.list_streams(prefix)]
+    by_prefix = [i for i in ids if i.startswith(ref)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    names: dict[str, list[str]] = {}
+    for found in ids:
+        async for first in store.read_stream(prefix + found, 1, 1):
+            name = first.data.get("name")
+            if isinstance(name, str):
+                names.setdefault(name, []).append(found)
+    matches = names.get(ref, [])
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1 or len(by_prefix) > 1:
+        raise ambiguous(ref, sorted({*matches, *by_prefix}))
+    close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
+    candidates = [f"{n} ({', '.join(names[n])})" for n in close]
+    hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""
+    raise unknown(ref, candidates, f"no {kind} has id, id prefix or name {ref!r}{hint}")
+
+
+async def find_branch(store: EventStore, ref: str) -> str:
+    """The id of the branch ``ref`` names: an id, a unique id prefix, or a name.
+
+    Raises:
+        UnknownBranch: nothing matches (``candidates`` lists close names and ids).
+        AmbiguousBranch: several branches match.
+    """
+    return await _find(store, "branch", ref, UnknownBranch, AmbiguousBranch)
+
+
+async def find_session(store: EventStore, ref: str) -> str:
+    """The id of the session ``ref`` names: an id, a unique id prefix, or a name.
+
+    Raises:
+        UnknownSession: nothing matches (``candidates`` lists close names and ids).
+        AmbiguousSession: several sessions match.
+    """
+    return await _find(store, "session", ref, UnknownSession, AmbiguousSession)

@@ -1,0 +1,75 @@
+"""Chat models from what a caller or the log gives: objects, ``"provider/model"``, configs.
+
+A branch records its models' configurations (never secrets) in ``branch.created``;
+``Branch.load`` rebuilds them, and a configuration that cannot be rebuilt (a provider this
+installation does not know) gives no model and a reason instead of an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from turnlog.eventstore import EventStore, TurnlogError
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel.models import ChatModel
+
+__all__ = ["default_store", "model_config", "rebuild_model", "resolve_model"]
+
+_log = logging.getLogger("turnlog.kernel")
+
+
+def default_store() -> EventStore:
+    """The store used when none is given: ``$TURNLOG_STORE``, else ``./turnlog.db``."""
+    from turnlog.eventstore import open_store
+    from turnlog.projections import catalogue_upcasters
+
+    return open_store(upcasters=catalogue_upcasters())
+
+
+def resolve_model(value: Any) -> ChatModel | None:
+    """A chat model from a model object, a ``"provider/model"`` string or a config dict."""
+    if value is None or hasattr(value, "invoke"):
+        return value
+    if isinstance(value, str | Mapping):
+        try:
+            from turnlog.kernel.models import iModel
+        except ImportError as exc:
+            raise UsageError("model configurations need turnlog.kernel.models.iModel") from exc
+        if isinstance(value, str):
+            return iModel(value) if "/" in value else iModel(model=value)
+        return iModel.from_config(dict(value))
+    raise UsageError(
+        f"a chat model must be a model object, a 'provider/model' string or a dict, not {value!r}"
+    )
+
+
+def model_config(model: Any) -> dict[str, Any] | None:
+    """The recordable configuration of a model (no secrets)."""
+    if model is None:
+        return None
+    to_config = getattr(model, "to_config", None)
+    if callable(to_config):
+        config = dict(to_config())
+        for secret in ("api_key", "headers", "authorization"):
+            config.pop(secret, None)
+        return config
+    return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
+
+
+def rebuild_model(config: Mapping[str, Any] | None) -> tuple[ChatModel | None, str | None]:
+    """Rebuild a model from a recorded config: ``(model, None)``, or ``(None, why not)``.
+
+    Test models are not rebuilt (no reason given). A config naming a provider this
+    installation does not know, or options it does not take, gives None and the reason:
+    loading a branch never fails because its recorded model cannot be rebuilt.
+    """
+    if not config or config.get("provider") in (None, "", "test"):
+        return None, None
+    try:
+        return resolve_model(config), None
+    except (ValueError, TypeError, TurnlogError) as exc:  # UsageError is a ValueError
+        reason = f"recorded model {config.get('provider')}/{config.get('model')} not rebuilt: {exc}"
+        _log.debug("%s", reason)
+        return None, reason

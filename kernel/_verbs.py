@@ -1,0 +1,280 @@
+"""The API verbs of ``Branch``: chat, chat_and_record, communicate and parse.
+
+``ApiVerbs`` is a mixin of ``Branch`` (``self`` is always a Branch): each method builds the
+parameter objects and delegates to ``turnlog.kernel.operations.<verb>`` through an import
+inside the method, so importing Branch loads none of them. ``communicate`` owns one observed
+run; the others own none.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
+
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel._lifecycle import observed_run
+from turnlog.kernel._model_config import resolve_model
+from turnlog.kernel._params import ChatParam, ParseParam
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+    from turnlog.projections import AssistantResponse, Instruction
+
+__all__ = ["MAX_PARSE_RETRIES", "ApiVerbs"]
+
+MAX_PARSE_RETRIES = 5
+"""The most reformat retries ``communicate`` allows; more warns and is lowered to this."""
+
+
+class ApiVerbs:
+    """The API verbs; mixed into ``Branch``."""
+
+    @overload
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        return_ins_res_message: Literal[False] = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> str: ...
+    @overload
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        *,
+        return_ins_res_message: Literal[True],
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> tuple[Instruction, AssistantResponse]: ...
+    async def chat(
+        self,
+        instruction: Any = None,
+        guidance: Any = None,
+        context: Any = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        progression: Sequence[str] | None = None,
+        imodel: Any = None,
+        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        plain_content: str | None = None,
+        return_ins_res_message: bool = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> str | tuple[Instruction, AssistantResponse]:
+        """Ask the model once. No message is recorded; the model call is (``model.called``).
+
+        Returns the response text, or ``(Instruction, AssistantResponse)`` when
+        ``return_ins_res_message`` is true. Extra keyword arguments are request parameters.
+        """
+        from turnlog.kernel.operations.chat import chat
+
+        branch = cast("Branch", self)
+        param = self._chat_param(
+            guidance=guidance,
+            context=context,
+            sender=sender,
+            recipient=recipient,
+            response_format=response_format if response_format is not None else request_fields,
+            progression=progression,
+            imodel=imodel,
+            tool_schemas=tool_schemas,
+            images=images,
+            image_detail=image_detail,
+            plain_content=plain_content,
+            include_token_usage_to_model=include_token_usage_to_model,
+            imodel_kw=kwargs,
+        )
+        return await chat(branch, instruction, param, return_ins_res_message)  # type: ignore[call-overload]
+
+    async def chat_and_record(self, instruction: Any = None, **kwargs: Any) -> str:
+        """Ask the model once and record instruction, model call and response in one append.
+
+        Takes the keyword arguments of ``chat`` (``return_ins_res_message`` is ignored) and
+        returns the response text. Owns no run lifecycle.
+        """
+        from turnlog.kernel.operations.chat_and_record import chat_and_record
+
+        kwargs.pop("return_ins_res_message", None)
+        request_fields = kwargs.pop("request_fields", None)
+        if kwargs.get("response_format") is None and request_fields is not None:
+            kwargs["response_format"] = request_fields
+        param = self._chat_param(**_chat_param_kwargs(kwargs))
+        return await chat_and_record(cast("Branch", self), instruction, param)
+
+    async def communicate(
+        self,
+        instruction: Any = None,
+        *,
+        guidance: Any = None,
+        context: Any = None,
+        plain_content: str | None = None,
+        sender: str | None = None,
+        recipient: str | None = None,
+        progression: Sequence[str] | None = None,
+        response_format: Any = None,
+        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        skip_validation: bool = False,
+        images: Sequence[str] | None = None,
+        image_detail: Literal["low", "high", "auto"] | None = None,
+        num_parse_retries: int = 3,
+        clear_messages: bool = False,
+        include_token_usage_to_model: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Record one exchange and return the answer, parsed when a format is requested.
+
+        Runs as one observed run (``run.started`` then ``run.ended`` or ``run.failed``).
+
+        Returns:
+            The response text; with ``response_format``, an instance of it; with
+            ``request_fields``, a dict of the fields found.
+        """
+        from turnlog.kernel.operations.communicate import communicate
+
+        for removed in ("request_model", "operative_model", "imodel"):
+            if removed in kwargs:
+                hint = "chat_model=" if removed == "imodel" else "response_format="
+                raise TypeError(f"communicate() no longer accepts {removed!r} (use {hint})")
+        if num_parse_retries > MAX_PARSE_RETRIES:
+            warnings.warn(
+                f"num_parse_retries={num_parse_retries} is high. "
+                f"Lowering to {MAX_PARSE_RETRIES}. Suggestion: <3",
+                UserWarning,
+                stacklevel=2,
+            )
+            num_parse_retries = MAX_PARSE_RETRIES
+        branch = cast("Branch", self)
+        branch._check_writable()
+        model = resolve_model(chat_model)
+        param = self._chat_param(
+            guidance=guidance,
+            context=context,
+            sender=sender,
+            recipient=recipient,
+            response_format=response_format if response_format is not None else request_fields,
+            progression=progression,
+            imodel=model,
+            images=images,
+            image_detail=image_detail,
+            plain_content=plain_content,
+            include_token_usage_to_model=include_token_usage_to_model,
+            imodel_kw=kwargs,
+        )
+        parse_param = None
+        if response_format is not None and not skip_validation:
+            parse_param = ParseParam(
+                response_format=response_format,
+                max_retries=num_parse_retries,
+                imodel=resolve_model(parse_model) or branch.parse_model,
+            )
+        async with observed_run.using(branch, "communicate", model) as run:
+            run.result = await communicate(
+                branch,
+                instruction,
+                param,
+                parse_param,
+                clear_messages=clear_messages,
+                skip_validation=skip_validation,
+                request_fields=request_fields if response_format is None else None,
+            )
+            return run.result
+
+    async def parse(
+        self,
+        text: str,
+        *,
+        response_format: Any = None,
+        request_type: Any = None,
+        handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
+        max_retries: int = 3,
+        fuzzy_match: bool = True,
+        similarity_threshold: float = 0.85,
+        parse_model: Any = None,
+    ) -> Any:
+        """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
+
+        Reformat requests record no message (each is a ``model.called`` with verb ``parse``).
+        On failure, ``handle_validation`` decides: raise ``ValueError``, return the text, or
+        return None.
+        """
+        from turnlog.kernel.operations.parse import parse
+
+        branch = cast("Branch", self)
+        fmt = response_format if response_format is not None else request_type
+        if fmt is None:
+            raise UsageError("parse() needs response_format=")
+        param = ParseParam(
+            response_format=fmt,
+            handle_validation=handle_validation,
+            max_retries=max_retries,
+            fuzzy_match=fuzzy_match,
+            similarity_threshold=similarity_threshold,
+            imodel=resolve_model(parse_model) or branch.parse_model,
+        )
+        return await parse(branch, text, param)
+
+    def _chat_param(self, **fields: Any) -> ChatParam:
+        given = {k: v for k, v in fields.items() if v is not None}
+        if "imodel" in given:
+            given["imodel"] = resolve_model(given["imodel"])
+        for name in ("tool_schemas", "images"):
+            if name in given:
+                given[name] = tuple(given[name])
+        return ChatParam(**given)
+
+
+_CHAT_FIELDS = frozenset(
+    {
+        "guidance",
+        "context",
+        "sender",
+        "recipient",
+        "response_format",
+        "progression",
+        "imodel",
+        "tool_schemas",
+        "images",
+        "image_detail",
+        "plain_content",
+        "include_token_usage_to_model",
+    }
+)
+
+
+def _chat_param_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: v for k, v in kwargs.items() if k in _CHAT_FIELDS}
+    if "chat_model" in kwargs:
+        fields["imodel"] = kwargs["chat_model"]
+    fields["imodel_kw"] = {k: v for k, v in kwargs.items() if k not in _CHAT_FIELDS and k != "chat_model"}
+    return fields
