@@ -94,12 +94,12 @@ def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
             tokens = f"{_or_unknown(u.input_tokens)}->{_or_unknown(u.output_tokens)} tokens"
             return f"{d.provider}/{d.model} {d.status} in {d.latency_ms:.0f} ms, {tokens}"
         case "run.started":
-            return f"{d.verb} run {d.run_id} started"
+            return f"{d.verb} started (run {d.run_id})"
         case "run.ended":
-            return f"{d.verb} run {d.run_id} ended after {d.duration_ms:.0f} ms"
+            return f"{d.verb} ended after {d.duration_ms:.0f} ms (run {d.run_id})"
         case "run.failed":
             error = _short(f"{d.error_type}: {d.error_message}", 48)
-            return f"{d.verb} run {d.run_id} failed ({d.reason}): {error}"
+            return f"{d.verb} failed ({d.reason}): {error} (run {d.run_id})"
         case _:
             return _short(event.type)
 

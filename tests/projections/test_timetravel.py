@@ -84,8 +84,8 @@ async def test_history_has_one_row_per_event_with_a_summary(store) -> None:
     assert summaries[6] == "tool result search: error denied"
     assert summaries[7] == f"annotated {req.id}: a, b (checked)"
     assert summaries[9] == "messages cleared (system kept)"
-    assert summaries[10] == "communicate run r1 ended after 250 ms"
-    assert summaries[11] == "run run r2 failed (crashed): Boom: bad"
+    assert summaries[10] == "communicate ended after 250 ms (run r1)"
+    assert summaries[11] == "run failed (crashed): Boom: bad (run r2)"
     assert all("\n" not in s and len(s) <= 100 for s in summaries)
     assert rows[1].recorded_at == events[0].recorded_at
     assert [r.version for r in await history(store, "b", from_version=3, to_version=4)] == [3, 4]
