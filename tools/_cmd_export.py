@@ -12,6 +12,7 @@ from turnlog.projections.analytics import AnalyticsError, AnalyticsProjection, e
 
 from ._cmd_stats import add_analytics_arguments, open_projection_args
 from ._command import Command, UserError, add_store_argument
+from ._output import busy
 
 __all__ = ["COMMAND"]
 
@@ -47,7 +48,8 @@ async def _export(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        summary = anyio.run(_export, args)
+        with busy(f"exporting {args.format}"):
+            summary = anyio.run(_export, args)
     except (AnalyticsError, StoreError) as exc:
         raise UserError(str(exc)) from exc
     except OSError as exc:

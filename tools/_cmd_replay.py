@@ -10,6 +10,7 @@ from turnlog.kernel import AuditReport, ExecuteReport, audit_replay, execute_rep
 
 from ._command import Command, add_store_argument, emit_json
 from ._inspect import branch_id_of, opened_store
+from ._output import busy
 
 __all__ = ["COMMAND"]
 
@@ -55,7 +56,8 @@ def _execute_view(report: ExecuteReport) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    audit, executed = anyio.run(_replay, args)
+    with busy("replaying from the log"):
+        audit, executed = anyio.run(_replay, args)
     ok = audit.ok and (executed is None or executed.ok)
     if args.json:
         emit_json(

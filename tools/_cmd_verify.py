@@ -8,6 +8,7 @@ import anyio
 from turnlog.eventstore import StoreError, VerifyReport, open_store
 
 from ._command import Command, UserError, add_store_argument, emit_json, store_url
+from ._output import busy
 
 __all__ = ["COMMAND"]
 
@@ -26,7 +27,8 @@ async def _verify(url: str, stream: str | None) -> VerifyReport:
 
 
 def _run(args: argparse.Namespace) -> int:
-    report = anyio.run(_verify, store_url(args.store), args.stream)
+    with busy("verifying hash chains"):
+        report = anyio.run(_verify, store_url(args.store), args.stream)
     if args.json:
         emit_json(
             {

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["fancy", "print_table"]
+__all__ = ["busy", "fancy", "print_table"]
 
 
 def fancy(stream: TextIO | None = None) -> bool:
@@ -53,3 +54,15 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@contextmanager
+def busy(message: str) -> Iterator[None]:
+    """Show a spinner with ``message`` on a terminal while long work runs; nothing elsewhere."""
+    if not fancy(sys.stderr):
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message):
+        yield
