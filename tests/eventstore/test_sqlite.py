@@ -132,7 +132,7 @@ async def test_newer_format_refuses_to_open(sqlite_path: Path, sqlite_url: str) 
 
 async def test_file_that_is_not_sqlite_is_refused(sqlite_path: Path, sqlite_url: str) -> None:
     """A file that is not a SQLite database raises StoreFormatError."""
-    with open(sqlite_path, "wb") as file:  # noqa: ASYNC230 - test set-up
+    with open(sqlite_path, "wb") as file:
         file.write(b"hello, this is a text file\n" * 100)
     with pytest.raises(StoreFormatError, match="not a SQLite database"):
         open_store(sqlite_url)
