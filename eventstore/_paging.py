@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from operator import attrgetter
+from typing import Any, TypeVar
 
 import anyio.lowlevel
 
@@ -16,10 +17,13 @@ BY_VERSION: Callable[[RecordedEvent], int] = attrgetter("version")
 BY_POSITION: Callable[[RecordedEvent], int] = attrgetter("position")
 """The key of ``read_all`` pages."""
 
-PageFetch = Callable[[int, int | None, int], Awaitable[tuple[list[RecordedEvent], bool]]]
+_Item = TypeVar("_Item")
+
+PageFetch = Callable[[int, int | None, int], Awaitable[tuple[list[Any], bool]]]
 """``fetch(low, high, count)``: at most ``count`` events with keys in ``[low, high]`` in reading
 order (``high`` None: no upper bound), and whether the range ran out of events. A page may hold
-fewer than ``count`` events without being the last (a backend may cut pages by size)."""
+fewer than ``count`` events without being the last (a backend may cut pages by size). A page's
+items may be decoded events or stored rows still to be decoded; ``key`` reads either."""
 
 
 async def read_pages(
@@ -27,11 +31,11 @@ async def read_pages(
     low: int,
     high: int | None,
     *,
-    key: Callable[[RecordedEvent], int],
+    key: Callable[[_Item], int],
     limit: int | None,
     backwards: bool,
     page_size: int = 500,
-) -> AsyncIterator[list[RecordedEvent]]:
+) -> AsyncIterator[list[_Item]]:
     """Yield the events of an inclusive key range page by page, up to ``limit`` events in all.
 
     ``key`` gives the sort key of an event (its version or its position); each next page starts

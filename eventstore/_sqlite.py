@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import astuple
+from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -67,7 +68,7 @@ from ._encoding import (
     version_matches,
 )
 from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
-from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._paging import read_pages
 from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation
 from ._records import (
     ANY,
@@ -98,6 +99,10 @@ _POLL_INTERVAL = 0.025
 _NO_BOUND = 2**62
 _COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 """Every column of an event, in ``RawEvent`` order (what ``decode_event`` and ``ChainChecker`` read)."""
+_ROW_POSITION = itemgetter(0)
+"""The key of a stored row in ``read_all`` pages (its position)."""
+_ROW_VERSION = itemgetter(3)
+"""The key of a stored row in ``read_stream`` pages (its version)."""
 _SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 """Every column of a snapshot, in ``RawSnapshot`` order."""
 _INSERT = (
@@ -370,27 +375,28 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ reads
 
-    def _page(self, sql: str, *params: Any) -> Callable[[bool], tuple[list[RecordedEvent], bool]]:
-        """A page of events, and whether the query ran out of rows (the last param is the LIMIT).
+    def _page(self, sql: str, *params: Any) -> Callable[[bool], tuple[list[tuple[Any, ...]], bool]]:
+        """A page of stored rows, and whether the query ran out of rows (the last param is the LIMIT).
 
         A page ends after ``LIMIT`` rows or once it holds about ``_PAGE_BYTES`` of payload,
-        so that pages of large events stay small in memory.
+        so that pages of large events stay small in memory. The rows are decoded one by one
+        as the reader takes them, not here: an event then lives only as long as its reader
+        keeps it, and the garbage collector never has to walk a page of decoded events.
         """
 
-        def run(blocking: bool) -> tuple[list[RecordedEvent], bool]:
+        def run(blocking: bool) -> tuple[list[tuple[Any, ...]], bool]:
             cursor = self._conn.execute(sql, params)
-            events: list[RecordedEvent] = []
+            rows: list[tuple[Any, ...]] = []
             size = 0
-            upcasters = self.upcasters
             try:
                 for row in cursor:
-                    events.append(decode_event(upcasters, row))
+                    rows.append(row)
                     size += len(row[6]) + len(row[7])
                     if size >= _PAGE_BYTES:
-                        return events, False
+                        return rows, False
             finally:
                 cursor.close()
-            return events, len(events) < params[-1]
+            return rows, len(rows) < params[-1]
 
         return run
 
@@ -411,13 +417,16 @@ class SQLiteEventStore(EventStore):
             f"ORDER BY version {order} LIMIT ?"
         )
 
-        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
             return await self._run(self._page(sql, stream, low, _NO_BOUND if high is None else high, count))
 
-        pages = read_pages(fetch, from_version, to_version, key=BY_VERSION, limit=limit, backwards=backwards)
+        pages = read_pages(
+            fetch, from_version, to_version, key=_ROW_VERSION, limit=limit, backwards=backwards
+        )
+        upcasters = self.upcasters
         async for page in pages:
-            for event in page:
-                yield event
+            for row in page:
+                yield decode_event(upcasters, row)
 
     async def read_all(
         self,
@@ -438,15 +447,16 @@ class SQLiteEventStore(EventStore):
             f"ORDER BY position {order} LIMIT ?"
         )
 
-        async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
+        async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
             return await self._run(self._page(sql, low, _NO_BOUND if high is None else high, *params, count))
 
         pages = read_pages(
-            fetch, from_position, to_position, key=BY_POSITION, limit=limit, backwards=backwards
+            fetch, from_position, to_position, key=_ROW_POSITION, limit=limit, backwards=backwards
         )
+        upcasters = self.upcasters
         async for page in pages:
-            for event in page:
-                yield event
+            for row in page:
+                yield decode_event(upcasters, row)
 
     async def stream_version(self, stream: str) -> int:
         def run(blocking: bool) -> int:

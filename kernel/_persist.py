@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -342,7 +343,7 @@ _uuid = _make_uuid()
 
 
 class _ChunkIds:
-    """UUIDv7 ids for the chunks of one run, increasing, with random bits drawn in bulk.
+    """UUIDv7 ids (as ints) for the chunks of one run, increasing, with random bits drawn in bulk.
 
     The same layout as ``turnlog.eventstore.uuid7`` (48-bit milliseconds, version 7, a 12-bit
     counter, variant, 62 random bits); a run makes thousands of ids per second, and one
@@ -354,11 +355,11 @@ class _ChunkIds:
     def __init__(self) -> None:
         self._ms = 0
         self._counter = 0
-        self._pool = b""
+        self._pool: tuple[int, ...] = ()
         self._pos = 0
 
-    def __call__(self) -> UUID:
-        ms = time.time_ns() // 1_000_000
+    def __call__(self, ms: int) -> int:
+        """The next id at ``ms`` milliseconds since the epoch (never below the previous one)."""
         if ms > self._ms:
             self._ms = ms
             self._counter = 0
@@ -370,11 +371,25 @@ class _ChunkIds:
             ms = self._ms
         pos = self._pos
         if pos >= len(self._pool):
-            self._pool = os.urandom(8 * 4096)
+            self._pool = _RANDOM(os.urandom(8 * 4096))
             pos = 0
-        self._pos = pos + 8
-        rand = int.from_bytes(self._pool[pos : pos + 8], "big") & 0x3FFF_FFFF_FFFF_FFFF
-        return _uuid((ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | self._counter << 64 | 0b10 << 62 | rand)
+        self._pos = pos + 1
+        return (
+            (ms & 0xFFFF_FFFF_FFFF) << 80
+            | 0x7 << 76
+            | self._counter << 64
+            | 0b10 << 62
+            | (self._pool[pos] & 0x3FFF_FFFF_FFFF_FFFF)
+        )
+
+
+_RANDOM = struct.Struct(">4096Q").unpack
+
+
+def _id_bytes(value: int) -> bytes:
+    """The canonical text of ``UUID(int=value)`` as ASCII bytes (``str(UUID)`` without the object)."""
+    h = b"%032x" % value
+    return b"-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:]))
 
 
 class ChunkLog:
@@ -447,8 +462,9 @@ class ChunkLog:
         """
         self.seq = seq = self.seq + 1
         data = chunk_payload(chunk, seq)
-        event_id = self._ids()
-        event = NewEvent(CHUNK_TYPE, data, self.meta, event_id, self._schema)
+        now_ns = time.time_ns()
+        event_id = self._ids(now_ns // 1_000_000)
+        event = NewEvent(CHUNK_TYPE, data, self.meta, _uuid(event_id), self._schema)
         if self.buffer is not None:
             # The envelope() object, spelled out as bytes: the constant parts are made once per run.
             head, middle, tail = self._line_parts
@@ -456,13 +472,13 @@ class ChunkLog:
                 b"".join(
                     (
                         head,
-                        str(event_id).encode(),
+                        _id_bytes(event_id),
                         middle[0],
-                        str(seq).encode(),
+                        b"%d" % seq,
                         middle[1],
                         orjson.dumps(data),
                         middle[2],
-                        self._now(),
+                        self._now(now_ns),
                         tail,
                     )
                 )
@@ -470,9 +486,9 @@ class ChunkLog:
         self._pending.append(event)
         return event
 
-    def _now(self) -> bytes:
+    def _now(self, now_ns: int) -> bytes:
         # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
-        ms = time.time_ns() // 1_000_000
+        ms = now_ns // 1_000_000
         if ms != self._stamp_ms:
             self._stamp_ms = ms
             self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()

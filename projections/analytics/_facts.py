@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from turnlog.eventstore import RecordedEvent
@@ -189,12 +189,21 @@ def _bad(event: RecordedEvent, reason: str) -> EventDecodeError:
     return EventDecodeError(event.stream, event.version, event.type, reason, position=event.position)
 
 
+_last_when: tuple[datetime | None, tuple[str, str]] = (None, ("", ""))
+"""The latest moment formatted: the events of one append share their ``recorded_at``."""
+
+
 def _when(event: RecordedEvent) -> tuple[str, str]:
+    global _last_when
     moment = event.recorded_at
-    if moment.tzinfo is not UTC:
-        moment = moment.astimezone(UTC)
-    text = moment.isoformat(timespec="microseconds")
-    return text, text[:10]
+    last = _last_when
+    if last[0] is moment:
+        return last[1]
+    utc = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    text = utc.isoformat(timespec="microseconds")
+    when = (text, text[:10])
+    _last_when = (moment, when)
+    return when
 
 
 def _field(event: RecordedEvent, data: Mapping[str, Any], key: str) -> Any:

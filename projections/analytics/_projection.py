@@ -42,6 +42,7 @@ from ._facts import (
     TOOL_CALLS,
     FactTable,
     RunEnd,
+    RunStart,
     model_call_fact,
     priced,
     run_end_fact,
@@ -322,25 +323,29 @@ class AnalyticsProjection:
         head = await self.store.head()
         if head <= position:
             return position
-        batch: list[RecordedEvent] = []
+        # Each event becomes its facts as soon as it is read, and only the facts are kept
+        # until the batch is written: an event is garbage the moment it is read, so the
+        # collector never walks a batch of decoded payloads.
+        batch = _Batch(self)
+        add, size, seen = batch.add, self.batch_size, position
         async for event in self.store.read_all(position + 1, head, types=RELEVANT_TYPES):
-            batch.append(event)
-            if len(batch) >= self.batch_size:
-                position = await self._apply(batch, position, event.position, counts)
-                batch = []
+            add(event)
+            seen = event.position
+            if batch.events >= size:
+                position = await self._apply(batch, position, seen, counts)
+                batch = _Batch(self)
+                add = batch.add
         # Every event up to the head read at the start is committed and was delivered when
         # positions are gapless; otherwise only what was seen is safe to checkpoint.
         if "gapless_positions" in self.store.capabilities:
             last = head
         else:
-            last = batch[-1].position if batch else position
+            last = seen if batch.events else position
         if last > position:
             position = await self._apply(batch, position, last, counts)
         return position
 
-    async def _apply(
-        self, batch: Sequence[RecordedEvent], expected: int, last: int, counts: list[int]
-    ) -> int:
+    async def _apply(self, batch: _Batch, expected: int, last: int, counts: list[int]) -> int:
         added = await self._in_thread(self._apply_batch, batch, expected, last, _WAL_DURING_UPDATE)
         for i, n in enumerate(added):
             counts[i] += n
@@ -427,7 +432,7 @@ class AnalyticsProjection:
             if expected == applied_to:
                 counts = [0, 0, 0, 0]
                 try:
-                    await self._apply(batch, expected, batch[-1].position, counts)
+                    await self._apply(_Batch(self, batch), expected, batch[-1].position, counts)
                     return UpdateReport(expected, batch[-1].position, *counts, time.perf_counter() - started)
                 except _Stale:
                     pass
@@ -436,9 +441,6 @@ class AnalyticsProjection:
         return await self.update()
 
     # ----------------------------------------------------------------------------- the batch
-
-    def _session_of(self, branch: str | None) -> str | None:
-        return None if branch is None else self._sessions.get(branch)
 
     def _lifted(self, event: RecordedEvent) -> RecordedEvent:
         schema = self._expected_schema.get(event.type)
@@ -452,7 +454,7 @@ class AnalyticsProjection:
         )  # fmt: skip
 
     def _apply_batch(
-        self, batch: Sequence[RecordedEvent], expected: int, last: int, wal_limit: int | None = None
+        self, batch: _Batch, expected: int, last: int, wal_limit: int | None = None
     ) -> tuple[int, int, int, int]:
         conn = self._db()
         try:
@@ -466,12 +468,14 @@ class AnalyticsProjection:
                     (CONSUMER, last),
                 )
         except BaseException:
-            # The session map may hold entries of the rolled-back batch.
+            # Another process may have applied batches (and their branches) meanwhile.
             self._load_sessions()
             raise
+        # Only a committed batch's branches join the session map.
+        self._sessions.update(batch.branches)
         if wal_limit is not None:
             self._checkpoint_wal(wal_limit)
-        return (len(batch), *counts)
+        return (batch.events, *counts)
 
     def _checkpoint_wal(self, limit: int) -> None:
         """Copy the WAL into the database (PASSIVE: never waits for readers) once it passes ``limit`` bytes."""
@@ -485,30 +489,15 @@ class AnalyticsProjection:
             self._db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _write_facts(
-        self, conn: sqlite3.Connection, batch: Sequence[RecordedEvent], after: int, upto: int
+        self, conn: sqlite3.Connection, batch: _Batch, after: int, upto: int
     ) -> tuple[int, int, int]:
-        prices, session_of, versions = self.prices, self._session_of, self._versions
-        model_rows: list[tuple[Any, ...]] = []
-        tool_rows: list[tuple[Any, ...]] = []
         runs: dict[str, list[Any]] = {}
-        branches: dict[str, str | None] = {}
-        for event in batch:
-            kind = event.type
-            if event.schema != versions.get(kind, event.schema):
-                event = self._lifted(event)
-            if kind == "model.called":
-                model_rows.append(model_call_fact(event, prices, session_of))
-            elif kind == "message.added":
-                row = tool_call_fact(event, session_of)
-                if row is not None:
-                    tool_rows.append(row)
-            elif kind == "run.started":
-                start = run_start_fact(event, session_of)
-                runs[start.run_id] = list(start.row)
-            elif kind in ("run.ended", "run.failed"):
-                self._close_run(conn, runs, run_end_fact(event, session_of))
+        for item in batch.runs:
+            if item.__class__ is RunStart:
+                runs[item.run_id] = list(item.row)
             else:
-                self._note_branch(event, branches)
+                self._close_run(conn, runs, item)
+        model_rows, tool_rows, branches = batch.model_rows, batch.tool_rows, batch.branches
         if model_rows:
             conn.executemany(_insert_sql(MODEL_CALLS), model_rows)
         if tool_rows:
@@ -537,24 +526,6 @@ class AnalyticsProjection:
         row[_RUN_COST : _RUN_COST + 2] = priced(
             self.prices, row[_RUN_MODEL], row[_RUN_TOKENS_IN], row[_RUN_TOKENS_IN + 1], end.reported_cost
         )
-
-    def _note_branch(self, event: RecordedEvent, branches: dict[str, str | None]) -> None:
-        data = event.data
-        branch = data.get("branch_id")
-        if not isinstance(branch, str):
-            return
-        if event.type == "branch.created":
-            session = data.get("session_id") or event.meta.get("session_id")
-        elif event.type == "branch.forked":
-            session = event.meta.get("session_id") or self._sessions.get(data.get("parent_branch_id") or "")
-        else:  # branch.included, on session-<id>
-            session = event.meta.get("session_id")
-            if session is None and event.stream.startswith("session-"):
-                session = event.stream[8:]
-        if session is None and branch in self._sessions:
-            return
-        self._sessions[branch] = session
-        branches[branch] = session
 
     # ------------------------------------------------------------------------------- pricing
 
@@ -626,6 +597,78 @@ class AnalyticsProjection:
         """Run a read-only SQL query over the fact tables (quote the dotted column names)."""
         await self.open()
         return await self._in_thread(lambda: self._db().execute(query, params).fetchall())
+
+
+class _Batch:
+    """The facts of a run of events, taken as the events arrive and written in one transaction.
+
+    Extraction is pure: it reads the events, the price table and the projection's committed
+    branch-to-session map, and keeps the branches it learns in ``branches`` (newer than the
+    map) until the batch commits. Run starts and ends are kept in log order, as ``RunStart``
+    and ``RunEnd``, because an end may close a run started in an earlier batch (found in the
+    database when the batch is written).
+    """
+
+    __slots__ = ("_owner", "branches", "events", "model_rows", "runs", "tool_rows")
+
+    def __init__(self, owner: AnalyticsProjection, events: Sequence[RecordedEvent] = ()) -> None:
+        self._owner = owner
+        self.events = 0
+        self.model_rows: list[tuple[Any, ...]] = []
+        self.tool_rows: list[tuple[Any, ...]] = []
+        self.runs: list[RunStart | RunEnd] = []
+        self.branches: dict[str, str | None] = {}
+        for event in events:
+            self.add(event)
+
+    def _session_of(self, branch: str | None) -> str | None:
+        if branch is None:
+            return None
+        session = self.branches.get(branch, _UNSEEN)
+        return self._owner._sessions.get(branch) if session is _UNSEEN else session
+
+    def _known(self, branch: str) -> bool:
+        return branch in self.branches or branch in self._owner._sessions
+
+    def add(self, event: RecordedEvent) -> None:
+        """Take the facts of one event (of a type in ``RELEVANT_TYPES``)."""
+        self.events += 1
+        kind = event.type
+        owner = self._owner
+        if event.schema != owner._versions.get(kind, event.schema):
+            event = owner._lifted(event)
+        if kind == "model.called":
+            self.model_rows.append(model_call_fact(event, owner.prices, self._session_of))
+        elif kind == "message.added":
+            row = tool_call_fact(event, self._session_of)
+            if row is not None:
+                self.tool_rows.append(row)
+        elif kind == "run.started":
+            self.runs.append(run_start_fact(event, self._session_of))
+        elif kind in ("run.ended", "run.failed"):
+            self.runs.append(run_end_fact(event, self._session_of))
+        else:
+            self._note_branch(event)
+
+    def _note_branch(self, event: RecordedEvent) -> None:
+        data = event.data
+        branch = data.get("branch_id")
+        if not isinstance(branch, str):
+            return
+        if event.type == "branch.created":
+            session = data.get("session_id") or event.meta.get("session_id")
+        elif event.type == "branch.forked":
+            session = event.meta.get("session_id") or self._session_of(data.get("parent_branch_id") or "")
+        else:  # branch.included, on session-<id>
+            session = event.meta.get("session_id")
+            if session is None and event.stream.startswith("session-"):
+                session = event.stream[8:]
+        if session is None and self._known(branch):
+            return
+        self.branches[branch] = session
+
+
+_UNSEEN = object()
 
 
 def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> None:

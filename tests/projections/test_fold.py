@@ -273,3 +273,74 @@ async def test_a_bad_message_in_a_long_run_is_reported_by_fold_and_rebuild(store
     with pytest.raises(EventDecodeError, match="version 12"):
         await rebuild(store, "b1")
     assert fold(events[:11]) == await rebuild(store, "b1", at_version=11)
+
+
+async def test_a_long_run_of_messages_is_checked_for_order_like_apply(store) -> None:
+    first = await new_branch(store, "b1")
+    run = await append(store, "b1", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(6)])
+    other = await new_branch(store, "b2")
+    stranger = await append(store, "b2", [MessageAdded(message=Instruction.create("elsewhere"))])
+    with pytest.raises(FoldError, match="expected version 5") as batched:
+        fold([*first, *run[:3], *run[4:]])
+    with pytest.raises(FoldError, match="expected version 5") as single:
+        apply(fold([*first, *run[:3]]), run[4])
+    assert str(batched.value) == str(single.value)
+    with pytest.raises(FoldError, match="the state is of stream 'branch-b1'"):
+        fold([*first, *run[:2], *stranger, *run[2:]])
+    with pytest.raises(FoldError, match="must start with"):
+        fold(run)
+    assert [m.content.instruction for m in fold([*other, *stranger]).messages] == ["elsewhere"]
+
+
+async def test_decode_many_gives_each_message_added_its_message_and_run(store) -> None:
+    from turnlog.projections import decode_many
+
+    events = await new_branch(store, "b1")
+    asked = Instruction.create("q")
+    events += await append(
+        store,
+        "b1",
+        [MessageAdded(message=asked, run_id="r1"), MessagesCleared(), MessageAdded(message=asked)],
+    )
+    decoded = decode_many(events)
+    assert [d.message for d in (decoded[1], decoded[3])] == [asked, asked]
+    assert (decoded[1].run_id, decoded[3].run_id) == ("r1", None)
+    assert isinstance(decoded[2], MessagesCleared)
+
+
+async def test_folding_leaves_the_collector_as_it_found_it(store) -> None:
+    import gc
+    import weakref
+
+    events = await new_branch(store, "b1")
+    events += await append(
+        store, "b1", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(40)]
+    )
+
+    class Ring:
+        def __init__(self) -> None:
+            self.me = self
+
+    ring = Ring()
+    gone = weakref.ref(ring)
+    del ring  # unreachable now: only the collector can free it
+    assert gc.isenabled()
+    state = fold(events)
+    assert gc.isenabled() and len(state) == 40
+    gc.collect()
+    assert gone() is None  # a cycle that was young during the fold is still found and freed
+
+    gc.disable()
+    try:
+        fold(events)
+        assert not gc.isenabled()  # a caller who turned it off keeps it off
+    finally:
+        gc.enable()
+
+    gc.freeze()  # a process that keeps objects frozen (say, before a fork) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        fold(events)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
