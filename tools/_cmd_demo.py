@@ -66,7 +66,7 @@ def _next_steps(flag: str, demo: Demo) -> list[str]:
         f"turnlog show {b} --at {at} {store}",
         f"turnlog diff {b} {at} {demo.branch.version} {store}",
         f"turnlog fork {b} --at {at} --name what-if {store}",
-        f"turnlog replay {b} {store}",
+        f"turnlog replay {b} --execute {store}",
         f"turnlog stats --by verb {store}{analytics}",
         f"turnlog tail --type run.failed {store}",
         f"turnlog verify {store}",

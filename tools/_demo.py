@@ -28,7 +28,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, Field
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, iModel
+from turnlog.kernel import Branch, audit_replay, execute_replay, iModel
 from turnlog.kernel.models import RetryPolicy
 from turnlog.projections import (
     ActionRequest,
@@ -361,23 +361,21 @@ async def _timeline(store: EventStore, branch_id: str) -> None:
 
 
 async def _audit_replay(store: EventStore, branch: Branch) -> None:
-    import turnlog.kernel as kernel
-
-    audit = getattr(kernel, "audit_replay", None)
-    if audit is None:
-        # A build without the replay module: fold every event again, ignoring snapshots.
-        folded = await rebuild(store, branch.id, snapshots=False)
-        if folded != await rebuild(store, branch.id):
-            raise AssertionError("audit replay does not match: the full fold differs from the projection")
-        print(f"\n   audit replay (no model called): all {folded.version} events refolded: replay matches")
-        return
-    report = await audit(store, branch.id, live=branch.state)
+    report = await audit_replay(store, branch.id, live=branch.state)
     if not report.ok:
         raise AssertionError("audit replay does not match: " + "; ".join(report.problems))
     print(
         f"\n   audit replay (turnlog replay; no model called): {report.events} events refolded, "
         f"{report.snapshots_checked} snapshots and the live projection compared, "
         f"{report.model_calls} recorded model calls: replay matches"
+    )
+    executed = await execute_replay(store, branch.id)
+    if not executed.ok:
+        raise AssertionError(f"execute replay diverged: {executed.divergence or executed.final_mismatch}")
+    print(
+        f"   execute replay (turnlog replay --execute): {executed.calls_replayed} recorded calls re-run "
+        "through today's prompt assembly against the recorded responses: every request fingerprint "
+        "matches"
     )
 
 
