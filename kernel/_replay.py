@@ -390,13 +390,18 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                             )
                         except ReplayDivergence as exc:
                             history = [*scratch_branch.messages, message]
-                            better = _history_difference(history, [m for m in recorded if m is not None])
+                            found = _message_differences(history, [m for m in recorded if m is not None])
                             report.divergence = (
-                                exc
-                                if better is None
-                                else ReplayDivergence(
-                                    exc.call_index, exc.call_id, exc.version, exc.expected, exc.actual, better
+                                ReplayDivergence(
+                                    exc.call_index,
+                                    exc.call_id,
+                                    exc.version,
+                                    exc.expected,
+                                    exc.actual,
+                                    found[0],
                                 )
+                                if found
+                                else exc
                             )
                             return report
                         report.calls_replayed += 1
@@ -424,30 +429,20 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                     reason=event.data.get("reason"),
                 )
             i += 1
-        report.final_mismatch = _compare(state.messages, scratch_branch.messages)
+        report.final_mismatch = _message_differences(scratch_branch.messages, state.messages)
     return report
 
 
-def _history_difference(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> str | None:
-    """The first message of a request's history that differs from the recorded one, if any."""
+def _message_differences(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> list[str]:
+    """Every message of ``now`` whose content differs from the one recorded at its place."""
     now = [m for m in now if not isinstance(m, System)]
     then = [m for m in then if not isinstance(m, System)]
-    for n, (a, b) in enumerate(zip(now, then, strict=False), 1):
-        if _content_view(a) != _content_view(b):
-            return (
-                f"message {n} ({type(a).__name__}) is {_short(a.rendered)!r} now, "
-                f"but the log recorded {_short(b.rendered)!r}"
-            )
+    problems = [
+        f"message {n} ({type(a).__name__}) is {_short(a.rendered)!r} now, "
+        f"but the log recorded {_short(b.rendered)!r}"
+        for n, (a, b) in enumerate(zip(now, then, strict=False), 1)
+        if _content_view(a) != _content_view(b)
+    ]
     if len(now) != len(then):
-        return f"the request carries {len(now)} messages now, the log recorded {len(then)}"
-    return None
-
-
-def _compare(recorded: Sequence[AnyMessage], replayed: Sequence[AnyMessage]) -> list[str]:
-    problems = []
-    for n, (a, b) in enumerate(zip(recorded, replayed, strict=False), 1):
-        if _content_view(a) != _content_view(b):
-            problems.append(f"message {n} ({type(a).__name__}) differs: {_short(b.rendered)!r} vs recorded")
-    if len(recorded) != len(replayed):
-        problems.append(f"{len(replayed)} messages replayed, {len(recorded)} recorded")
+        problems.append(f"{len(now)} messages now, the log recorded {len(then)}")
     return problems

@@ -70,7 +70,7 @@ from ._snapshots import (
     snapshot_records,
 )
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
-from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, summarize
+from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary, summarize
 
 __all__ = [
     "BRANCH_EVENT_TYPES",
@@ -146,6 +146,7 @@ __all__ = [
     "load_snapshot_state",
     "maybe_snapshot",
     "message_from_dict",
+    "message_summary",
     "new_event",
     "rebuild",
     "render_yaml",

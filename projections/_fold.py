@@ -459,35 +459,32 @@ class _Builder:
             )
         )
 
-    def run_ended(self, data: RunEnded, event: RecordedEvent) -> None:
+    def _end_run(self, data: RunEnded | RunFailed, event: RecordedEvent, **outcome: Any) -> None:
+        """Close a run (one started earlier, or one only its end names) with its outcome."""
         base = self.runs.get(data.run_id) or RunInfo(run_id=data.run_id, verb=data.verb)
         self._set_run(
             dataclasses.replace(
                 base,
                 verb=data.verb,
-                status="ended",
                 ended_at=event.recorded_at,
                 duration_ms=data.duration_ms,
                 usage=data.usage,
-                chunks=data.chunks,
+                **outcome,
             )
         )
 
+    def run_ended(self, data: RunEnded, event: RecordedEvent) -> None:
+        self._end_run(data, event, status="ended", chunks=data.chunks)
+
     def run_failed(self, data: RunFailed, event: RecordedEvent) -> None:
-        base = self.runs.get(data.run_id) or RunInfo(run_id=data.run_id, verb=data.verb)
-        self._set_run(
-            dataclasses.replace(
-                base,
-                verb=data.verb,
-                status="failed",
-                ended_at=event.recorded_at,
-                duration_ms=data.duration_ms,
-                usage=data.usage,
-                error_type=data.error_type,
-                error_message=data.error_message,
-                reason=data.reason,
-                recovered=dict(data.recovered) if data.recovered is not None else None,
-            )
+        self._end_run(
+            data,
+            event,
+            status="failed",
+            error_type=data.error_type,
+            error_message=data.error_message,
+            reason=data.reason,
+            recovered=dict(data.recovered) if data.recovered is not None else None,
         )
 
 

@@ -23,7 +23,7 @@ from ._messages import (
 from ._rebuild import _stream, event_at
 from ._state import BranchState, RunInfo
 
-__all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "summarize"]
+__all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "message_summary", "summarize"]
 
 _WIDTH = 72
 
@@ -52,7 +52,8 @@ def _short(value: Any, width: int = _WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _message_summary(msg: AnyMessage) -> str:
+def message_summary(msg: AnyMessage) -> str:
+    """One line saying what a message is: ``user: ...``, ``tool call f(...)``, ..."""
     if isinstance(msg, System):
         return f"system: {_short(msg.content.system_message)}"
     if isinstance(msg, Instruction):
@@ -81,7 +82,7 @@ def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
         case "branch.forked":
             return f"forked from {d.parent_branch_id} at version {d.parent_version}"
         case "message.added":
-            return _message_summary(d.message)
+            return message_summary(d.message)
         case "message.annotated":
             keys = ", ".join(sorted(d.metadata))
             return f"annotated {d.message_id}: {keys}" + (f" ({d.reason})" if d.reason else "")

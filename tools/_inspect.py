@@ -10,7 +10,7 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, StoreError, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
-from turnlog.projections import AnyMessage, BranchState, ProjectionError, RunInfo
+from turnlog.projections import AnyMessage, BranchState, ProjectionError, RunInfo, message_summary
 
 from ._command import UserError, store_url
 
@@ -63,20 +63,9 @@ def parse_time(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _text(message: AnyMessage) -> str:
-    rendered = message.rendered
-    if isinstance(rendered, str):
-        return rendered
-    return " ".join(str(part.get("text", "")) for part in rendered if isinstance(part, dict))
-
-
-def message_line(message: AnyMessage, width: int = 90) -> str:
-    """``role(sender): first line of the text``, shortened to ``width``."""
-    text = " ".join(_text(message).split())
-    if len(text) > width:
-        text = text[: width - 3] + "..."
-    who = type(message).__name__
-    return f"{who}: {text}"
+def message_line(message: AnyMessage) -> str:
+    """One line per message, as ``turnlog log`` summarizes it (``user: ...``, ``tool call ...``)."""
+    return message_summary(message)
 
 
 def message_view(message: AnyMessage) -> dict[str, Any]:

@@ -45,6 +45,9 @@ class Fake:
     def starts(self) -> list[dict[str, Any]]:
         return [r for r in self.records() if r["event"] == "start"]
 
+    def pids(self, event: str) -> list[int]:
+        return [r["pid"] for r in self.records() if r["event"] == event]
+
 
 def make_fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fake:
     for cli, var in BIN_VARS.items():

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -25,12 +22,13 @@ from turnlog.kernel.models import (
     StreamingModel,
 )
 
+from ..streamkit import BIN_VARS, Fake, alive, make_fake
+
 MODELS: dict[str, type[CLIAgentModel]] = {
     "claude": ClaudeCodeModel,
     "codex": CodexModel,
     "gemini": GeminiModel,
 }
-BIN_VARS = {"claude": "TURNLOG_CLAUDE_BIN", "codex": "TURNLOG_CODEX_BIN", "gemini": "TURNLOG_GEMINI_BIN"}
 
 TOOL_SCRIPT = {
     "usage": {"input_tokens": 21, "output_tokens": 13},
@@ -48,46 +46,11 @@ TOOL_SCRIPT = {
 }
 
 
-@dataclass
-class Fake:
-    """The fake CLIs wired in through the TURNLOG_*_BIN variables."""
-
-    record_path: Path
-    monkeypatch: pytest.MonkeyPatch
-
-    def script(self, script: dict[str, Any]) -> None:
-        self.monkeypatch.setenv("TURNLOG_FAKE_CLI_SCRIPT", json.dumps(script))
-
-    def records(self) -> list[dict[str, Any]]:
-        if not self.record_path.exists():
-            return []
-        return [json.loads(line) for line in self.record_path.read_text().splitlines()]
-
-    def starts(self) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r["event"] == "start"]
-
-    def pids(self, event: str) -> list[int]:
-        return [r["pid"] for r in self.records() if r["event"] == event]
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fake:
-    for cli, var in BIN_VARS.items():
-        monkeypatch.setenv(var, f"{sys.executable} -m turnlog.tools._fake_cli {cli}")
-    monkeypatch.setenv("TURNLOG_FAKE_CLI_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("TURNLOG_FAKE_CLI_RECORD", str(tmp_path / "record.jsonl"))
-    monkeypatch.delenv("TURNLOG_FAKE_CLI_SCRIPT", raising=False)
+    made = make_fake(monkeypatch, tmp_path)
     monkeypatch.delenv("GEMINI_CLI_TRUST_WORKSPACE", raising=False)
-    return Fake(tmp_path / "record.jsonl", monkeypatch)
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
+    return made
 
 
 def group_alive(pgid: int) -> list[int]:
