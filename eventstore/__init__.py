@@ -1,6 +1,7 @@
 """turnlog.eventstore: the append-only log. It knows nothing about conversations."""
 
 from ._base import EventStore
+from ._encoder import EventEncoder, encode_events
 from ._encoding import encode_json, event_hash
 from ._errors import (
     ConcurrencyError,
@@ -24,6 +25,7 @@ from ._records import (
     NO_STREAM,
     STREAM_EXISTS,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -36,6 +38,7 @@ from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 
 __all__ = [
+    "encode_events",
     "encode_json",
     "event_hash",
     "ANY",
@@ -44,6 +47,8 @@ __all__ = [
     "AppendResult",
     "ConcurrencyError",
     "CorruptEventError",
+    "EncodedEvent",
+    "EventEncoder",
     "EventStore",
     "EventTooLarge",
     "ExpectedVersion",

@@ -11,6 +11,7 @@ from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._records import (
     ANY,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -26,7 +27,7 @@ __all__ = ["EventStore"]
 class EventStore(ABC):
     """An append-only log of events grouped in streams.
 
-    Required core: ``append``, ``append_batch``, the reads, ``subscribe``, ``verify``,
+    Required core: ``append``, ``append_batch``, ``append_encoded``, the reads, ``subscribe``, ``verify``,
     snapshots and ``close``. Optional capabilities are declared in ``capabilities`` and
     tested by the conformance suite:
 
@@ -64,6 +65,24 @@ class EventStore(ABC):
             ConcurrencyError: the stream's version does not satisfy ``expected_version``.
             IdempotencyError: an event id is stored already with different content.
             InvalidEventError: malformed input (nothing is written).
+        """
+
+    @abstractmethod
+    async def append_encoded(
+        self, stream: str, events: Sequence[EncodedEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        """Append events encoded beforehand (``EventEncoder``, ``encode_events``), as ``append`` does.
+
+        The same atomicity, concurrency check, idempotent re-send and hash chain as ``append``,
+        without validating and encoding each event again: only the stream name, the expected
+        version, this store's size limit and repeated ids are checked.
+
+        Raises:
+            ConcurrencyError: the stream's version does not satisfy ``expected_version``.
+            IdempotencyError: an event id is stored already with different content.
+            InvalidEventError: malformed stream or expected version, an empty batch, an item
+                that is not an ``EncodedEvent``, or an id twice (nothing is written).
+            EventTooLarge: an event is over this store's ``max_event_bytes``.
         """
 
     @abstractmethod

@@ -23,6 +23,7 @@ from ._records import (
     ANY,
     STREAM_EXISTS,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -30,6 +31,7 @@ from ._records import (
     RecordedEvent,
     Snapshot,
     VerifyReport,
+    sealed_encoded,
 )
 from ._upcasting import Upcasters
 
@@ -37,8 +39,9 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "ChainChecker",
     "PreparedAppend",
-    "PreparedEvent",
     "PreparedSnapshot",
+    "chain_hashes",
+    "check_event_type",
     "check_expected_version",
     "check_read_range",
     "check_stream_name",
@@ -47,6 +50,8 @@ __all__ = [
     "decode_payload",
     "decode_snapshot",
     "encode_json",
+    "encode_new_events",
+    "encode_object",
     "event_hash",
     "from_micros",
     "match_resent",
@@ -66,21 +71,6 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _OPTS = orjson.OPT_SORT_KEYS
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LEN = struct.Struct(">Q").pack
-
-
-class PreparedEvent(NamedTuple):
-    """A validated event with its canonical bytes, ready for a backend to insert.
-
-    A named tuple rather than a frozen dataclass: one is made per appended event, on the
-    hot path, and a tuple is several times cheaper to build.
-    """
-
-    id: str
-    type: str
-    schema: int
-    data: bytes
-    meta: bytes
-    source: NewEvent
 
 
 def encode_json(value: Mapping[str, Any]) -> bytes:
@@ -141,7 +131,8 @@ def version_matches(expected: ExpectedVersion, actual: int) -> bool:
     return expected == actual
 
 
-def _encode_object(value: object, what: str, stream: str, index: int) -> bytes:
+def encode_object(value: object, what: str, stream: str | None, index: int | None) -> bytes:
+    """Canonical bytes of a JSON object (``data`` or ``meta``); ``InvalidEventError`` naming ``what``."""
     if type(value) is not dict:  # the exact-type test first: isinstance on an ABC is slow
         if not isinstance(value, Mapping):
             raise InvalidEventError(
@@ -158,11 +149,12 @@ def _encode_object(value: object, what: str, stream: str, index: int) -> bytes:
         ) from exc
 
 
-_valid_types: set[str] = set()
+valid_types: set[str] = set()
 """Event type names already validated: a store sees few distinct ones, again and again."""
 
 
-def _check_type(etype: object, stream: str, index: int) -> None:
+def check_event_type(etype: object, stream: str | None, index: int | None) -> None:
+    """Raise ``InvalidEventError`` unless ``etype`` is a dotted event type name (remembered when it is)."""
     if not isinstance(etype, str) or not etype:
         raise InvalidEventError("event type must be a non-empty str", stream=stream, index=index)
     if len(etype) > MAX_TYPE_LEN or not _TYPE_RE.match(etype):
@@ -171,44 +163,50 @@ def _check_type(etype: object, stream: str, index: int) -> None:
             stream=stream,
             index=index,
         )
-    if type(etype) is str and len(_valid_types) < 10_000:
-        _valid_types.add(etype)
+    if type(etype) is str and len(valid_types) < 10_000:
+        valid_types.add(etype)
 
 
 def prepare_events(
     stream: object, events: Sequence[NewEvent], max_event_bytes: int
-) -> tuple[str, list[PreparedEvent]]:
+) -> tuple[str, list[EncodedEvent]]:
     """Validate a batch and encode it canonically; nothing is written if this raises."""
     name = check_stream_name(stream)
+    return name, encode_new_events(events, max_event_bytes, name)
+
+
+def encode_new_events(events: object, max_event_bytes: int, stream: str | None) -> list[EncodedEvent]:
+    """Validate and encode a non-empty sequence of ``NewEvent`` s; errors name ``stream`` when given."""
     if isinstance(events, NewEvent) or not isinstance(events, Sequence):
-        raise InvalidEventError("events must be a sequence of NewEvent", stream=name)
+        raise InvalidEventError("events must be a sequence of NewEvent", stream=stream)
     if not events:
-        raise InvalidEventError("an append needs at least one event", stream=name)
-    prepared: list[PreparedEvent] = []
+        raise InvalidEventError("an append needs at least one event", stream=stream)
+    prepared: list[EncodedEvent] = []
     seen: set[str] = set()
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
+            hint = " (append EncodedEvents with append_encoded)" if isinstance(event, EncodedEvent) else ""
             raise InvalidEventError(
-                f"expected a NewEvent, got {type(event).__name__}", stream=name, index=index
+                f"expected a NewEvent, got {type(event).__name__}{hint}", stream=stream, index=index
             )
         etype = event.type
-        if type(etype) is not str or etype not in _valid_types:
-            _check_type(etype, name, index)
+        if type(etype) is not str or etype not in valid_types:
+            check_event_type(etype, stream, index)
         if type(event.schema) is not int or event.schema < 1:
             raise InvalidEventError(
-                f"schema must be an int >= 1, not {event.schema!r}", stream=name, index=index
+                f"schema must be an int >= 1, not {event.schema!r}", stream=stream, index=index
             )
-        data = _encode_object(event.data, "data", name, index)
-        meta = _encode_object({} if event.meta is None else event.meta, "meta", name, index)
+        data = encode_object(event.data, "data", stream, index)
+        meta = encode_object({} if event.meta is None else event.meta, "meta", stream, index)
         size = len(data) + len(meta)
         if size > max_event_bytes:
-            raise EventTooLarge(size, max_event_bytes, stream=name, index=index)
+            raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
         eid = str(event.id)
         if eid in seen:
-            raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=name, index=index)
+            raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=stream, index=index)
         seen.add(eid)
-        prepared.append(PreparedEvent(eid, etype, event.schema, data, meta, event))
-    return name, prepared
+        prepared.append(sealed_encoded((eid, etype, event.schema, data, meta)))
+    return prepared
 
 
 def event_hash(
@@ -244,6 +242,63 @@ def event_hash(
     ).hexdigest()  # fmt: skip
 
 
+def chain_hashes(
+    stream: str, version: int, prev_hash: str, events: Sequence[EncodedEvent], recorded_at_us: int
+) -> list[str]:
+    """The hashes of ``events`` appended to ``stream`` after ``version``, whose hash is ``prev_hash``.
+
+    The same values as ``event_hash`` called for each event in turn (event k gets version
+    ``version + k`` and the previous event's hash), with fewer steps per event: what the events
+    share (the stream, the time, and a type, schema or meta equal to the previous event's) is
+    encoded and length-prefixed once, and short lengths come from a table. On 1,024 chunk
+    events: 1.6 µs per event through ``event_hash``, 1.0 µs here (0.5 µs of it is SHA-256).
+    """
+    sha256, length, lengths = hashlib.sha256, _LEN, _SHORT_LENGTHS
+    stream_b = stream.encode()
+    stream_part = length(len(stream_b)) + stream_b
+    time_b = str(recorded_at_us).encode()
+    time_part = length(len(time_b)) + time_b
+    prev_b = prev_hash.encode()
+    prev_length = length(len(prev_b))
+    last_type: str | None = None
+    last_schema = last_meta = None
+    kind = tail = b""
+    hashes: list[str] = []
+    for eid, etype, schema, data, meta in events:
+        version += 1
+        if etype is not last_type or schema != last_schema:
+            type_b, schema_b = etype.encode(), str(schema).encode()
+            kind = length(len(type_b)) + type_b + length(len(schema_b)) + schema_b
+            last_type, last_schema = etype, schema
+        if meta is not last_meta:
+            tail = length(len(meta)) + meta + time_part
+            last_meta = meta
+        id_b, version_b, size = eid.encode(), b"%d" % version, len(data)
+        digest = sha256(
+            b"".join(
+                (
+                    prev_length, prev_b,
+                    lengths[len(id_b)] if len(id_b) < 256 else length(len(id_b)), id_b,
+                    stream_part,
+                    lengths[len(version_b)], version_b,
+                    kind,
+                    lengths[size] if size < 256 else length(size), data,
+                    tail,
+                )
+            )
+        ).hexdigest()  # fmt: skip
+        hashes.append(digest)
+        prev_b = digest.encode()
+        prev_length = _HASH_LENGTH
+    return hashes
+
+
+_SHORT_LENGTHS = tuple(_LEN(n) for n in range(256))
+"""The length prefixes of parts shorter than 256 bytes, made once."""
+_HASH_LENGTH = _LEN(64)
+"""The length prefix of a previous hash (64 hexadecimal digits)."""
+
+
 def to_micros(moment: datetime) -> int:
     """UTC microseconds since the Unix epoch."""
     if moment.tzinfo is None:
@@ -262,7 +317,7 @@ class PreparedAppend(NamedTuple):
     """One validated entry of an append: the stream, its encoded events, the expected version."""
 
     stream: str
-    events: list[PreparedEvent]
+    events: Sequence[EncodedEvent]
     expected: ExpectedVersion
 
 
@@ -322,8 +377,8 @@ def prepare_snapshot(snapshot: object, max_event_bytes: int) -> PreparedSnapshot
     schema = snapshot.schema
     if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
         raise InvalidEventError(f"snapshot schema must be an int >= 1, not {schema!r}", stream=name)
-    data = _encode_object(snapshot.data, "snapshot data", name, 0)
-    meta = _encode_object({} if snapshot.meta is None else snapshot.meta, "snapshot meta", name, 0)
+    data = encode_object(snapshot.data, "snapshot data", name, 0)
+    meta = encode_object({} if snapshot.meta is None else snapshot.meta, "snapshot meta", name, 0)
     if len(data) + len(meta) > max_event_bytes:
         raise EventTooLarge(len(data) + len(meta), max_event_bytes, stream=name)
     return PreparedSnapshot(name, version, stype, schema, data, meta)

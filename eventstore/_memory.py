@@ -15,15 +15,16 @@ import anyio
 import anyio.lowlevel
 
 from ._base import EventStore
+from ._encoder import check_encoded
 from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    chain_hashes,
     check_expected_version,
     check_read_range,
     decode_event,
     decode_snapshot,
-    event_hash,
     match_resent,
     prepare_batch,
     prepare_events,
@@ -34,6 +35,7 @@ from ._errors import ConcurrencyError, StoreError
 from ._records import (
     ANY,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -108,6 +110,14 @@ class MemoryEventStore(EventStore):
         await anyio.lowlevel.checkpoint()
         return result
 
+    async def append_encoded(
+        self, stream: str, events: Sequence[EncodedEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        self._check_open()
+        result = self._write([check_encoded(stream, events, expected_version, self.max_event_bytes)])[0]
+        await anyio.lowlevel.checkpoint()
+        return result
+
     async def append_batch(
         self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
     ) -> list[AppendResult]:
@@ -135,18 +145,18 @@ class MemoryEventStore(EventStore):
             version, prev = head
             if not version_matches(entry.expected, version):
                 raise ConcurrencyError(entry.stream, entry.expected, version)
-            positions = []
-            for ev in entry.events:
+            stream = entry.stream
+            first = position + 1
+            for ev, digest in zip(
+                entry.events, chain_hashes(stream, version, prev, entry.events, now), strict=True
+            ):
                 version += 1
                 position += 1
-                digest = event_hash(
-                    prev, ev.id, entry.stream, version, ev.type, ev.schema, ev.data, ev.meta, now
-                )
                 new_rows.append(
                     _Row(
                         position,
                         ev.id,
-                        entry.stream,
+                        stream,
                         version,
                         ev.type,
                         ev.schema,
@@ -157,8 +167,8 @@ class MemoryEventStore(EventStore):
                         digest,
                     )
                 )
-                positions.append(position)
                 prev = digest
+            positions = range(first, position + 1)
             heads[entry.stream] = (version, prev)
             results.append(AppendResult(tuple(positions), version))
         for row in new_rows:

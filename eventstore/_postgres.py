@@ -26,15 +26,16 @@ from uuid import UUID
 import anyio
 
 from ._base import EventStore
+from ._encoder import check_encoded
 from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    chain_hashes,
     check_read_range,
     check_stream_name,
     decode_event,
     decode_snapshot,
-    event_hash,
     match_resent,
     prepare_batch,
     prepare_snapshot,
@@ -60,10 +61,11 @@ from ._postgres_sql import (
     masked,
     parse_url,
 )
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation
+from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
 from ._records import (
     ANY,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -248,10 +250,20 @@ class PostgresEventStore(EventStore):
         (result,) = await self.append_batch([(stream, events, expected_version)])
         return result
 
+    async def append_encoded(
+        self, stream: str, events: Sequence[EncodedEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        entry = check_encoded(stream, events, expected_version, self.max_event_bytes)
+        (result,) = await self._append_prepared([entry])
+        return result
+
     async def append_batch(
         self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
     ) -> list[AppendResult]:
-        prepared = prepare_batch(entries, self.max_event_bytes)
+        return await self._append_prepared(prepare_batch(entries, self.max_event_bytes))
+
+    async def _append_prepared(self, prepared: list[PreparedAppend]) -> list[AppendResult]:
+        """Append validated entries in one transaction (``append``, ``append_batch``, ``append_encoded``)."""
         for entry in prepared:
             for index, event in enumerate(entry.events):
                 _check_uuid(event.id, entry.stream, index)
@@ -502,12 +514,31 @@ class PostgresEventStore(EventStore):
 
     # -- raw copy (capability "raw_copy") ----------------------------------------------
 
-    async def raw_events(self, after_position: int = 0, limit: int = RAW_PAGE) -> list[RawEvent]:
-        """Up to ``limit`` stored events after ``after_position``, as stored (nothing decoded)."""
-        check_read_range("after_position", after_position, "to_position", None, limit)
-        query = f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE position > %s ORDER BY position LIMIT %s"
-        rows = await self._fetch("raw_events", query, [after_position, limit])
-        return [RawEvent(r[0], str(r[1]), r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10])
+    async def raw_events(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[RawEvent]:
+        """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
+        check_raw_range(after_position, to_position, limit)
+        where: list[str] = ["position > %s"]
+        params: list[Any] = [after_position]
+        if to_position is not None:
+            where.append("position <= %s")
+            params.append(to_position)
+        type_list = _type_list(types)
+        if type_list is not None:
+            where.append("type = ANY(%s::text[])")
+            params.append(type_list)
+        query = (
+            f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
+            "ORDER BY position LIMIT %s"
+        )
+        rows = await self._fetch("raw_events", query, [*params, limit])
+        return [raw_event((r[0], str(r[1]), r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10]))
                 for r in rows]  # fmt: skip
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
@@ -626,12 +657,11 @@ def _plan(
         if not version_matches(entry.expected, version):
             raise ConcurrencyError(name, entry.expected, version)
         first = position + 1
-        for event in entry.events:
+        for event, digest in zip(
+            entry.events, chain_hashes(name, version, prev, entry.events, now), strict=True
+        ):
             version += 1
             position += 1
-            digest = event_hash(
-                prev, event.id, name, version, event.type, event.schema, event.data, event.meta, now
-            )
             values = (position, name, version, event.id, event.type, event.schema, event.data,
                       event.meta, now, prev, digest)  # fmt: skip
             for column, value in zip(columns, values, strict=True):

@@ -3,18 +3,28 @@
 A backend that declares ``"raw_copy"`` in its ``capabilities`` implements ``RawCopy``: it
 exports its log as stored rows (canonical bytes, hashes, positions and times, nothing decoded
 or upcast) and imports such rows unchanged. ``migrate`` uses only this API, so it knows no
-backend's tables.
+backend's tables. A reader that wants only some event types (the analytics projection) reads
+them with ``raw_events(types=...)`` and decodes what it uses itself, which costs less than
+half of what ``read_all`` costs per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, make_dataclass
+from typing import Any, Protocol
 
 from ._errors import InvalidEventError
 
-__all__ = ["RAW_PAGE", "RawCopy", "RawEvent", "RawSnapshot", "check_continuation"]
+__all__ = [
+    "RAW_PAGE",
+    "RawCopy",
+    "RawEvent",
+    "RawSnapshot",
+    "check_continuation",
+    "check_raw_range",
+    "raw_event",
+]
 
 RAW_PAGE = 500
 """The default number of events ``raw_events`` returns."""
@@ -41,6 +51,26 @@ class RawEvent:
     hash: str
 
 
+_RawEventFields = make_dataclass(
+    "_RawEventFields", [(field.name, field.type) for field in fields(RawEvent)], slots=True
+)
+"""``RawEvent``'s fields in a mutable twin with the same slots (see ``raw_event``)."""
+
+
+def raw_event(row: Sequence[Any]) -> RawEvent:
+    """A ``RawEvent`` of a stored row in ``RawEvent`` field order, built about four times faster.
+
+    A frozen dataclass sets each field through ``object.__setattr__``: about 0.85 µs for the
+    eleven fields of a ``RawEvent``, against 0.2 µs here, which matters to a reader that reads
+    every event of a large log (analytics reads 600,000 of a 1M log). The row goes into the
+    mutable twin, whose object layout is the same (same slots, same base), and the object
+    then becomes a ``RawEvent``: frozen, hashable, equal to ``RawEvent(*row)`` in every way.
+    """
+    event = _RawEventFields(*row)
+    event.__class__ = RawEvent
+    return event  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class RawSnapshot:
     """A stored snapshot exactly as kept."""
@@ -65,8 +95,40 @@ class RawCopy(Protocol):
                 target_head = batch[-1].position
     """
 
-    async def raw_events(self, after_position: int = 0, limit: int = RAW_PAGE) -> list[RawEvent]:
-        """Up to ``limit`` stored events after ``after_position``, by position."""
+    async def raw_events(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[RawEvent]:
+        """Up to ``limit`` stored events after ``after_position``, by position, exactly as stored.
+
+        Args:
+            after_position: Return only events whose position is greater.
+            limit: The most events to return (the page size).
+            types: Only events of these types (one string is one type; an empty iterable
+                matches nothing); None for every type. Filtered by the backend, so events of
+                other types are never read into Python.
+            to_position: Return only events at or before this position; None for no bound.
+
+        Fewer than ``limit`` events means there are no more matching events up to
+        ``to_position`` (or the head) at the time of the call; page on from the last position
+        returned.
+
+        Nothing is decoded or upcast: ``data`` and ``meta`` are the stored canonical bytes,
+        ``schema`` the schema they were written with and ``id`` the stored text. A caller that
+        reads the payloads (rather than copying them) therefore takes on what ``read_all``
+        does for it: it parses ``data`` and ``meta`` and raises ``CorruptEventError`` naming
+        the event (stream, version, position) when one is not a JSON object; it lifts events
+        stored under an older schema itself (the store's upcasters are not applied); and it
+        does without the event-id check ``read_all`` makes while decoding (``verify`` checks
+        every stored row).
+
+        Raises:
+            InvalidEventError: ``after_position``, ``to_position`` or ``limit`` is not an int >= 0.
+        """
         ...
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
@@ -100,3 +162,16 @@ def check_continuation(event: RawEvent, tip: tuple[int, str], head: int) -> None
             f"event {event.id} (version {event.version}) does not continue the stream at version {version}",
             stream=event.stream,
         )
+
+
+def check_raw_range(after_position: object, to_position: object, limit: object) -> None:
+    """Validate the bounds and page size of ``raw_events`` (ints >= 0; ``to_position`` may be None).
+
+    Raises:
+        InvalidEventError: naming the argument that is not an int >= 0.
+    """
+    for name, value in (("after_position", after_position), ("to_position", to_position), ("limit", limit)):
+        if value is None and name == "to_position":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidEventError(f"{name} must be an int >= 0, not {value!r}")

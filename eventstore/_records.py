@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias
 from uuid import UUID
 
 from ._ids import uuid7
@@ -16,6 +16,7 @@ __all__ = [
     "NO_STREAM",
     "STREAM_EXISTS",
     "AppendResult",
+    "EncodedEvent",
     "ExpectedVersion",
     "NewEvent",
     "NewSnapshot",
@@ -64,6 +65,53 @@ class NewEvent:
     meta: Mapping[str, Any] | None = None
     id: UUID = field(default_factory=uuid7)
     schema: int = 1
+
+
+class _EncodedFields(NamedTuple):
+    id: str
+    type: str
+    schema: int
+    data: bytes
+    meta: bytes
+
+
+class EncodedEvent(_EncodedFields):
+    """An event validated and canonically encoded once, for ``EventStore.append_encoded``.
+
+    Only ``EventEncoder.encode`` and ``encode_events`` make these (calling the class raises
+    ``TypeError``), so a store can take one as proof that it was validated and skip the work
+    ``append`` does again on every call. It is not bound to a stream: the stream, version and
+    hash chain are given when it is appended. A tuple, because a streaming writer makes one per
+    chunk.
+
+    Attributes:
+        id: The event id, in canonical UUID text form.
+        type: The dotted event type name.
+        schema: The schema version of ``data``.
+        data: The canonical JSON bytes of the payload (sorted keys, no whitespace).
+        meta: The canonical JSON bytes of the meta object (``b"{}"`` when empty).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
+
+    @classmethod
+    def _make(cls, iterable: object) -> NoReturn:
+        raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
+
+    def _replace(self, **kwargs: object) -> NoReturn:
+        raise TypeError("an EncodedEvent cannot be changed; encode a new one")
+
+    def __reduce__(self) -> tuple[Any, tuple[tuple[str, str, int, bytes, bytes]]]:
+        # copy, deepcopy and pickle rebuild it through the sealed constructor.
+        return sealed_encoded, ((self.id, self.type, self.schema, self.data, self.meta),)
+
+
+def sealed_encoded(fields: tuple[str, str, int, bytes, bytes]) -> EncodedEvent:
+    """Build an ``EncodedEvent`` from fields already validated (for the encoders only)."""
+    return tuple.__new__(EncodedEvent, fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,15 +52,16 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ._base import EventStore
+from ._encoder import check_encoded
 from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    chain_hashes,
     check_expected_version,
     check_read_range,
     decode_event,
     decode_snapshot,
-    event_hash,
     match_resent,
     prepare_batch,
     prepare_events,
@@ -69,10 +70,11 @@ from ._encoding import (
 )
 from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
 from ._paging import read_pages
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation
+from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
 from ._records import (
     ANY,
     AppendResult,
+    EncodedEvent,
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
@@ -81,7 +83,7 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
-from ._sqlite_schema import FORMAT_VERSION, init_schema, rollback, write_transaction
+from ._sqlite_schema import FORMAT_VERSION, init_schema, insert_events, rollback, write_transaction
 from ._upcasting import Upcasters
 from ._worker import Worker
 
@@ -105,10 +107,6 @@ _ROW_VERSION = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
 _SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 """Every column of a snapshot, in ``RawSnapshot`` order."""
-_INSERT = (
-    "INSERT INTO events (id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _INSERT_RAW = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
@@ -274,6 +272,13 @@ class SQLiteEventStore(EventStore):
         entries = [PreparedAppend(name, prepared, expected)]
         return (await self._write(entries))[0]
 
+    async def append_encoded(
+        self, stream: str, events: Sequence[EncodedEvent], expected_version: ExpectedVersion = ANY
+    ) -> AppendResult:
+        self._check_open()
+        entry = check_encoded(stream, events, expected_version, self.max_event_bytes)
+        return (await self._write([entry]))[0]
+
     async def append_batch(
         self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]
     ) -> list[AppendResult]:
@@ -307,7 +312,7 @@ class SQLiteEventStore(EventStore):
 
     def _insert_entries(self, conn: sqlite3.Connection, entries: list[PreparedAppend]) -> list[AppendResult]:
         now = time.time_ns() // 1000
-        plans: list[tuple[list[tuple[Any, ...]], int]] = []
+        plans: list[tuple[str, int, str, Sequence[EncodedEvent], list[str]]] = []
         heads: dict[str, tuple[int, str]] = {}
         for entry in entries:
             stream = entry.stream
@@ -321,25 +326,17 @@ class SQLiteEventStore(EventStore):
                 if original is not None:
                     return original
                 raise ConcurrencyError(stream, entry.expected, version)
-            rows = []
-            for ev in entry.events:
-                version += 1
-                digest = event_hash(prev, ev.id, stream, version, ev.type, ev.schema, ev.data, ev.meta, now)
-                rows.append((ev.id, stream, version, ev.type, ev.schema, ev.data, ev.meta, now, prev, digest))
-                prev = digest
-            heads[stream] = (version, prev)
-            plans.append((rows, version))
+            hashes = chain_hashes(stream, version, prev, entry.events, now)
+            plans.append((stream, version, prev, entry.events, hashes))
+            heads[stream] = (version + len(hashes), hashes[-1])
         results: list[AppendResult] = []
         try:
-            for rows, version in plans:
-                if len(rows) == 1:
-                    last = conn.execute(_INSERT, rows[0]).lastrowid
-                else:
-                    conn.executemany(_INSERT, rows)
-                    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+            for stream, version, prev, events, hashes in plans:
+                last = insert_events(conn, stream, version, prev, events, hashes, now)
                 if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
                     raise StoreError(f"{self.path}: the insert reported no position")
-                results.append(AppendResult(tuple(range(last - len(rows) + 1, last + 1)), version))
+                count = len(events)
+                results.append(AppendResult(tuple(range(last - count + 1, last + 1)), version + count))
         except sqlite3.IntegrityError as exc:
             # A stored event id: either a re-send of an acknowledged append or a clash.
             rollback(conn)
@@ -585,13 +582,23 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ raw copy (capability "raw_copy")
 
-    async def raw_events(self, after_position: int = 0, limit: int = RAW_PAGE) -> list[RawEvent]:
-        """Up to ``limit`` stored events after ``after_position``, as stored (nothing decoded)."""
-        check_read_range("after_position", after_position, "to_position", None, limit)
-        sql = f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?"
+    async def raw_events(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[RawEvent]:
+        """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
+        self._check_open()
+        check_raw_range(after_position, to_position, limit)
+        filters, params = _filters(types, None)
+        sql = f"SELECT {_COLUMNS} FROM events WHERE position > ? AND position <= ?{filters} ORDER BY position LIMIT ?"
+        params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
 
         def run(blocking: bool) -> list[RawEvent]:
-            return [RawEvent(*row) for row in self._conn.execute(sql, (after_position, limit))]
+            return [raw_event(row) for row in self._conn.execute(sql, params)]
 
         return await self._run(run, inline=limit <= _PAGE)
 

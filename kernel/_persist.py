@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from uuid import UUID, SafeUUID
 
 import anyio
 import orjson
-from turnlog.eventstore import EventStore, MemoryEventStore, NewEvent
+from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore, NewEvent
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
     PROJECTION_VERSION,
@@ -314,40 +313,13 @@ def envelope(event: NewEvent, stream: str, version: int, recorded_at: str) -> di
     }
 
 
-_UNKNOWN = SafeUUID.unknown  # an enum member lookup per id is measurable at this rate
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _uuid_from_int(value: int) -> UUID:
-    """``UUID(int=value)`` without re-validating an int made in range by construction."""
-    made = _new(UUID)
-    _set(made, "int", value)
-    _set(made, "is_safe", _UNKNOWN)
-    return made
-
-
-def _make_uuid() -> Any:
-    # The shortcut relies on UUID keeping its value in the ``int`` slot; check it once, and
-    # fall back to the public constructor on an interpreter where that does not hold.
-    probe = 0x01A236B12CC77000BE498B48F2B1B753
-    try:
-        if _uuid_from_int(probe) == UUID(int=probe) and str(_uuid_from_int(probe)) == str(UUID(int=probe)):
-            return _uuid_from_int
-    except (AttributeError, TypeError):
-        pass
-    return lambda value: UUID(int=value)
-
-
-_uuid = _make_uuid()
-
-
 class _ChunkIds:
     """UUIDv7 ids (as ints) for the chunks of one run, increasing, with random bits drawn in bulk.
 
     The same layout as ``turnlog.eventstore.uuid7`` (48-bit milliseconds, version 7, a 12-bit
     counter, variant, 62 random bits); a run makes thousands of ids per second, and one
     ``os.urandom`` call per 4096 ids instead of one per id is a visible part of a chunk's cost.
+    The encoder takes the ints as they are, so no ``UUID`` object is made per chunk.
     """
 
     __slots__ = ("_counter", "_ms", "_pool", "_pos")
@@ -386,10 +358,9 @@ class _ChunkIds:
 _RANDOM = struct.Struct(">4096Q").unpack
 
 
-def _id_bytes(value: int) -> bytes:
-    """The canonical text of ``UUID(int=value)`` as ASCII bytes (``str(UUID)`` without the object)."""
-    h = b"%032x" % value
-    return b"-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:]))
+def _literal(part: bytes) -> bytes:
+    """``part`` as literal text of a bytes ``%`` template."""
+    return part.replace(b"%", b"%%")
 
 
 class ChunkLog:
@@ -422,7 +393,7 @@ class ChunkLog:
         self.options = options or PersistOptions()
         self.seq = 0
         self.committed = 0
-        self._pending: list[NewEvent] = []
+        self._pending: list[EncodedEvent] = []
         self._last_commit = time.monotonic()
         self._batch_s = self.options.batch_ms / 1000.0
         self._schema = ChunkReceived.schema_version
@@ -431,18 +402,23 @@ class ChunkLog:
         self._sent = 0
         self._uncertain = False
         self._ids = _ChunkIds()
-        self._line_parts = (
-            b'{"id":"',
+        # Each chunk is validated and encoded once, here: the canonical bytes serve the buffer
+        # line and the store, which takes them without encoding them again (append_encoded).
+        self._encode = EventEncoder(
+            CHUNK_TYPE, schema=self._schema, meta=self.meta, max_event_bytes=store.max_event_bytes
+        ).encode
+        # The envelope() object of a chunk as a bytes template, its constant parts made once
+        # per run (with any "%" in them escaped): id, version, data and recorded_at go in.
+        self._line = b"".join(
             (
-                b'","stream":' + orjson.dumps(self.stream) + b',"version":',
-                b',"type":'
-                + orjson.dumps(CHUNK_TYPE)
-                + b',"schema":'
-                + str(self._schema).encode()
-                + b',"data":',
-                b',"meta":' + orjson.dumps(self.meta) + b',"recorded_at":"',
-            ),
-            b'"}\n',
+                b'{"id":"%s","stream":',
+                _literal(orjson.dumps(self.stream)),
+                b',"version":%d,"type":',
+                _literal(orjson.dumps(CHUNK_TYPE)),
+                b',"schema":%d,"data":%%s,"meta":' % self._schema,
+                _literal(orjson.dumps(self.meta, option=orjson.OPT_SORT_KEYS)),
+                b',"recorded_at":"%s"}\n',
+            )
         )
 
     @property
@@ -455,44 +431,27 @@ class ChunkLog:
         """Chunks handed out by ``take`` and not yet stored."""
         return self._sent
 
-    def add(self, chunk: StreamChunk) -> NewEvent:
+    def add(self, chunk: StreamChunk) -> EncodedEvent:
         """Number one chunk, buffer its event, and queue the event for the store.
 
         The buffer line is written before this returns, hence before the chunk is processed.
+
+        Raises:
+            EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
         """
-        self.seq = seq = self.seq + 1
-        data = chunk_payload(chunk, seq)
-        now_ns = time.time_ns()
-        event_id = self._ids(now_ns // 1_000_000)
-        event = NewEvent(CHUNK_TYPE, data, self.meta, _uuid(event_id), self._schema)
+        seq = self.seq + 1
+        ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
+        event = self._encode(chunk_payload(chunk, seq), self._ids(ms))
+        self.seq = seq  # counted once it is an event: seq k stays stream version k
         if self.buffer is not None:
-            # The envelope() object, spelled out as bytes: the constant parts are made once per run.
-            head, middle, tail = self._line_parts
-            self.buffer.write(
-                b"".join(
-                    (
-                        head,
-                        _id_bytes(event_id),
-                        middle[0],
-                        b"%d" % seq,
-                        middle[1],
-                        orjson.dumps(data),
-                        middle[2],
-                        self._now(now_ns),
-                        tail,
-                    )
-                )
-            )
+            if ms != self._stamp_ms:
+                # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
+                self._stamp_ms = ms
+                self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
+            # The line holds the very id and data bytes the store gets.
+            self.buffer.write(self._line % (event.id.encode(), seq, event.data, self._stamp))
         self._pending.append(event)
         return event
-
-    def _now(self, now_ns: int) -> bytes:
-        # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
-        ms = now_ns // 1_000_000
-        if ms != self._stamp_ms:
-            self._stamp_ms = ms
-            self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
-        return self._stamp
 
     def due(self) -> bool:
         """True when the waiting chunks should be committed now."""
@@ -506,7 +465,7 @@ class ChunkLog:
         if self.due():
             await self.commit()
 
-    def take(self) -> list[NewEvent]:
+    def take(self) -> list[EncodedEvent]:
         """The waiting chunks not yet handed out, for ``commit_batch``.
 
         They stay waiting until ``commit_batch`` stored them, so nothing is lost when a commit
@@ -521,14 +480,14 @@ class ChunkLog:
         """Forget what was handed out and not committed (call when no commit is running)."""
         self._sent = 0
 
-    async def commit_batch(self, batch: list[NewEvent]) -> None:
+    async def commit_batch(self, batch: list[EncodedEvent]) -> None:
         """Store one batch from ``take``; batches must be committed in the order taken."""
         if not batch:
             return
         if self._uncertain:
             await self._resync()
         try:
-            await self.store.append(self.stream, batch, self.committed)
+            await self.store.append_encoded(self.stream, batch, self.committed)
         except BaseException:
             # Maybe stored, maybe not (a cancelled append may still commit): check next time.
             self._uncertain = True

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from turnlog.eventstore import RecordedEvent
 
+from ._bulk import validate_messages
 from ._catalogue import (
     CATALOGUE,
     BranchCreated,
@@ -589,10 +590,14 @@ def _decode_batch(events: Sequence[RecordedEvent], appliers: Appliers | None) ->
             messages.append(data.get("message"))
     if len(picked) < 2:
         return [_decode(e, appliers) for e in events]
-    try:
-        validated = _MESSAGE_LIST.validate_python(messages, strict=True)
-    except ValidationError:
-        return [_decode(e, appliers) for e in events]
+    # the bulk path first; what it does not take as is, pydantic validates (strictly) in one
+    # call; if that refuses too, every event is decoded on its own (errors name the event)
+    validated = validate_messages(messages)
+    if validated is None:
+        try:
+            validated = _MESSAGE_LIST.validate_python(messages, strict=True)
+        except ValidationError:
+            return [_decode(e, appliers) for e in events]
     if len(picked) == len(events):
         return validated
     out: list[Any] = [None] * len(events)
@@ -703,13 +708,22 @@ def _fold_batch(
         # a batch-validated message.added in order on this branch: the same steps as
         # builder.apply (order checks, the rule, version/position/time), inlined for speed;
         # anything else, including every failure, goes through builder.apply
+        cls = type(data)
         if (
-            type(data) in kinds
+            cls in kinds
             and event.version == builder.version + 1
             and event.stream == builder.stream
             and builder.branch_id
         ):
-            builder.add(data)
+            n, log, index = builder.n, builder.log, builder.index
+            if (cls is Instruction or cls is AssistantResponse) and len(log) == n and data.id not in index:
+                # the common case of builder.add inlined: a new message (of a kind that
+                # neither replaces the system message nor links actions) at the tip
+                log.append(data)
+                index[data.id] = n
+                builder.n = n + 1
+            else:
+                builder.add(data)
             builder.version = event.version
             builder.position = event.position
             builder.updated_at = event.recorded_at

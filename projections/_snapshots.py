@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -23,6 +24,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 from turnlog.eventstore import EventStore, NewSnapshot, Snapshot
 
+from ._bulk import validate_messages
 from ._catalogue import UsageData
 from ._errors import ProjectionError
 from ._fold import gc_paused
@@ -250,8 +252,7 @@ def _state_from(snap: Snapshot, raw: list[Any]) -> BranchState:
         raise ValueError(f"the snapshot chain holds {len(raw)} message slots, expected {n}")
     # slots before the view's start stay None: they are never shown again
     raw[:start] = [None] * start
-    log = _MESSAGES.validate_python(raw)
-    index = {m.id: i for i, m in enumerate(log) if m is not None}
+    log, index = _validate_log(raw, start)
     over = {int(slot): message_from_dict(msg) for slot, msg in d["over"]}
     system = d["system"]
     state = BranchState(
@@ -275,6 +276,25 @@ def _state_from(snap: Snapshot, raw: list[Any]) -> BranchState:
     )
     _set_storage(state, log, n, start, index, MappingProxyType(over) if over else MappingProxyType({}))
     return state
+
+
+def _validate_log(raw: list[Any], start: int) -> tuple[list[AnyMessage | None], dict[str, int]]:
+    """The validated message slots of a snapshot chain and the slot of each message id.
+
+    The first ``start`` slots are None.
+    """
+    # the usual case (every slot of the view holds a stored message) takes the bulk path
+    messages = validate_messages(raw[start:]) if start < len(raw) else []
+    if messages is None:
+        log = _MESSAGES.validate_python(raw)
+        return log, {m.id: i for i, m in enumerate(log) if m is not None}
+    full: list[AnyMessage | None] = [None] * start
+    full.extend(messages)
+    # a later slot of the same id wins, as in the fold
+    return full, dict(zip(map(_ID, messages), range(start, start + len(messages)), strict=True))
+
+
+_ID = attrgetter("id")
 
 
 def _iso(moment: datetime | None) -> str | None:

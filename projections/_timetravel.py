@@ -69,6 +69,11 @@ def message_summary(msg: AnyMessage) -> str:
     return msg.kind  # pragma: no cover - the union is closed
 
 
+def _model_label(provider: str, model: str | None) -> str:
+    """``provider/model``; a CLI agent run on its own default model has no model name."""
+    return f"{provider}/{model}" if model else f"{provider} (default model)"
+
+
 def _or_unknown(value: int | None) -> str:
     return "?" if value is None else str(value)
 
@@ -89,11 +94,11 @@ def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
         case "messages.cleared":
             return "messages cleared (system kept)"
         case "provider.session_bound":
-            return f"{d.provider}/{d.model} session {d.session_id}"
+            return f"{_model_label(d.provider, d.model)} session {d.session_id}"
         case "model.called":
             u = d.usage
             tokens = f"{_or_unknown(u.input_tokens)}->{_or_unknown(u.output_tokens)} tokens"
-            return f"{d.provider}/{d.model} {d.status} in {d.latency_ms:.0f} ms, {tokens}"
+            return f"{_model_label(d.provider, d.model)} {d.status} in {d.latency_ms:.0f} ms, {tokens}"
         case "run.started":
             return f"{d.verb} started (run {d.run_id})"
         case "run.ended":

@@ -6,8 +6,9 @@ the OpenTelemetry GenAI semantic conventions where they name the thing
 ``gen_ai.client.operation.duration`` in seconds, ``error.type``, ...); turnlog's own facts
 use a ``turnlog.`` prefix. A branch is a conversation, so its id is ``gen_ai.conversation.id``.
 
-Every function here is pure: it reads one ``RecordedEvent`` (plus the price table and the
-branch-to-session map it is given) and returns a tuple in column order. A payload missing
+Every function here is pure: it reads one event (a ``RecordedEvent``, or any ``FactEvent``:
+the projection's own view of a stored row it decoded itself) plus the price table and the
+branch-to-session map it is given, and returns a tuple in column order. A payload missing
 what a fact needs raises ``EventDecodeError`` naming the event.
 """
 
@@ -16,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from turnlog.eventstore import RecordedEvent
 from turnlog.projections._errors import EventDecodeError
 
 from ._pricing import PriceTable
@@ -30,6 +30,7 @@ __all__ = [
     "RUNS",
     "TOOL_CALLS",
     "Column",
+    "FactEvent",
     "FactTable",
     "RunEnd",
     "RunStart",
@@ -54,6 +55,50 @@ RELEVANT_TYPES: tuple[str, ...] = (
 """The event types the analytics projection reads; every other type is skipped."""
 
 ColumnKind = Literal["int", "float", "text", "bool"]
+
+
+class FactEvent(Protocol):
+    """What the fact functions read of an event (a ``RecordedEvent`` has all of it)."""
+
+    @property
+    def stream(self) -> str:
+        """The stream of the event."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Its version inside the stream."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """Its global position."""
+        ...
+
+    @property
+    def type(self) -> str:
+        """The event type name."""
+        ...
+
+    @property
+    def schema(self) -> int:
+        """The schema version of ``data``."""
+        ...
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The decoded payload."""
+        ...
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The decoded meta object."""
+        ...
+
+    @property
+    def recorded_at(self) -> datetime:
+        """UTC time of the append."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +230,7 @@ FACT_TABLES: tuple[FactTable, ...] = (MODEL_CALLS, TOOL_CALLS, RUNS)
 # ----------------------------------------------------------------------------------- helpers
 
 
-def _bad(event: RecordedEvent, reason: str) -> EventDecodeError:
+def _bad(event: FactEvent, reason: str) -> EventDecodeError:
     return EventDecodeError(event.stream, event.version, event.type, reason, position=event.position)
 
 
@@ -193,7 +238,7 @@ _last_when: tuple[datetime | None, tuple[str, str]] = (None, ("", ""))
 """The latest moment formatted: the events of one append share their ``recorded_at``."""
 
 
-def _when(event: RecordedEvent) -> tuple[str, str]:
+def _when(event: FactEvent) -> tuple[str, str]:
     global _last_when
     moment = event.recorded_at
     last = _last_when
@@ -206,26 +251,26 @@ def _when(event: RecordedEvent) -> tuple[str, str]:
     return when
 
 
-def _field(event: RecordedEvent, data: Mapping[str, Any], key: str) -> Any:
+def _field(event: FactEvent, data: Mapping[str, Any], key: str) -> Any:
     try:
         return data[key]
     except KeyError:
         raise _bad(event, f"data has no {key!r}") from None
 
 
-def _text(event: RecordedEvent, value: Any, key: str) -> str | None:
+def _text(event: FactEvent, value: Any, key: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise _bad(event, f"{key} must be a string or null, not {type(value).__name__}")
 
 
-def _count(event: RecordedEvent, value: Any, key: str) -> int | None:
+def _count(event: FactEvent, value: Any, key: str) -> int | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     raise _bad(event, f"{key} must be an integer or null, not {value!r}")
 
 
-def _number(event: RecordedEvent, value: Any, key: str) -> float | None:
+def _number(event: FactEvent, value: Any, key: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -233,7 +278,7 @@ def _number(event: RecordedEvent, value: Any, key: str) -> float | None:
     raise _bad(event, f"{key} must be a number or null, not {value!r}")
 
 
-def _seconds(event: RecordedEvent, value: Any, key: str) -> float | None:
+def _seconds(event: FactEvent, value: Any, key: str) -> float | None:
     ms = _number(event, value, key)
     return None if ms is None else ms / 1000.0
 
@@ -241,9 +286,23 @@ def _seconds(event: RecordedEvent, value: Any, key: str) -> float | None:
 _NO_USAGE: dict[str, Any] = {}
 
 
-def _usage(event: RecordedEvent, data: Mapping[str, Any]) -> tuple[int | None, int | None, float | None]:
+def _usage(event: FactEvent, data: Mapping[str, Any]) -> tuple[int | None, int | None, float | None]:
     # The catalogue defaults usage to all-unknown, so a payload without it is valid.
     usage = data.get("usage", _NO_USAGE)
+    if usage.__class__ is dict:
+        tokens_in, tokens_out, cost = (
+            usage.get("input_tokens"),
+            usage.get("output_tokens"),
+            usage.get("cost_usd"),
+        )
+        # The common shapes pass these class checks at once; anything else takes the
+        # checks (and the conversions, and the errors) below.
+        if (
+            (tokens_in is None or tokens_in.__class__ is int)
+            and (tokens_out is None or tokens_out.__class__ is int)
+            and (cost is None or cost.__class__ is float)
+        ):
+            return tokens_in, tokens_out, cost
     if not isinstance(usage, dict):
         raise _bad(event, f"usage must be an object, not {type(usage).__name__}")
     return (
@@ -270,7 +329,7 @@ def priced(
     return cost, (None if cost is None else "price_table")
 
 
-def branch_of(event: RecordedEvent) -> str | None:
+def branch_of(event: FactEvent) -> str | None:
     """The branch an event belongs to: its meta's ``branch_id``, else its branch stream's id."""
     branch = event.meta.get("branch_id")
     if branch is None and event.stream.startswith("branch-"):
@@ -281,9 +340,11 @@ def branch_of(event: RecordedEvent) -> str | None:
 SessionOf = Callable[[str | None], str | None]
 
 
-def _where(event: RecordedEvent, session_of: SessionOf, run_id: Any) -> tuple[str | None, str | None, Any]:
-    branch = branch_of(event)
+def _where(event: FactEvent, session_of: SessionOf, run_id: Any) -> tuple[str | None, str | None, Any]:
     meta = event.meta
+    branch = meta.get("branch_id")  # branch_of, inlined: it runs for every fact
+    if branch is None and event.stream.startswith("branch-"):
+        branch = event.stream[7:]
     session = meta.get("session_id")
     if session is None:
         session = session_of(branch)
@@ -293,6 +354,10 @@ def _where(event: RecordedEvent, session_of: SessionOf, run_id: Any) -> tuple[st
 
 
 # ------------------------------------------------------------------------------------- facts
+
+
+_MISSING: Any = object()
+"""A key's value when the payload lacks it (fails ``_texts_ok``)."""
 
 
 def _texts_ok(*values: Any) -> bool:
@@ -305,7 +370,7 @@ def _texts_ok(*values: Any) -> bool:
 _MODEL_TEXTS = ("provider", "model", "endpoint", "verb", "call_id", "run_id", "error_type")
 
 
-def model_call_fact(event: RecordedEvent, prices: PriceTable, session_of: SessionOf) -> tuple[Any, ...]:
+def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf) -> tuple[Any, ...]:
     """The ``MODEL_CALLS`` row of a ``model.called`` event."""
     data = event.data
     try:
@@ -322,7 +387,9 @@ def model_call_fact(event: RecordedEvent, prices: PriceTable, session_of: Sessio
             _text(event, get(key), key)
     if status != "ok" and status != "error":
         raise _bad(event, f"status must be 'ok' or 'error', not {status!r}")
-    latency = _seconds(event, latency_ms, "latency_ms")
+    latency = (
+        latency_ms / 1000.0 if latency_ms.__class__ is float else _seconds(event, latency_ms, "latency_ms")
+    )
     if latency is None:
         raise _bad(event, "latency_ms must be a number")
     tokens_in, tokens_out, reported = _usage(event, data)
@@ -330,16 +397,18 @@ def model_call_fact(event: RecordedEvent, prices: PriceTable, session_of: Sessio
     when, day = _when(event)
     branch, session, run_id = _where(event, session_of, run_id)
     ttft = get("ttft_ms")
+    if ttft is not None:
+        ttft = ttft / 1000.0 if ttft.__class__ is float else _seconds(event, ttft, "ttft_ms")
     attempts = get("attempts", 1)
     return (
         event.position, when, day, provider, model, endpoint, branch, session, run_id, verb,
         call_id, get("stream") is True, tokens_in, tokens_out, cost, source, latency,
-        None if ttft is None else _seconds(event, ttft, "ttft_ms"), status, error_type,
+        ttft, status, error_type,
         attempts if attempts.__class__ is int else _count(event, attempts, "attempts"),
     )  # fmt: skip
 
 
-def tool_call_fact(event: RecordedEvent, session_of: SessionOf) -> tuple[Any, ...] | None:
+def tool_call_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...] | None:
     """The ``TOOL_CALLS`` row of a ``message.added`` event, or None unless it adds an ActionResponse.
 
     A call whose message has ``metadata.denied`` true is ``denied``; one with an error is
@@ -404,29 +473,36 @@ class RunEnd:
     reported_cost: float | None
 
 
-def _run_id(event: RecordedEvent) -> str:
+def _run_id(event: FactEvent) -> str:
     run_id = _field(event, event.data, "run_id")
     if not isinstance(run_id, str):
         raise _bad(event, f"run_id must be a string, not {run_id!r}")
     return run_id
 
 
-def run_start_fact(event: RecordedEvent, session_of: SessionOf) -> RunStart:
+def run_start_fact(event: FactEvent, session_of: SessionOf) -> RunStart:
     """The ``RUNS`` row a ``run.started`` event opens (status ``running``)."""
     data = event.data
     run_id = _run_id(event)
     when, day = _when(event)
     branch, session, _ = _where(event, session_of, run_id)
+    get = data.get
+    verb, parent, provider, model = get("verb", _MISSING), get("parent_run_id"), get("provider"), get("model")
+    if not _texts_ok(verb, parent, provider, model):
+        # The checks one by one, for the error that names the field.
+        verb = _text(event, _field(event, data, "verb"), "verb")
+        for key in ("parent_run_id", "provider", "model"):
+            _text(event, get(key), key)
     row = (
         run_id,
         event.position,
         when,
         day,
         None,
-        _text(event, _field(event, data, "verb"), "verb"),
-        _text(event, data.get("parent_run_id"), "parent_run_id"),
-        _text(event, data.get("provider"), "provider"),
-        _text(event, data.get("model"), "model"),
+        verb,
+        parent,
+        provider,
+        model,
         branch,
         session,
         "running",
@@ -442,7 +518,7 @@ def run_start_fact(event: RecordedEvent, session_of: SessionOf) -> RunStart:
     return RunStart(run_id, row)
 
 
-def run_end_fact(event: RecordedEvent, session_of: SessionOf) -> RunEnd:
+def run_end_fact(event: FactEvent, session_of: SessionOf) -> RunEnd:
     """What a ``run.ended`` or ``run.failed`` event closes."""
     data = event.data
     run_id = _run_id(event)
@@ -453,11 +529,19 @@ def run_end_fact(event: RecordedEvent, session_of: SessionOf) -> RunEnd:
     if failed:
         reason = _text(event, _field(event, data, "reason"), "reason")
         error_type = _text(event, data.get("error_type"), "error_type")
-    duration = _seconds(event, _field(event, data, "duration_ms"), "duration_ms")
-    chunks = _count(event, data.get("chunks"), "chunks")
+    duration = data.get("duration_ms")
+    if duration.__class__ is float:
+        duration /= 1000.0
+    else:
+        duration = _seconds(event, _field(event, data, "duration_ms"), "duration_ms")
+    chunks = data.get("chunks")
+    if chunks is not None and chunks.__class__ is not int:
+        chunks = _count(event, chunks, "chunks")
     status = "failed" if failed else "ok"
     branch, session, _ = _where(event, session_of, run_id)
-    verb = _text(event, _field(event, data, "verb"), "verb")
+    verb = data.get("verb", _MISSING)
+    if verb is not None and verb.__class__ is not str:
+        verb = _text(event, _field(event, data, "verb"), "verb")
     row = (
         run_id, event.position, when, day, when, verb, None, None, None, branch, session,
         status, reason, error_type, duration, chunks, tokens_in, tokens_out, None, None,

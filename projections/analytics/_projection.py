@@ -1,7 +1,9 @@
 """The analytics projection: fact tables kept next to the log, updated exactly once.
 
-The projection reads the log with ``store.read_all`` (``update``) or ``store.subscribe``
-(``follow``) and writes the fact tables of ``_facts`` into a SQLite database: by default the
+``update`` reads the log as stored rows with ``store.raw_events(types=...)`` when the store
+declares the ``raw_copy`` capability (a SQLite file, PostgreSQL) and decodes them itself,
+else with ``store.read_all``; ``follow`` then takes live events from ``store.subscribe``.
+The projection writes the fact tables of ``_facts`` into a SQLite database: by default the
 store's own file (through a connection of its own), else a separate analytics database
 given as ``database=``. Each batch of facts and the checkpoint (the last position applied,
 row ``analytics`` of the ``tracking`` table) are written in ONE transaction, so a crash at
@@ -19,17 +21,19 @@ Example::
 from __future__ import annotations
 
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import anyio
 import anyio.to_thread
-from turnlog.eventstore import EventStore, RecordedEvent
+import orjson
+from turnlog.eventstore import CorruptEventError, EventStore, RawCopy, RawEvent, RecordedEvent, Upcasters
 from turnlog.projections._catalogue import CATALOGUE, decode_event
 
 from . import _queries as q
@@ -40,6 +44,7 @@ from ._facts import (
     RELEVANT_TYPES,
     RUNS,
     TOOL_CALLS,
+    FactEvent,
     FactTable,
     RunEnd,
     RunStart,
@@ -53,7 +58,7 @@ from ._pricing import PriceTable
 from ._rollup import (
     RANK_INDEXES,
     ROLLUPS,
-    add_to_rollup,
+    add_facts_to_rollups,
     create_rank_indexes,
     drop_rank_indexes,
     rebuild_rollups,
@@ -73,6 +78,12 @@ _T = TypeVar("_T")
 # one leaves at most this much behind. Few large checkpoints cost far less than many small.
 _WAL_DURING_UPDATE = 256 * 1024 * 1024
 _WAL_AFTER_UPDATE = 64 * 1024 * 1024
+_CACHE_KIB = 64 * 1024
+# Events per transaction while catching up (batch_size=None): the first, and the most.
+_FIRST_BATCH = 5000
+_LARGEST_BATCH = 50_000
+# Stored events per raw read (the store's own page size, read inline on its connection).
+_RAW_PAGE = 500
 _BRANCHES = "analytics_branches"
 _META = "analytics_meta"
 
@@ -160,7 +171,10 @@ class AnalyticsProjection:
         prices: The price table for costs (``PriceTable()`` defaults when None). When it
             differs from the table the stored facts were priced with, ``update`` re-prices
             every fact whose cost was not reported by the provider.
-        batch_size: Events applied per transaction.
+        batch_size: Events applied per transaction. By default (None) a catch-up starts
+            with transactions of 5,000 events and doubles them up to 50,000 while it goes on:
+            a short update stays one small transaction, and a long one (a rebuild) rewrites
+            the rollup pages it touches in every batch a few times instead of hundreds.
     """
 
     def __init__(
@@ -169,9 +183,9 @@ class AnalyticsProjection:
         *,
         database: str | Path | None = None,
         prices: PriceTable | None = None,
-        batch_size: int = 5000,
+        batch_size: int | None = None,
     ) -> None:
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.store = store
         self.database = str(database) if database is not None else str(analytics_database_of(store))
@@ -179,6 +193,8 @@ class AnalyticsProjection:
         self.batch_size = batch_size
         self._conn: sqlite3.Connection | None = None
         self._sessions: dict[str, str | None] = {}
+        # The checkpoint the session map is complete for (None: unknown, read it again).
+        self._synced_at: int | None = None
         self._lock = anyio.Lock()
         self._ranks_ready = False
         self._expected_schema = {name: CATALOGUE.get(name) for name in RELEVANT_TYPES}
@@ -223,10 +239,16 @@ class AnalyticsProjection:
             # No automatic checkpoint inside our commits (each one syncs the whole file and
             # stalls the batch); _checkpoint_wal runs one, passively, when the WAL grows large.
             conn.execute("PRAGMA wal_autocheckpoint=0")
+            # The WAL file keeps its largest size after a checkpoint; when this connection
+            # starts it over, cut it back rather than leave hundreds of MiB on disk.
+            conn.execute(f"PRAGMA journal_size_limit={_WAL_AFTER_UPDATE}")
+            # The rollups and rank indexes take writes all over their pages; SQLite's default
+            # 2 MiB cache would read most pages back from the OS in every batch. The cache
+            # grows only as pages are used, and only this connection's.
+            conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             register_functions(conn)
             self._conn = conn
             self._migrate()
-            self._load_sessions()
             present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
             self._ranks_ready = all(name in present for name, *_ in RANK_INDEXES)
         except BaseException:
@@ -271,9 +293,24 @@ class AnalyticsProjection:
                 (str(SCHEMA_VERSION),),
             )
 
-    def _load_sessions(self) -> None:
-        rows = self._db().execute(f"SELECT branch_id, session_id FROM {_BRANCHES}").fetchall()
-        self._sessions = dict(rows)
+    def _sync(self) -> int:
+        """The checkpoint, with the branch-to-session map as of that checkpoint.
+
+        Another process may have applied batches (and learnt branches) since this one last
+        committed; facts taken after its checkpoint must see its branches. Both are read in
+        one read transaction, so the map is never older than the checkpoint it goes with.
+        """
+        conn = self._db()
+        conn.execute("BEGIN")
+        try:
+            position = self._checkpoint()
+            if position != self._synced_at:
+                rows = conn.execute(f"SELECT branch_id, session_id FROM {_BRANCHES}").fetchall()
+                self._sessions = dict(rows)
+                self._synced_at = position
+        finally:
+            conn.execute("COMMIT")
+        return position
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         # sqlite3 blocks; keep it off the event loop. Its errors are translated here, once.
@@ -312,7 +349,7 @@ class AnalyticsProjection:
                     position = await self._catch_up(position, counts)
                     break
                 except _Stale:
-                    position = await self._in_thread(self._checkpoint)
+                    position = await self._in_thread(self._sync)
             if not self._ranks_ready:
                 await self._in_thread(self._finish)
             if position > start:
@@ -327,14 +364,36 @@ class AnalyticsProjection:
         # until the batch is written: an event is garbage the moment it is read, so the
         # collector never walks a batch of decoded payloads.
         batch = _Batch(self)
-        add, size, seen = batch.add, self.batch_size, position
-        async for event in self.store.read_all(position + 1, head, types=RELEVANT_TYPES):
-            add(event)
-            seen = event.position
-            if batch.events >= size:
-                position = await self._apply(batch, position, seen, counts)
-                batch = _Batch(self)
-                add = batch.add
+        size = self.batch_size or _FIRST_BATCH
+        seen = position
+        raw = self._raw_reader()
+        if raw is not None:
+            # Stored rows of our types, decoded here (data and meta only): less than half of
+            # what read_all costs per event, which also parses the id and builds the event.
+            while True:
+                page = await raw.raw_events(seen, _RAW_PAGE, types=RELEVANT_TYPES, to_position=head)
+                add = batch.add_stored
+                for stored in page:
+                    add(stored)
+                    if batch.events >= size:
+                        position = await self._apply(batch, position, stored.position, counts)
+                        batch = _Batch(self)
+                        add = batch.add_stored
+                        size = self._next_size(size)
+                if page:
+                    seen = page[-1].position
+                if len(page) < _RAW_PAGE:
+                    break
+        else:
+            take = batch.add
+            async for event in self.store.read_all(position + 1, head, types=RELEVANT_TYPES):
+                take(event)
+                seen = event.position
+                if batch.events >= size:
+                    position = await self._apply(batch, position, seen, counts)
+                    batch = _Batch(self)
+                    take = batch.add
+                    size = self._next_size(size)
         # Every event up to the head read at the start is committed and was delivered when
         # positions are gapless; otherwise only what was seen is safe to checkpoint.
         if "gapless_positions" in self.store.capabilities:
@@ -345,6 +404,14 @@ class AnalyticsProjection:
             position = await self._apply(batch, position, last, counts)
         return position
 
+    def _next_size(self, size: int) -> int:
+        """The size of the transaction after one of ``size`` events (see ``batch_size``)."""
+        return size if self.batch_size is not None else min(2 * size, _LARGEST_BATCH)
+
+    def _raw_reader(self) -> RawCopy | None:
+        """The store as a raw reader when it offers ``raw_events``, else None (read ``read_all``)."""
+        return cast(RawCopy, self.store) if "raw_copy" in self.store.capabilities else None
+
     async def _apply(self, batch: _Batch, expected: int, last: int, counts: list[int]) -> int:
         added = await self._in_thread(self._apply_batch, batch, expected, last, _WAL_DURING_UPDATE)
         for i, n in enumerate(added):
@@ -354,7 +421,7 @@ class AnalyticsProjection:
     def _prepare(self) -> int:
         # One hop to the thread for both: each hop waits for a scheduler slot on a busy machine.
         self._reprice_if_needed()
-        return self._checkpoint()
+        return self._sync()
 
     def _finish(self) -> None:
         conn = self._db()
@@ -385,6 +452,7 @@ class AnalyticsProjection:
                 (self.prices.fingerprint(),),
             )
         self._sessions = {}
+        self._synced_at = None
         self._ranks_ready = False
 
     async def follow(self, *, on_batch: Callable[[UpdateReport], Any] | None = None) -> None:
@@ -396,7 +464,8 @@ class AnalyticsProjection:
         report = await self.update()
         if on_batch is not None:
             on_batch(report)
-        send, receive = anyio.create_memory_object_stream[RecordedEvent](self.batch_size)
+        most = self.batch_size or _FIRST_BATCH
+        send, receive = anyio.create_memory_object_stream[RecordedEvent](most)
 
         async def pump() -> None:
             async with send:
@@ -412,7 +481,7 @@ class AnalyticsProjection:
             tg.start_soon(pump)
             async for first in receive:
                 batch = [first]
-                while len(batch) < self.batch_size:
+                while len(batch) < most:
                     try:
                         batch.append(receive.receive_nowait())
                     except anyio.WouldBlock:
@@ -428,7 +497,7 @@ class AnalyticsProjection:
     async def _follow_batch(self, batch: list[RecordedEvent], applied_to: int) -> UpdateReport:
         async with self._lock:
             started = time.perf_counter()
-            expected = await self._in_thread(self._checkpoint)
+            expected = await self._in_thread(self._sync)
             if expected == applied_to:
                 counts = [0, 0, 0, 0]
                 try:
@@ -442,15 +511,15 @@ class AnalyticsProjection:
 
     # ----------------------------------------------------------------------------- the batch
 
-    def _lifted(self, event: RecordedEvent) -> RecordedEvent:
+    def _lifted(self, event: FactEvent) -> FactEvent:
         schema = self._expected_schema.get(event.type)
         if schema is None or event.schema == schema.schema_version:
             return event
         # An older payload the store did not upcast: lift it through the catalogue.
-        data = decode_event(event).model_dump(mode="json")
-        return RecordedEvent(
-            event.id, event.stream, event.version, event.position, event.type, schema.schema_version,
-            data, event.meta, event.recorded_at, event.prev_hash, event.hash,
+        data = decode_event(cast(RecordedEvent, event)).model_dump(mode="json")
+        return StoredEvent(
+            event.stream, event.version, event.position, event.type, schema.schema_version,
+            data, event.meta, event.recorded_at,
         )  # fmt: skip
 
     def _apply_batch(
@@ -459,38 +528,35 @@ class AnalyticsProjection:
         conn = self._db()
         try:
             with _transaction(conn):
-                if self._checkpoint() != expected:
+                # The batch's facts were taken with the session map as of ``expected``.
+                if self._checkpoint() != expected or self._synced_at != expected:
                     raise _Stale
-                counts = self._write_facts(conn, batch, expected, last)
+                counts = self._write_facts(conn, batch)
                 conn.execute(
                     "INSERT INTO tracking (consumer, position) VALUES (?, ?) "
                     "ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",
                     (CONSUMER, last),
                 )
         except BaseException:
-            # Another process may have applied batches (and their branches) meanwhile.
-            self._load_sessions()
+            # Another process may have applied batches (and their branches) meanwhile:
+            # the next _sync reads the map again with the checkpoint.
+            self._synced_at = None
             raise
         # Only a committed batch's branches join the session map.
         self._sessions.update(batch.branches)
+        self._synced_at = last
         if wal_limit is not None:
             self._checkpoint_wal(wal_limit)
         return (batch.events, *counts)
 
     def _checkpoint_wal(self, limit: int) -> None:
-        """Copy the WAL into the database (PASSIVE: never waits for readers) once it passes ``limit`` bytes."""
+        """Copy the WAL into the database (PASSIVE: never waits for readers) once its backlog passes ``limit`` bytes."""
         if self.database == ":memory:":
             return
-        try:
-            size = Path(self.database + "-wal").stat().st_size
-        except FileNotFoundError:
-            return
-        if size > limit:
+        if _wal_backlog(self.database) > limit:
             self._db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _write_facts(
-        self, conn: sqlite3.Connection, batch: _Batch, after: int, upto: int
-    ) -> tuple[int, int, int]:
+    def _write_facts(self, conn: sqlite3.Connection, batch: _Batch) -> tuple[int, int, int]:
         runs: dict[str, list[Any]] = {}
         for item in batch.runs:
             if item.__class__ is RunStart:
@@ -506,8 +572,7 @@ class AnalyticsProjection:
             conn.executemany(_insert_sql(RUNS, "INSERT OR REPLACE"), runs.values())
         if branches:
             conn.executemany(f"INSERT OR REPLACE INTO {_BRANCHES} VALUES (?, ?)", branches.items())
-        if model_rows or tool_rows:
-            add_to_rollup(conn, after, upto)
+        add_facts_to_rollups(conn, model_rows, tool_rows)
         return len(model_rows), len(tool_rows), len(runs)
 
     def _close_run(self, conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd) -> None:
@@ -609,7 +674,10 @@ class _Batch:
     database when the batch is written).
     """
 
-    __slots__ = ("_owner", "branches", "events", "model_rows", "runs", "tool_rows")
+    __slots__ = (
+        "_moment", "_owner", "_upcasters", "_upcasting", "_us", "_versions",
+        "branches", "events", "model_rows", "runs", "tool_rows",
+    )  # fmt: skip
 
     def __init__(self, owner: AnalyticsProjection, events: Sequence[RecordedEvent] = ()) -> None:
         self._owner = owner
@@ -618,8 +686,53 @@ class _Batch:
         self.tool_rows: list[tuple[Any, ...]] = []
         self.runs: list[RunStart | RunEnd] = []
         self.branches: dict[str, str | None] = {}
+        self._upcasters: Upcasters = owner.store.upcasters
+        self._upcasting = bool(self._upcasters)
+        self._versions = owner._versions
+        # The events of one append share their time: decode it once per append.
+        self._us = -1
+        self._moment = _EPOCH
         for event in events:
             self.add(event)
+
+    def add_stored(self, stored: RawEvent) -> None:
+        """Decode a stored event as ``read_all`` would, then take its facts (see ``add``).
+
+        ``raw_events`` leaves the decoding to its caller: data and meta must be JSON objects
+        (else ``CorruptEventError`` naming the event, as ``read_all`` raises), and the store's
+        upcasters, when it has any, are applied here. The event id is not parsed (no fact
+        uses it; ``verify`` checks it).
+        """
+        meta = stored.meta
+        try:
+            data = _loads(stored.data)
+            meta = {} if meta == b"{}" else _loads(meta)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise CorruptEventError(
+                stored.stream, stored.version, f"payload is not valid JSON: {exc}", position=stored.position
+            ) from exc
+        if data.__class__ is not dict or meta.__class__ is not dict:
+            raise CorruptEventError(
+                stored.stream, stored.version, "payload is not a JSON object", position=stored.position
+            )
+        kind, schema = stored.type, stored.schema
+        if self._upcasting:
+            schema, data = _upcast(self._upcasters, stored, data)
+        if kind == "message.added" and schema == self._versions.get(kind, schema):
+            # Most events read are messages that are no tool call: skip them here, as add
+            # would, without building the event (two in five of the events read).
+            message = data.get("message")
+            if message.__class__ is dict and message.get("kind") != "ActionResponse":
+                self.events += 1
+                return
+        us = stored.recorded_at_us
+        if us != self._us:
+            self._us, self._moment = us, _EPOCH + timedelta(microseconds=us)
+        self.add(
+            StoredEvent(
+                stored.stream, stored.version, stored.position, kind, schema, data, meta, self._moment
+            )
+        )
 
     def _session_of(self, branch: str | None) -> str | None:
         if branch is None:
@@ -630,19 +743,23 @@ class _Batch:
     def _known(self, branch: str) -> bool:
         return branch in self.branches or branch in self._owner._sessions
 
-    def add(self, event: RecordedEvent) -> None:
+    def add(self, event: FactEvent) -> None:
         """Take the facts of one event (of a type in ``RELEVANT_TYPES``)."""
         self.events += 1
         kind = event.type
         owner = self._owner
         if event.schema != owner._versions.get(kind, event.schema):
             event = owner._lifted(event)
-        if kind == "model.called":
-            self.model_rows.append(model_call_fact(event, owner.prices, self._session_of))
-        elif kind == "message.added":
+        # By frequency: most events read are messages, and most messages are no tool call.
+        if kind == "message.added":
+            message = event.data.get("message")
+            if message.__class__ is dict and message.get("kind") != "ActionResponse":
+                return  # what tool_call_fact would say, without its checks of the rest
             row = tool_call_fact(event, self._session_of)
             if row is not None:
                 self.tool_rows.append(row)
+        elif kind == "model.called":
+            self.model_rows.append(model_call_fact(event, owner.prices, self._session_of))
         elif kind == "run.started":
             self.runs.append(run_start_fact(event, self._session_of))
         elif kind in ("run.ended", "run.failed"):
@@ -650,7 +767,7 @@ class _Batch:
         else:
             self._note_branch(event)
 
-    def _note_branch(self, event: RecordedEvent) -> None:
+    def _note_branch(self, event: FactEvent) -> None:
         data = event.data
         branch = data.get("branch_id")
         if not isinstance(branch, str):
@@ -669,6 +786,61 @@ class _Batch:
 
 
 _UNSEEN = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_loads = orjson.loads
+
+
+class StoredEvent:
+    """An event the projection decoded itself from a stored row: what the fact functions read.
+
+    A plain slotted object, not a ``RecordedEvent``: it is made once per event read and
+    dropped as soon as its facts are taken, and a frozen dataclass costs several times as
+    much to build. ``recorded_at`` is the same object for every event of one append.
+    """
+
+    __slots__ = ("data", "meta", "position", "recorded_at", "schema", "stream", "type", "version")
+
+    def __init__(
+        self,
+        stream: str,
+        version: int,
+        position: int,
+        type: str,
+        schema: int,
+        data: dict[str, Any],
+        meta: dict[str, Any],
+        recorded_at: datetime,
+    ) -> None:
+        self.stream = stream
+        self.version = version
+        self.position = position
+        self.type = type
+        self.schema = schema
+        self.data = data
+        self.meta = meta
+        self.recorded_at = recorded_at
+
+
+def _upcast(upcasters: Upcasters, stored: RawEvent, data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Apply the store's upcasters to a stored payload, with the errors ``read_all`` raises."""
+    kind, schema = stored.type, stored.schema
+    try:
+        schema, data = upcasters.upcast(kind, schema, data)
+    except Exception as exc:
+        raise CorruptEventError(
+            stored.stream,
+            stored.version,
+            f"upcasting {kind!r} from schema {schema} failed: {exc!r}",
+            position=stored.position,
+        ) from exc
+    if not isinstance(data, dict):
+        raise CorruptEventError(
+            stored.stream,
+            stored.version,
+            f"an upcaster of {kind!r} returned a non-object",
+            position=stored.position,
+        )
+    return schema, data
 
 
 def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> None:
@@ -699,6 +871,38 @@ def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> 
             f"WHERE {match}",
             (price.input, price.output, model),
         )
+
+
+_WAL_INDEX_VERSION = 3007000
+
+
+def _wal_backlog(database: str) -> int:
+    """Bytes in the WAL of ``database`` not yet copied into it (0 without a WAL).
+
+    The WAL file keeps its largest size after a checkpoint, and another connection (the
+    store's) may start it over without cutting it back: its size then calls for a checkpoint
+    after every batch, each copying a few MiB and syncing the file. The frames not yet
+    copied are read from the wal-index header instead (the ``-shm`` file, whose layout is
+    part of SQLite's documented WAL format): ``mxFrame``, the last committed frame, at offset
+    16 (a second copy at 64), and ``nBackfill``, the frames already copied, at offset 96.
+    Without a readable wal-index the file's size stands in, as before.
+    """
+    try:
+        with open(database + "-shm", "rb") as shm:
+            header = shm.read(100)
+    except OSError:
+        header = b""
+    if len(header) == 100:
+        version, frames, again, copied = (
+            int.from_bytes(header[at : at + 4], sys.byteorder) for at in (0, 16, 64, 96)
+        )
+        page = int.from_bytes(header[14:16], sys.byteorder)
+        if version == _WAL_INDEX_VERSION and header[12] == 1 and frames == again and copied <= frames:
+            return (frames - copied) * ((page if page > 1 else 65536) + 24)
+    try:
+        return Path(database + "-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 class _transaction:

@@ -18,7 +18,10 @@ Both are derived data: ``rebuild_rollups`` recomputes the rollups from the facts
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
 
 from ._facts import MODEL_CALLS, TOOL_CALLS, FactTable
 
@@ -28,7 +31,7 @@ __all__ = [
     "ROLLUPS",
     "TOOL_ROLLUP",
     "Rollup",
-    "add_to_rollup",
+    "add_facts_to_rollups",
     "create_rank_indexes",
     "drop_rank_indexes",
     "nanos",
@@ -119,14 +122,115 @@ TOOL_ROLLUP = Rollup(
 ROLLUPS: tuple[Rollup, ...] = (MODEL_ROLLUP, TOOL_ROLLUP)
 
 
-def add_to_rollup(conn: sqlite3.Connection, after: int, upto: int) -> None:
-    """Add the facts of positions ``after < p <= upto`` to the rollups (in the caller's transaction).
+def _upsert_sql(rollup: Rollup) -> str:
+    # The key is made by SQLite's json_array from the same values, as in Rollup.add_sql.
+    dims = ", ".join(_q(d) for d in rollup.dims)
+    names = ", ".join(["key", dims, *(m for m, _ in rollup.measures)])
+    dim_marks = ", ".join("?" * len(rollup.dims))
+    measure_marks = ", ".join("?" * len(rollup.measures))
+    merge = ", ".join(f"{m} = {m} + excluded.{m}" for m, _ in rollup.measures)
+    return (
+        f"INSERT INTO {rollup.name} ({names}) VALUES (json_array({dim_marks}), {dim_marks}, {measure_marks}) "
+        f"ON CONFLICT (key) DO UPDATE SET {merge}"
+    )
 
-    The facts were just inserted, so their pages are in the cache: one grouped scan of a
-    position range in SQL costs far less than counting row by row in Python.
+
+def _column(table: FactTable, name: str) -> int:
+    return table.column_names.index(name)
+
+
+_MODEL_KEY = itemgetter(*(_column(MODEL_CALLS, d) for d in MODEL_ROLLUP.dims))
+_MODEL_STATUS, _MODEL_IN, _MODEL_OUT, _MODEL_COST, _MODEL_TTFT = (
+    _column(MODEL_CALLS, name)
+    for name in (
+        "turnlog.status",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "turnlog.cost_usd",
+        "gen_ai.response.time_to_first_chunk",
+    )
+)
+_TOOL_KEY = itemgetter(*(_column(TOOL_CALLS, d) for d in TOOL_ROLLUP.dims))
+_TOOL_STATUS, _TOOL_DURATION = (
+    _column(TOOL_CALLS, name) for name in ("turnlog.status", "gen_ai.client.operation.duration")
+)
+assert [m for m, _ in MODEL_ROLLUP.measures] == [
+    "calls", "errors", "input_tokens", "output_tokens", "cost_nanos", "priced", "ttft_calls"
+]  # fmt: skip
+assert [m for m, _ in TOOL_ROLLUP.measures] == ["calls", "ok", "errors", "denied", "timed"]
+
+
+def _model_sums(rows: Iterable[Sequence[Any]]) -> dict[Any, list[int]]:
+    # The measures of MODEL_ROLLUP, in its order, as exact integers.
+    sums: dict[Any, list[int]] = {}
+    key_of = _MODEL_KEY
+    status, tokens_in, tokens_out, cost_at, ttft = (
+        _MODEL_STATUS,
+        _MODEL_IN,
+        _MODEL_OUT,
+        _MODEL_COST,
+        _MODEL_TTFT,
+    )
+    for row in rows:
+        key = key_of(row)
+        cost = row[cost_at]
+        t_in, t_out = row[tokens_in], row[tokens_out]
+        this = sums.get(key)
+        if this is None:
+            sums[key] = this = [0, 0, 0, 0, 0, 0, 0]
+        this[0] += 1
+        if row[status] == "error":
+            this[1] += 1
+        if t_in is not None:
+            this[2] += t_in
+        if t_out is not None:
+            this[3] += t_out
+        if cost is not None:
+            this[4] += round(cost * 1e9)
+            this[5] += 1
+        if row[ttft] is not None:
+            this[6] += 1
+    return sums
+
+
+def _tool_sums(rows: Iterable[Sequence[Any]]) -> dict[Any, list[int]]:
+    # The measures of TOOL_ROLLUP, in its order.
+    sums: dict[Any, list[int]] = {}
+    key_of, status_at, duration = _TOOL_KEY, _TOOL_STATUS, _TOOL_DURATION
+    for row in rows:
+        key = key_of(row)
+        this = sums.get(key)
+        if this is None:
+            sums[key] = this = [0, 0, 0, 0, 0]
+        this[0] += 1
+        status = row[status_at]
+        if status == "ok":
+            this[1] += 1
+        elif status == "error":
+            this[2] += 1
+        elif status == "denied":
+            this[3] += 1
+        if row[duration] is not None:
+            this[4] += 1
+    return sums
+
+
+def add_facts_to_rollups(
+    conn: sqlite3.Connection, model_rows: Sequence[Sequence[Any]], tool_rows: Sequence[Sequence[Any]]
+) -> None:
+    """Add fact rows (in ``MODEL_CALLS`` / ``TOOL_CALLS`` column order) to the rollups.
+
+    Runs in the caller's transaction, the one that inserts the rows. The rows are summed per
+    rollup key here, so a batch costs one upsert per key it touches; the sums are those of
+    ``Rollup.add_sql`` (costs as nano-dollars rounded per fact, ``nanos``), so a rollup built
+    either way is the same to the last digit.
     """
-    for rollup in ROLLUPS:
-        conn.execute(rollup.add_sql("position > ? AND position <= ?"), (after, upto))
+    for rollup, rows, summed in (
+        (MODEL_ROLLUP, model_rows, _model_sums),
+        (TOOL_ROLLUP, tool_rows, _tool_sums),
+    ):
+        if rows:
+            conn.executemany(_upsert_sql(rollup), [(*key, *key, *sums) for key, sums in summed(rows).items()])
 
 
 def register_functions(conn: sqlite3.Connection) -> None:

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import anyio
 import pytest
+from encoded_conformance import EncodedAppendConformance
 from turnlog.eventstore import (
     ANY,
     NO_STREAM,
@@ -40,6 +41,7 @@ from turnlog.eventstore import (
     RecordedEvent,
     StoreError,
     Upcasters,
+    encode_events,
     encode_json,
     event_hash,
     uuid7,
@@ -72,8 +74,11 @@ async def fill(store: EventStore, stream: str, count: int) -> list[int]:
     return list(result.positions)
 
 
-class StoreConformance:
-    """Guarantees every backend keeps (DESIGN.md §2), one short test each."""
+class StoreConformance(EncodedAppendConformance):
+    """Guarantees every backend keeps (DESIGN.md §2), one short test each.
+
+    The tests of ``append_encoded`` and of long appends come from ``EncodedAppendConformance``.
+    """
 
     shares_across_processes = True
     """False for a store that another process cannot open (e.g. a private in-memory one)."""
@@ -514,6 +519,80 @@ class StoreConformance:
         assert [e.position for e in await raw.raw_events(1, 2)] == [2, 3]
         assert events[0].data == encode_json({"n": 1}) and events[0].meta == b"{}"
 
+    async def _mixed_log(self, store: EventStore) -> list[RecordedEvent]:
+        """Eleven events of three types over three streams, as ``read_all`` returns them."""
+        kinds = ["a.x", "b.y", "a.x", "c.z", "b.y", "b.y", "a.x", "c.z", "a.x", "b.y", "c.z"]
+        for index, kind in enumerate(kinds):
+            await store.append(f"s-{index % 3}", [ev(kind, n=index)])
+        return await collect(store.read_all())
+
+    async def test_raw_events_filter_by_type_in_the_store(self, store: EventStore) -> None:
+        """types= keeps only those types, by position, exactly as stored; a string is one type."""
+        raw = self.raw(store)
+        recorded = await self._mixed_log(store)
+        wanted = [r for r in recorded if r.type in ("a.x", "c.z")]
+        events = await raw.raw_events(0, 100, types=["c.z", "a.x"])
+        assert [(e.position, e.id, e.type, e.stream, e.version, e.hash) for e in events] == [
+            (r.position, str(r.id), r.type, r.stream, r.version, r.hash) for r in wanted
+        ]
+        assert [e.data for e in events] == [encode_json(r.data) for r in wanted]
+        assert [e.position for e in await raw.raw_events(0, 100, types="b.y")] == [
+            r.position for r in recorded if r.type == "b.y"
+        ]
+        assert await raw.raw_events(0, 100, types=iter(["a.x"])) == [e for e in events if e.type == "a.x"]
+        assert await raw.raw_events(0, 100, types=[]) == []
+        assert await raw.raw_events(0, 100, types=["no.such"]) == []
+
+    async def test_raw_events_bounds_limit_and_paging(self, store: EventStore) -> None:
+        """to_position bounds the read (inclusive), limit the page; paging on loses and repeats nothing."""
+        raw = self.raw(store)
+        recorded = await self._mixed_log(store)
+        middle = recorded[5].position
+        assert [e.position for e in await raw.raw_events(0, 100, to_position=middle)] == [
+            r.position for r in recorded[:6]
+        ]
+        bounded = await raw.raw_events(recorded[1].position, 100, types=["b.y"], to_position=middle)
+        assert [e.position for e in bounded] == [r.position for r in recorded[2:6] if r.type == "b.y"]
+        assert await raw.raw_events(middle, 100, to_position=middle) == []
+        assert len(await raw.raw_events(0, 3)) == 3
+        assert await raw.raw_events(0, 0) == []
+        whole = await raw.raw_events(0, 100, types=["a.x", "b.y"])
+        for size in (1, 2, 3):
+            paged: list[RawEvent] = []
+            while page := await raw.raw_events(
+                paged[-1].position if paged else 0, size, types=["a.x", "b.y"]
+            ):
+                assert len(page) <= size
+                paged.extend(page)
+            assert paged == whole
+        last = recorded[-1].position
+        assert await raw.raw_events(last, 100) == [] and len(await raw.raw_events(last - 1, 100)) == 1
+
+    async def test_raw_events_refuses_bad_bounds(self, store: EventStore) -> None:
+        """A bound or limit that is not an int >= 0 raises InvalidEventError naming it."""
+        raw = self.raw(store)
+        for kwargs, name in (
+            ({"after_position": -1}, "after_position"),
+            ({"to_position": -1}, "to_position"),
+            ({"to_position": True}, "to_position"),
+            ({"limit": None}, "limit"),
+            ({"limit": 1.5}, "limit"),
+        ):
+            with pytest.raises(InvalidEventError, match=name):
+                await raw.raw_events(**kwargs)
+
+    async def test_raw_events_are_not_upcast(self, store: EventStore) -> None:
+        """An event stored under an old schema comes back with that schema and its stored bytes."""
+        raw = self.raw(store)
+        await store.append("s-1", [NewEvent("message.added", {"text": "hi"}, schema=1)])
+        ups = Upcasters()
+        ups.add("message.added", 1, lambda d: {"content": d["text"]})
+        store.upcasters = ups
+        (event,) = await raw.raw_events(0, types=["message.added"])
+        assert (event.schema, event.data) == (1, encode_json({"text": "hi"}))
+        (read,) = await collect(store.read_all())
+        assert (read.schema, read.data) == (2, {"content": "hi"})
+
     async def test_import_raw_continues_chains_and_refuses_a_break(self, store: EventStore) -> None:
         """An imported event that continues its stream is stored as is; one that breaks it stores nothing."""
         raw = self.raw(store)
@@ -656,6 +735,7 @@ class StoreConformance:
             lambda: store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {})),
             lambda: store.delete_snapshots(),
             lambda: store.append_batch([("s-1", [ev()], ANY)]),
+            lambda: store.append_encoded("s-1", encode_events([ev()])),
             lambda: collect(store.subscribe()),
         ]
         for call in calls:

@@ -38,6 +38,7 @@ from turnlog.eventstore import (
     NewEvent,
     NewSnapshot,
     RecordedEvent,
+    encode_events,
     open_store,
 )
 
@@ -127,16 +128,20 @@ class StoreMachine(RuleBasedStateMachine):
 
     # --- appends
 
-    @rule(stream=streams, events=batches, mode=modes, offset=st.integers(0, 2))
-    def append(self, stream: str, events: list[NewEvent], mode: str, offset: int) -> None:
+    @rule(stream=streams, events=batches, mode=modes, offset=st.integers(0, 2), encoded=st.booleans())
+    def append(self, stream: str, events: list[NewEvent], mode: str, offset: int, encoded: bool) -> None:
         expected, ok = self.expected(stream, mode, offset)
+        # The same events through append, or encoded once and through append_encoded.
+        method, batch = (
+            (self.store.append_encoded, encode_events(events)) if encoded else (self.store.append, events)
+        )
         if ok:
-            result = self.call(self.store.append, stream, events, expected_version=expected)
+            result = self.call(method, stream, batch, expected_version=expected)
             assert result == self.record(stream, events)
             self.acked.append((stream, events, expected, result))
         else:
             with pytest.raises(ConcurrencyError) as caught:
-                self.call(self.store.append, stream, events, expected_version=expected)
+                self.call(method, stream, batch, expected_version=expected)
             assert (caught.value.stream, caught.value.actual) == (stream, self.version(stream))
             assert caught.value.expected == expected
 
@@ -162,8 +167,12 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), with_any=st.booleans())
     def resend_acknowledged(self, data: st.DataObject, with_any: bool) -> None:
         stream, events, expected, original = data.draw(st.sampled_from(self.acked))
-        result = self.call(self.store.append, stream, events, expected_version=ANY if with_any else expected)
-        assert result == original
+        version = ANY if with_any else expected
+        assert self.call(self.store.append, stream, events, expected_version=version) == original
+        assert (
+            self.call(self.store.append_encoded, stream, encode_events(events), expected_version=version)
+            == original
+        )
 
     @precondition(lambda self: self.log)
     @rule(data=st.data(), other=payloads)

@@ -58,7 +58,7 @@ async def test_history_has_one_row_per_event_with_a_summary(store) -> None:
             MessageAdded(message=req),
             MessageAdded(message=ActionResponse.create(req, error="denied", metadata={"denied": True})),
             MessageAnnotated(message_id=req.id, metadata={"b": 1, "a": 2}, reason="checked"),
-            ProviderSessionBound(provider="claude_code", model="m", session_id="s1"),
+            ProviderSessionBound(provider="claude_code", model="", session_id="s1"),
             MessagesCleared(),
             RunEnded(run_id="r1", verb="communicate", duration_ms=250.0),
             RunFailed(
@@ -83,6 +83,7 @@ async def test_history_has_one_row_per_event_with_a_summary(store) -> None:
     assert summaries[5] == "tool call search({'q': 'cats'})"
     assert summaries[6] == "tool result search: error denied"
     assert summaries[7] == f"annotated {req.id}: a, b (checked)"
+    assert summaries[8] == "claude_code (default model) session s1"
     assert summaries[9] == "messages cleared (system kept)"
     assert summaries[10] == "communicate ended after 250 ms (run r1)"
     assert summaries[11] == "run failed (crashed): Boom: bad (run r2)"

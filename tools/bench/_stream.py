@@ -6,9 +6,9 @@ One in-process stream of pre-built text chunks (no subprocess) is consumed by:
   live buffer before it is processed (durable against a crash of the process), commits
   batched into a SQLite store file;
 - turnlog ``run(stream_persist=False)``: the same events, without the buffer;
-- the raw cost of the chunk events alone (numbered, with ids, never stored), and of the same
-  plus their buffer lines (one ``os.write`` per envelope line): the difference is what the
-  buffer costs per chunk;
+- the raw cost of the chunk events alone (numbered, with ids, validated and encoded once as
+  the store will take them, never stored), and of the same plus their buffer lines (one
+  ``os.write`` per envelope line): the difference is what the buffer costs per chunk;
 - lionagi 0.36 ``Branch.run()`` on the same chunks, when it is importable (it keeps no chunk).
 
 Both receive the chunks at the provider boundary, where a CLI parser would emit them:
@@ -144,7 +144,7 @@ def _buffer_only(directory: Path, texts: list[str], buffered: bool = True) -> tu
     chunks = [StreamChunk("text", content=t) for t in texts]
     _settle()
     buffer = RunBuffer(directory / "raw.jsonl") if buffered else None
-    # numbering, event ids and envelope lines as a run makes them; nothing is committed
+    # numbering, event ids, encoding and envelope lines as a run makes them; nothing is committed
     log = ChunkLog(MemoryEventStore(), "r", {"run_id": "r"}, buffer=buffer)
     span = _Span()
     span.start()

@@ -214,3 +214,52 @@ async def test_follow_keeps_exact_counts_while_another_projection_rebuilds(tmp_p
         async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
             await fresh.rebuild()
     assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+
+
+async def test_a_projection_sees_the_branches_another_one_applied(tmp_path: Path) -> None:
+    # `late` opens (and reads the branch map) first; `early` then applies the branch's
+    # creation with its session. The calls after it, applied by `late`, carry that session.
+    synth = _Synth(3, datetime(2026, 11, 1, tzinfo=UTC))
+    session, branch = str(uuid7()), str(uuid7())
+    async with SQLiteEventStore(tmp_path / "store.db") as store:
+        async with AnalyticsProjection(store) as late, AnalyticsProjection(store) as early:
+            await late.update()
+            created = new_event(BranchCreated(branch_id=branch, session_id=session))
+            await store.append_batch([(f"branch-{branch}", [created], ANY)])
+            await early.update()
+            await store.append_batch(synth.turn(branch))
+            report = await late.update()
+            assert report.model_calls >= 1
+            sessions = await late.sql('SELECT DISTINCT "turnlog.session.id" FROM analytics_model_calls')
+        assert sessions == [(session,)]
+        async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
+            await fresh.rebuild()
+    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+
+
+async def test_a_long_catch_up_doubles_its_transactions_up_to_the_largest(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from turnlog.projections.analytics import _projection
+
+    monkeypatch.setattr(_projection, "_FIRST_BATCH", 2)
+    monkeypatch.setattr(_projection, "_LARGEST_BATCH", 8)
+    groups = _log(9, 12)
+    async with SQLiteEventStore(tmp_path / "store.db") as store:
+        await store.append_batch([entry for group in groups for entry in group])
+        relevant = [e.position async for e in store.read_all(types=RELEVANT_TYPES)]
+        async with AnalyticsProjection(store) as analytics:
+            await analytics.open()
+            checkpoints: list[int] = []
+            assert analytics._conn is not None
+            analytics._conn.set_trace_callback(
+                lambda sql: checkpoints.append(1) if sql.startswith("INSERT INTO tracking") else None
+            )
+            report = await analytics.update()
+        async with AnalyticsProjection(store, database=tmp_path / "fresh.db", batch_size=1) as fresh:
+            await fresh.rebuild()
+    assert report.events == len(relevant) > 30
+    full = [2, 4, 8]
+    full += [8] * ((len(relevant) - 14) // 8)
+    assert len(checkpoints) == len(full) + (sum(full) < len(relevant))
+    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")

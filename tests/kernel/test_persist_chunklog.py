@@ -1,0 +1,43 @@
+"""ChunkLog: each chunk encoded once, the same bytes in the buffer line and in the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from turnlog.eventstore import EventStore, EventTooLarge, MemoryEventStore, encode_json
+from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, RunBuffer
+from turnlog.kernel.models import StreamChunk
+
+
+async def test_buffer_lines_hold_the_bytes_the_store_gets(store: EventStore, tmp_path: Path) -> None:
+    """Every line's id and canonical data are those of the stored event, version = seq."""
+    buffer = RunBuffer(tmp_path / "run.jsonl")
+    log = ChunkLog(store, "r1", {"branch_id": "b", "run_id": "r1", "session_id": None}, buffer=buffer)
+    chunks = [StreamChunk("text", content="100% sure"), StreamChunk("tool_use", tool_name="t", tool_id="c")]
+    made = [log.add(chunk) for chunk in chunks]
+    lines = [orjson.loads(line) for line in (tmp_path / "run.jsonl").read_bytes().splitlines()]
+    assert await log.finish() and not buffer.path.exists()
+    stored = [e async for e in store.read_stream("run-r1")]
+    assert [line["id"] for line in lines] == [e.id for e in made] == [str(e.id) for e in stored]
+    assert [encode_json(line["data"]) for line in lines] == [e.data for e in made]
+    assert [encode_json(e.data) for e in stored] == [e.data for e in made]
+    assert [(e.version, e.type, e.meta) for e in stored] == [
+        (n, CHUNK_TYPE, {"branch_id": "b", "run_id": "r1"}) for n in (1, 2)
+    ]
+    assert [line["data"]["seq"] for line in lines] == [1, 2]
+
+
+async def test_an_oversized_chunk_is_refused_before_its_line_is_written(tmp_path: Path) -> None:
+    """A chunk over the store's limit raises EventTooLarge; nothing is buffered or numbered."""
+    store = MemoryEventStore(max_event_bytes=200)
+    buffer = RunBuffer(tmp_path / "run.jsonl")
+    log = ChunkLog(store, "r1", {"run_id": "r1"}, buffer=buffer)
+    log.add(StreamChunk("text", content="fits"))
+    with pytest.raises(EventTooLarge):
+        log.add(StreamChunk("text", content="x" * 300))
+    log.add(StreamChunk("text", content="fits too"))
+    assert buffer.lines == 2 and log.seq == 2
+    assert await log.finish()
+    assert [e.data["seq"] async for e in store.read_stream("run-r1")] == [1, 2]
