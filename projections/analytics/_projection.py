@@ -21,22 +21,22 @@ Example::
 from __future__ import annotations
 
 import sqlite3
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
 
 import anyio
 import anyio.to_thread
-import orjson
-from turnlog.eventstore import CorruptEventError, EventStore, RawCopy, RawEvent, RecordedEvent, Upcasters
+from turnlog.eventstore import EventStore, RawCopy, RecordedEvent
 from turnlog.projections._catalogue import CATALOGUE, decode_event
 
 from . import _queries as q
+from ._batch import Batch, StoredEvent
+from ._database import reprice, transaction, wal_backlog
 from ._errors import AnalyticsDatabaseError
 from ._facts import (
     FACT_TABLES,
@@ -48,11 +48,7 @@ from ._facts import (
     FactTable,
     RunEnd,
     RunStart,
-    model_call_fact,
     priced,
-    run_end_fact,
-    run_start_fact,
-    tool_call_fact,
 )
 from ._pricing import PriceTable
 from ._rollup import (
@@ -263,7 +259,7 @@ class AnalyticsProjection:
 
     def _migrate(self) -> None:
         conn = self._db()
-        with _transaction(conn):
+        with transaction(conn):
             conn.execute(f"CREATE TABLE IF NOT EXISTS {_META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS tracking (consumer TEXT PRIMARY KEY, position INTEGER NOT NULL)"
@@ -363,7 +359,7 @@ class AnalyticsProjection:
         # Each event becomes its facts as soon as it is read, and only the facts are kept
         # until the batch is written: an event is garbage the moment it is read, so the
         # collector never walks a batch of decoded payloads.
-        batch = _Batch(self)
+        batch = Batch(self)
         size = self.batch_size or _FIRST_BATCH
         seen = position
         raw = self._raw_reader()
@@ -377,7 +373,7 @@ class AnalyticsProjection:
                     add(stored)
                     if batch.events >= size:
                         position = await self._apply(batch, position, stored.position, counts)
-                        batch = _Batch(self)
+                        batch = Batch(self)
                         add = batch.add_stored
                         size = self._next_size(size)
                 if page:
@@ -391,7 +387,7 @@ class AnalyticsProjection:
                 seen = event.position
                 if batch.events >= size:
                     position = await self._apply(batch, position, seen, counts)
-                    batch = _Batch(self)
+                    batch = Batch(self)
                     take = batch.add
                     size = self._next_size(size)
         # Every event up to the head read at the start is committed and was delivered when
@@ -412,7 +408,7 @@ class AnalyticsProjection:
         """The store as a raw reader when it offers ``raw_events``, else None (read ``read_all``)."""
         return cast(RawCopy, self.store) if "raw_copy" in self.store.capabilities else None
 
-    async def _apply(self, batch: _Batch, expected: int, last: int, counts: list[int]) -> int:
+    async def _apply(self, batch: Batch, expected: int, last: int, counts: list[int]) -> int:
         added = await self._in_thread(self._apply_batch, batch, expected, last, _WAL_DURING_UPDATE)
         for i, n in enumerate(added):
             counts[i] += n
@@ -427,7 +423,7 @@ class AnalyticsProjection:
         conn = self._db()
         if self._ranks_ready:
             return
-        with _transaction(conn):
+        with transaction(conn):
             create_rank_indexes(conn)
         self._ranks_ready = True
 
@@ -440,7 +436,7 @@ class AnalyticsProjection:
 
     def _clear(self) -> None:
         conn = self._db()
-        with _transaction(conn):
+        with transaction(conn):
             for table in (*FACT_TABLES, *ROLLUPS):
                 conn.execute(f"DELETE FROM {table.name}")
             conn.execute(f"DELETE FROM {_BRANCHES}")
@@ -501,7 +497,7 @@ class AnalyticsProjection:
             if expected == applied_to:
                 counts = [0, 0, 0, 0]
                 try:
-                    await self._apply(_Batch(self, batch), expected, batch[-1].position, counts)
+                    await self._apply(Batch(self, batch), expected, batch[-1].position, counts)
                     return UpdateReport(expected, batch[-1].position, *counts, time.perf_counter() - started)
                 except _Stale:
                     pass
@@ -523,11 +519,11 @@ class AnalyticsProjection:
         )  # fmt: skip
 
     def _apply_batch(
-        self, batch: _Batch, expected: int, last: int, wal_limit: int | None = None
+        self, batch: Batch, expected: int, last: int, wal_limit: int | None = None
     ) -> tuple[int, int, int, int]:
         conn = self._db()
         try:
-            with _transaction(conn):
+            with transaction(conn):
                 # The batch's facts were taken with the session map as of ``expected``.
                 if self._checkpoint() != expected or self._synced_at != expected:
                     raise _Stale
@@ -553,10 +549,10 @@ class AnalyticsProjection:
         """Copy the WAL into the database (PASSIVE: never waits for readers) once its backlog passes ``limit`` bytes."""
         if self.database == ":memory:":
             return
-        if _wal_backlog(self.database) > limit:
+        if wal_backlog(self.database) > limit:
             self._db().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _write_facts(self, conn: sqlite3.Connection, batch: _Batch) -> tuple[int, int, int]:
+    def _write_facts(self, conn: sqlite3.Connection, batch: Batch) -> tuple[int, int, int]:
         runs: dict[str, list[Any]] = {}
         for item in batch.runs:
             if item.__class__ is RunStart:
@@ -600,9 +596,9 @@ class AnalyticsProjection:
         row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'prices'").fetchone()
         if row is not None and row[0] == fingerprint:
             return
-        with _transaction(conn):
+        with transaction(conn):
             for table in (MODEL_CALLS, RUNS):
-                _reprice(conn, table, self.prices)
+                reprice(conn, table, self.prices)
             rebuild_rollups(conn)
             conn.execute(f"INSERT OR REPLACE INTO {_META} (key, value) VALUES ('prices', ?)", (fingerprint,))
 
@@ -662,268 +658,6 @@ class AnalyticsProjection:
         """Run a read-only SQL query over the fact tables (quote the dotted column names)."""
         await self.open()
         return await self._in_thread(lambda: self._db().execute(query, params).fetchall())
-
-
-class _Batch:
-    """The facts of a run of events, taken as the events arrive and written in one transaction.
-
-    Extraction is pure: it reads the events, the price table and the projection's committed
-    branch-to-session map, and keeps the branches it learns in ``branches`` (newer than the
-    map) until the batch commits. Run starts and ends are kept in log order, as ``RunStart``
-    and ``RunEnd``, because an end may close a run started in an earlier batch (found in the
-    database when the batch is written).
-    """
-
-    __slots__ = (
-        "_moment", "_owner", "_upcasters", "_upcasting", "_us", "_versions",
-        "branches", "events", "model_rows", "runs", "tool_rows",
-    )  # fmt: skip
-
-    def __init__(self, owner: AnalyticsProjection, events: Sequence[RecordedEvent] = ()) -> None:
-        self._owner = owner
-        self.events = 0
-        self.model_rows: list[tuple[Any, ...]] = []
-        self.tool_rows: list[tuple[Any, ...]] = []
-        self.runs: list[RunStart | RunEnd] = []
-        self.branches: dict[str, str | None] = {}
-        self._upcasters: Upcasters = owner.store.upcasters
-        self._upcasting = bool(self._upcasters)
-        self._versions = owner._versions
-        # The events of one append share their time: decode it once per append.
-        self._us = -1
-        self._moment = _EPOCH
-        for event in events:
-            self.add(event)
-
-    def add_stored(self, stored: RawEvent) -> None:
-        """Decode a stored event as ``read_all`` would, then take its facts (see ``add``).
-
-        ``raw_events`` leaves the decoding to its caller: data and meta must be JSON objects
-        (else ``CorruptEventError`` naming the event, as ``read_all`` raises), and the store's
-        upcasters, when it has any, are applied here. The event id is not parsed (no fact
-        uses it; ``verify`` checks it).
-        """
-        meta = stored.meta
-        try:
-            data = _loads(stored.data)
-            meta = {} if meta == b"{}" else _loads(meta)
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            raise CorruptEventError(
-                stored.stream, stored.version, f"payload is not valid JSON: {exc}", position=stored.position
-            ) from exc
-        if data.__class__ is not dict or meta.__class__ is not dict:
-            raise CorruptEventError(
-                stored.stream, stored.version, "payload is not a JSON object", position=stored.position
-            )
-        kind, schema = stored.type, stored.schema
-        if self._upcasting:
-            schema, data = _upcast(self._upcasters, stored, data)
-        if kind == "message.added" and schema == self._versions.get(kind, schema):
-            # Most events read are messages that are no tool call: skip them here, as add
-            # would, without building the event (two in five of the events read).
-            message = data.get("message")
-            if message.__class__ is dict and message.get("kind") != "ActionResponse":
-                self.events += 1
-                return
-        us = stored.recorded_at_us
-        if us != self._us:
-            self._us, self._moment = us, _EPOCH + timedelta(microseconds=us)
-        self.add(
-            StoredEvent(
-                stored.stream, stored.version, stored.position, kind, schema, data, meta, self._moment
-            )
-        )
-
-    def _session_of(self, branch: str | None) -> str | None:
-        if branch is None:
-            return None
-        session = self.branches.get(branch, _UNSEEN)
-        return self._owner._sessions.get(branch) if session is _UNSEEN else session
-
-    def _known(self, branch: str) -> bool:
-        return branch in self.branches or branch in self._owner._sessions
-
-    def add(self, event: FactEvent) -> None:
-        """Take the facts of one event (of a type in ``RELEVANT_TYPES``)."""
-        self.events += 1
-        kind = event.type
-        owner = self._owner
-        if event.schema != owner._versions.get(kind, event.schema):
-            event = owner._lifted(event)
-        # By frequency: most events read are messages, and most messages are no tool call.
-        if kind == "message.added":
-            message = event.data.get("message")
-            if message.__class__ is dict and message.get("kind") != "ActionResponse":
-                return  # what tool_call_fact would say, without its checks of the rest
-            row = tool_call_fact(event, self._session_of)
-            if row is not None:
-                self.tool_rows.append(row)
-        elif kind == "model.called":
-            self.model_rows.append(model_call_fact(event, owner.prices, self._session_of))
-        elif kind == "run.started":
-            self.runs.append(run_start_fact(event, self._session_of))
-        elif kind in ("run.ended", "run.failed"):
-            self.runs.append(run_end_fact(event, self._session_of))
-        else:
-            self._note_branch(event)
-
-    def _note_branch(self, event: FactEvent) -> None:
-        data = event.data
-        branch = data.get("branch_id")
-        if not isinstance(branch, str):
-            return
-        if event.type == "branch.created":
-            session = data.get("session_id") or event.meta.get("session_id")
-        elif event.type == "branch.forked":
-            session = event.meta.get("session_id") or self._session_of(data.get("parent_branch_id") or "")
-        else:  # branch.included, on session-<id>
-            session = event.meta.get("session_id")
-            if session is None and event.stream.startswith("session-"):
-                session = event.stream[8:]
-        if session is None and self._known(branch):
-            return
-        self.branches[branch] = session
-
-
-_UNSEEN = object()
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_loads = orjson.loads
-
-
-class StoredEvent:
-    """An event the projection decoded itself from a stored row: what the fact functions read.
-
-    A plain slotted object, not a ``RecordedEvent``: it is made once per event read and
-    dropped as soon as its facts are taken, and a frozen dataclass costs several times as
-    much to build. ``recorded_at`` is the same object for every event of one append.
-    """
-
-    __slots__ = ("data", "meta", "position", "recorded_at", "schema", "stream", "type", "version")
-
-    def __init__(
-        self,
-        stream: str,
-        version: int,
-        position: int,
-        type: str,
-        schema: int,
-        data: dict[str, Any],
-        meta: dict[str, Any],
-        recorded_at: datetime,
-    ) -> None:
-        self.stream = stream
-        self.version = version
-        self.position = position
-        self.type = type
-        self.schema = schema
-        self.data = data
-        self.meta = meta
-        self.recorded_at = recorded_at
-
-
-def _upcast(upcasters: Upcasters, stored: RawEvent, data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Apply the store's upcasters to a stored payload, with the errors ``read_all`` raises."""
-    kind, schema = stored.type, stored.schema
-    try:
-        schema, data = upcasters.upcast(kind, schema, data)
-    except Exception as exc:
-        raise CorruptEventError(
-            stored.stream,
-            stored.version,
-            f"upcasting {kind!r} from schema {schema} failed: {exc!r}",
-            position=stored.position,
-        ) from exc
-    if not isinstance(data, dict):
-        raise CorruptEventError(
-            stored.stream,
-            stored.version,
-            f"an upcaster of {kind!r} returned a non-object",
-            position=stored.position,
-        )
-    return schema, data
-
-
-def _reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> None:
-    models = [
-        r[0]
-        for r in conn.execute(
-            f'SELECT DISTINCT "gen_ai.request.model" FROM {table.name} '
-            "WHERE \"turnlog.cost_source\" IS NOT 'provider'"
-        )
-    ]
-    for model in models:
-        price = prices.lookup(model)
-        match = '"turnlog.cost_source" IS NOT \'provider\' AND "gen_ai.request.model" IS ?'
-        if price is None:
-            conn.execute(
-                f'UPDATE {table.name} SET "turnlog.cost_usd" = NULL, "turnlog.cost_source" = NULL '
-                f"WHERE {match}",
-                (model,),
-            )
-            continue
-        # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild.
-        conn.execute(
-            f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-            'OR "gen_ai.usage.output_tokens" IS NULL THEN NULL ELSE '
-            '("gen_ai.usage.input_tokens" * ? + "gen_ai.usage.output_tokens" * ?) / 1000000.0 END, '
-            '"turnlog.cost_source" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-            "OR \"gen_ai.usage.output_tokens\" IS NULL THEN NULL ELSE 'price_table' END "
-            f"WHERE {match}",
-            (price.input, price.output, model),
-        )
-
-
-_WAL_INDEX_VERSION = 3007000
-
-
-def _wal_backlog(database: str) -> int:
-    """Bytes in the WAL of ``database`` not yet copied into it (0 without a WAL).
-
-    The WAL file keeps its largest size after a checkpoint, and another connection (the
-    store's) may start it over without cutting it back: its size then calls for a checkpoint
-    after every batch, each copying a few MiB and syncing the file. The frames not yet
-    copied are read from the wal-index header instead (the ``-shm`` file, whose layout is
-    part of SQLite's documented WAL format): ``mxFrame``, the last committed frame, at offset
-    16 (a second copy at 64), and ``nBackfill``, the frames already copied, at offset 96.
-    Without a readable wal-index the file's size stands in, as before.
-    """
-    try:
-        with open(database + "-shm", "rb") as shm:
-            header = shm.read(100)
-    except OSError:
-        header = b""
-    if len(header) == 100:
-        version, frames, again, copied = (
-            int.from_bytes(header[at : at + 4], sys.byteorder) for at in (0, 16, 64, 96)
-        )
-        page = int.from_bytes(header[14:16], sys.byteorder)
-        if version == _WAL_INDEX_VERSION and header[12] == 1 and frames == again and copied <= frames:
-            return (frames - copied) * ((page if page > 1 else 65536) + 24)
-    try:
-        return Path(database + "-wal").stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-class _transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (cancellation included)."""
-
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:
