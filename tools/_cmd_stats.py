@@ -144,7 +144,7 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
         columns,
         [
             [
-                r.key,
+                _key(r.key, by),
                 r.calls,
                 r.errors,
                 _pct(r.error_rate),
@@ -163,9 +163,14 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
         print()
         print_table(
             [by, "error.type", "errors", "of calls"],
-            [[e.key, e.error_type, e.errors, _pct(e.rate)] for e in errors],
+            [[_key(e.key, by), e.error_type, e.errors, _pct(e.rate)] for e in errors],
             title="failed calls by error type",
         )
+
+
+def _key(key: object, by: str) -> object:
+    # A CLI agent run on the CLI's own default model records no model name.
+    return "(default model)" if by == "model" and key == "" else key
 
 
 def _print_tools(rows: list[ToolRow]) -> None:

@@ -85,6 +85,20 @@ def test_stats_prints_a_table(store: Path) -> None:
     assert lines[-1] == "up to position 5 (5 new events applied)"
 
 
+def test_a_cli_default_model_is_named_in_the_table(tmp_path: Path) -> None:
+    async def build(path: Path) -> None:
+        async with open_store(f"sqlite:///{path}") as store:
+            await store.append("branch-b1", [_call("", 80.0)])
+
+    path = tmp_path / "cli.db"
+    anyio.run(build, path)
+    done = turnlog("stats", "--store", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2].startswith("(default model)")
+    raw = orjson.loads(turnlog("stats", "--json", "--store", str(path)).stdout)
+    assert [row["key"] for row in raw["usage"]] == [""]  # the data keeps what was recorded
+
+
 def test_stats_by_tool_and_by_day(store: Path) -> None:
     tools = turnlog("stats", "--by", "tool", "--store", str(store))
     assert tools.returncode == 0, tools.stderr
