@@ -393,7 +393,7 @@ def _as_bytes(raw: bytes | str | memoryview) -> bytes:
 
 
 def decode_payload(
-    upcasters: Upcasters,
+    upcasters: Upcasters | None,
     type_: str,
     schema: int,
     data: bytes | str,

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, Protocol
 
+from ._encoding import decode_payload
 from ._errors import InvalidEventError
+from ._upcasting import Upcasters
 
 __all__ = [
     "RAW_PAGE",
@@ -49,6 +51,27 @@ class RawEvent:
     recorded_at_us: int
     prev_hash: str
     hash: str
+
+    def decode(self, upcasters: Upcasters | None = None) -> tuple[int, dict[str, Any], dict[str, Any]]:
+        """``(schema, data, meta)`` of this event, decoded (and upcast) as ``read_all`` would.
+
+        A reader of ``raw_events`` calls it for the events whose payload it needs: the same
+        checks and the same errors as ``read_all``, in one place.
+
+        Raises:
+            CorruptEventError: ``data`` or ``meta`` is not a JSON object, or an upcaster failed
+                (naming the stream, version and position).
+        """
+        return decode_payload(
+            upcasters,
+            self.type,
+            self.schema,
+            self.data,
+            self.meta,
+            stream=self.stream,
+            version=self.version,
+            position=self.position,
+        )
 
 
 _RawEventFields = make_dataclass(
@@ -119,12 +142,11 @@ class RawCopy(Protocol):
 
         Nothing is decoded or upcast: ``data`` and ``meta`` are the stored canonical bytes,
         ``schema`` the schema they were written with and ``id`` the stored text. A caller that
-        reads the payloads (rather than copying them) therefore takes on what ``read_all``
-        does for it: it parses ``data`` and ``meta`` and raises ``CorruptEventError`` naming
-        the event (stream, version, position) when one is not a JSON object; it lifts events
-        stored under an older schema itself (the store's upcasters are not applied); and it
-        does without the event-id check ``read_all`` makes while decoding (``verify`` checks
-        every stored row).
+        reads the payloads (rather than copying them) decodes them with ``RawEvent.decode``,
+        which makes the checks ``read_all`` makes (``CorruptEventError`` naming the event when
+        ``data`` or ``meta`` is not a JSON object) and applies the upcasters it is given; the
+        event-id check ``read_all`` makes while decoding is left out (``verify`` checks every
+        stored row).
 
         Raises:
             InvalidEventError: ``after_position``, ``to_position`` or ``limit`` is not an int >= 0.

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from turnlog.eventstore import CorruptEventError, RawEvent, RecordedEvent, Upcasters
+from turnlog.eventstore import RawEvent, RecordedEvent, Upcasters
 
 from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
 
@@ -34,7 +33,7 @@ class Batch:
     """
 
     __slots__ = (
-        "_moment", "_owner", "_upcasters", "_upcasting", "_us", "_versions",
+        "_moment", "_owner", "_upcasters", "_us", "_versions",
         "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
@@ -45,8 +44,8 @@ class Batch:
         self.tool_rows: list[tuple[Any, ...]] = []
         self.runs: list[RunStart | RunEnd] = []
         self.branches: dict[str, str | None] = {}
-        self._upcasters: Upcasters = owner.store.upcasters
-        self._upcasting = bool(self._upcasters)
+        # None when the store has none: decode then skips the upcasting step entirely
+        self._upcasters: Upcasters | None = owner.store.upcasters or None
         self._versions = owner._versions
         # The events of one append share their time: decode it once per append.
         self._us = -1
@@ -57,26 +56,13 @@ class Batch:
     def add_stored(self, stored: RawEvent) -> None:
         """Decode a stored event as ``read_all`` would, then take its facts (see ``add``).
 
-        ``raw_events`` leaves the decoding to its caller: data and meta must be JSON objects
-        (else ``CorruptEventError`` naming the event, as ``read_all`` raises), and the store's
-        upcasters, when it has any, are applied here. The event id is not parsed (no fact
-        uses it; ``verify`` checks it).
+        ``raw_events`` leaves the decoding to its caller; ``RawEvent.decode`` makes the checks
+        of ``read_all`` (data and meta must be JSON objects, else ``CorruptEventError`` naming
+        the event) and applies the store's upcasters, when it has any. The event id is not
+        parsed (no fact uses it; ``verify`` checks it).
         """
-        meta = stored.meta
-        try:
-            data = _loads(stored.data)
-            meta = {} if meta == b"{}" else _loads(meta)
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            raise CorruptEventError(
-                stored.stream, stored.version, f"payload is not valid JSON: {exc}", position=stored.position
-            ) from exc
-        if data.__class__ is not dict or meta.__class__ is not dict:
-            raise CorruptEventError(
-                stored.stream, stored.version, "payload is not a JSON object", position=stored.position
-            )
-        kind, schema = stored.type, stored.schema
-        if self._upcasting:
-            schema, data = _upcast(self._upcasters, stored, data)
+        schema, data, meta = stored.decode(self._upcasters)
+        kind = stored.type
         if kind == "message.added" and schema == self._versions.get(kind, schema):
             # Most events read are messages that are no tool call: skip them here, as add
             # would, without building the event (two in five of the events read).
@@ -146,7 +132,6 @@ class Batch:
 
 _UNSEEN = object()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_loads = orjson.loads
 
 
 class StoredEvent:
@@ -178,25 +163,3 @@ class StoredEvent:
         self.data = data
         self.meta = meta
         self.recorded_at = recorded_at
-
-
-def _upcast(upcasters: Upcasters, stored: RawEvent, data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Apply the store's upcasters to a stored payload, with the errors ``read_all`` raises."""
-    kind, schema = stored.type, stored.schema
-    try:
-        schema, data = upcasters.upcast(kind, schema, data)
-    except Exception as exc:
-        raise CorruptEventError(
-            stored.stream,
-            stored.version,
-            f"upcasting {kind!r} from schema {schema} failed: {exc!r}",
-            position=stored.position,
-        ) from exc
-    if not isinstance(data, dict):
-        raise CorruptEventError(
-            stored.stream,
-            stored.version,
-            f"an upcaster of {kind!r} returned a non-object",
-            position=stored.position,
-        )
-    return schema, data

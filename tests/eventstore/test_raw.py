@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from turnlog.eventstore import InvalidEventError, RawEvent
+from turnlog.eventstore import CorruptEventError, InvalidEventError, RawEvent, Upcasters
 from turnlog.eventstore._raw import check_raw_range, raw_event
 
 ROW = (
@@ -53,3 +53,24 @@ def test_check_raw_range_names_the_bad_argument() -> None:
     ):
         with pytest.raises(InvalidEventError, match=name):
             check_raw_range(*args)
+
+
+def test_decode_makes_the_checks_of_read_all_and_applies_upcasters() -> None:
+    event = RawEvent(*ROW)
+    assert event.decode() == (1, {"a": 1}, {})
+    ups = Upcasters()
+    ups.add("model.called", 1, lambda data: {**data, "b": 2})
+    assert event.decode(ups) == (2, {"a": 1, "b": 2}, {})
+    for data, meta, words in [
+        (b"{not json", b"{}", "not valid JSON"),
+        (b"[1]", b"{}", "not a JSON object"),
+        (b"{}", b'"text"', "not a JSON object"),
+    ]:
+        bad = dataclasses.replace(event, data=data, meta=meta)
+        with pytest.raises(CorruptEventError, match=words) as caught:
+            bad.decode()
+        assert (caught.value.stream, caught.value.version, caught.value.position) == ("branch-x", 3, 7)
+    failing = Upcasters()
+    failing.add("model.called", 1, lambda data: 1 / 0)
+    with pytest.raises(CorruptEventError, match=r"upcasting 'model\.called' from schema 1 failed"):
+        event.decode(failing)
