@@ -5,6 +5,13 @@ the same forever: a cached state is never stale. ``rebuild(..., cache=cache)`` s
 the newest cached state at or before the target and keeps a checkpoint every ``every``
 versions while it folds. Checkpoints of one stream share their message storage, so keeping
 thousands of them costs little beyond the messages themselves.
+
+With snapshots on, the cache and the store's snapshots work together: when the nearest cached
+state is more than ``every`` versions below the target, the newest snapshot head above it is
+loaded instead, and it takes the message slots it shares with a cached state of the same
+stream from that state rather than from the snapshot chain. A process that starts with an
+empty cache therefore pays for reading a branch's messages about once, whatever order its
+time-travel queries come in.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ class _Checkpoints:
     def best(self, version: int) -> BranchState | None:
         i = bisect.bisect_right(self.versions, version)
         return self.states[i - 1] if i else None
+
+    def above(self, version: int) -> BranchState | None:
+        i = bisect.bisect_left(self.versions, version)
+        return self.states[i] if i < len(self.versions) else None
 
     def add(self, state: BranchState) -> None:
         i = bisect.bisect_left(self.versions, state.version)
@@ -77,6 +88,14 @@ class StateCache:
         """The cached state of ``stream`` with the highest version at or before ``version``."""
         entry = self._entry(stream, rules, create=False)
         return entry.best(version) if entry is not None else None
+
+    def above(self, stream: str, version: int, rules: int = 0) -> BranchState | None:
+        """The cached state of ``stream`` with the lowest version at or after ``version``.
+
+        ``rebuild`` lends its messages to a snapshot head below it (see ``load_snapshot_state``).
+        """
+        entry = self._entry(stream, rules, create=False)
+        return entry.above(version) if entry is not None else None
 
     def add(self, stream: str, state: BranchState, rules: int = 0) -> None:
         """Remember ``state`` as the state of ``stream`` at ``state.version``."""

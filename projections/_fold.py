@@ -260,9 +260,10 @@ class _Builder:
         setter(state, "_index", self.index)
         setter(state, "_over", self.over)
         setter(state, "_cache", None)
-        # from now on the dicts belong to the state too: copy before the next write (the index
-        # may keep growing in place with new keys only, see _append)
-        self.own_runs = self.own_sessions = self.own_links = self.own_over = False
+        # from now on the dicts belong to the state too: copy before the next write. The index
+        # may keep growing in place with new keys only (see _append); an existing key never
+        # changes in an index a frozen state holds
+        self.own_runs = self.own_sessions = self.own_links = self.own_over = self.own_index = False
         return state
 
     # ------------------------------------------------------------------------------ folding

@@ -169,8 +169,19 @@ async def _build(store: EventStore, branch_id: str, version: int, opts: _Options
     stream = _stream(branch_id)
     cache = opts.cache
     state = cache.best(stream, version, opts.rules) if cache is not None else None
-    if state is None and opts.snapshots:
-        state = await load_snapshot_state(store, stream, version)
+    if opts.snapshots and (state is None or version - state.version > cache.every):  # type: ignore[union-attr]
+        # a snapshot head between the cached state and the target saves folding; it borrows
+        # the messages the cached states around the target already hold (see StateCache)
+        above = cache.above(stream, version, opts.rules) if cache is not None else None
+        loaded = await load_snapshot_state(
+            store,
+            stream,
+            version,
+            newer_than=state.version if state is not None else 0,
+            donors=(state, above),
+        )
+        if loaded is not None:
+            state = loaded
     if state is None:
         state = await _first_state(store, branch_id, stream, opts, depth)
     if cache is not None:

@@ -13,7 +13,7 @@ version is ignored (and replaced by the next snapshot written).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -196,30 +196,124 @@ async def _messages_of(store: EventStore, link: Snapshot) -> list[Any] | None:
     return messages
 
 
-async def load_snapshot_state(store: EventStore, stream: str, at_or_before: int) -> BranchState | None:
+async def load_snapshot_state(
+    store: EventStore,
+    stream: str,
+    at_or_before: int,
+    *,
+    newer_than: int = 0,
+    donors: Sequence[BranchState | None] = (),
+) -> BranchState | None:
     """The state of the newest usable snapshot chain at or before a version, or None.
 
-    None means: fold from the events (no snapshot, an outdated one, or a broken chain).
+    None means: fold from the events (no snapshot, an outdated one, a broken chain, or a head
+    at or below ``newer_than``).
+
+    Args:
+        store: The store holding the snapshots.
+        stream: The branch stream.
+        at_or_before: The newest version the head may have.
+        newer_than: Only a head above this version is of use (the caller has that state).
+        donors: States of the same stream, folded with the same rules, already in memory (a
+            ``StateCache`` passes its nearest states below and above the target). The message
+            slots a donor already holds are taken from it, shared as between the states of one
+            fold, instead of being read from the chain and validated again. A donor is used
+            only where sharing is exact: the same view start, and for a donor below, a log
+            that ends where it does and no id of the newer slots already in its index.
 
     Raises:
         ProjectionError: a snapshot of the current projection version does not decode.
     """
     # a long chain decodes millions of long-lived objects: see gc_paused
     with gc_paused():
-        return await _load_chain(store, stream, at_or_before)
+        return await _load_chain(
+            store, stream, at_or_before, newer_than, [d for d in donors if d is not None]
+        )
 
 
-async def _load_chain(store: EventStore, stream: str, at_or_before: int) -> BranchState | None:
+async def _load_chain(
+    store: EventStore, stream: str, at_or_before: int, newer_than: int, donors: list[BranchState]
+) -> BranchState | None:
     head = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
-    if head is None or not _usable(head):
+    if head is None or not _usable(head) or head.version <= newer_than:
         return None
-    start = int(head.data["start"])
+    try:
+        n, start = int(head.data["n"]), int(head.data["start"])
+        lender, prefix = _lender(head, donors, n, start)
+        if lender is not None and prefix >= n:
+            # every slot of the head is already in memory: only the small part is read
+            return _state_from(head, lender._log, lender._index)
+    except (ValidationError, ValueError, KeyError, TypeError) as exc:
+        raise _undecodable(stream, head, exc) from exc
+    chain = await _chain(store, stream, head, max(start, prefix))
+    if chain is None:
+        return None
+    raw, base_n = chain
+    try:
+        if lender is not None and base_n <= prefix:
+            extended = _extend(lender, raw[prefix - base_n :], prefix)
+            if extended is not None:
+                return _state_from(head, lender._log, lender._index)
+        full: list[Any] = [None] * base_n
+        full.extend(raw)
+        if len(full) != n:
+            raise ValueError(f"the snapshot chain holds {len(full)} message slots, expected {n}")
+        # slots before the view's start stay None: they are never shown again
+        full[:start] = [None] * start
+        log, index = _validate_log(full, start)
+        return _state_from(head, log, index)
+    except (ValidationError, ValueError, KeyError, TypeError) as exc:
+        raise _undecodable(stream, head, exc) from exc
+
+
+def _undecodable(stream: str, head: Snapshot, exc: Exception) -> ProjectionError:
+    return ProjectionError(f"snapshot of stream {stream!r} at version {head.version} does not decode: {exc}")
+
+
+def _lender(head: Snapshot, donors: list[BranchState], n: int, start: int) -> tuple[BranchState | None, int]:
+    """The donor whose message slots the head may share, and how many slots it lends (0: none).
+
+    A donor lends its slots below ``min(its _n, n)`` when its view starts where the head's
+    does. Every message in a view has a unique id whose index entry is its slot, and a key of
+    an index never changes once a state holds it, so the donor's index is right for every
+    message of the head's view too. A donor whose view starts elsewhere may index a message of
+    the head's view under a later slot (an id added again after ``messages.cleared``) and is not
+    used. The head's own newest slots are compared by id with the donor's as a check.
+    """
+    best: tuple[BranchState | None, int] = (None, 0)
+    for donor in donors:
+        if donor._start != start or donor.branch_id != head.data["branch_id"] or donor._n <= start:
+            continue
+        lends = min(donor._n, n)
+        if lends <= best[1] or not _agrees(head, donor, lends):
+            continue
+        best = (donor, lends)
+    return best
+
+
+def _agrees(head: Snapshot, donor: BranchState, lends: int) -> bool:
+    """Whether the head's own slots below ``lends`` hold the ids the donor holds there."""
+    base_n = int(head.data["base_n"])
+    own = head.data["messages"]
+    log = donor._log
+    for slot in range(max(base_n, donor._start), min(lends, base_n + len(own))):
+        stored = own[slot - base_n]
+        if not isinstance(stored, dict) or log[slot] is None or stored.get("id") != log[slot].id:  # type: ignore[union-attr]
+            return False
+    return True
+
+
+async def _chain(store: EventStore, stream: str, head: Snapshot, stop: int) -> tuple[list[Any], int] | None:
+    """The message slots of the chain from ``head`` back to a link based at or below ``stop``.
+
+    Returns the slots in order and the slot number of the first, or None for a broken chain.
+    """
     first_part = await _messages_of(store, head)
     if first_part is None:
         return None
     parts: list[list[Any]] = [first_part]
     link = head
-    while link.data["base_version"] is not None and int(link.data["base_n"]) > start:
+    while link.data["base_version"] is not None and int(link.data["base_n"]) > stop:
         base_version = int(link.data["base_version"])
         prev = await store.load_snapshot(stream, base_version, type=SNAPSHOT_TYPE)
         if (
@@ -234,25 +328,37 @@ async def _load_chain(store: EventStore, stream: str, at_or_before: int) -> Bran
             return None
         parts.append(more)
         link = prev
-    raw: list[Any] = [None] * int(link.data["base_n"])
+    raw: list[Any] = []
     for chunk in reversed(parts):
         raw.extend(chunk)
-    try:
-        return _state_from(head, raw)
-    except (ValidationError, ValueError, KeyError, TypeError) as exc:
-        raise ProjectionError(
-            f"snapshot of stream {stream!r} at version {head.version} does not decode: {exc}"
-        ) from exc
+    return raw, int(link.data["base_n"]) if link.data["base_version"] is not None else 0
 
 
-def _state_from(snap: Snapshot, raw: list[Any]) -> BranchState:
+def _extend(lender: BranchState, raw: list[Any], prefix: int) -> BranchState | None:
+    """Append the validated ``raw`` slots to the lender's log and index in place, or None.
+
+    In place as a fold at the tip of the log appends: only when the lender's log ends at its
+    ``_n`` and no new id is in its index (else the caller loads the whole chain).
+    """
+    if len(lender._log) != prefix or any(m is None for m in raw):
+        return None
+    messages = validate_messages(raw) if raw else []
+    if messages is None:
+        messages = _MESSAGES.validate_python(raw)
+    ids = [m.id for m in messages]  # type: ignore[union-attr]
+    index = lender._index
+    if len(set(ids)) != len(ids) or any(i in index for i in ids):
+        return None
+    lender._log.extend(messages)
+    index.update(zip(ids, range(prefix, prefix + len(ids)), strict=True))
+    return lender
+
+
+def _state_from(snap: Snapshot, log: list[AnyMessage | None], index: dict[str, int]) -> BranchState:
     d = snap.data
     n, start = int(d["n"]), int(d["start"])
-    if len(raw) != n:
-        raise ValueError(f"the snapshot chain holds {len(raw)} message slots, expected {n}")
-    # slots before the view's start stay None: they are never shown again
-    raw[:start] = [None] * start
-    log, index = _validate_log(raw, start)
+    if len(log) < n:
+        raise ValueError(f"the message log holds {len(log)} slots, expected {n}")
     over = {int(slot): message_from_dict(msg) for slot, msg in d["over"]}
     system = d["system"]
     state = BranchState(

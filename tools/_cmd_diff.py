@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import anyio
-from turnlog.projections import BranchDiff, diff, rebuild
+from turnlog.projections import BranchDiff, StateCache, diff, rebuild
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import branch_id_of, message_line, message_view, opened_store, run_view
@@ -25,9 +25,14 @@ async def _diff(args: argparse.Namespace) -> BranchDiff:
         raise UserError("versions start at 1")
     async with opened_store(args.store) as store:
         branch_id = await branch_id_of(store, args.branch)
-        a = await rebuild(store, branch_id, at_version=args.a)
-        b = await rebuild(store, branch_id, at_version=args.b)
-    return diff(a, b)
+        # the later state first: the earlier one then borrows its messages from the cache
+        # (see StateCache) instead of reading and validating them a second time
+        cache = StateCache(store)
+        states = {
+            v: await rebuild(store, branch_id, at_version=v, cache=cache)
+            for v in sorted({args.a, args.b}, reverse=True)
+        }
+    return diff(states[args.a], states[args.b])
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -130,3 +130,19 @@ async def append(store: EventStore, branch_id: str, datas: Sequence[EventData]) 
 async def new_branch(store: EventStore, branch_id: str, **fields: Any) -> list[RecordedEvent]:
     """Append branch.created."""
     return await append(store, branch_id, [BranchCreated(branch_id=branch_id, **fields)])
+
+
+def assert_same_view(state: Any, expected: Any) -> None:
+    """``state == expected``, and every lookup by id answers the same in both.
+
+    Equality compares what the states show; the lookups (``message``, ``response_for``) go
+    through the id index, which equality does not see.
+    """
+    assert state == expected
+    ids = [m.id for m in expected.messages]
+    if expected.system is not None:
+        ids.append(expected.system.id)
+    for mid in ids:
+        assert state.message(mid) == expected.message(mid), mid
+    for request_id in expected.action_links:
+        assert state.response_for(request_id) == expected.response_for(request_id), request_id

@@ -21,6 +21,8 @@ def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
             "20",
             "--cold-queries",
             "3",
+            "--snapshot-every",
+            "50",
             "--dir",
             str(tmp_path),
             "--json",
@@ -36,4 +38,12 @@ def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
         assert size["fold_events_per_s"] > 0 and size["rebuild_events_per_s"] > 0
         assert size["time_travel_cached_ms"]["n"] == 20
         assert size["time_travel_store_snapshots_ms"]["n"] == 3
-    assert set(report["checks"]) >= {"fold_rate_met", "p95_met", "flat_met"}
+        assert size["time_travel_session_ms"]["n"] == 20 and size["time_travel_session_first_ms"] > 0
+        assert size["fold_second_pass_events_per_s"] > 0 and size["snapshots_written"] == size["events"] // 50
+    assert set(report["checks"]) >= {
+        "fold_rate_met",
+        "p95_met",
+        "flat_met",
+        "p95_session_met",
+        "flat_session_met",
+    }

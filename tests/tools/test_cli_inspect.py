@@ -68,6 +68,11 @@ def test_diff_names_added_messages_and_runs(store_path: str) -> None:
     assert [m["kind"] for m in out["added"]] == ["Instruction", "AssistantResponse"]
     assert out["removed"] == []
     assert len(out["runs"]) == 1
+    # the other way round, the same messages are removed instead
+    back = json.loads(turnlog("diff", "demo", "9", "4", "--store", store_path, "--json").stdout)
+    assert back["removed"] == out["added"] and back["added"] == []
+    same = json.loads(turnlog("diff", "demo", "9", "9", "--store", store_path, "--json").stdout)
+    assert same["added"] == same["removed"] == [] and not same["runs"]
 
 
 def test_fork_then_show_the_fork(store_path: str) -> None:
