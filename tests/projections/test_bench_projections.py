@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -40,6 +41,11 @@ def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
         assert size["time_travel_store_snapshots_ms"]["n"] == 3
         assert size["time_travel_session_ms"]["n"] == 20 and size["time_travel_session_first_ms"] > 0
         assert size["fold_second_pass_events_per_s"] > 0 and size["snapshots_written"] == size["events"] // 50
+    if importlib.util.find_spec("eventsourcing") is not None:
+        for size in report["sizes"]:
+            peer = size["eventsourcing"]
+            assert peer["replay_events_per_s"] > 0 and peer["time_travel_ms"]["n"] == 3
+            assert peer["rebuild_vs_replay"] > 0
     assert set(report["checks"]) >= {
         "fold_rate_met",
         "p95_met",

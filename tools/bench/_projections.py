@@ -18,7 +18,11 @@ appended in batches) and measures, side by side in one process run:
   the first one included: what a time-travel session in a fresh process pays;
 - ``time travel, store snapshots only``: single queries with no cache at all, each in a
   process with nothing in memory: what one ``turnlog show --at`` pays;
-- peak RSS of the process after each size.
+- peak RSS of the process after each size;
+- the peer, when eventsourcing is installed (``pip install 'turnlog[bench]'``), for sizes up to
+  ``--peer-max``: the same messages as events of an eventsourcing aggregate in its SQLite
+  persistence, replayed (next to our ``rebuild``) and read at the same past versions with its
+  snapshots (next to our single queries with snapshots only). See ``_es_conversation``.
 
 Targets: fold >= 200k events/s; p95 time travel <= 20 ms at 1M; time travel flat (within 2x)
 from 10k to 1M.
@@ -82,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1000,
         help="snapshot policy of the session queries, in versions (default 1000, as the kernel)",
     )
+    parser.add_argument(
+        "--peer-max",
+        type=int,
+        default=100_000,
+        help="largest size the eventsourcing peer runs at (default 100k; 0: no peer)",
+    )
     parser.add_argument("--text-bytes", type=int, default=200, help="message text length (default 200)")
     parser.add_argument("--batch", type=int, default=20_000, help="events per append (default 20000)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the queried versions")
@@ -112,6 +122,7 @@ class SizeResult:
     snapshot_s: float = 0.0
     cold_ms: list[float] = field(default_factory=list)
     session_ms: list[float] = field(default_factory=list)
+    peer: dict[str, Any] | None = None
     warm_ms: list[float] = field(default_factory=list)
     warm_cpu_ms: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
@@ -140,6 +151,24 @@ class SizeResult:
             "time_travel_cached_ms": _percentiles(self.warm_ms),
             "time_travel_cached_cpu_ms": _percentiles(self.warm_cpu_ms),
             "peak_rss_mb": round(self.peak_rss_mb),
+            "eventsourcing": self._peer(),
+        }
+
+    def _peer(self) -> dict[str, Any] | None:
+        if self.peer is None:
+            return None
+        travel = _percentiles(self.peer["time_travel_ms"])
+        ours = _percentiles(self.cold_ms)
+        return {
+            "write_s": round(self.peer["write_s"], 2),
+            "replay_events_per_s": round(self.peer["replay_events_per_s"]),
+            "snapshot_every": self.peer["snapshot_every"],
+            "snapshot_write_s": round(self.peer["snapshot_write_s"], 2),
+            "time_travel_ms": travel,
+            "rebuild_vs_replay": round(self.rebuild_rate / self.peer["replay_events_per_s"], 2),
+            "time_travel_p50_peer_over_ours": round(travel["p50"] / ours["p50"], 2)
+            if ours.get("p50")
+            else None,
         }
 
 
@@ -284,7 +313,30 @@ async def _measure(size: int, args: argparse.Namespace, workdir: Path) -> SizeRe
             del got
         gc.collect()
     result.peak_rss_mb = _peak_rss_mb()
+    if 0 < size <= args.peer_max and _peer_available():
+        messages = [
+            dict(e.data["message"]) for e in _events(size, args.text_bytes, random.Random(args.seed))[1:]
+        ]
+        path = workdir / f"eventsourcing-{size}.db"
+        queries = targets[: args.cold_queries]
+        result.peer = await anyio.to_thread.run_sync(lambda: _peer_measure(messages, path, queries))
+        del messages
+        gc.collect()
     return result
+
+
+def _peer_available() -> bool:
+    try:
+        import eventsourcing  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _peer_measure(messages: list[dict[str, Any]], path: Path, targets: list[int]) -> dict[str, Any]:
+    from ._es_conversation import measure
+
+    return dict(measure(messages, path, targets))
 
 
 def _report(results: list[SizeResult]) -> dict[str, Any]:
@@ -349,6 +401,29 @@ def _print(report: dict[str, Any]) -> None:
             f"{session.get('p50', 0):>7.2f}/{session.get('p95', 0):<7.2f} {first:>9.1f} "
             f"{cold.get('p50', 0):>8.1f}/{cold.get('p95', 0):<9.1f}"
         )
+    peers = [s for s in report["sizes"] if s["eventsourcing"] is not None]
+    if peers:
+        print()
+        print(
+            f"{'events':>9} {'eventsourcing replay ev/s':>26} {'turnlog rebuild':>16} {'ratio':>6} "
+            f"{'its time travel p50/p95 ms':>27} {'ours (snapshots only)':>22} {'ratio':>6}"
+        )
+        for s in peers:
+            es, cold = s["eventsourcing"], s["time_travel_store_snapshots_ms"]
+            travel = es["time_travel_ms"]
+            print(
+                f"{s['events']:>9} {es['replay_events_per_s']:>26,} {s['rebuild_events_per_s']:>16,} "
+                f"{es['rebuild_vs_replay']:>5.2f}x "
+                f"{travel.get('p50', 0):>13.1f}/{travel.get('p95', 0):<13.1f} "
+                f"{cold.get('p50', 0):>10.1f}/{cold.get('p95', 0):<11.1f} "
+                f"{es['time_travel_p50_peer_over_ours'] or 0:>5.2f}x"
+            )
+        print(
+            "eventsourcing: snapshots of the whole aggregate every size/10 versions (ours: deltas "
+            "every --snapshot-every); it does not validate the messages, turnlog does"
+        )
+    elif report["sizes"] and report["sizes"][0]["events"]:
+        print("\neventsourcing peer: not run (not installed, or --peer-max below every size)")
     c = report["checks"]
     print(f"load average during the run: {report['load_average']}")
     print(
