@@ -41,6 +41,7 @@ from turnlog.projections import (
     RunEnded,
     RunStarted,
     SnapshotPolicy,
+    StateCache,
     UsageData,
     apply,
     decode_event,
@@ -300,6 +301,13 @@ class Kernel:
         max_retries: How many times a reorderable command is retried after a conflict.
         policy: The snapshot policy (default: ``SnapshotPolicy()``).
         run_end_min_events: The fewest new events that make a run end worth a snapshot.
+        time_travel_streams: How many branches keep their past states in memory for
+            ``load(at_version=...)`` (``Branch.at`` and ``Branch.load``); 0 keeps none. The
+            first view of a branch's past reads its messages; later views, at any version,
+            cost a snapshot head and a short fold (see ``StateCache``).
+
+    Attributes:
+        states: The ``StateCache`` of past views, None when ``time_travel_streams`` is 0.
     """
 
     def __init__(
@@ -309,11 +317,13 @@ class Kernel:
         max_retries: int = 8,
         policy: SnapshotPolicy | None = None,
         run_end_min_events: int = 500,
+        time_travel_streams: int = 16,
     ) -> None:
         self.store = store
         self.max_retries = max_retries
         self.policy = policy or SnapshotPolicy()
         self.run_end_min_events = run_end_min_events
+        self.states = StateCache(store, max_streams=time_travel_streams) if time_travel_streams > 0 else None
 
     @classmethod
     def for_store(cls, store: EventStore) -> Kernel:
@@ -403,8 +413,14 @@ class Kernel:
         return new
 
     async def load(self, branch_id: str, at_version: int | None = None) -> BranchState:
-        """Rebuild the state of ``branch_id`` (at ``at_version``) from snapshots and events."""
-        return await rebuild_state(self.store, branch_id, at_version)
+        """Rebuild the state of ``branch_id`` (at ``at_version``) from snapshots and events.
+
+        A past version goes through ``states``, so a process that looks at many versions of a
+        branch reads its messages about once.
+        """
+        if at_version is None or self.states is None:
+            return await rebuild_state(self.store, branch_id, at_version)
+        return await rebuild(self.store, branch_id, at_version=at_version, cache=self.states)
 
     async def _snapshot(self, live: LiveBranch, *, run_ended: bool) -> None:
         live.events_since_snapshot = 0

@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 from turnlog.eventstore import EventStore
-from turnlog.kernel import AmbiguousBranch, Branch, UnknownBranch, UsageError
+from turnlog.kernel import AmbiguousBranch, Branch, Kernel, UnknownBranch, UsageError
 from turnlog.kernel.testing import ScriptedModel
-from turnlog.projections import Instruction, System
+from turnlog.projections import Instruction, System, rebuild
 
 from .conftest import assert_rebuilds, first_record
 
@@ -94,6 +94,27 @@ async def test_at_gives_a_read_only_view_of_the_past(store: EventStore) -> None:
     rows = await past.history()
     assert [r.version for r in rows] == list(range(1, version_after_first + 1))
     assert [r.type for r in rows[-3:]] == ["message.added", "model.called", "message.added"]
+
+
+async def test_views_of_the_past_share_what_the_kernel_already_folded(store: EventStore) -> None:
+    branch = Branch(store=store, chat_model=ScriptedModel(*[f"a{i}" for i in range(40)]))
+    versions = []
+    for i in range(40):
+        await branch.chat_and_record(f"q{i}")
+        versions.append(branch.version)
+    late = await branch.at(versions[-2])
+    early = await branch.at(versions[3])
+    # the earlier view is rebuilt from the cached later one: same messages, no second copy
+    assert early._live.state._log is late._live.state._log
+    assert [m.id for m in early.messages] == [m.id for m in branch.messages][:8]
+    assert (
+        early.messages == (await rebuild(store, branch.id, at_version=versions[3], snapshots=False)).messages
+    )
+    assert len(Kernel.for_store(store).states) > 0
+    # a kernel without a time-travel cache rebuilds each view on its own, with the same result
+    bare = Kernel(store, time_travel_streams=0)
+    assert bare.states is None
+    assert (await bare.load(branch.id, versions[3])) == early._live.state
 
 
 async def test_fork_starts_from_a_past_version_and_diverges(store: EventStore) -> None:
