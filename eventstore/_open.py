@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import urllib.parse
 from typing import Literal
 
 from ._base import EventStore
@@ -24,7 +25,7 @@ def open_store(
     *,
     upcasters: Upcasters | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    durability: Literal["normal", "full"] = "normal",
+    durability: Literal["normal", "full"] | None = None,
 ) -> EventStore:
     """Open the store at ``url`` and return it at once; its methods are coroutines.
 
@@ -32,6 +33,9 @@ def open_store(
 
     - ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (created when missing);
     - ``sqlite:///:memory:``: a private SQLite database that lives as long as the store;
+    - a SQLite URL may end in ``?durability=full`` (or ``normal``), so that a URL alone, as
+      in ``$TURNLOG_STORE`` or ``--store``, can ask for it; any other parameter is refused.
+      Its path is percent-decoded (``%3F`` for a ``?`` in a file name);
     - ``memory://``: the pure-Python in-memory store;
     - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs ``pip install turnlog[postgres]``).
 
@@ -44,9 +48,11 @@ def open_store(
         max_event_bytes: Size limit of one encoded event.
         durability: ``"normal"`` survives a crash of the process; ``"full"`` survives power
             loss too (SQLite: ``synchronous=FULL``). PostgreSQL is always fully durable.
+            Default: the URL's ``durability`` parameter, else ``"normal"``.
 
     Raises:
-        UnsupportedStoreURL: the URL has no scheme, or one no backend handles.
+        UnsupportedStoreURL: the URL has no scheme, or one no backend handles, or an unknown
+            or conflicting parameter.
         StoreFormatError: the target exists but is not a turnlog store, or is a newer one.
 
     Example:
@@ -62,7 +68,8 @@ def open_store(
     if url is None:
         url = os.environ.get("TURNLOG_STORE") or DEFAULT_STORE_PATH
         if "://" not in url:
-            url = f"sqlite:///{url}"
+            # a plain path is taken as it is: a "?" in it is part of the file name
+            return _open_sqlite(url, url, "", upcasters, max_event_bytes, durability)
     if not isinstance(url, str):
         raise UnsupportedStoreURL(f"a store URL must be a str, not {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
@@ -72,15 +79,14 @@ def open_store(
         )
     scheme = scheme.lower()
     if scheme == "sqlite":
-        from ._sqlite import SQLiteEventStore
-
-        if not rest.startswith("/") or rest == "/":
+        location, _, query = rest.partition("?")
+        if not location.startswith("/") or location == "/":
             raise UnsupportedStoreURL(
                 f"{url!r}: a SQLite URL is sqlite:///relative.db, sqlite:////absolute.db or sqlite:///:memory:"
             )
-        path = rest[1:]
-        return SQLiteEventStore(
-            path, upcasters=upcasters, max_event_bytes=max_event_bytes, durability=durability
+        # the path is percent-decoded, as in any URL: %3F is a "?" that is part of the name
+        return _open_sqlite(
+            url, urllib.parse.unquote(location[1:]), query, upcasters, max_event_bytes, durability
         )
     if scheme == "memory":
         from ._memory import MemoryEventStore
@@ -91,6 +97,46 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         return _open_postgres(url, upcasters=upcasters, max_event_bytes=max_event_bytes)
     raise UnsupportedStoreURL(f"unsupported store URL scheme {scheme!r} in {url!r}. Supported: {_SUPPORTED}")
+
+
+_SQLITE_PARAMETERS = {"durability": ("normal", "full")}
+
+
+def _open_sqlite(
+    url: str,
+    path: str,
+    query: str,
+    upcasters: Upcasters | None,
+    max_event_bytes: int,
+    durability: Literal["normal", "full"] | None,
+) -> EventStore:
+    from ._sqlite import SQLiteEventStore
+
+    params: dict[str, str] = {}
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        allowed = _SQLITE_PARAMETERS.get(key)
+        if allowed is None:
+            raise UnsupportedStoreURL(
+                f"{url!r}: unknown SQLite URL parameter {key!r}; the one parameter is durability=normal|full"
+            )
+        if value not in allowed:
+            raise UnsupportedStoreURL(f"{url!r}: {key} must be one of {', '.join(allowed)}, not {value!r}")
+        if key in params:
+            raise UnsupportedStoreURL(f"{url!r}: {key} is given twice")
+        params[key] = value
+    if not path:
+        raise UnsupportedStoreURL(f"{url!r}: the SQLite URL names no file")
+    wanted = params.get("durability")
+    if durability is not None and wanted is not None and durability != wanted:
+        raise UnsupportedStoreURL(
+            f"{url!r} asks for durability={wanted}, the caller for durability={durability}"
+        )
+    return SQLiteEventStore(
+        path,
+        upcasters=upcasters,
+        max_event_bytes=max_event_bytes,
+        durability=durability or wanted or "normal",  # type: ignore[arg-type]
+    )
 
 
 def _open_postgres(url: str, *, upcasters: Upcasters | None, max_event_bytes: int) -> EventStore:

@@ -13,7 +13,7 @@ import anyio
 from turnlog.eventstore import StoreError, open_store
 from turnlog.projections import ProjectionError, catalogue_upcasters
 
-from ._command import Command, UserError
+from ._command import Command, UserError, sqlite_file, store_url
 from ._demo import Demo, openai_script
 
 __all__ = ["COMMAND"]
@@ -83,9 +83,10 @@ def _run(args: argparse.Namespace) -> int:
         path = workdir / "demo.db"
         url, flag = f"sqlite:///{path}", str(path)
     else:
-        url = args.store if "://" in args.store else f"sqlite:///{args.store}"
+        url = store_url(args.store)
         flag = args.store
-    shown = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    file = sqlite_file(url)
+    shown = str(file) if file is not None else url
     print("turnlog demo: an event-sourced conversation log and its operation kernel, offline\n")
     print(f"store: {shown}")
     # The demo never talks to a real provider; make sure nothing it starts can (loopback only).

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import anyio
 from turnlog.eventstore import MigrateReport, StoreError, migrate, open_store
 
-from ._command import Command, UserError, emit_json, store_url
+from ._command import Command, UserError, emit_json, sqlite_file, store_url
 
 __all__ = ["COMMAND"]
 
@@ -32,10 +31,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_source_exists(url: str) -> None:
     # Opening a SQLite URL creates the file; a mistyped source must not become an empty copy.
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url.removeprefix("sqlite:///"))
-        if not path.exists():
-            raise UserError(f"the source store {path} does not exist")
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise UserError(f"the source store {path} does not exist")
 
 
 async def _migrate(source: str, target: str, show_progress: bool) -> MigrateReport:

@@ -8,7 +8,6 @@ session (with the failed calls by error type below), tool calls by tool, or runs
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,7 +25,7 @@ from turnlog.projections.analytics import (
     load_price_table,
 )
 
-from ._command import Command, UserError, add_store_argument, emit_json, store_url
+from ._command import Command, UserError, add_store_argument, emit_json, sqlite_file, store_url
 from ._output import print_table
 
 __all__ = ["COMMAND", "add_analytics_arguments", "open_projection_args"]
@@ -71,8 +70,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def open_projection_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The store URL and the ``AnalyticsProjection`` keyword arguments the options ask for."""
     url = store_url(args.store)
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[10:]).exists():
-        raise UserError(f"no store at {url[10:]} (give --store or set TURNLOG_STORE)")
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
     try:
         prices = load_price_table(args.prices)
     except AnalyticsError as exc:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -50,7 +52,19 @@ def store_url(value: str | None) -> str:
     raw = value or os.environ.get("TURNLOG_STORE") or "./turnlog.db"
     if "://" in raw:
         return raw
-    return f"sqlite:///{raw}"
+    # a plain path is a file name as it is: quoted, so that a "?" or "%" in it stays in it
+    return f"sqlite:///{urllib.parse.quote(raw, safe='/:')}"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL names (its parameters dropped, its path decoded), else None.
+
+    None for ``sqlite:///:memory:`` and for other schemes.
+    """
+    if not url.startswith("sqlite:///"):
+        return None
+    path = urllib.parse.unquote(url.removeprefix("sqlite:///").partition("?")[0])
+    return None if path == ":memory:" else Path(path)
 
 
 def emit_json(value: Any) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from turnlog.eventstore import EventStore, StoreError, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
 from turnlog.projections import AnyMessage, BranchState, ProjectionError, RunInfo, message_summary
 
-from ._command import UserError, store_url
+from ._command import UserError, sqlite_file, store_url
 
 __all__ = [
     "branch_id_of",
@@ -33,9 +32,9 @@ async def opened_store(value: str | None, *, must_exist: bool = True) -> AsyncIt
     empty store there (a typo should not look like an empty log).
     """
     url = store_url(value)
-    if must_exist and url.startswith("sqlite:///") and ":memory:" not in url:
-        path = Path(url.removeprefix("sqlite:///"))
-        if not path.exists():  # noqa: ASYNC240 - one stat() before opening, not a hot path
+    path = sqlite_file(url)
+    if must_exist and path is not None:
+        if not path.exists():
             raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
     try:
         async with open_store(url) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -16,6 +17,7 @@ from freezegun import freeze_time
 from turnlog.eventstore import (
     EventStore,
     MemoryEventStore,
+    NewEvent,
     SQLiteEventStore,
     StoreFormatError,
     StoreUnavailable,
@@ -264,6 +266,49 @@ def test_open_store_refuses_unknown_urls(url: str) -> None:
     assert isinstance(info.value, ValueError)
     if "://" not in url:
         assert "sqlite:///" in str(info.value)
+
+
+async def test_durability_can_be_asked_for_in_the_url(tmp_path: Path) -> None:
+    """?durability=full in a SQLite URL sets synchronous=FULL; it is not part of the file name."""
+    url = f"sqlite:///{tmp_path / 'a.db'}?durability=full"
+    async with open_store(url) as store:
+        assert isinstance(store, SQLiteEventStore) and store.durability == "full"
+        await store.append("s", [NewEvent("t", {})])
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["a.db"]
+    async with open_store(url, durability="full") as store:
+        assert await store.stream_version("s") == 1
+    async with open_store(f"sqlite:///{tmp_path / 'a.db'}?durability=normal") as store:
+        assert isinstance(store, SQLiteEventStore) and store.durability == "normal"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "message"),
+    [
+        ("?durability=fast", "durability must be one of normal, full, not 'fast'"),
+        ("?durability", "durability must be one of normal, full, not ''"),
+        ("?mode=ro", "unknown SQLite URL parameter 'mode'"),
+        ("?durability=full&durability=normal", "durability is given twice"),
+    ],
+)
+def test_bad_sqlite_url_parameters_are_refused(tmp_path: Path, suffix: str, message: str) -> None:
+    """An unknown or malformed parameter raises instead of becoming part of the file name."""
+    with pytest.raises(UnsupportedStoreURL, match=re.escape(message)):
+        open_store(f"sqlite:///{tmp_path / 'a.db'}{suffix}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_url_and_argument_must_agree_on_durability(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedStoreURL, match="durability=full, the caller for durability=normal"):
+        open_store(f"sqlite:///{tmp_path / 'a.db'}?durability=full", durability="normal")
+
+
+async def test_a_plain_path_in_the_environment_keeps_its_question_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNLOG_STORE", str(tmp_path / "odd?name.db"))
+    async with open_store() as store:
+        await store.append("s", [NewEvent("t", {})])
+    assert (tmp_path / "odd?name.db").exists()
 
 
 def test_postgres_without_the_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,6 +63,24 @@ def test_show_at_a_past_version(store_path: str) -> None:
     assert past["system"]["content"]["system_message"] == "Be terse."
 
 
+def test_store_urls_with_parameters_and_odd_file_names(store_path: str, tmp_path: Path) -> None:
+    # a URL may ask for full durability; the check that the store exists ignores the parameter
+    out = json.loads(
+        turnlog("branches", "--store", f"sqlite:///{store_path}?durability=full", "--json").stdout
+    )
+    assert [b["name"] for b in out] == ["demo"]
+    bad = turnlog("branches", "--store", f"sqlite:///{store_path}?mode=ro", check=False)
+    assert bad.returncode != 0 and "unknown SQLite URL parameter 'mode'" in bad.stderr
+    # a plain path is a file name as it is, "?" and "%" included
+    odd = tmp_path / "odd?50%.db"
+    Path(store_path).rename(odd)
+    Path(store_path + "-wal").unlink(missing_ok=True)
+    out = json.loads(turnlog("branches", "--store", str(odd), "--json").stdout)
+    assert [b["name"] for b in out] == ["demo"]
+    missing = turnlog("branches", "--store", str(tmp_path / "nope?.db"), check=False)
+    assert missing.returncode != 0 and "no store at" in missing.stderr and "nope?.db" in missing.stderr
+
+
 def test_diff_names_added_messages_and_runs(store_path: str) -> None:
     out = json.loads(turnlog("diff", "demo", "4", "9", "--store", store_path, "--json").stdout)
     assert [m["kind"] for m in out["added"]] == ["Instruction", "AssistantResponse"]
