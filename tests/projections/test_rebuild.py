@@ -45,8 +45,10 @@ def run(fn, *args):
 @PROPS
 @given(op_lists, st.data())
 def test_incremental_equals_rebuild_from_scratch_and_through_any_snapshots(op_list, data) -> None:
+    url = data.draw(st.sampled_from(["memory://", "sqlite:///:memory:"]))
+
     async def main() -> None:
-        async with open_store("memory://") as store:
+        async with open_store(url) as store:
             events = await new_branch(store, "b")
             events += await append(store, "b", Script().events(op_list))
             states = [None]
