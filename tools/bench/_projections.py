@@ -326,11 +326,9 @@ async def _measure(size: int, args: argparse.Namespace, workdir: Path) -> SizeRe
 
 
 def _peer_available() -> bool:
-    try:
-        import eventsourcing  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from ._es_conversation import AVAILABLE
+
+    return AVAILABLE
 
 
 def _peer_measure(messages: list[dict[str, Any]], path: Path, targets: list[int]) -> dict[str, Any]:
