@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from turnlog.eventstore import EventStore
 
+from ._snapshots import KeyframeMemo
 from ._state import BranchState
 
 __all__ = ["StateCache"]
@@ -63,7 +64,7 @@ class StateCache:
         >>> then = await rebuild(store, branch_id, at_version=10, cache=cache)  # fast  # doctest: +SKIP
     """
 
-    __slots__ = ("_streams", "every", "max_streams", "store")
+    __slots__ = ("_streams", "every", "keyframes", "max_streams", "store")
 
     def __init__(self, store: EventStore, *, every: int = 64, max_streams: int = 16) -> None:
         if every < 1 or max_streams < 1:
@@ -72,6 +73,8 @@ class StateCache:
         self.every = every
         self.max_streams = max_streams
         self._streams: OrderedDict[tuple[str, int], _Checkpoints] = OrderedDict()
+        self.keyframes = KeyframeMemo(4 * max_streams)
+        """Decoded snapshot keyframes (runs, links, overrides), reused by later loads."""
 
     def _entry(self, stream: str, rules: int, create: bool) -> _Checkpoints | None:
         key = (stream, rules)
@@ -106,6 +109,7 @@ class StateCache:
     def clear(self) -> None:
         """Forget every state."""
         self._streams.clear()
+        self.keyframes = KeyframeMemo(4 * self.max_streams)
 
     def __len__(self) -> int:
         """How many states are cached."""

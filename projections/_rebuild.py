@@ -23,7 +23,13 @@ from ._cache import StateCache
 from ._catalogue import BranchForked
 from ._errors import BranchNotFound, FoldError, InvalidTargetError
 from ._fold import _BATCH, Appliers, _Builder, _decode, _fold_batch, apply, gc_paused
-from ._snapshots import PROJECTION_VERSION, SnapshotPolicy, load_snapshot_state, snapshot_records
+from ._snapshots import (
+    PROJECTION_VERSION,
+    SnapshotPolicy,
+    delta_changes,
+    load_snapshot_state,
+    snapshot_records,
+)
 from ._state import BranchState
 
 __all__ = ["MAX_FORK_DEPTH", "event_at", "rebuild", "resolve_version", "write_snapshots"]
@@ -179,6 +185,7 @@ async def _build(store: EventStore, branch_id: str, version: int, opts: _Options
             version,
             newer_than=state.version if state is not None else 0,
             donors=(state, above),
+            memo=cache.keyframes if cache is not None else None,
         )
         if loaded is not None:
             state = loaded
@@ -285,6 +292,7 @@ async def _write_chain(
     builder = _Builder(state)
     due: list[BranchState] = []
     batch: list[RecordedEvent] = []
+    pending: list[RecordedEvent] = []  # the events after the base: what its delta is made of
     async with aclosing(store.read_stream(stream, state.version + 1, head)) as events:
         while True:
             async for event in events:  # resumes the same generator after each batch
@@ -294,11 +302,15 @@ async def _write_chain(
             if not batch:
                 return written
             _fold_batch(builder, batch, appliers, policy.every, due.append)
+            pending.extend(batch)
             batch = []
             for frozen in due:
-                for record in snapshot_records(frozen, base):
+                for record in snapshot_records(
+                    frozen, base, delta_changes(base, frozen, pending, policy.keyframe_every)
+                ):
                     await store.save_snapshot(record)
                 base = await store.load_snapshot(stream, frozen.version, type="branch_state")
+                pending = [e for e in pending if e.version > frozen.version]
                 written += 1
                 if progress is not None:
                     await progress(frozen.version)

@@ -1,11 +1,22 @@
 """Snapshots of branch state: delta-encoded, versioned, and never needed for a correct result.
 
-A ``branch_state`` snapshot at version v holds the small part of the state in full (system,
-runs, provider sessions, links, per-message overrides, counters) and only the messages
-recorded since the previous snapshot of the same stream (``base_version``). Loading walks the
-chain back to the start of the view; a branch of a million messages therefore costs one
-message list in snapshots, not one per snapshot. A chain with a missing, foreign or outdated
-link is not used: ``rebuild`` folds from the events instead, with the same result.
+A ``branch_state`` snapshot at version v (the head) holds the scalars of the state in full
+(system, provider sessions, counters, view bounds) and only what changed since the previous
+snapshot of the same stream (``base_version``):
+
+- the messages recorded since then, in extra records ``branch_state.part<k>`` (so a head stays
+  small however many messages the delta has); loading walks the chain back to the start of the
+  view, so a branch of a million messages costs one message list in snapshots, not one per
+  snapshot;
+- the runs, action links and per-message overrides that changed since then (``maps: delta``),
+  or all of them (``maps: full``, a keyframe) every ``SnapshotPolicy.keyframe_every`` heads,
+  when there is no base, or when the events in between hold a type whose effect on them is
+  not known. Loading merges the heads back to the keyframe. A branch with a hundred thousand runs therefore
+  does not write them all again every thousand events.
+
+A chain with a missing, foreign or outdated link is not used: ``rebuild`` folds from the
+events instead, with the same result. Records of schema 1 (every head a keyframe, messages
+partly in the head) are still read.
 
 Snapshot meta records ``projection_version``; a snapshot written by another projection code
 version is ignored (and replaced by the next snapshot written).
@@ -13,6 +24,7 @@ version is ignored (and replaced by the next snapshot written).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,10 +34,10 @@ from typing import Any
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
-from turnlog.eventstore import EventStore, NewSnapshot, Snapshot
+from turnlog.eventstore import EventStore, NewSnapshot, RecordedEvent, Snapshot
 
 from ._bulk import validate_messages
-from ._catalogue import UsageData
+from ._catalogue import CATALOGUE, UsageData
 from ._errors import ProjectionError
 from ._fold import gc_paused
 from ._messages import AnyMessage, System, message_from_dict
@@ -33,6 +45,8 @@ from ._state import BranchState, ForkOrigin, RunInfo, _set_storage
 
 __all__ = [
     "PROJECTION_VERSION",
+    "Keyframe",
+    "KeyframeMemo",
     "SNAPSHOT_TYPE",
     "SnapshotPolicy",
     "load_snapshot_state",
@@ -46,7 +60,10 @@ PROJECTION_VERSION = 1
 SNAPSHOT_TYPE = "branch_state"
 """The snapshot type of branch states."""
 
-_SNAPSHOT_SCHEMA = 1
+_SNAPSHOT_SCHEMA = 2
+_READABLE_SCHEMAS = frozenset({1, 2})
+_MAX_DELTAS = 4096
+"""A chain of more delta heads than this is taken as broken (it is never written)."""
 _PART_BYTES = 4 * 1024 * 1024  # keeps every record far below the store's size limit
 _MESSAGES: TypeAdapter[list[AnyMessage | None]] = TypeAdapter(list[AnyMessage | None])
 
@@ -59,21 +76,29 @@ class SnapshotPolicy:
         every: Write when the state is at least this many versions past the last snapshot.
         at_run_end: Also write at the end of every run (``run_ended=True``), whatever ``every``
             says, so a restart after a run never folds that run again.
+        keyframe_every: Write the runs, action links and overrides in full in one head of
+            this many (a keyframe) and only what changed in the others; 1 writes them in full
+            every time. A load merges the heads back to the keyframe.
     """
 
     every: int = 1000
     at_run_end: bool = True
+    keyframe_every: int = 16
 
     def __post_init__(self) -> None:
         if self.every < 1:
             raise ValueError(f"SnapshotPolicy.every must be >= 1, got {self.every}")
+        if not 1 <= self.keyframe_every <= _MAX_DELTAS:
+            raise ValueError(
+                f"SnapshotPolicy.keyframe_every must be in 1..{_MAX_DELTAS}, got {self.keyframe_every}"
+            )
 
 
 def _usable(snap: Snapshot | None) -> bool:
     return (
         snap is not None
         and snap.type == SNAPSHOT_TYPE
-        and snap.schema == _SNAPSHOT_SCHEMA
+        and snap.schema in _READABLE_SCHEMAS
         and snap.meta.get("projection_version") == PROJECTION_VERSION
     )
 
@@ -104,10 +129,85 @@ async def maybe_snapshot(
     if not due:
         return False
     base = prev if usable else None
+    changed = None
+    if base is not None and _depth(base) + 1 < policy.keyframe_every:
+        since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
+        changed = delta_changes(base, state, since, policy.keyframe_every)
     # extra parts first, the head last: a head is only ever visible with all its parts
-    for record in snapshot_records(state, base):
+    for record in snapshot_records(state, base, changed):
         await store.save_snapshot(record)
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What events changed in the maps of a state: run ids, linked request ids, override slots."""
+
+    runs: frozenset[str]
+    links: frozenset[str]
+    slots: frozenset[int]
+
+
+_NO_MAP_CHANGE = frozenset({"messages.cleared", "provider.session_bound", "model.called"})
+_RUN_TYPES = frozenset({"run.started", "run.ended", "run.failed"})
+
+
+def changes_in(events: Sequence[RecordedEvent], state: BranchState) -> Changes | None:
+    """The keys of ``state``'s runs, links and overrides that ``events`` may have changed.
+
+    ``events`` are events of the state's stream that its fold included. None when one of them
+    has a type whose effect on those maps is not known (an extra fold rule may change anything):
+    the caller then writes them in full.
+    """
+    runs: set[str] = set()
+    links: set[str] = set()
+    ids: set[str] = set()
+    for event in events:
+        kind, data = event.type, event.data
+        schema = CATALOGUE.get(kind)
+        if schema is None or event.schema != schema.schema_version:
+            return None  # an extra type, or an older payload shape: write the maps in full
+        if kind in _RUN_TYPES:
+            runs.add(str(data.get("run_id")))
+        elif kind == "message.added":
+            message = data.get("message")
+            if not isinstance(message, dict):
+                return None
+            ids.add(str(message.get("id")))
+            content = message.get("content")
+            request = content.get("action_request_id") if isinstance(content, dict) else None
+            if message.get("kind") == "ActionResponse" and request is not None:
+                links.add(str(request))
+                ids.add(str(request))
+        elif kind == "message.annotated":
+            ids.add(str(data.get("message_id")))
+        elif kind not in _NO_MAP_CHANGE:
+            return None
+    index, over = state._index, state._over
+    slots = {slot for slot in map(index.get, ids) if slot is not None and slot in over}
+    return Changes(frozenset(runs), frozenset(links), frozenset(slots))
+
+
+def delta_changes(
+    base: Snapshot | None, state: BranchState, events: Sequence[RecordedEvent], keyframe_every: int
+) -> Changes | None:
+    """What a head of ``state`` based on ``base`` may store as a delta; None: store in full.
+
+    ``events`` must hold the state's events after ``base.version`` (extra ones are ignored).
+    None when there is no base, when the base's keyframe is ``keyframe_every - 1`` deltas
+    back, when an event is missing, or when ``changes_in`` says None.
+    """
+    if base is None or base.version >= state.version or _depth(base) + 1 >= keyframe_every:
+        return None
+    since = [e for e in events if base.version < e.version <= state.version]
+    if len(since) != state.version - base.version:
+        return None
+    return changes_in(since, state)
+
+
+def _depth(head: Snapshot) -> int:
+    """How many delta heads stand between ``head`` and its keyframe (0: it is one)."""
+    return int(head.data.get("depth", 0)) if head.data.get("maps") == "delta" else 0
 
 
 def _split(messages: list[Any]) -> list[list[Any]]:
@@ -123,18 +223,35 @@ def _split(messages: list[Any]) -> list[list[Any]]:
     return parts
 
 
-def snapshot_records(state: BranchState, base: Snapshot | None = None) -> list[NewSnapshot]:
+def snapshot_records(
+    state: BranchState, base: Snapshot | None = None, changed: Changes | None = None
+) -> list[NewSnapshot]:
     """The snapshot records of ``state``, holding only the messages recorded after ``base``.
 
-    The last record is the head (type ``branch_state``); any before it are extra message parts
-    (type ``branch_state.part<k>``, same version) of a large delta.
+    With ``changed`` (what the events since ``base`` changed, see ``changes_in``), the runs,
+    links and overrides are written as a delta against ``base``; without, in full.
+
+    The last record is the head (type ``branch_state``); the ones before it hold the messages
+    (type ``branch_state.part<k>``, same version).
     """
     base_n = 0
     if base is not None and base.version < state.version and 0 <= base.data.get("n", -1) <= state._n:
         base_n = int(base.data["n"])
     else:
         base = None
+    if base is None:
+        changed = None
     log = state._log
+    start, n = state._start, state._n
+    if changed is None:
+        runs = list(state.runs.values())
+        links = dict(state.action_links)
+        over = [(slot, msg) for slot, msg in state._over.items() if start <= slot < n]
+    else:
+        runs = [r for r in state.runs.values() if r.run_id in changed.runs]
+        links = {k: state.action_links[k] for k in changed.links if k in state.action_links}
+        over = [(slot, state._over[slot]) for slot in sorted(changed.slots) if start <= slot < n]
+    last = log[n - 1] if start < n else None
     data: dict[str, Any] = {
         "branch_id": state.branch_id,
         "name": state.name,
@@ -144,9 +261,9 @@ def snapshot_records(state: BranchState, base: Snapshot | None = None) -> list[N
         "chat_model": dict(state.chat_model) if state.chat_model is not None else None,
         "parse_model": dict(state.parse_model) if state.parse_model is not None else None,
         "metadata": dict(state.metadata),
-        "runs": [_run_to_dict(r) for r in state.runs.values()],
+        "runs": [_run_to_dict(r) for r in runs],
         "provider_sessions": [[p, m, s] for (p, m), s in state.provider_sessions.items()],
-        "action_links": dict(state.action_links),
+        "action_links": links,
         "forked_from": _fork_to_dict(state.forked_from),
         "version": state.version,
         "position": state.position,
@@ -155,27 +272,30 @@ def snapshot_records(state: BranchState, base: Snapshot | None = None) -> list[N
         "model_calls": state.model_calls,
         "start": state._start,
         "n": state._n,
-        "over": [
-            [slot, msg.to_dict()] for slot, msg in state._over.items() if state._start <= slot < state._n
-        ],
+        "over": [[slot, msg.to_dict()] for slot, msg in over],
+        "maps": "full" if changed is None else "delta",
+        "depth": 0 if changed is None else _depth(base) + 1,  # type: ignore[arg-type]
         "base_version": base.version if base is not None else None,
         "base_n": base_n,
-        # slots before the view's start are never shown again: store them as null
+        # the id in the last slot of the view: a state that lends its messages must hold it too
+        "last_id": last.id if last is not None else None,
+        # the messages live in the parts, so that a head stays small
+        "messages": [],
     }
+    # slots before the view's start are never shown again: store them as null
     messages = [
-        m.to_dict() if m is not None and i >= state._start else None
-        for i, m in enumerate(log[base_n : state._n], start=base_n)
+        m.to_dict() if m is not None and i >= start else None
+        for i, m in enumerate(log[base_n:n], start=base_n)
     ]
-    parts = _split(messages)
-    data["messages"] = parts[0]
-    data["parts"] = len(parts)
+    parts = _split(messages) if messages else []
+    data["parts"] = len(parts) + 1
     stream = f"branch-{state.branch_id}"
     meta = {"projection_version": PROJECTION_VERSION}
     records = [
         NewSnapshot(
             stream, state.version, f"{SNAPSHOT_TYPE}.part{k}", {"messages": p}, _SNAPSHOT_SCHEMA, meta
         )
-        for k, p in enumerate(parts[1:], start=1)
+        for k, p in enumerate(parts, start=1)
     ]
     records.append(NewSnapshot(stream, state.version, SNAPSHOT_TYPE, data, _SNAPSHOT_SCHEMA, meta))
     return records
@@ -196,6 +316,127 @@ async def _messages_of(store: EventStore, link: Snapshot) -> list[Any] | None:
     return messages
 
 
+class _Heads:
+    """The heads of one chain, each read from the store at most once per load."""
+
+    __slots__ = ("seen", "store", "stream")
+
+    def __init__(self, store: EventStore, stream: str, head: Snapshot) -> None:
+        self.store, self.stream = store, stream
+        self.seen: dict[int, Snapshot] = {head.version: head}
+
+    async def base_of(self, link: Snapshot) -> Snapshot | None:
+        """The head ``link`` is based on, or None when it is gone, outdated or does not match."""
+        base_version = int(link.data["base_version"])
+        prev = self.seen.get(base_version)
+        if prev is None:
+            prev = await self.store.load_snapshot(self.stream, base_version, type=SNAPSHOT_TYPE)
+            if prev is None or not _usable(prev) or prev.version != base_version:
+                return None
+            self.seen[base_version] = prev
+        if int(prev.data["n"]) != int(link.data["base_n"]):
+            return None
+        return prev
+
+
+@dataclass(slots=True)
+class Keyframe:
+    """The decoded runs, action links and overrides of a head, merged from its keyframe on."""
+
+    runs: dict[str, RunInfo]
+    links: dict[str, str]
+    over: dict[int, AnyMessage]
+
+    def merged(self, deltas: Sequence[Snapshot]) -> Keyframe:
+        """A copy with the maps of ``deltas`` (oldest first) applied; ``self`` is unchanged."""
+        out = Keyframe(dict(self.runs), dict(self.links), dict(self.over))
+        for link in deltas:
+            _apply_maps(out, link.data)
+        return out
+
+
+def _apply_maps(maps: Keyframe, d: Mapping[str, Any]) -> None:
+    for run in d["runs"]:
+        # a changed run keeps its place, a new one goes last: the order of the fold
+        maps.runs[run["run_id"]] = _run_from_dict(run)
+    maps.links.update(d["action_links"])
+    for slot, message in d["over"]:
+        maps.over[int(slot)] = message_from_dict(message)
+
+
+class KeyframeMemo:
+    """The decoded maps (runs, links, overrides) of recently loaded heads, for the next loads.
+
+    A keyframe holds every run, link and override of its branch, O(runs) to read and decode;
+    the heads after it hold only what changed. ``StateCache`` keeps one and passes it to
+    ``load_snapshot_state``: a load then reads and decodes only the delta heads after the
+    newest head of its chain already decoded. A head never changes once written, and the kept
+    maps are never changed (a load merges into a copy); maps of heads near each other share
+    their run objects.
+
+    Args:
+        size: How many heads to keep, the least recently used going first.
+    """
+
+    __slots__ = ("_items", "size")
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, int], Keyframe] = OrderedDict()
+
+    def get(self, stream: str, version: int) -> Keyframe | None:
+        """The decoded keyframe of ``stream`` at ``version``, if kept."""
+        found = self._items.get((stream, version))
+        if found is not None:
+            self._items.move_to_end((stream, version))
+        return found
+
+    def put(self, stream: str, version: int, keyframe: Keyframe) -> None:
+        """Keep a decoded keyframe."""
+        self._items[(stream, version)] = keyframe
+        self._items.move_to_end((stream, version))
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+async def _maps_of(heads: _Heads, head: Snapshot, memo: KeyframeMemo | None) -> Keyframe | None:
+    """The runs, links and overrides of ``head``: its keyframe and the deltas after it.
+
+    The walk back stops at the first head whose maps ``memo`` holds; what it decodes goes into
+    ``memo``. None for a broken chain.
+    """
+    stream = heads.stream
+    deltas: list[Snapshot] = []
+    link = head
+    while True:
+        maps = memo.get(stream, link.version) if memo is not None else None
+        if maps is not None:
+            break
+        if link.data.get("maps") != "delta":
+            maps = Keyframe({}, {}, {})
+            _apply_maps(maps, link.data)
+            if memo is not None:
+                memo.put(stream, link.version, maps)
+            break
+        if len(deltas) >= _MAX_DELTAS or link.data["base_version"] is None:
+            return None
+        deltas.append(link)
+        prev = await heads.base_of(link)
+        if prev is None:
+            return None
+        link = prev
+    if not deltas:
+        return maps
+    merged = maps.merged(deltas[::-1])
+    if memo is not None:
+        # the maps of the next head are this one's plus one delta: keep them too
+        memo.put(stream, head.version, merged)
+    return merged
+
+
 async def load_snapshot_state(
     store: EventStore,
     stream: str,
@@ -203,6 +444,7 @@ async def load_snapshot_state(
     *,
     newer_than: int = 0,
     donors: Sequence[BranchState | None] = (),
+    memo: KeyframeMemo | None = None,
 ) -> BranchState | None:
     """The state of the newest usable snapshot chain at or before a version, or None.
 
@@ -218,8 +460,10 @@ async def load_snapshot_state(
             ``StateCache`` passes its nearest states below and above the target). The message
             slots a donor already holds are taken from it, shared as between the states of one
             fold, instead of being read from the chain and validated again. A donor is used
-            only where sharing is exact: the same view start, and for a donor below, a log
-            that ends where it does and no id of the newer slots already in its index.
+            only where sharing is exact: the same view start and the same last message id,
+            and for a donor below, a log that ends where it does and no id of the newer slots
+            already in its index.
+        memo: Decoded keyframes to reuse and to add to (``StateCache`` passes its own).
 
     Raises:
         ProjectionError: a snapshot of the current projection version does not decode.
@@ -227,33 +471,42 @@ async def load_snapshot_state(
     # a long chain decodes millions of long-lived objects: see gc_paused
     with gc_paused():
         return await _load_chain(
-            store, stream, at_or_before, newer_than, [d for d in donors if d is not None]
+            store, stream, at_or_before, newer_than, [d for d in donors if d is not None], memo
         )
 
 
 async def _load_chain(
-    store: EventStore, stream: str, at_or_before: int, newer_than: int, donors: list[BranchState]
+    store: EventStore,
+    stream: str,
+    at_or_before: int,
+    newer_than: int,
+    donors: list[BranchState],
+    memo: KeyframeMemo | None,
 ) -> BranchState | None:
     head = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
     if head is None or not _usable(head) or head.version <= newer_than:
         return None
+    heads = _Heads(store, stream, head)
     try:
+        maps = await _maps_of(heads, head, memo)
+        if maps is None:
+            return None
         n, start = int(head.data["n"]), int(head.data["start"])
         lender, prefix = _lender(head, donors, n, start)
         if lender is not None and prefix >= n:
             # every slot of the head is already in memory: only the small part is read
-            return _state_from(head, lender._log, lender._index)
+            return _state_from(head, lender._log, lender._index, maps)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise _undecodable(stream, head, exc) from exc
-    chain = await _chain(store, stream, head, max(start, prefix))
+    chain = await _chain(heads, head, max(start, prefix))
     if chain is None:
         return None
     raw, base_n = chain
     try:
-        if lender is not None and base_n <= prefix:
+        if lender is not None and base_n <= prefix and _same_ids(raw[: prefix - base_n], lender._log, base_n):
             extended = _extend(lender, raw[prefix - base_n :], prefix)
             if extended is not None:
-                return _state_from(head, lender._log, lender._index)
+                return _state_from(head, lender._log, lender._index, maps)
         full: list[Any] = [None] * base_n
         full.extend(raw)
         if len(full) != n:
@@ -261,7 +514,7 @@ async def _load_chain(
         # slots before the view's start stay None: they are never shown again
         full[:start] = [None] * start
         log, index = _validate_log(full, start)
-        return _state_from(head, log, index)
+        return _state_from(head, log, index, maps)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
         raise _undecodable(stream, head, exc) from exc
 
@@ -278,52 +531,50 @@ def _lender(head: Snapshot, donors: list[BranchState], n: int, start: int) -> tu
     an index never changes once a state holds it, so the donor's index is right for every
     message of the head's view too. A donor whose view starts elsewhere may index a message of
     the head's view under a later slot (an id added again after ``messages.cleared``) and is not
-    used. The head's own newest slots are compared by id with the donor's as a check.
+    used. A donor that lends every slot must also hold the head's last message id there.
     """
     best: tuple[BranchState | None, int] = (None, 0)
+    last_id = head.data.get("last_id")
     for donor in donors:
         if donor._start != start or donor.branch_id != head.data["branch_id"] or donor._n <= start:
             continue
         lends = min(donor._n, n)
-        if lends <= best[1] or not _agrees(head, donor, lends):
+        if lends <= best[1]:
             continue
+        if lends == n:
+            last = donor._log[n - 1]
+            if last_id is None or last is None or last.id != last_id:
+                continue
         best = (donor, lends)
     return best
 
 
-def _agrees(head: Snapshot, donor: BranchState, lends: int) -> bool:
-    """Whether the head's own slots below ``lends`` hold the ids the donor holds there."""
-    base_n = int(head.data["base_n"])
-    own = head.data["messages"]
-    log = donor._log
-    for slot in range(max(base_n, donor._start), min(lends, base_n + len(own))):
-        stored = own[slot - base_n]
-        if not isinstance(stored, dict) or log[slot] is None or stored.get("id") != log[slot].id:  # type: ignore[union-attr]
+def _same_ids(stored: list[Any], log: list[AnyMessage | None], first: int) -> bool:
+    """Whether the stored slots from slot ``first`` on hold the ids ``log`` holds there."""
+    for slot, item in enumerate(stored, start=first):
+        held = log[slot]
+        if item is None or held is None:
+            continue  # before the view's start: never shown
+        if not isinstance(item, dict) or item.get("id") != held.id:
             return False
     return True
 
 
-async def _chain(store: EventStore, stream: str, head: Snapshot, stop: int) -> tuple[list[Any], int] | None:
+async def _chain(heads: _Heads, head: Snapshot, stop: int) -> tuple[list[Any], int] | None:
     """The message slots of the chain from ``head`` back to a link based at or below ``stop``.
 
     Returns the slots in order and the slot number of the first, or None for a broken chain.
     """
-    first_part = await _messages_of(store, head)
+    first_part = await _messages_of(heads.store, head)
     if first_part is None:
         return None
     parts: list[list[Any]] = [first_part]
     link = head
     while link.data["base_version"] is not None and int(link.data["base_n"]) > stop:
-        base_version = int(link.data["base_version"])
-        prev = await store.load_snapshot(stream, base_version, type=SNAPSHOT_TYPE)
-        if (
-            prev is None
-            or not _usable(prev)
-            or prev.version != base_version
-            or int(prev.data["n"]) != int(link.data["base_n"])
-        ):
+        prev = await heads.base_of(link)
+        if prev is None:
             return None
-        more = await _messages_of(store, prev)
+        more = await _messages_of(heads.store, prev)
         if more is None:
             return None
         parts.append(more)
@@ -354,12 +605,14 @@ def _extend(lender: BranchState, raw: list[Any], prefix: int) -> BranchState | N
     return lender
 
 
-def _state_from(snap: Snapshot, log: list[AnyMessage | None], index: dict[str, int]) -> BranchState:
+def _state_from(
+    snap: Snapshot, log: list[AnyMessage | None], index: dict[str, int], maps: Keyframe
+) -> BranchState:
     d = snap.data
     n, start = int(d["n"]), int(d["start"])
     if len(log) < n:
         raise ValueError(f"the message log holds {len(log)} slots, expected {n}")
-    over = {int(slot): message_from_dict(msg) for slot, msg in d["over"]}
+    over = {slot: msg for slot, msg in maps.over.items() if start <= slot < n}
     system = d["system"]
     state = BranchState(
         d["branch_id"],
@@ -370,9 +623,9 @@ def _state_from(snap: Snapshot, log: list[AnyMessage | None], index: dict[str, i
         chat_model=MappingProxyType(d["chat_model"]) if d["chat_model"] is not None else None,
         parse_model=MappingProxyType(d["parse_model"]) if d["parse_model"] is not None else None,
         metadata=d["metadata"],
-        runs={r["run_id"]: _run_from_dict(r) for r in d["runs"]},
+        runs=maps.runs,
         provider_sessions={(p, m): s for p, m, s in d["provider_sessions"]},
-        action_links=d["action_links"],
+        action_links=maps.links,
         forked_from=ForkOrigin(**d["forked_from"]) if d["forked_from"] is not None else None,
         version=int(d["version"]),
         position=int(d["position"]),

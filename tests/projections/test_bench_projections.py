@@ -24,6 +24,8 @@ def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
             "3",
             "--snapshot-every",
             "50",
+            "--run-heavy",
+            "2500",
             "--dir",
             str(tmp_path),
             "--json",
@@ -46,6 +48,12 @@ def test_bench_projections_runs_and_reports_json(tmp_path) -> None:
             peer = size["eventsourcing"]
             assert peer["replay_events_per_s"] > 0 and peer["time_travel_ms"]["n"] == 3
             assert peer["rebuild_vs_replay"] > 0
+    heavy = report["run_heavy"]
+    assert heavy["events"] == 2500 and heavy["runs"] == 625
+    full, deltas = heavy["variants"]["1"], heavy["variants"]["16"]
+    assert deltas["snapshot_payload_bytes"] < full["snapshot_payload_bytes"]
+    assert full["session_ms"]["p50"] > 0 and deltas["session_ms"]["p50"] > 0
+    assert len(set(json.dumps(v["session_ms"]) for v in heavy["variants"].values())) == 2
     assert set(report["checks"]) >= {
         "fold_rate_met",
         "p95_met",

@@ -217,7 +217,8 @@ async def test_snapshot_messages_in_another_offset_load_the_general_way(store) -
     events += await append(store, "b1", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(4)])
     state = fold(events)
     assert await maybe_snapshot(store, state, SnapshotPolicy(every=1))
-    snap = await store.load_snapshot("branch-b1", type=SNAPSHOT_TYPE)
+    # the messages of a snapshot are in its part records, the head holds none
+    snap = await store.load_snapshot("branch-b1", type=f"{SNAPSHOT_TYPE}.part1")
     assert snap is not None
     data = dict(snap.data)
     first = dict(data["messages"][0])
@@ -227,7 +228,7 @@ async def test_snapshot_messages_in_another_offset_load_the_general_way(store) -
         NewSnapshot(
             snap.stream,
             snap.version,
-            SNAPSHOT_TYPE,
+            snap.type,
             data,
             snap.schema,
             {"projection_version": PROJECTION_VERSION},

@@ -79,6 +79,13 @@ def test_incremental_equals_rebuild_from_scratch_and_through_any_snapshots(op_li
             await store.delete_snapshots()
             assert await rebuild(store, "b") == tip
             assert await rebuild(store, "b", cache=cache) == tip
+            # a whole chain written in one go (deltas of runs, links and overrides included)
+            policy = SnapshotPolicy(
+                every=data.draw(st.integers(1, 4)), keyframe_every=data.draw(st.integers(1, 4))
+            )
+            await write_snapshots(store, "b", policy)
+            for v in range(1, len(events) + 1):
+                assert_same_view(await rebuild(store, "b", at_version=v), states[v])
 
     run(main)
 
@@ -286,7 +293,9 @@ async def test_snapshots_are_used_and_hold_only_the_delta(store) -> None:
     assert await write_snapshots(store, "b", SnapshotPolicy(every=7)) == 3
     snap = await store.load_snapshot("branch-b", 14, type=SNAPSHOT_TYPE)
     assert snap is not None and snap.version == 14
-    assert snap.data["base_version"] == 7 and len(snap.data["messages"]) == 7
+    assert snap.data["base_version"] == 7 and snap.data["messages"] == []
+    part = await store.load_snapshot("branch-b", 14, type=f"{SNAPSHOT_TYPE}.part1")
+    assert part is not None and len(part.data["messages"]) == 7
     loaded = await load_snapshot_state(store, "branch-b", 20)
     assert loaded is not None and loaded.version == 14 and loaded == fold(events[:14])
     # running it again adds nothing new
@@ -340,3 +349,69 @@ async def test_a_snapshot_head_borrows_the_messages_a_cached_state_holds(store) 
     assert high._log is low._log
     assert_same_view(high, fold(events[:58]))
     assert_same_view(await rebuild(store, "b", at_version=12, cache=fresh), fold(events[:12]))
+
+
+async def test_runs_links_and_overrides_are_stored_as_deltas_between_keyframes(store) -> None:
+    from turnlog.projections import ActionRequest, ActionResponse, MessageAnnotated, RunEnded, RunStarted
+
+    keyframe_every = SnapshotPolicy().keyframe_every
+
+    events = await new_branch(store, "b")
+    datas: list = []
+    for i in range(60):
+        request = ActionRequest.create("tool", {"i": i})
+        answer = AssistantResponse.create(f"a{i}")
+        datas += [
+            RunStarted(run_id=f"r{i}", verb="operate"),
+            MessageAdded(message=request, run_id=f"r{i}"),
+            MessageAdded(message=ActionResponse.create(request, output={"ok": i}), run_id=f"r{i}"),
+            MessageAdded(message=answer, run_id=f"r{i}"),
+            MessageAnnotated(message_id=answer.id, metadata={"seen": i}, reason="test"),
+            RunEnded(run_id=f"r{i}", verb="operate", duration_ms=1.0),
+        ]
+    events += await append(store, "b", datas)
+    written = await write_snapshots(store, "b", SnapshotPolicy(every=6))
+    assert written == len(events) // 6
+    heads = [
+        await store.load_snapshot("branch-b", v, type=SNAPSHOT_TYPE) for v in range(6, len(events) + 1, 6)
+    ]
+    assert [h.data["maps"] for h in heads[: keyframe_every + 1]] == ["full"] + ["delta"] * (
+        keyframe_every - 1
+    ) + ["full"]
+    # a delta head holds what its six events touched, not the branch's history
+    assert all(
+        len(h.data["runs"]) <= 2 and len(h.data["over"]) <= 3 for h in heads if h.data["maps"] == "delta"
+    )
+    for h in heads:
+        if h.data["maps"] == "full":
+            assert len(h.data["runs"]) == len(fold(events[: h.version]).runs)
+    for h in heads:
+        assert_same_view(await rebuild(store, "b", at_version=h.version), fold(events[: h.version]))
+    # with a cache, decoded maps are kept and reused by later loads, in any order
+    cache = StateCache(store, every=4)
+    for v in random.Random(5).sample(range(1, len(events) + 1), 80):
+        assert_same_view(await rebuild(store, "b", at_version=v, cache=cache), fold(events[:v]))
+    assert len(cache.keyframes) > 0
+    # the kernel's path writes deltas too, reading the events since the last head
+    await store.delete_snapshots()
+    for v in range(5, len(events) + 1, 5):
+        assert await maybe_snapshot(store, fold(events[:v]), SnapshotPolicy(every=5))
+    last = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    assert last is not None and last.data["maps"] == "delta" and len(last.data["runs"]) <= 2
+    assert_same_view(await rebuild(store, "b"), fold(events))
+
+
+async def test_an_extra_event_type_makes_the_next_head_a_keyframe(store) -> None:
+    from turnlog.projections._snapshots import delta_changes
+
+    events = await new_branch(store, "b")
+    events += await append(store, "b", [MessageAdded(message=Instruction.create("q"))])
+    await maybe_snapshot(store, fold(events), SnapshotPolicy(every=1))
+    base = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    await store.append("branch-b", [NewEvent("test.noted", {"text": "x"})])
+    more = [e async for e in store.read_stream("branch-b", 3)]
+    state = fold(events)  # the extra event is not folded here: only its type matters
+    assert delta_changes(base, state.evolve(version=3), more, 16) is None
+    assert delta_changes(base, fold(events), [], 16) is None  # the base is not older than the state
+    with pytest.raises(ValueError, match="keyframe_every"):
+        SnapshotPolicy(keyframe_every=0)

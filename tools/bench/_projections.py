@@ -61,6 +61,7 @@ from turnlog.projections import (
 )
 
 from .._command import emit_json
+from ._projections_runs import measure_runs
 
 __all__ = ["add_arguments", "run"]
 
@@ -85,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1000,
         help="snapshot policy of the session queries, in versions (default 1000, as the kernel)",
+    )
+    parser.add_argument(
+        "--run-heavy",
+        type=int,
+        default=100_000,
+        help="events of the run-heavy branch (snapshot size with many runs; default 100k, 0: skip)",
     )
     parser.add_argument(
         "--peer-max",
@@ -422,6 +429,21 @@ def _print(report: dict[str, Any]) -> None:
         )
     elif report["sizes"] and report["sizes"][0]["events"]:
         print("\neventsourcing peer: not run (not installed, or --peer-max below every size)")
+    heavy = report.get("run_heavy")
+    if heavy:
+        print(
+            f"\nrun-heavy branch: {heavy['events']:,} events, {heavy['runs']:,} runs, "
+            f"{heavy['event_payload_bytes'] / 1e6:.1f} MB of event payload; snapshots every 1,000 versions"
+        )
+        print(
+            f"{'keyframe_every':>15} {'write s':>8} {'snapshot MB':>12} {'session p50/p95 ms':>20} {'(first)':>9}"
+        )
+        for name, v in heavy["variants"].items():
+            ms = v["session_ms"]
+            print(
+                f"{name:>15} {v['write_s']:>8.2f} {v['snapshot_payload_bytes'] / 1e6:>12.1f} "
+                f"{ms['p50']:>9.2f}/{ms['p95']:<10.2f} {ms['first']:>9.1f}"
+            )
     c = report["checks"]
     print(f"load average during the run: {report['load_average']}")
     print(
@@ -443,15 +465,20 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or min(sizes) < 2:
         raise SystemExit("--sizes needs sizes >= 2")
 
-    async def main(workdir: Path) -> list[SizeResult]:
-        return [await _measure(size, args, workdir) for size in sizes]
+    async def main(workdir: Path) -> tuple[list[SizeResult], dict[str, Any] | None]:
+        results = [await _measure(size, args, workdir) for size in sizes]
+        heavy = None
+        if args.run_heavy > 0:
+            heavy = await measure_runs(args.run_heavy, workdir, args.queries, args.seed, args.text_bytes)
+        return results, heavy
 
     if args.dir is not None:
-        results = anyio.run(main, Path(args.dir))
+        results, heavy = anyio.run(main, Path(args.dir))
     else:
         with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
-            results = anyio.run(main, Path(tmp))
+            results, heavy = anyio.run(main, Path(tmp))
     report = _report(results)
+    report["run_heavy"] = heavy
     if args.json:
         emit_json(report)
     else:
