@@ -503,10 +503,13 @@ async def _load_chain(
         return None
     raw, base_n = chain
     try:
-        if lender is not None and base_n <= prefix and _same_ids(raw[: prefix - base_n], lender._log, base_n):
-            extended = _extend(lender, raw[prefix - base_n :], prefix)
-            if extended is not None:
-                return _state_from(head, lender._log, lender._index, maps)
+        if (
+            lender is not None
+            and base_n <= prefix
+            and _same_ids(raw[: prefix - base_n], lender._log, base_n)
+            and _extend(lender, raw[prefix - base_n :], prefix)
+        ):
+            return _state_from(head, lender._log, lender._index, maps)
         full: list[Any] = [None] * base_n
         full.extend(raw)
         if len(full) != n:
@@ -585,24 +588,24 @@ async def _chain(heads: _Heads, head: Snapshot, stop: int) -> tuple[list[Any], i
     return raw, int(link.data["base_n"]) if link.data["base_version"] is not None else 0
 
 
-def _extend(lender: BranchState, raw: list[Any], prefix: int) -> BranchState | None:
-    """Append the validated ``raw`` slots to the lender's log and index in place, or None.
+def _extend(lender: BranchState, raw: list[Any], prefix: int) -> bool:
+    """Append the validated ``raw`` slots to the lender's log and index in place; whether it did.
 
     In place as a fold at the tip of the log appends: only when the lender's log ends at its
     ``_n`` and no new id is in its index (else the caller loads the whole chain).
     """
     if len(lender._log) != prefix or any(m is None for m in raw):
-        return None
+        return False
     messages = validate_messages(raw) if raw else []
     if messages is None:
         messages = _MESSAGES.validate_python(raw)
     ids = [m.id for m in messages]  # type: ignore[union-attr]
     index = lender._index
     if len(set(ids)) != len(ids) or any(i in index for i in ids):
-        return None
+        return False
     lender._log.extend(messages)
     index.update(zip(ids, range(prefix, prefix + len(ids)), strict=True))
-    return lender
+    return True
 
 
 def _state_from(
