@@ -298,7 +298,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, Observable):
     @property
     def parse_model(self) -> ChatModel | None:
         """The model that reformats answers for parsing (default: the chat model)."""
-        return self._parse_model or self._chat_model
+        return self._parse_model if self._parse_model is not None else self._chat_model
 
     @parse_model.setter
     def parse_model(self, value: Any) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._params import ChatParam, Middle, RunParam, instruct_value
+from turnlog.kernel._removed import check_removed
 from turnlog.kernel._tools import ActionParam, Authorize
 
 if TYPE_CHECKING:
@@ -24,21 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ComposedVerbs"]
 
-_REMOVED = {
-    "request_model": "response_format=",
-    "operative_model": "response_format=",
-    "imodel": "chat_model=",
-}
-_UNSUPPORTED = ("field_models", "exclude_fields", "call_params")
-
 
 def _check_kwargs(where: str, kwargs: dict[str, Any]) -> None:
-    for removed, hint in _REMOVED.items():
-        if removed in kwargs:
-            raise TypeError(f"{where}() no longer accepts {removed!r} (use {hint})")
-    for name in _UNSUPPORTED:
-        if name in kwargs:
-            raise TypeError(f"{where}() does not support {name!r}")
+    check_removed(where, kwargs)  # before anything is recorded; the message names the guide
     # A caller-supplied operative is always rebuilt from response_format/reason/actions.
     kwargs.pop("operative", None)
 
@@ -164,6 +153,7 @@ class ComposedVerbs:
             or what ``handle_validation`` decides.
         """
         from turnlog.kernel._branch import resolve_model
+        from turnlog.kernel.operations._prepare import response_schema
         from turnlog.kernel.operations.operate import default_middle, operate
 
         branch = self._branch
@@ -176,6 +166,7 @@ class ComposedVerbs:
             actions = actions or bool(instruct_value(instruct, "actions"))
             action_strategy = instruct_value(instruct, "action_strategy") or action_strategy
         branch._check_writable()
+        response_schema(response_format)  # a format no request can carry: refused before the run
         model = resolve_model(chat_model)
         param: ChatParam = branch._chat_param(
             guidance=guidance,

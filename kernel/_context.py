@@ -2,9 +2,11 @@
 
 A provider is an object with ``async provide(branch, instruction) -> str | None`` (or a
 bare async function of the same shape). The registry calls them in registration order,
-keeps within a token budget by dropping the lowest priority first, and reports which
-fired; the verbs put the kept blocks into the request (after the system text) and list the
-names that fired in ``model.called.context_providers``. The text never becomes a message::
+keeps within a token budget by dropping the lowest priority first, and reports which fired
+and which failed (a provider that raises, or returns anything but text, fails alone: the
+others still render). The verbs, ``run`` included, put the kept blocks into the request
+(after the system text) and list the names that fired in ``model.called.context_providers``.
+The text never becomes a message::
 
     async def today(branch, instruction):
         return "Today is Tuesday."
@@ -129,20 +131,27 @@ class ContextProviderRegistry:
         return ProviderReport(skipped=tuple(self.names))
 
     async def gather(self, branch: Branch, instruction: Any) -> ProviderReport:
-        """Run every provider, then keep what fits; a provider that raises is reported as failed."""
+        """Run every provider, then keep what fits.
+
+        A provider that raises, or returns anything but a string or None, is reported as
+        failed; the others are unaffected.
+        """
         got: list[tuple[_Registered, str, int]] = []
         skipped: list[str] = []
         failed: list[str] = []
         for provider in self._providers:
+            # Fail open: whatever goes wrong with one provider (it raises, returns something
+            # that is not text, or an object whose truth test raises) is that provider's
+            # failure; the others still render and the turn goes on.
             try:
-                text = await provider.call(branch, instruction)
+                text = _checked(await provider.call(branch, instruction))
+                tokens = count_tokens(text) if text else 0
             except Exception:
                 _log.exception("context provider %r failed; the turn goes on without it", provider.name)
                 failed.append(provider.name)
                 continue
             if not text:
                 continue
-            tokens = count_tokens(text)
             if provider.max_tokens is not None and tokens > provider.max_tokens:
                 skipped.append(provider.name)
                 continue
@@ -164,3 +173,12 @@ class ContextProviderRegistry:
             skipped=tuple(skipped),
             failed=tuple(failed),
         )
+
+
+def _checked(text: object) -> str | None:
+    """The provider's text; anything but ``str`` or None is that provider's error."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"a context provider must return str or None, not {type(text).__name__}")
+    return str.__str__(text)  # a str subclass cannot smuggle in an odd __bool__ or __len__

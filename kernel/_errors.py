@@ -5,7 +5,10 @@
     TurnlogError                      (turnlog.eventstore)
     └── KernelError
         ├── UsageError                the API was used wrongly (ValueError): a verb on a read-only
-        │                             view, a branch owned by another session, a missing model
+        │   │                         view, a branch owned by another session, a missing model
+        │   └── RemovedArgument       a keyword of the seed's API that turnlog dropped (also a
+        │                             TypeError): where, argument; the message names the
+        │                             replacement and docs/from-lionagi.md
         ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
         │   └── AmbiguousBranch       several branches match: ref, candidates
         ├── UnknownSession            no session matches a reference (LookupError): ref, candidates
@@ -16,8 +19,8 @@
         │                             (ValueError): target
         └── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
 
-Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``) and propagate
-out of the verbs unchanged, after the failed call was recorded.
+Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, every one a
+``RuntimeError``) and propagate out of the verbs unchanged, after the failed call was recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "ExecutionError",
     "KernelError",
     "OperationError",
+    "RemovedArgument",
     "ResponseParseError",
     "ScriptExhaustedError",
     "UnknownBranch",
@@ -46,6 +50,26 @@ class KernelError(TurnlogError):
 
 class UsageError(KernelError, ValueError):
     """The API was used in a way it does not support; nothing was written."""
+
+
+class RemovedArgument(UsageError, TypeError):
+    """A keyword argument the seed's API took and turnlog does not; nothing was written.
+
+    It is a ``TypeError`` too, as an unexpected keyword argument is in Python. The message
+    says what to use instead and names the migration guide, ``docs/from-lionagi.md``.
+
+    Attributes:
+        where: The verb called (``operate``, ``parse``, ...).
+        argument: The keyword that was passed.
+    """
+
+    def __init__(self, where: str, argument: str, hint: str) -> None:
+        self.where = where
+        self.argument = argument
+        super().__init__(
+            f"{where}() does not accept {argument!r} any more: {hint} "
+            "(see docs/from-lionagi.md, the guide for code ported from lionagi)"
+        )
 
 
 class _Unresolved(KernelError, LookupError):

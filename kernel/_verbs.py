@@ -16,6 +16,7 @@ from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._model_config import resolve_model
 from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel._removed import check_removed
 
 if TYPE_CHECKING:
     from turnlog.kernel._branch import Branch
@@ -162,10 +163,7 @@ class ApiVerbs:
         """
         from turnlog.kernel.operations.communicate import communicate
 
-        for removed in ("request_model", "operative_model", "imodel"):
-            if removed in kwargs:
-                hint = "chat_model=" if removed == "imodel" else "response_format="
-                raise TypeError(f"communicate() no longer accepts {removed!r} (use {hint})")
+        check_removed("communicate", kwargs)
         if num_parse_retries > MAX_PARSE_RETRIES:
             warnings.warn(
                 f"num_parse_retries={num_parse_retries} is high. "
@@ -191,12 +189,13 @@ class ApiVerbs:
             include_token_usage_to_model=include_token_usage_to_model,
             imodel_kw=kwargs,
         )
+        _check_format(param.response_format)  # refused before the run starts: nothing recorded
         parse_param = None
         if response_format is not None and not skip_validation:
             parse_param = ParseParam(
                 response_format=response_format,
                 max_retries=num_parse_retries,
-                imodel=resolve_model(parse_model) or branch.parse_model,
+                imodel=_or_default(resolve_model(parse_model), branch.parse_model),
             )
         async with observed_run.using(branch, "communicate", model) as run:
             run.result = await communicate(
@@ -221,15 +220,29 @@ class ApiVerbs:
         fuzzy_match: bool = True,
         similarity_threshold: float = 0.85,
         parse_model: Any = None,
+        return_res_message: bool = False,
+        **kwargs: Any,
     ) -> Any:
         """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
 
-        Reformat requests record no message (each is a ``model.called`` with verb ``parse``).
-        On failure, ``handle_validation`` decides: raise ``ValueError``, return the text, or
-        return None.
+        ``response_format`` is a pydantic model class, ``dict``, or a field spec such as
+        ``{"name": str, "age": int}`` (a dict of those fields is returned; keys are matched
+        approximately). Reformat requests record no message (each is a ``model.called``
+        with verb ``parse``). On failure, ``handle_validation`` decides: raise
+        ``ValueError``, return the text, or return None.
+
+        With ``return_res_message``, returns ``(value, response)``: ``response`` is the
+        reformat ``AssistantResponse`` (None when the text parsed directly), whose metadata
+        holds ``model_call_id``, ``is_parsed`` and ``original_text``.
+
+        Raises:
+            RemovedArgument: a keyword of the seed's ``parse`` that turnlog does not take.
         """
         from turnlog.kernel.operations.parse import parse
 
+        check_removed("parse", kwargs)
+        if kwargs:
+            raise TypeError(f"parse() got an unexpected keyword argument {next(iter(kwargs))!r}")
         branch = cast("Branch", self)
         fmt = response_format if response_format is not None else request_type
         if fmt is None:
@@ -240,9 +253,9 @@ class ApiVerbs:
             max_retries=max_retries,
             fuzzy_match=fuzzy_match,
             similarity_threshold=similarity_threshold,
-            imodel=resolve_model(parse_model) or branch.parse_model,
+            imodel=_or_default(resolve_model(parse_model), branch.parse_model),
         )
-        return await parse(branch, text, param)
+        return await parse(branch, text, param, return_res_message=return_res_message)
 
     def _chat_param(self, **fields: Any) -> ChatParam:
         given = {k: v for k, v in fields.items() if v is not None}
@@ -270,6 +283,18 @@ _CHAT_FIELDS = frozenset(
         "include_token_usage_to_model",
     }
 )
+
+
+def _check_format(fmt: Any) -> None:
+    """Raise ``UsageError`` for a response format or ``request_fields`` no request can carry."""
+    from turnlog.kernel.operations._prepare import response_schema
+
+    response_schema(fmt)
+
+
+def _or_default(model: Any, default: Any) -> Any:
+    """``model`` unless it is None (a model object may be falsy: never test its truth)."""
+    return model if model is not None else default
 
 
 def _chat_param_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -3,17 +3,21 @@
 ::
 
     TurnlogError                      (turnlog.eventstore)
-    └── ProviderError                 provider, model
+    └── ProviderError                 provider, model (also a RuntimeError)
         ├── ProviderHTTPError         status_code, body, retry_after
         │   ├── AuthenticationError   401/403: bad or missing API key
         │   ├── RateLimitError        429: rate limit or quota (retry_after when given)
         │   ├── ContextLengthError    400 context_length_exceeded
         │   └── ServerError           5xx after retries
         ├── ProviderConnectionError   connect/read failures, a stream cut mid-way
-        ├── ProviderTimeout           a connect/read timeout or a run deadline
+        ├── ProviderTimeout           a connect/read timeout or a run deadline (also a TimeoutError)
         ├── ResponseFormatError       the provider answered with something undecodable
         └── CLIError                  a CLI agent failed: exit_code, stderr, kind
             └── CLINotFound           the executable is missing
+
+Every provider error is a ``RuntimeError`` too, as in the seed, so ``except RuntimeError``
+catches a failed call, a failed ``run()`` or a quota error; a timeout is also a
+``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ __all__ = [
 ]
 
 
-class ProviderError(TurnlogError):
+class ProviderError(TurnlogError, RuntimeError):
     """A model provider failed.
 
     Attributes:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 from turnlog.kernel._errors import ResponseParseError
 from turnlog.kernel._params import instruct_value
+from turnlog.kernel._removed import check_removed
 from turnlog.projections import AssistantResponse
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 MAX_EXTENSIONS = 100
-_UNSUPPORTED = ("intermediate_response_options", "intermediate_listable")
 _DISPLAY_ONLY = ("verbose", "verbose_length", "display_as", "verbose_analysis")
 
 FIRST_EXT_PROMPT = (
@@ -165,9 +165,7 @@ async def ReActStream(
             request parameters, ...). ``verbose``, ``verbose_length`` and ``display_as`` are
             accepted for compatibility and have no effect.
     """
-    for name in _UNSUPPORTED:
-        if name in operate_kwargs:
-            raise TypeError(f"ReActStream() does not support {name!r}")
+    check_removed("ReActStream", operate_kwargs)
     for name in _DISPLAY_ONLY:  # how a console showed the rounds; nothing to send or record
         operate_kwargs.pop(name, None)
     extensions = clamp_extensions(max_extensions)

@@ -22,10 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pydantic import BaseModel
 from turnlog.kernel._called import sent_message_ids
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._params import ChatParam
+from turnlog.kernel.operations._fields import is_field_spec, spec_model
 from turnlog.projections import (
     ActionRequest,
     ActionResponse,
@@ -58,7 +60,10 @@ def response_schema(fmt: Any) -> tuple[dict[str, Any] | None, str | None, dict[s
         return fmt.model_json_schema(), fmt.__name__, None
     if isinstance(fmt, BaseModel):
         return type(fmt).model_json_schema(), type(fmt).__name__, None
+    if is_field_spec(fmt):  # {"name": str, "age": int}: the schema of the fields' model
+        return spec_model(fmt).model_json_schema(), "dict", None
     if isinstance(fmt, Mapping):
+        _check_json(fmt)
         if "type" in fmt and fmt.get("type") in ("json_schema", "json_object", "text"):
             inner = fmt.get("json_schema") or {}
             name = inner.get("name") if isinstance(inner, Mapping) else None
@@ -70,6 +75,16 @@ def response_schema(fmt: Any) -> tuple[dict[str, Any] | None, str | None, dict[s
     raise UsageError(
         f"response_format must be a pydantic model, a dict or a list of fields, not {type(fmt).__name__}"
     )
+
+
+def _check_json(fmt: Mapping[str, Any]) -> None:
+    try:
+        orjson.dumps(fmt)
+    except TypeError as exc:
+        raise UsageError(
+            "a dict response format (or request_fields) must be JSON (an example or a JSON schema) "
+            f"or map every field name to a type ({{'name': str}}): {exc}"
+        ) from exc
 
 
 def _context_items(context: Any) -> list[Any]:

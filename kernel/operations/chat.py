@@ -62,7 +62,7 @@ class Exchange:
 
 
 def _model_for(branch: Branch, param: ChatParam) -> ChatModel:
-    model = param.imodel or branch.chat_model
+    model = param.imodel if param.imodel is not None else branch.chat_model
     if model is None:
         why = branch.unrestored_models.get("chat_model")
         raise UsageError(

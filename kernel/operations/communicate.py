@@ -9,7 +9,8 @@ The Branch facade runs it inside one observed run (``run.started`` ... ``run.end
 3. ``skip_validation``: return the response text.
 4. With a ``ParseParam`` and a response format: parse; when a reformat request produced the
    value, the recorded response is annotated (``message.annotated``, reason ``parsed``)
-   with the reformat call's id. A parse failure raises ``ResponseParseError`` naming the
+   with the reformat call's id, ``is_parsed`` and the parsed text (the recorded text is the
+   original). A parse failure raises ``ResponseParseError`` naming the
    requested type.
 5. With ``request_fields``: return the requested fields found in the response.
 6. Else return the response text.
@@ -61,6 +62,7 @@ async def communicate(
                 {
                     "original_model_call_id": response.metadata.get("model_call_id"),
                     "model_call_id": reformat.metadata.get("model_call_id"),
+                    "is_parsed": True,
                     "parsed_text": reformat.response,
                 },
                 reason="parsed",

@@ -118,7 +118,7 @@ def default_middle(branch: Branch, chat_param: ChatParam) -> Middle:
     Raises:
         UsageError: a CLI model, but the CLI Middle is not available.
     """
-    model = chat_param.imodel or branch.chat_model
+    model = chat_param.imodel if chat_param.imodel is not None else branch.chat_model
     if isinstance(chat_param, RunParam) or is_cli_model(model):
         try:
             from turnlog.kernel.operations.run import run_and_collect
@@ -247,7 +247,7 @@ async def operate(
             # A bare operative (no caller format) is not worth reformat requests: free text
             # or native tool calls are read as they are.
             max_retries=num_parse_retries if response_format is not None else 0,
-            imodel=parse_model or branch.parse_model,
+            imodel=parse_model if parse_model is not None else branch.parse_model,
         )
     chosen = middle if middle is not None else default_middle(branch, chat_param)
     before = {m.id for m in branch.messages}

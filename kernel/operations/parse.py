@@ -18,6 +18,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from turnlog.kernel._errors import ResponseParseError
 from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel.operations._fields import is_field_spec, spec_model
+from turnlog.kernel.operations._prepare import response_schema
 
 if TYPE_CHECKING:
     from turnlog.kernel._branch import Branch
@@ -114,7 +116,11 @@ def fuzzy_validate_mapping(
 
 
 def parse_direct(text: str, fmt: Any, *, fuzzy_match: bool = True, threshold: float = 0.85) -> Any:
-    """Parse ``text`` into ``fmt`` (a pydantic model class, or ``dict``) without any model call.
+    """Parse ``text`` into ``fmt`` without any model call.
+
+    ``fmt`` is a pydantic model class (an instance of it is returned), ``dict`` (the JSON
+    object as it is), or a field spec such as ``{"name": str, "age": int}`` (a dict of those
+    fields, validated and converted; keys are matched approximately like a model's).
 
     Raises:
         ValueError: no JSON object, or it does not validate (pydantic's ValidationError is one).
@@ -124,14 +130,16 @@ def parse_direct(text: str, fmt: Any, *, fuzzy_match: bool = True, threshold: fl
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return data
-    model = type(fmt) if isinstance(fmt, BaseModel) else fmt
+    spec = is_field_spec(fmt)
+    model = spec_model(fmt) if spec else type(fmt) if isinstance(fmt, BaseModel) else fmt
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise ValueError(f"cannot parse into {target_name(fmt)}")
     if isinstance(data, dict) and fuzzy_match:
         names = [f.alias or name for name, f in model.model_fields.items()]
         matched = _match_keys(data, names, threshold)
         data = {**{k: v for k, v in data.items() if k in names}, **matched}
-    return model.model_validate(data)
+    value = model.model_validate(data)
+    return value.model_dump() if spec else value
 
 
 async def parse(
@@ -142,12 +150,15 @@ async def parse(
     Returns:
         The value; with ``return_res_message`` a pair ``(value, response)`` where
         ``response`` is the reformat ``AssistantResponse`` that produced it (None when the
-        direct parse sufficed).
+        direct parse sufficed); its metadata holds ``model_call_id`` (the reformat call),
+        ``is_parsed`` (True) and ``original_text`` (the text that did not parse).
 
     Raises:
         ValueError: nothing parsed and ``handle_validation`` is ``"raise"``.
     """
     fmt = parse_param.response_format
+    if fmt is not dict:
+        response_schema(fmt)  # a format no parse can produce is refused before any call
     last_error: Exception | None = None
     try:
         value = parse_direct(
@@ -158,7 +169,7 @@ async def parse(
         last_error = exc
     from turnlog.kernel.operations.chat import chat
 
-    model = parse_param.imodel or branch.parse_model
+    model = parse_param.imodel if parse_param.imodel is not None else branch.parse_model
     param = ChatParam(
         guidance=_REFORMAT,
         context=[text],
@@ -180,7 +191,11 @@ async def parse(
         except (ValueError, ValidationError) as exc:
             last_error = exc
             continue
-        return (value, response) if return_res_message else value
+        if not return_res_message:
+            return value
+        # What a reader inspects to see that a repair happened, besides the call's id.
+        repaired = {**response.metadata, "is_parsed": True, "original_text": text}
+        return value, response.model_copy(update={"metadata": repaired})
     return _unparsed(text, parse_param, last_error, return_res_message)
 
 

@@ -1,0 +1,269 @@
+"""Behaviours a lionagi user relies on, through the public API (parity with the seed's facade)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from turnlog.eventstore import EventStore
+from turnlog.kernel import Branch, RemovedArgument, ResponseParseError, UsageError
+from turnlog.kernel.models import (
+    CLIError,
+    CLINotFound,
+    ProviderError,
+    ProviderTimeout,
+    RateLimitError,
+)
+from turnlog.kernel.testing import ScriptedModel
+
+from .conftest import assert_rebuilds
+
+# ------------------------------------------------------------------ 1. provider errors are RuntimeErrors
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ProviderError("down", provider="openai"),
+        RateLimitError("quota", status_code=429, provider="openai"),
+        CLIError("usage limit reached", kind="rate_limit", provider="claude_code"),
+        CLINotFound("no claude", kind="crash", provider="claude_code"),
+        ProviderTimeout("too slow", provider="openai"),
+    ],
+)
+def test_provider_errors_are_runtime_errors(error: ProviderError) -> None:
+    """``except RuntimeError`` catches every provider failure, as it did in the seed."""
+    with pytest.raises(RuntimeError):
+        raise error
+
+
+def test_cli_error_keeps_its_kind_and_a_timeout_stays_a_timeout() -> None:
+    """The classification survives, and a timeout is still caught as a TimeoutError."""
+    assert CLIError("x", kind="rate_limit").kind == "rate_limit"
+    with pytest.raises(TimeoutError):
+        raise ProviderTimeout("late")
+
+
+async def test_a_failed_communicate_is_caught_as_runtime_error(store: EventStore) -> None:
+    """A quota error raised by the model reaches ``except RuntimeError`` through the verb."""
+    branch = Branch(store=store, chat_model=ScriptedModel(RateLimitError("quota", status_code=429)))
+    with pytest.raises(RuntimeError, match="quota"):
+        await branch.communicate("hi")
+    assert branch.state.runs and next(iter(branch.state.runs.values())).status == "failed"
+
+
+# ------------------------------------------------------------ 3. context providers fail open
+
+
+class _Explosive:
+    def __bool__(self) -> bool:
+        raise RuntimeError("no truth for you")
+
+
+async def test_a_misbehaving_provider_fails_alone(store: EventStore) -> None:
+    """A provider returning a non-string or an object whose truth test raises is marked
+    failed; the good provider still reaches the prompt and the turn succeeds."""
+    model = ScriptedModel("ok")
+    branch = Branch(store=store, system="sys", chat_model=model)
+
+    async def good(branch: Branch, instruction: Any) -> str:
+        return "GOOD-CONTEXT"
+
+    async def number(branch: Branch, instruction: Any) -> Any:
+        return 42
+
+    async def explosive(branch: Branch, instruction: Any) -> Any:
+        return _Explosive()
+
+    branch.providers.register(number)
+    branch.providers.register(good)
+    branch.providers.register(explosive)
+    report = await branch.providers.gather(branch, "x")
+    assert report.failed == ("number", "explosive")
+    assert report.blocks == ("GOOD-CONTEXT",)
+
+    assert await branch.communicate("hi") == "ok"
+    assert "GOOD-CONTEXT" in model.calls[0].request.messages[0]["content"]
+    called = next(d for e, d in await branch.events() if e.type == "model.called")
+    assert called.context_providers == ["good"]
+
+
+# ---------------------------------------------------------------- 4. a falsy model is still used
+
+
+class _FalsyModel(ScriptedModel):
+    """A model object that is falsy (empty by ``__len__``), as a collection-like wrapper may be."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+async def test_a_falsy_chat_model_override_is_used(store: EventStore) -> None:
+    """``chat(imodel=...)`` and ``operate(chat_model=...)`` call the given model even when falsy."""
+    default = ScriptedModel()
+    override = _FalsyModel("from override", "again")
+    branch = Branch(store=store, chat_model=default)
+    assert await branch.chat("hi", imodel=override) == "from override"
+    assert await branch.operate(instruction="hi", chat_model=override) == "again"
+    assert not default.calls and len(override.calls) == 2
+
+
+async def test_a_falsy_parse_model_is_used(store: EventStore) -> None:
+    """The reformat request goes to the given parse model even when it is falsy."""
+
+    class Answer(BaseModel):
+        value: int
+
+    parser = _FalsyModel('{"value": 7}')
+    branch = Branch(store=store, chat_model=ScriptedModel("seven"), parse_model=ScriptedModel())
+    assert await branch.parse("seven", response_format=Answer, parse_model=parser) == Answer(value=7)
+    assert await branch.communicate("n?", response_format=Answer, parse_model=_FalsyModel('{"value": 7}'))
+    assert len(parser.calls) == 1
+
+
+# -------------------------------------------------------------- 5. request_fields as name -> type
+
+
+async def test_request_fields_mapping_names_to_types_is_accepted(store: EventStore) -> None:
+    """``request_fields={"data": str}`` renders a schema and returns a dict of those fields."""
+    model = ScriptedModel('{"Data": "forty-two", "noise": 1}')
+    branch = Branch(store=store, chat_model=model)
+    assert await branch.communicate("give data", request_fields={"data": str}) == {"data": "forty-two"}
+    assert "data:" in model.calls[0].request.messages[-1]["content"]
+    assert [r.status for r in branch.state.runs.values()] == ["ended"]
+    await assert_rebuilds(branch)
+
+
+async def test_request_fields_that_are_neither_types_nor_json_are_refused_before_recording(
+    store: EventStore,
+) -> None:
+    """A mapping mixing types and other values is a UsageError, and nothing is recorded."""
+    branch = Branch(store=store, chat_model=ScriptedModel("{}"))
+    with pytest.raises(UsageError, match="not types"):
+        await branch.communicate("x", request_fields={"data": str, "other": "text"})
+    with pytest.raises(UsageError, match="must be JSON"):
+        await branch.communicate("x", request_fields={"data": object()})
+    assert branch.version == 0
+
+
+# ---------------------------------------------------------------- 6. parse with a field-spec dict
+
+
+async def test_parse_into_a_field_spec_matches_keys_fuzzily(store: EventStore) -> None:
+    """``response_format={"name": str, "age": int}`` returns a dict; keys match approximately."""
+    branch = Branch(store=store, chat_model=ScriptedModel())
+    got = await branch.parse('{"Name": "Ann", "AGE": "41"}', response_format={"name": str, "age": int})
+    assert got == {"name": "Ann", "age": 41}
+
+
+async def test_parse_into_a_field_spec_reformats_when_needed(store: EventStore) -> None:
+    """Text that does not parse goes to the parse model; the result is a dict of the spec."""
+    parser = ScriptedModel('```json\n{"name": "Bo", "age": 7}\n```')
+    branch = Branch(store=store, chat_model=ScriptedModel(), parse_model=parser)
+    got = await branch.parse("Bo is seven", response_format={"name": str, "age": int})
+    assert got == {"name": "Bo", "age": 7}
+    assert "age:" in parser.calls[0].request.messages[-1]["content"]
+
+
+async def test_communicate_with_a_field_spec_format(store: EventStore) -> None:
+    """communicate(response_format=spec) parses the answer into a dict."""
+    branch = Branch(store=store, chat_model=ScriptedModel('{"name": "Cy", "age": 3}'))
+    assert await branch.communicate("who?", response_format={"name": str, "age": int}) == {
+        "name": "Cy",
+        "age": 3,
+    }
+
+
+# ----------------------------------------------------- 7. the reformat response says it repaired
+
+
+class _Answer(BaseModel):
+    value: int
+
+
+async def test_reformat_response_records_is_parsed_and_original_text(store: EventStore) -> None:
+    """After a repair the reformat response carries model_call_id, is_parsed, original_text."""
+    branch = Branch(store=store, chat_model=ScriptedModel(), parse_model=ScriptedModel('{"value": 3}'))
+    value, response = await branch.parse("three", response_format=_Answer, return_res_message=True)
+    assert value == _Answer(value=3)
+    assert response.metadata["is_parsed"] is True
+    assert response.metadata["original_text"] == "three"
+    call_ids = [d.call_id for e, d in await branch.events() if e.type == "model.called"]
+    assert response.metadata["model_call_id"] == call_ids[-1]
+
+
+async def test_direct_parse_returns_no_reformat_response(store: EventStore) -> None:
+    """Without a repair there is no reformat response."""
+    branch = Branch(store=store, chat_model=ScriptedModel())
+    assert await branch.parse('{"value": 1}', response_format=_Answer, return_res_message=True) == (
+        _Answer(value=1),
+        None,
+    )
+
+
+async def test_communicate_marks_the_recorded_response_as_parsed(store: EventStore) -> None:
+    """The recorded response of a repaired communicate is annotated ``is_parsed``."""
+    branch = Branch(store=store, chat_model=ScriptedModel("three"), parse_model=ScriptedModel('{"value": 3}'))
+    assert await branch.communicate("n?", response_format=_Answer) == _Answer(value=3)
+    recorded = branch.messages[-1]
+    assert recorded.metadata["is_parsed"] is True and recorded.response == "three"
+    await assert_rebuilds(branch)
+
+
+# ------------------------------------------------------------- removed keywords name the guide
+
+
+@pytest.mark.parametrize(
+    ("verb", "keyword"),
+    [
+        ("operate", "field_models"),
+        ("operate", "exclude_fields"),
+        ("operate", "call_params"),
+        ("operate", "request_model"),
+        ("communicate", "operative_model"),
+        ("parse", "similarity_algo"),
+        ("parse", "handle_unmatched"),
+        ("parse", "fill_value"),
+        ("parse", "fill_mapping"),
+        ("parse", "strict"),
+        ("parse", "operative"),
+        ("ReAct", "intermediate_response_options"),
+        ("ReAct", "intermediate_listable"),
+        ("ReActStream", "intermediate_response_options"),
+        ("ReActStream", "intermediate_listable"),
+    ],
+)
+async def test_a_removed_keyword_names_the_migration_guide(
+    store: EventStore, verb: str, keyword: str
+) -> None:
+    """A keyword the seed took and turnlog does not: a UsageError naming the guide, nothing recorded."""
+    branch = Branch(store=store, chat_model=ScriptedModel())
+    with pytest.raises(RemovedArgument) as info:
+        if verb == "parse":
+            await branch.parse("{}", response_format=dict, **{keyword: None})
+        elif verb == "ReActStream":
+            async for _ in branch.ReActStream(instruction="x", **{keyword: None}):
+                pass
+        elif verb == "communicate":
+            await branch.communicate("x", **{keyword: None})
+        else:
+            await getattr(branch, verb)(instruction="x", **{keyword: None})
+    error = info.value
+    assert isinstance(error, UsageError) and isinstance(error, TypeError)
+    assert error.argument == keyword and error.where == verb
+    assert "docs/from-lionagi.md" in str(error) and keyword in str(error)
+    assert branch.version == 0
+
+
+async def test_an_unknown_parse_keyword_is_still_a_plain_type_error(store: EventStore) -> None:
+    """A misspelt keyword is not mistaken for a removed one."""
+    branch = Branch(store=store, chat_model=ScriptedModel())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'respons_format'") as info:
+        await branch.parse("{}", respons_format=dict)
+    assert not isinstance(info.value, RemovedArgument)
+
+
+def test_response_parse_error_is_unchanged() -> None:
+    """ResponseParseError stays a ValueError (the seed wraps parse failures in ValueError)."""
+    assert issubclass(ResponseParseError, ValueError)
