@@ -4,6 +4,7 @@ from ._branch import Branch, find_branch
 from ._called import called_message_ids, message_ids_at
 from ._composed import ComposedVerbs
 from ._context import ContextProvider, ContextProviderRegistry, ProviderReport
+from ._control import LoopBreak, LoopControl, LoopDirective
 from ._errors import (
     AmbiguousBranch,
     AmbiguousSession,
@@ -100,6 +101,9 @@ __all__ = [
     "FailRun",
     "Kernel",
     "KernelError",
+    "LoopBreak",
+    "LoopControl",
+    "LoopDirective",
     "MessageAdded",
     "Middle",
     "OperationError",

@@ -20,6 +20,7 @@ import anyio
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
 from turnlog.kernel._composed import ComposedVerbs
 from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
+from turnlog.kernel._control import LoopControls
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._kernel import (
     AddMessages,
@@ -70,7 +71,7 @@ def _system_message(system: Any) -> System | None:
     raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
 
 
-class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, Observable):
+class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
     """One conversation: its state is the projection of its own stream.
 
     The constructor does no I/O: ``branch.created`` is appended before the first command, or

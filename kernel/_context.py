@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from turnlog.kernel._branch import Branch
 
-__all__ = ["ContextProvider", "ContextProviderRegistry", "ProviderReport", "count_tokens"]
+__all__ = [
+    "ContextProvider",
+    "ContextProviderRegistry",
+    "PromptContext",
+    "ProviderReport",
+    "count_tokens",
+    "prompt_context",
+]
 
 _log = logging.getLogger("turnlog.kernel")
 
@@ -182,3 +189,30 @@ def _checked(text: object) -> str | None:
     if not isinstance(text, str):
         raise TypeError(f"a context provider must return str or None, not {type(text).__name__}")
     return str.__str__(text)  # a str subclass cannot smuggle in an odd __bool__ or __len__
+
+
+@dataclass(frozen=True, slots=True)
+class PromptContext:
+    """What the context providers add to a prompt that is one text (a CLI agent's).
+
+    Attributes:
+        text: The kept blocks joined by blank lines (empty when none was kept).
+        fired: Names of the providers whose text was kept (``model.called.context_providers``).
+    """
+
+    text: str = ""
+    fired: tuple[str, ...] = ()
+
+    def prepend(self, prompt: str) -> str:
+        """``prompt`` with the provider text in front (unchanged when there is none)."""
+        return f"{self.text}\n\n{prompt}" if self.text else prompt
+
+
+async def prompt_context(branch: Branch, instruction: Any) -> PromptContext:
+    """Gather the branch's context providers for one text prompt (``run``), as the API verbs do.
+
+    The same rules apply: providers run only when the branch has a system message, a failing
+    provider fails alone, the budget keeps the highest priorities. Nothing is recorded here.
+    """
+    report = await branch._gather_context(instruction)
+    return PromptContext("\n\n".join(report.blocks), tuple(report.fired_names))

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import orjson
 from turnlog.eventstore import uuid7
+from turnlog.kernel._context import prompt_context
+from turnlog.kernel._control import stop_requested
 from turnlog.kernel._errors import ResponseParseError, UsageError
 from turnlog.kernel._kernel import BindProviderSession
 from turnlog.kernel._lifecycle import current_run, failure_reason
@@ -454,6 +456,7 @@ class _Run:
     bound: str | None = None
     response_format: str | None = None
     completed: bool = False
+    context_providers: tuple[str, ...] = ()
 
     async def record(self, messages: Sequence[AnyMessage]) -> None:
         if self.log is not None:
@@ -484,6 +487,7 @@ class _Run:
             message_ids=[self.ins.id],
             params=_json(public_params(params)),
             response_format=self.response_format,
+            context_providers=list(self.context_providers),
             fingerprint=request_fingerprint(request, model=self.model),
             response=_json(self.assembler.result_meta) if self.assembler.result_meta else None,
             usage=_usage(self.assembler.usage),
@@ -595,7 +599,8 @@ async def run(
     ins = build_instruction(branch, instruction, param)
     if branch.state.message(ins.id) is not None:
         raise UsageError(f"instruction {ins.id} is recorded in branch {branch.id} already; pass a new one")
-    prompt = _prompt(branch, ins, resume)
+    context = await prompt_context(branch, ins)  # providers' text: in the prompt, never recorded
+    prompt = context.prepend(_prompt(branch, ins, resume))
     outer = current_run(branch.id)
     run_id = str(uuid7())
     lifecycle_id = outer.run_id if outer is not None else run_id
@@ -618,6 +623,7 @@ async def run(
         assembler=StreamAssembler(branch_id=branch.id, user=branch.user, run_id=run_id),
         persist=param.stream_persist,
         response_format=response_schema(param.response_format)[1],
+        context_providers=context.fired,
     )
     error: BaseException | None = None
     try:
@@ -625,6 +631,8 @@ async def run(
         yield ins
         async with contextlib.aclosing(_stream(state, model, param, persist, timeout)) as messages:
             async for message in messages:
+                if stop_requested(branch):  # branch.control("cancel"): a clean end
+                    break
                 yield message
     except GeneratorExit:
         raise  # the consumer stopped: a clean end

@@ -7,17 +7,28 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, RemovedArgument, ResponseParseError, UsageError
+from turnlog.kernel import (
+    Branch,
+    LoopBreak,
+    LoopDirective,
+    MessageAdded,
+    RemovedArgument,
+    ResponseParseError,
+    UsageError,
+)
 from turnlog.kernel.models import (
     CLIError,
     CLINotFound,
     ProviderError,
     ProviderTimeout,
     RateLimitError,
+    StreamChunk,
 )
 from turnlog.kernel.testing import ScriptedModel
+from turnlog.projections import ActionRequest, AssistantResponse, Instruction
 
 from .conftest import assert_rebuilds
+from .streamkit import ChunkModel, text
 
 # ------------------------------------------------------------------ 1. provider errors are RuntimeErrors
 
@@ -267,3 +278,123 @@ async def test_an_unknown_parse_keyword_is_still_a_plain_type_error(store: Event
 def test_response_parse_error_is_unchanged() -> None:
     """ResponseParseError stays a ValueError (the seed wraps parse failures in ValueError)."""
     assert issubclass(ResponseParseError, ValueError)
+
+
+# ------------------------------------------------------------ 2. run() gathers context providers
+
+
+async def _today(branch: Branch, instruction: Any) -> str:
+    return "TODAY-IS-TUESDAY"
+
+
+async def test_run_puts_provider_text_in_the_cli_prompt(store: EventStore) -> None:
+    """Provider text reaches the CLI prompt, is never recorded, and model.called names it."""
+    model = ChunkModel([text("ok")])
+    branch = Branch(store=store, system="Be brief.")
+    branch.providers.register(_today)
+    got = [m async for m in branch.run("what day?", chat_model=model)]
+    assert "TODAY-IS-TUESDAY" in model.calls[0]["prompt"]
+    assert "what day?" in model.calls[0]["prompt"]
+    assert all("TODAY-IS-TUESDAY" not in str(m.model_dump()) for m in branch.messages)
+    assert got[-1].response == "ok"
+    called = next(d for e, d in await branch.events() if e.type == "model.called")
+    assert called.context_providers == ["_today"]
+    await assert_rebuilds(branch)
+
+
+async def test_run_puts_provider_text_in_a_resumed_prompt(store: EventStore) -> None:
+    """A resumed provider session still gets this turn's provider text."""
+    model = ChunkModel([text("ok")])
+    branch = Branch(store=store, system="Be brief.")
+    branch.providers.register(_today)
+    await branch.bind_provider_session("claude_code", "fake", "sess-1")
+    [m async for m in branch.run("again", chat_model=model)]
+    assert model.calls[0]["resume"] == "sess-1"
+    assert "TODAY-IS-TUESDAY" in model.calls[0]["prompt"] and "again" in model.calls[0]["prompt"]
+
+
+async def test_run_without_a_system_message_skips_providers(store: EventStore) -> None:
+    """As for the API verbs: without a system message, providers are not run."""
+    model = ChunkModel([text("ok")])
+    branch = Branch(store=store)
+    branch.providers.register(_today)
+    [m async for m in branch.run("x", chat_model=model)]
+    assert "TODAY-IS-TUESDAY" not in model.calls[0]["prompt"]
+
+
+# ----------------------------------------------------------------- 10. the stop control of run()
+
+
+def _three_turns() -> list[StreamChunk]:
+    return [
+        text("one"),
+        StreamChunk("tool_use", tool_name="fn", tool_input={}, tool_id="t1"),
+        StreamChunk("tool_result", tool_id="t1", tool_output="r"),
+        text("two"),
+        StreamChunk("tool_use", tool_name="fn", tool_input={}, tool_id="t2"),
+        text("three"),
+    ]
+
+
+async def _lifecycle(branch: Branch) -> list[str]:
+    return [e.type for e, _ in await branch.events() if e.type.startswith("run.")]
+
+
+async def test_cancel_stops_the_run_cleanly(store: EventStore) -> None:
+    """control("cancel") from an observer: the loop stops, the stream is closed, one run.ended."""
+    model = ChunkModel(_three_turns())
+    branch = Branch(store=store)
+
+    def stop_on_first_answer(signal: MessageAdded) -> None:
+        if isinstance(signal.message, AssistantResponse):
+            branch.control(LoopDirective.CANCEL, reason="enough")
+
+    branch.observe(MessageAdded, handler=stop_on_first_answer)
+    got = [m async for m in branch.run("go", chat_model=model)]
+    assert [type(m) for m in got] == [Instruction]  # "one" was recorded, then the loop stopped
+    assert model.closed == 1, "the provider stream was closed (the finally cleanup ran)"
+    assert await _lifecycle(branch) == ["run.started", "run.ended"]
+    assert [r.status for r in branch.state.runs.values()] == ["ended"]
+    assert branch.poll_control() is None, "a directive is used once"
+    await assert_rebuilds(branch)
+
+
+async def test_cancel_from_the_consumer_records_pending_text_as_interrupted(store: EventStore) -> None:
+    """The consumer cancels mid-run; what was said so far stays in the log."""
+    model = ChunkModel(_three_turns())
+    branch = Branch(store=store)
+    got = []
+    async for message in branch.run("go", chat_model=model):
+        got.append(message)
+        if isinstance(message, ActionRequest):
+            branch.control("cancel")
+    assert [type(m) for m in got] == [Instruction, AssistantResponse, ActionRequest]
+    assert model.closed == 1
+    assert await _lifecycle(branch) == ["run.started", "run.ended"]
+    assert [m.response for m in branch.messages if isinstance(m, AssistantResponse)] == ["one"]
+
+
+async def test_break_fails_the_run_with_loop_break(store: EventStore) -> None:
+    """control("break"): LoopBreak is raised after cleanup; one run.failed."""
+    model = ChunkModel(_three_turns())
+    branch = Branch(store=store)
+    with pytest.raises(LoopBreak, match="stop now") as info:
+        async for message in branch.run("go", chat_model=model):
+            if isinstance(message, AssistantResponse):
+                branch.control("break", reason="stop now")
+    assert isinstance(info.value, RuntimeError)
+    assert model.closed == 1
+    assert await _lifecycle(branch) == ["run.started", "run.failed"]
+    run = next(iter(branch.state.runs.values()))
+    assert run.status == "failed" and run.error_type == "LoopBreak"
+
+
+async def test_continue_changes_nothing_and_a_bad_directive_is_refused(store: EventStore) -> None:
+    """continue is a no-op; an unknown directive is a UsageError."""
+    model = ChunkModel([text("a")])
+    branch = Branch(store=store)
+    branch.control("continue")
+    got = [m async for m in branch.run("go", chat_model=model)]
+    assert [type(m) for m in got] == [Instruction, AssistantResponse]
+    with pytest.raises(UsageError, match="cancel"):
+        branch.control("halt")
