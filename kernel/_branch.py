@@ -196,10 +196,14 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
                 return
             pending = self._pending
             if isinstance(pending, BranchCreated) and self._session is not None:
-                pending = pending.model_copy(update={"session_id": self._session.id})
+                # an included branch talks for its session (the seed's branch.user = session.id)
+                session_id = self._session.id
+                pending = pending.model_copy(update={"session_id": session_id, "user": session_id})
             await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
             self._pending = None
             self._preview = None
+        if self._session is not None:
+            await self._session._branch_recorded(self)
 
     # ----------------------------------------------------------------------------- properties
 

@@ -3,6 +3,12 @@
 Session changes are events in ``session-<id>``: ``session.created`` (before the first
 change), ``branch.included``, ``branch.removed`` and ``session.default_branch_set``.
 
+An included branch talks for the session: its ``user`` becomes the session id (recorded in
+the branch's own stream, in ``branch.created`` or as ``branch.user_set``). A session without
+a branch makes a default one when it is first asked for (``session.default_branch``, or a
+``run_operation`` without ``branch=``); nothing is written then, and its inclusion is
+recorded when the branch (or the session) is first written.
+
 Example::
 
     session = Session(store=store)
@@ -20,8 +26,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
@@ -33,6 +40,7 @@ from turnlog.kernel._lookup import find_session
 from turnlog.projections import (
     BranchIncluded,
     BranchRemoved,
+    BranchUserSet,
     DefaultBranchSet,
     EventData,
     SessionCreated,
@@ -81,6 +89,18 @@ class OperationManager:
         self.registry[operation] = func
 
 
+@dataclass(frozen=True, slots=True)
+class _SetUser:
+    """``branch.user_set``: the branch now talks for ``user``."""
+
+    reorderable: ClassVar[bool] = True
+    user: str
+    session_id: str
+
+    def build(self, state: Any) -> Sequence[EventData]:
+        return (BranchUserSet(user=self.user, session_id=self.session_id),)
+
+
 class Session(Observable):
     """Branches that share one operation registry, one set of observers and a default branch.
 
@@ -91,7 +111,6 @@ class Session(Observable):
         name: A human name (``Session.load`` finds a session by it).
 
     Attributes:
-        default_branch: The branch verbs run on when none is named.
         missing_branches: After ``load``: included branches of which nothing was recorded.
     """
 
@@ -104,7 +123,8 @@ class Session(Observable):
         self._operation_manager = OperationManager()
         self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
         self._branches: dict[str, Branch] = {}
-        self.default_branch: Branch | None = None
+        self._default: Branch | None = None
+        self._unrecorded: dict[str, Branch] = {}  # made on demand; inclusion not written yet
         self.missing_branches: list[str] = []
 
     @classmethod
@@ -145,6 +165,27 @@ class Session(Observable):
         return session
 
     @property
+    def default_branch(self) -> Branch:
+        """The branch verbs run on when none is named.
+
+        A session without any branch makes one here (no I/O: its ``branch.created`` and its
+        inclusion are recorded when it, or the session, is first written).
+        """
+        if self._default is None:
+            if self._branches:
+                self._default = next(iter(self._branches.values()))
+            else:
+                branch = Branch(store=self.store, user=self.id)
+                self._adopt(branch)
+                self._unrecorded[branch.id] = branch
+                self._default = branch
+        return self._default
+
+    @default_branch.setter
+    def default_branch(self, branch: Branch | None) -> None:
+        self._default = branch
+
+    @property
     def stream(self) -> str:
         """The session's stream name, ``session-<id>``."""
         return f"session-{self.id}"
@@ -169,6 +210,7 @@ class Session(Observable):
     # -------------------------------------------------------------------------------- events
 
     async def _record(self, *items: EventData) -> None:
+        items = (*await self._lazy_inclusions(), *items)
         async with self._lock:
             events = []
             if not self._created:
@@ -181,6 +223,24 @@ class Session(Observable):
 
     def _meta(self) -> dict[str, Any]:
         return {"session_id": self.id}
+
+    async def _lazy_inclusions(self) -> list[EventData]:
+        """Create the branches made on demand and return their inclusion events."""
+        items: list[EventData] = []
+        while self._unrecorded:
+            _, branch = self._unrecorded.popitem()
+            if branch.id not in self._branches:
+                continue  # removed before anything of it was written
+            await branch._ensure_created()  # no longer unrecorded: _branch_recorded does nothing
+            items.append(BranchIncluded(branch_id=branch.id))
+            if self._default is branch:
+                items.append(DefaultBranchSet(branch_id=branch.id))
+        return items
+
+    async def _branch_recorded(self, branch: Branch) -> None:
+        """A branch of this session wrote its first event: record its inclusion if still due."""
+        if branch.id in self._unrecorded:
+            await self._record()
 
     async def save(self) -> Session:
         """Record ``session.created`` now (otherwise it is recorded with the first change)."""
@@ -222,9 +282,11 @@ class Session(Observable):
             self._adopt(branch)
             # Recorded before the inclusion, so that Session.load finds every branch it names.
             await branch._ensure_created()
+            if branch.user != self.id and not branch.read_only:
+                await branch._execute(_SetUser(self.id, self.id))
             items.append(BranchIncluded(branch_id=branch.id))
-            if self.default_branch is None:
-                self.default_branch = branch
+            if self._default is None:
+                self._default = branch
                 items.append(DefaultBranchSet(branch_id=branch.id))
         if items:
             await self._record(*items)
@@ -246,13 +308,19 @@ class Session(Observable):
         """Remove a branch; it keeps its messages and gets a private registry again."""
         branch = self.get_branch(ref)
         del self._branches[branch.id]
+        if self._unrecorded.pop(branch.id, None) is not None and branch.version == 0:
+            # made on demand and never written: nothing of it is in the log
+            branch._session = None
+            branch._operation_manager = OperationManager()
+            self._default = next(iter(self._branches.values()), None)
+            return
         branch._session = None
         branch._operation_manager = OperationManager()
         items: list[EventData] = [BranchRemoved(branch_id=branch.id)]
-        if self.default_branch is branch:
-            self.default_branch = next(iter(self._branches.values()), None)
-            if self.default_branch is not None:
-                items.append(DefaultBranchSet(branch_id=self.default_branch.id))
+        if self._default is branch:
+            self._default = next(iter(self._branches.values()), None)
+            if self._default is not None:
+                items.append(DefaultBranchSet(branch_id=self._default.id))
         await self._record(*items)
 
     async def change_default_branch(self, ref: Branch | str) -> None:
@@ -313,8 +381,6 @@ class Session(Observable):
         """
         if branch is None:
             target = self.default_branch
-            if target is None:
-                raise UsageError(f"session {self.id} has no branch to run {operation!r} on")
         else:
             target = self.get_branch(branch)
         method = target.get_operation(operation)

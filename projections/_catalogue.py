@@ -2,9 +2,9 @@
 
 Streams and their event types:
 
-- ``branch-<id>``: ``branch.created``, ``branch.forked``, ``message.added``,
-  ``message.annotated``, ``messages.cleared``, ``provider.session_bound``, ``model.called``,
-  ``run.started``, ``run.ended``, ``run.failed``;
+- ``branch-<id>``: ``branch.created``, ``branch.forked``, ``branch.user_set``,
+  ``message.added``, ``message.annotated``, ``messages.cleared``, ``provider.session_bound``,
+  ``model.called``, ``run.started``, ``run.ended``, ``run.failed``;
 - ``run-<id>``: ``stream.chunk``;
 - ``session-<id>``: ``session.created``, ``branch.included``, ``branch.removed``,
   ``session.default_branch_set``;
@@ -40,6 +40,7 @@ __all__ = [
     "BranchForked",
     "BranchIncluded",
     "BranchRemoved",
+    "BranchUserSet",
     "ChunkReceived",
     "DefaultBranchSet",
     "EventData",
@@ -147,6 +148,16 @@ class BranchForked(EventData):
     """The last parent version included in the fork."""
     name: str | None = None
     """A human name for the fork."""
+
+
+class BranchUserSet(EventData):
+    """The user the branch talks for changed (a session that includes it sets its own id)."""
+
+    event_type: ClassVar[str] = "branch.user_set"
+    user: str | None
+    """The new user: the default sender of instructions and recipient of responses."""
+    session_id: str | None = None
+    """The session that set it, if a session did."""
 
 
 class MessageAdded(EventData):
@@ -489,6 +500,7 @@ CATALOGUE = EventRegistry()
 for _schema in (
     BranchCreated,
     BranchForked,
+    BranchUserSet,
     MessageAdded,
     MessageAnnotated,
     MessagesCleared,

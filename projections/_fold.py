@@ -8,6 +8,7 @@ Rules (one per event type):
 
 - ``branch.created`` starts a branch; ``branch.forked`` starts a fork from the parent state
   at ``parent_version`` (the caller passes that state; provider sessions are not inherited);
+- ``branch.user_set`` changes the user the branch talks for;
 - ``message.added`` appends the message, or replaces the message with the same id in place;
   a System message replaces the system message instead; an ActionResponse links its request
   (the request's view gets ``content.action_response_id``);
@@ -38,6 +39,7 @@ from ._catalogue import (
     CATALOGUE,
     BranchCreated,
     BranchForked,
+    BranchUserSet,
     EventData,
     MessageAdded,
     MessageAnnotated,
@@ -70,6 +72,7 @@ BRANCH_EVENT_TYPES = frozenset(
     {
         "branch.created",
         "branch.forked",
+        "branch.user_set",
         "message.added",
         "message.annotated",
         "messages.cleared",
@@ -326,6 +329,9 @@ class _Builder:
         self.metadata = _freeze_map(dict(data.metadata))
         self.created_at = event.recorded_at
 
+    def user_set(self, data: BranchUserSet, event: RecordedEvent) -> None:
+        self.user = data.user
+
     def forked(self, data: BranchForked, event: RecordedEvent) -> None:
         if event.version != 1 or event.stream != f"branch-{data.branch_id}":
             self._fail(event, f"branch.forked for {data.branch_id!r} must be version 1 of its own stream")
@@ -493,6 +499,7 @@ class _Builder:
 _RULES: dict[str, Callable[[_Builder, Any, RecordedEvent], None]] = {
     "branch.created": _Builder.created,
     "branch.forked": _Builder.forked,
+    "branch.user_set": _Builder.user_set,
     "message.added": _Builder.added,
     "message.annotated": _Builder.annotated,
     "messages.cleared": _Builder.cleared,

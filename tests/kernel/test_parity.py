@@ -14,6 +14,7 @@ from turnlog.kernel import (
     MessageAdded,
     RemovedArgument,
     ResponseParseError,
+    Session,
     UsageError,
 )
 from turnlog.kernel.models import (
@@ -398,3 +399,88 @@ async def test_continue_changes_nothing_and_a_bad_directive_is_refused(store: Ev
     assert [type(m) for m in got] == [Instruction, AssistantResponse]
     with pytest.raises(UsageError, match="cancel"):
         branch.control("halt")
+
+
+# ------------------------------------------------- 8. an included branch talks for its session
+
+
+async def test_include_branches_sets_the_user_to_the_session_id(store: EventStore) -> None:
+    """A branch included before or after its first write talks for the session; a reload agrees."""
+    session = Session(store=store)
+    fresh = Branch(store=store, chat_model=ScriptedModel("a"))
+    used = Branch(store=store, chat_model=ScriptedModel("b", "c"))
+    await used.communicate("before")
+    assert used.user is None
+    await session.include_branches([fresh, used])
+    assert fresh.user == session.id and used.user == session.id
+    await used.communicate("after")
+    assert used.messages[-2].sender == session.id, "instructions are sent by the session"
+    assert used.messages[-1].recipient == session.id
+    user_set = [d for e, d in await used.events() if e.type == "branch.user_set"]
+    assert [(d.user, d.session_id) for d in user_set] == [(session.id, session.id)]
+    for branch in (fresh, used):
+        again = await Branch.load(store, branch.id)
+        assert again.user == session.id
+        await assert_rebuilds(branch)
+    reloaded = await Session.load(store, session.id)
+    assert {b.user for b in reloaded.branches} == {session.id}
+
+
+async def test_including_twice_records_the_user_once(store: EventStore) -> None:
+    """Including again changes nothing."""
+    session = Session(store=store)
+    branch = Branch(store=store)
+    await branch.save()
+    await session.include_branches(branch)
+    version = branch.version
+    await session.include_branches(branch)
+    assert branch.version == version
+
+
+# ---------------------------------------------------- 9. Session() has a default branch on demand
+
+
+async def test_a_new_session_has_a_default_branch_without_io(store: EventStore) -> None:
+    """Session() writes nothing; its default branch exists on first use and is recorded on first write."""
+    session = Session(store=store)
+    model = ScriptedModel("hello")
+
+    async def greet(name: str) -> str:
+        return await session.default_branch.communicate(f"greet {name}")
+
+    session.register_operation("greet", greet)
+    branch = session.default_branch
+    assert session.branches == [branch] and branch.user == session.id
+    assert await store.stream_version(session.stream) == 0
+    assert branch.version == 0, "asking for the default branch writes nothing"
+    branch.chat_model = model
+    assert await session.run_operation("greet", name="Ann") == "hello"
+    assert await session.run_operation("chat", instruction="again?", imodel=ScriptedModel("yes")) == "yes"
+    kinds = [e.type async for e in store.read_stream(session.stream)]
+    assert kinds == ["session.created", "branch.included", "session.default_branch_set"]
+    again = await Session.load(store, session.id)
+    assert again.default_branch.id == branch.id
+    assert again.default_branch.user == session.id
+    assert len(again.default_branch.messages) == 2
+
+
+async def test_including_a_branch_after_using_the_default_keeps_the_log_in_agreement(
+    store: EventStore,
+) -> None:
+    """An on-demand default that nothing wrote yet is recorded before the next inclusion."""
+    session = Session(store=store)
+    default = session.default_branch
+    other = Branch(store=store, name="other")
+    await session.include_branches(other)
+    assert session.default_branch is default
+    again = await Session.load(store, session.id)
+    assert again.default_branch.id == default.id
+    assert [b.id for b in again.branches] == [default.id, other.id]
+
+
+async def test_removing_an_unwritten_default_writes_nothing(store: EventStore) -> None:
+    """A default made on demand and removed before any write leaves no trace."""
+    session = Session(store=store)
+    await session.remove_branch(session.default_branch)
+    assert await store.stream_version(session.stream) == 0
+    assert session.branches == []

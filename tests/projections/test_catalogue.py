@@ -18,6 +18,7 @@ from turnlog.projections import (
     BranchForked,
     BranchIncluded,
     BranchRemoved,
+    BranchUserSet,
     ChunkReceived,
     DefaultBranchSet,
     EventData,
@@ -64,6 +65,7 @@ EXAMPLES: list[EventData] = [
     MessageAdded(
         message=AssistantResponse.create("hi", metadata={"run_id": "r1", "chunk_range": [1, 4]}), run_id="r1"
     ),
+    BranchUserSet(user="s1", session_id="s1"),
     MessageAnnotated(message_id="m1", metadata={"parsed": {"n": 1}}, reason="parsed"),
     MessagesCleared(),
     ProviderSessionBound(provider="claude_code", model="sonnet", session_id="sess-1"),
