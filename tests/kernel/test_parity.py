@@ -13,7 +13,6 @@ from turnlog.kernel import (
     LoopDirective,
     MessageAdded,
     RemovedArgument,
-    ResponseParseError,
     Session,
     UsageError,
 )
@@ -274,11 +273,6 @@ async def test_an_unknown_parse_keyword_is_still_a_plain_type_error(store: Event
     with pytest.raises(TypeError, match="unexpected keyword argument 'respons_format'") as info:
         await branch.parse("{}", respons_format=dict)
     assert not isinstance(info.value, RemovedArgument)
-
-
-def test_response_parse_error_is_unchanged() -> None:
-    """ResponseParseError stays a ValueError (the seed wraps parse failures in ValueError)."""
-    assert issubclass(ResponseParseError, ValueError)
 
 
 # ------------------------------------------------------------ 2. run() gathers context providers
