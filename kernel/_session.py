@@ -218,6 +218,8 @@ class Session(Observable):
                     new_event(SessionCreated(session_id=self.id, name=self.name), meta=self._meta())
                 )
             events.extend(new_event(item, meta=self._meta()) for item in items)
+            if not events:
+                return  # another task recorded it first
             await self.store.append(self.stream, events)
             self._created = True
 
