@@ -17,7 +17,8 @@ async def test_buffer_lines_hold_the_bytes_the_store_gets(store: EventStore, tmp
     log = ChunkLog(store, "r1", {"branch_id": "b", "run_id": "r1", "session_id": None}, buffer=buffer)
     chunks = [StreamChunk("text", content="100% sure"), StreamChunk("tool_use", tool_name="t", tool_id="c")]
     made = [log.add(chunk) for chunk in chunks]
-    lines = [orjson.loads(line) for line in (tmp_path / "run.jsonl").read_bytes().splitlines()]
+    header, *lines = [orjson.loads(line) for line in (tmp_path / "run.jsonl").read_bytes().splitlines()]
+    assert (header["store_id"], header["branch_id"], header["run_id"]) == (store.store_id, "b", "r1")
     assert await log.finish() and not buffer.path.exists()
     stored = [e async for e in store.read_stream("run-r1")]
     assert [line["id"] for line in lines] == [e.id for e in made] == [str(e.id) for e in stored]
@@ -38,6 +39,6 @@ async def test_an_oversized_chunk_is_refused_before_its_line_is_written(tmp_path
     with pytest.raises(EventTooLarge):
         log.add(StreamChunk("text", content="x" * 300))
     log.add(StreamChunk("text", content="fits too"))
-    assert buffer.lines == 2 and log.seq == 2
+    assert buffer.lines == 3 and log.seq == 2  # the header and two chunks
     assert await log.finish()
     assert [e.data["seq"] async for e in store.read_stream("run-r1")] == [1, 2]
