@@ -87,7 +87,9 @@ async def test_buffer_is_imported_and_the_run_closed(store: EventStore, tmp_path
     raw = [json.dumps(ln) for ln in lines]
     raw.insert(3, "@@@ not a chunk @@@")
     path = tmp_path / f"{branch.id}.{run_id}.jsonl"
-    path.write_text(buffer_text(store, branch.id, run_id, [*raw, json.dumps(lines[0])[:25]]))  # torn last line
+    path.write_text(
+        buffer_text(store, branch.id, run_id, [*raw, json.dumps(lines[0])[:25]])
+    )  # torn last line
 
     report = await recover(store, tmp_path)
     assert report.imported == 3, report
