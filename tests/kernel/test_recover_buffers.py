@@ -392,3 +392,47 @@ def test_a_planted_link_at_the_buffer_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         RunBuffer(path)
     assert victim.read_text() == "keep"
+
+
+# ------------------------------------------------------------------------- a real live writer
+
+
+async def test_a_live_child_keeps_its_buffer_from_recover_on_a_copy_and_on_its_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A child streaming into a.db: recover on a backup copy and on a.db itself leaves its buffer
+    and its run alone; once the child is killed, a.db recovers every buffered chunk."""
+    import sys
+
+    from .streamkit import Child, kill_groups, make_fake
+
+    fake = make_fake(monkeypatch, tmp_path)
+    fake.script({"steps": [{"text": [f"{n} " for n in range(1, 8)]}, {"hang": True}]})
+    child_script = Path(__file__).parent / "_stream_workers" / "stream_child.py"
+    store_file, persist = tmp_path / "a.db", tmp_path / "a.db.runs"
+    child = await Child.start([sys.executable, str(child_script), f"sqlite:///{store_file}", str(persist)])
+    try:
+        branch_id = (await child.readline()).split()[1]
+        with anyio.fail_after(20):  # the header, the session start and the 7 words
+            while sum(len(p.read_bytes().split(b"\n")) - 1 for p in persist.glob("*.jsonl")) < 9:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        [buffer] = persist.glob("*.jsonl")
+        before = buffer.read_bytes()
+        for suffix in ("", "-wal"):
+            shutil.copyfile(tmp_path / f"a.db{suffix}", tmp_path / f"backup.db{suffix}")
+        async with sqlite(tmp_path / "backup.db") as backup:
+            report = await recover(backup, persist)
+            assert report.skipped == (str(buffer),) and report.imported == 0
+        async with sqlite(store_file) as original:
+            report = await recover(original)
+            assert report.skipped == (str(buffer),) and report.runs == ()
+            assert "in use" in report.problems[0].what
+        assert buffer.read_bytes() == before
+    finally:
+        await child.kill()
+        kill_groups(fake.starts())
+    async with sqlite(store_file) as original:
+        report = await recover(original)
+        [run] = report.runs
+        assert run.closed and run.chunks == 8 and not buffer.exists()
+        assert await recovered_text(original, branch_id) == "".join(f"{n} " for n in range(1, 8))
