@@ -348,7 +348,7 @@ class ChunkLog:
             CHUNK_TYPE, schema=self._schema, meta=self.meta, max_event_bytes=store.max_event_bytes
         ).encode
         # The line format is defined once, in _run_buffer; a new buffer starts with its header.
-        self._line = ChunkLine(run_id, self.meta, self._schema).encode
+        self._line = ChunkLine(run_id, self.meta, self._schema).template
         if buffer is not None and buffer.lines == 0:
             branch_id = str(self.meta.get("branch_id", ""))
             buffer.write(BufferHeader(store.store_id, store_location(store), branch_id, run_id).encode())
@@ -381,7 +381,7 @@ class ChunkLog:
                 self._stamp_ms = ms
                 self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
             # The line holds the very id and data bytes the store gets.
-            self.buffer.write(self._line(event.id.encode(), seq, event.data, self._stamp))
+            self.buffer.write(self._line % (event.id.encode(), seq, event.data, self._stamp))
         self._pending.append(event)
         return event
 

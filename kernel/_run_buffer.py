@@ -271,9 +271,14 @@ class ChunkLine:
         meta: The meta of every chunk event (``branch_id`` and ``run_id`` among it); a reader
             needs none.
         schema: The ``stream.chunk`` schema version.
+
+    Attributes:
+        template: The line as a bytes ``%`` template, its constant parts made once per run (any
+            ``%`` in them escaped): ``template % (id, seq, data, recorded_at)`` is ``encode``
+            inlined, for a writer that makes thousands of lines a second.
     """
 
-    __slots__ = ("_template", "meta", "run_id", "schema", "stream")
+    __slots__ = ("meta", "run_id", "schema", "stream", "template")
 
     def __init__(
         self, run_id: str, meta: dict[str, Any] | None = None, schema: int = ChunkReceived.schema_version
@@ -282,9 +287,7 @@ class ChunkLine:
         self.stream = f"run-{run_id}"
         self.meta = meta or {}
         self.schema = schema
-        # The envelope as a bytes template, its constant parts made once per run (with any "%"
-        # in them escaped): id, version, data and recorded_at go in.
-        self._template = b"".join(
+        self.template = b"".join(
             (
                 b'{"id":"%s","stream":',
                 _literal(orjson.dumps(self.stream)),
@@ -298,7 +301,7 @@ class ChunkLine:
 
     def encode(self, event_id: bytes, seq: int, data: bytes, stamp: bytes) -> bytes:
         """One line: the event's id (ASCII), seq, canonical data bytes and ISO time; with its newline."""
-        return self._template % (event_id, seq, data, stamp)
+        return self.template % (event_id, seq, data, stamp)
 
     def decode(self, raw: bytes, line_number: int) -> BufferedChunk:
         """The chunk of one line; ``ValueError`` saying what is wrong.
