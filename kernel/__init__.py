@@ -43,8 +43,8 @@ from ._lifecycle import (
 from ._lookup import find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
-from ._persist import PersistOptions, SnapshotFileError
-from ._recover import RecoveryReport, recover
+from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
+from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
 from ._session import OperationManager, Session
 from ._tools import (
@@ -93,6 +93,7 @@ __all__ = [
     "Command",
     "ContextProvider",
     "ContextProviderRegistry",
+    "BufferProblem",
     "CreateBranch",
     "EndRun",
     "ExecutionError",
@@ -106,11 +107,13 @@ __all__ = [
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
+    "RecoveredRun",
     "RecoveryReport",
     "ResponseParseError",
     "RunEnd",
     "RunFailed",
     "RunParam",
+    "RunRecoveryError",
     "RunScope",
     "RunStart",
     "ScriptExhaustedError",
@@ -119,6 +122,7 @@ __all__ = [
     "SnapshotFileError",
     "StartRun",
     "UnknownBranch",
+    "UnsafePathError",
     "UnknownSession",
     "UsageError",
     "current_run",

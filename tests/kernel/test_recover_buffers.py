@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import anyio
 import pytest
@@ -436,3 +437,17 @@ async def test_a_live_child_keeps_its_buffer_from_recover_on_a_copy_and_on_its_s
         [run] = report.runs
         assert run.closed and run.chunks == 8 and not buffer.exists()
         assert await recovered_text(original, branch_id) == "".join(f"{n} " for n in range(1, 8))
+
+
+async def test_an_id_collision_is_a_failed_run_not_an_exception(tmp_path: Path) -> None:
+    """A buffered chunk whose id the store holds elsewhere: that run fails, the others recover."""
+    store = MemoryEventStore(upcasters=catalogue_upcasters())
+    _, bad_run, _ = await crashed_run(store, tmp_path)
+    _, good_run, _ = await crashed_run(store, tmp_path)
+    [bad] = [p for p in tmp_path.glob("*.jsonl") if bad_run in p.name]
+    taken = json.loads(bad.read_bytes().split(b"\n")[4])["id"]  # seq 4, not yet stored
+    await store.append("elsewhere-1", [NewEvent("x.y", {}, id=UUID(taken))])
+    report = await recover(store, tmp_path)
+    assert [r.run_id for r in report.runs] == [good_run]
+    [failure] = report.failed
+    assert failure.run_id == bad_run and failure.error_type == "IdempotencyError"
