@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import anyio
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from turnlog.eventstore import EventStore, EventTooLarge, MemoryEventStore, encode_json
-from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, RunBuffer
+from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, PersistOptions, RunBuffer
 from turnlog.kernel.models import StreamChunk
 
 
@@ -42,3 +46,41 @@ async def test_an_oversized_chunk_is_refused_before_its_line_is_written(tmp_path
     assert buffer.lines == 3 and log.seq == 2  # the header and two chunks
     assert await log.finish()
     assert [e.data["seq"] async for e in store.read_stream("run-r1")] == [1, 2]
+
+
+_chunks = st.lists(
+    st.builds(
+        StreamChunk,
+        st.sampled_from(["text", "thinking", "tool_use", "tool_result", "system"]),
+        content=st.text(max_size=20),
+        tool_name=st.none() | st.text(max_size=5),
+        is_error=st.booleans(),
+        metadata=st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=2),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=_chunks)
+def test_the_reader_reads_back_what_the_writer_wrote(
+    tmp_path_factory: pytest.TempPathFactory, chunks: Any
+) -> None:
+    """One codec: every line the writer makes decodes to the id, seq and data the store got."""
+    from turnlog.kernel._run_buffer import BufferHeader, ChunkLine
+
+    async def main() -> None:
+        store = MemoryEventStore()
+        path = tmp_path_factory.mktemp("codec") / "run.jsonl"
+        meta = {"branch_id": "b", "run_id": "r1", "session_id": "s%"}
+        log = ChunkLog(store, "r1", meta, buffer=RunBuffer(path), options=PersistOptions(batch_chunks=10**6))
+        made = [log.add(chunk) for chunk in chunks]
+        header, *lines = path.read_bytes().split(b"\n")[:-1]
+        assert BufferHeader.decode(header) == BufferHeader(store.store_id, None, "b", "r1")
+        codec = ChunkLine("r1")
+        read = [codec.decode(line, n) for n, line in enumerate(lines, start=2)]
+        assert [(c.id, c.seq, encode_json(c.data), c.meta) for c in read] == [
+            (e.id, n, e.data, meta) for n, e in enumerate(made, start=1)
+        ]
+
+    anyio.run(main)
