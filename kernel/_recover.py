@@ -559,7 +559,13 @@ def _close_tools(branch: Any, run: _Open, unanswered: Iterable[Any], user: str) 
 async def _recover_run(
     store: EventStore, run: _Open, buffer: _Buffer | None, ended: bool
 ) -> RecoveredRun | None:
-    """Recover one run: complete its stream from the buffer, then close it unless it ended."""
+    """Recover one run, step by step: each step takes what the one before it established.
+
+    1. ``_complete_stream``: the run stream, read once and completed from the buffer;
+    2. (a provider whose CLI keeps its own session record can reconcile it with ``chunks``
+       here, before anything is materialized);
+    3. ``_close_run``: the chunk rules replayed, what is missing recorded, the run closed.
+    """
     chunks = await _complete_stream(store, run.run_id, buffer)
     if ended:
         # It ended (only its buffer outlived it): the chunks were all it lacked.
