@@ -42,6 +42,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import astuple
 from operator import itemgetter
@@ -68,7 +69,14 @@ from ._encoding import (
     prepare_snapshot,
     version_matches,
 )
-from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
+from ._errors import (
+    ConcurrencyError,
+    InvalidEventError,
+    StoreError,
+    StoreFormatError,
+    StoreNotFound,
+    StoreUnavailable,
+)
 from ._paging import read_pages
 from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
 from ._records import (
@@ -132,6 +140,12 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: Size limit of one encoded event (data plus meta).
         durability: ``"normal"`` (survives a process crash) or ``"full"`` (survives power loss).
         busy_timeout: Seconds a write waits for another process holding the write lock.
+        create: Create the file and the store's tables when missing (the default). When false,
+            a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
+
+    A file the store creates is readable and writable by its owner only (mode 0600, less if
+    the umask says so); SQLite gives its ``-wal`` and ``-shm`` files the same mode. Opening
+    an existing store only reads its layout, so it never waits for another process's writer.
 
     Example:
         >>> import anyio
@@ -154,6 +168,7 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         durability: Durability = "normal",
         busy_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
@@ -173,10 +188,17 @@ class SQLiteEventStore(EventStore):
         self._wake: anyio.Event | None = None
         self._checkpoint_pending = False
         self._wal_bytes = 0
-        self._conn = self._connect(target)
+        if not in_memory:
+            if create:
+                _create_private(target)
+            elif not os.path.exists(target):
+                raise StoreNotFound(target, "no such file")
+        # Past the check above, the file is never created by sqlite3 itself: a file that
+        # vanished in between is an error, not a new world-readable store.
+        self._conn = self._connect(target, create)
         self._aux: sqlite3.Connection | None = None
         try:
-            init_schema(self._conn, target, self._busy_ms)
+            init_schema(self._conn, target, self._busy_ms, create=create)
             if not in_memory:
                 self._aux = self._connect(target)
         except BaseException:
@@ -186,11 +208,21 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ connection
 
-    def _connect(self, target: str) -> sqlite3.Connection:
+    def _connect(self, target: str, create: bool = True) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=0)
+            conn = sqlite3.connect(
+                _uri(target), isolation_level=None, check_same_thread=False, timeout=0, uri=True
+            )
             # A file that is not SQLite only fails on first access.
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            if (
+                not create
+                and not self._in_memory
+                and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            ):
+                # before the switch to WAL, which would write a header into an empty file
+                raise StoreNotFound(target, "the database is empty")
             if not self._in_memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -203,12 +235,17 @@ class SQLiteEventStore(EventStore):
                     conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
             conn.execute("PRAGMA busy_timeout = 0")
+        except StoreNotFound:
+            _close_quietly(conn)
+            raise
         except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
-                conn.close()
+            _close_quietly(conn)
             if "not a database" in str(exc) or "malformed" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
+        except (UnicodeError, ValueError, TypeError) as exc:  # a damaged header: garbage pragma results
+            _close_quietly(conn)
+            raise StoreFormatError(f"{target} is not a readable SQLite database: {exc!r}") from exc
         return conn
 
     # ------------------------------------------------------------------ running jobs
@@ -694,6 +731,31 @@ def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: lis
         rows.append(astuple(event))
     conn.executemany(_INSERT_RAW, rows)
     conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+
+
+def _uri(target: str) -> str:
+    """The ``file:`` URI that opens ``target`` without ever creating it (``mode=rw``)."""
+    if target == ":memory:":
+        return "file::memory:"
+    return "file:" + urllib.parse.quote(os.path.abspath(target)) + "?mode=rw"
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` as an empty file of mode 0600 unless it exists (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
+
+
+def _close_quietly(conn: sqlite3.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
