@@ -34,6 +34,7 @@ from ._encoding import (
     chain_hashes,
     check_read_range,
     check_stream_name,
+    check_stream_prefix,
     decode_event,
     decode_snapshot,
     match_resent,
@@ -361,6 +362,7 @@ class PostgresEventStore(EventStore):
         backwards: bool = False,
     ) -> AsyncIterator[RecordedEvent]:
         check_read_range("from_position", from_position, "to_position", to_position, limit)
+        check_stream_prefix(stream_prefix)
         type_list = _type_list(types)
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
@@ -411,6 +413,7 @@ class PostgresEventStore(EventStore):
         return int(rows[0][0])
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        check_stream_prefix(prefix)
         where, params = ("", []) if prefix is None else ("WHERE starts_with(stream, %s)", [prefix])
         query = (
             f"SELECT stream, max(version) FROM {self._sql.events} {where} "
@@ -428,6 +431,7 @@ class PostgresEventStore(EventStore):
         stream_prefix: str | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         check_read_range("from_position", from_position, "to_position", None, None)
+        check_stream_prefix(stream_prefix)
         type_list = _type_list(types)
         await self._ensure_open()
         listener = _Listener(self)

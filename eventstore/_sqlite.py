@@ -61,6 +61,8 @@ from ._encoding import (
     chain_hashes,
     check_expected_version,
     check_read_range,
+    check_stream_name,
+    check_stream_prefix,
     decode_event,
     decode_snapshot,
     match_resent,
@@ -444,6 +446,7 @@ class SQLiteEventStore(EventStore):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
+        check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         order = "DESC" if backwards else "ASC"
         sql = (
@@ -493,6 +496,8 @@ class SQLiteEventStore(EventStore):
                 yield decode_event(upcasters, row)
 
     async def stream_version(self, stream: str) -> int:
+        check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             row = self._conn.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
             return row[0] or 0
@@ -544,6 +549,8 @@ class SQLiteEventStore(EventStore):
 
     async def verify(self, stream: str | None = None) -> VerifyReport:
         self._check_open()
+        if stream is not None:
+            check_stream_name(stream)
         return await self._worker.call(lambda: self._verify_sync(stream))
 
     def _verify_sync(self, stream: str | None) -> VerifyReport:
@@ -592,6 +599,7 @@ class SQLiteEventStore(EventStore):
     async def load_snapshot(
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
+        check_stream_name(stream)
         sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots WHERE stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
@@ -609,6 +617,9 @@ class SQLiteEventStore(EventStore):
         return await self._run(run)
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
+        if stream is not None:
+            check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             with write_transaction(self._conn) as conn:
                 if stream is None:
@@ -764,6 +775,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def _filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+    check_stream_prefix(stream_prefix)
     sql = ""
     params: list[Any] = []
     if types is not None:
