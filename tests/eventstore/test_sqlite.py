@@ -18,6 +18,7 @@ from turnlog.eventstore import (
     EventStore,
     MemoryEventStore,
     NewEvent,
+    NewSnapshot,
     SQLiteEventStore,
     StoreFormatError,
     StoreNotFound,
@@ -45,6 +46,16 @@ class TestSQLiteFile(StoreConformance):
         finally:
             conn.close()
 
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        conn = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            conn.execute(
+                "UPDATE snapshots SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+            )
+        finally:
+            conn.close()
+
 
 class TestSQLiteMemory(StoreConformance):
     shares_across_processes = False
@@ -58,6 +69,12 @@ class TestSQLiteMemory(StoreConformance):
         assert isinstance(store, SQLiteEventStore)
         store._conn.execute(  # the private database has no other way in
             "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+        )
+
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        store._conn.execute(
+            "UPDATE snapshots SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
         )
 
 
@@ -406,3 +423,56 @@ async def test_store_files_are_private(tmp_path: Path) -> None:
             for suffix in ("", "-wal", "-shm"):
                 mode = os.stat(f"{path}{suffix}").st_mode & 0o777
                 assert mode == expected, f"{path.name}{suffix}: {mode:o}"
+
+
+# -- verify: the database file and the snapshots -----------------------------------------------
+
+
+def _corrupt_index(path: Path) -> None:
+    """Change the stream name in one entry of the (stream, version) index, not in the table."""
+    with raw(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
+            "AND name = 'sqlite_autoindex_events_2'"
+        ).fetchone()
+    conn.close()
+    with open(path, "r+b") as file:
+        file.seek((root - 1) * page_size)
+        page = file.read(page_size)
+        at = page.index(b"qqqq-stream")
+        file.seek((root - 1) * page_size + at)
+        file.write(b"qqqq-strean")
+
+
+async def test_verify_runs_integrity_check_and_says_which(sqlite_path: Path, sqlite_url: str) -> None:
+    """verify runs integrity_check (quick=True: quick_check), which finds index rows that do
+    not match the table; the report says which check ran."""
+    async with open_store(sqlite_url) as store:
+        await store.append("qqqq-stream", [ev(n=i) for i in range(3)])
+        report = await store.verify()
+        assert report.ok and "integrity_check" in report.checks and "quick_check" not in report.checks
+        assert "quick_check" in (await store.verify(quick=True)).checks
+        assert "integrity_check" not in (await store.verify("qqqq-stream")).checks
+    _corrupt_index(sqlite_path)
+    async with open_store(sqlite_url, create=False) as store:
+        full = await store.verify()
+        quick = await store.verify(quick=True)
+    assert not full.ok
+    assert any("integrity_check" in p.what and "index" in p.what for p in full.problems)
+    assert quick.checks[-1] == "quick_check"
+
+
+async def test_a_snapshot_of_an_older_turnlog_is_not_trusted(sqlite_path: Path, sqlite_url: str) -> None:
+    """A snapshot without its binding to the log (older turnlog, or stripped) is not returned."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev()])
+        await store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {"n": 1}))
+    with raw(sqlite_path) as conn:
+        conn.execute("UPDATE snapshots SET meta = '{}'")
+    conn.close()
+    async with open_store(sqlite_url) as store:
+        assert await store.load_snapshot("s-1") is None
+        report = await store.verify()
+    assert [p.version for p in report.problems] == [1] and "no binding" in report.problems[0].what
