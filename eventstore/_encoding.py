@@ -590,7 +590,12 @@ def decode_event(upcasters: Upcasters, row: Sequence[Any]) -> RecordedEvent:
     if last[0] == recorded_at:
         moment = last[1]
     else:
-        moment = from_micros(recorded_at)
+        try:
+            moment = from_micros(recorded_at)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CorruptEventError(
+                stream, version, f"recorded_at {recorded_at!r:.40} is not a time: {exc}", position=position
+            ) from exc
         _last_moment = (recorded_at, moment)
     return RecordedEvent(
         eid, stream, version, position, type_, schema, data_obj, meta_obj, moment, prev_hash, digest
@@ -614,9 +619,13 @@ def decode_snapshot(upcasters: Upcasters, row: Sequence[Any]) -> Snapshot:
     event_hash = digest = ""
     if isinstance(binding, dict):
         event_hash, digest = str(binding.get("event_hash", "")), str(binding.get("digest", ""))
-    return Snapshot(
-        stream, version, type_, schema, data_obj, meta_obj, from_micros(recorded_at), event_hash, digest
-    )
+    try:
+        moment = from_micros(recorded_at)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CorruptEventError(
+            stream, version, f"snapshot recorded_at {recorded_at!r:.40} is not a time"
+        ) from exc
+    return Snapshot(stream, version, type_, schema, data_obj, meta_obj, moment, event_hash, digest)
 
 
 SNAPSHOT_BINDING = "turnlog_chain"

@@ -74,6 +74,7 @@ from ._encoding import (
 )
 from ._errors import (
     ConcurrencyError,
+    CorruptStoreError,
     InvalidEventError,
     StoreError,
     StoreFormatError,
@@ -249,12 +250,14 @@ class SQLiteEventStore(EventStore):
             raise
         except sqlite3.DatabaseError as exc:
             _close_quietly(conn)
-            if "not a database" in str(exc) or "malformed" in str(exc):
+            if "malformed" in str(exc):
+                raise CorruptStoreError(target, str(exc)) from exc
+            if "not a database" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
         except (UnicodeError, ValueError, TypeError) as exc:  # a damaged header: garbage pragma results
             _close_quietly(conn)
-            raise StoreFormatError(f"{target} is not a readable SQLite database: {exc!r}") from exc
+            raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
         return conn
 
     # ------------------------------------------------------------------ running jobs
@@ -298,9 +301,9 @@ class SQLiteEventStore(EventStore):
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
                 ) from exc
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None
@@ -434,7 +437,10 @@ class SQLiteEventStore(EventStore):
             try:
                 for row in cursor:
                     rows.append(row)
-                    size += len(row[6]) + len(row[7])
+                    try:
+                        size += len(row[6]) + len(row[7])
+                    except TypeError:  # a damaged row: decoding it raises CorruptEventError
+                        pass
                     if size >= _PAGE_BYTES:
                         return rows, False
             finally:
@@ -783,6 +789,14 @@ def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: lis
         rows.append(astuple(event))
     conn.executemany(_INSERT_RAW, rows)
     conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+
+
+def _damage_or_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:
+    """``CorruptStoreError`` when SQLite says the file is damaged, else a plain ``StoreError``."""
+    text = str(exc)
+    if "malformed" in text or "Could not decode" in text or isinstance(exc, sqlite3.DataError):
+        return CorruptStoreError(path, text)
+    return StoreError(f"{path}: {text}")
 
 
 def _lenient_text(raw: bytes) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -20,6 +21,7 @@ from turnlog.eventstore import (
     NewEvent,
     NewSnapshot,
     SQLiteEventStore,
+    StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
@@ -476,3 +478,77 @@ async def test_a_snapshot_of_an_older_turnlog_is_not_trusted(sqlite_path: Path, 
         assert await store.load_snapshot("s-1") is None
         report = await store.verify()
     assert [p.version for p in report.problems] == [1] and "no binding" in report.problems[0].what
+
+
+_CONFUSIONS = [
+    ("data = 5", "data"),
+    ("meta = X'ff00'", "payload is not valid JSON"),
+    ("recorded_at = 'yesterday'", "recorded_at"),
+    ("prev_hash = X'00ff'", "prev_hash"),
+    ("hash = 7", "hash"),
+    ("position = position", None),  # a control: nothing wrong
+    ("id = 'payment-42'", "canonical UUID"),
+    ("type = X'c3'", "type"),
+    ("stream = CAST(X'62ff' AS TEXT)", "stream"),
+]
+
+
+@pytest.mark.parametrize(("change", "named"), _CONFUSIONS)
+async def test_rows_of_the_wrong_types_are_reported_not_raised(
+    sqlite_path: Path, sqlite_url: str, change: str, named: str | None
+) -> None:
+    """verify reports a row whose fields have the wrong types or are not UTF-8; reads raise
+    a StoreError subclass, never TypeError or UnicodeDecodeError."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=1), ev(n=2), ev(n=3)])
+    with raw(sqlite_path) as conn:
+        conn.execute(f"UPDATE events SET {change} WHERE version = 2")
+    conn.close()
+    async with open_store(sqlite_url, create=False) as store:
+        report = await store.verify()
+        assert report.events == 3
+        if named is None:
+            assert report.ok
+        else:
+            assert not report.ok
+            assert any(named in p.what for p in report.problems), report.problems
+            try:
+                await collect(store.read_all())
+            except StoreError:
+                pass
+
+
+async def test_damaged_files_never_crash_verify(sqlite_path: Path, sqlite_url: str) -> None:
+    """Random bit flips in a store file: opening, verify, reads and snapshot loads either work
+    or raise a TurnlogError; nothing else escapes."""
+    import random
+    from contextlib import aclosing
+
+    async with open_store(sqlite_url) as store:
+        for k in range(3):
+            await store.append(f"branch-{k}", [ev(text=f"hello {k} {i}", n=i) for i in range(30)])
+            await store.save_snapshot(NewSnapshot(f"branch-{k}", 15, "branch_state", {"n": 15}))
+    original = sqlite_path.read_bytes()
+    rng = random.Random(15)
+    damaged = sqlite_path.with_name("damaged.db")
+    for _ in range(60):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{damaged}{suffix}").unlink(missing_ok=True)
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 2, 8])):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        damaged.write_bytes(data)
+        try:
+            async with open_store(f"sqlite:///{damaged}", create=False) as store:
+                for quick in (False, True):
+                    report = await store.verify(quick=quick)
+                    assert report.ok or report.problems
+                for name in ("branch-0", "branch-1", "branch-2"):
+                    with contextlib.suppress(TurnlogError):
+                        await store.load_snapshot(name)
+                with contextlib.suppress(TurnlogError):
+                    async with aclosing(store.read_all()) as events:
+                        async for _event in events:
+                            pass
+        except TurnlogError:
+            pass
