@@ -64,7 +64,15 @@ from ._postgres_sql import (
     masked,
     parse_url,
 )
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
+from ._raw import (
+    RAW_PAGE,
+    RawEvent,
+    RawSnapshot,
+    check_continuation,
+    check_raw_events,
+    check_raw_range,
+    raw_event,
+)
 from ._records import (
     ANY,
     AppendResult,
@@ -597,6 +605,7 @@ class PostgresEventStore(EventStore):
             InvalidEventError: an event does not continue its stream (version and ``prev_hash``)
                 or its position is not after the head.
         """
+        check_raw_events(events)
         sql = self._sql
         async with self._connection("import") as conn, conn.transaction():
             await conn.execute(sql.lock)

@@ -75,14 +75,21 @@ from ._encoding import (
 from ._errors import (
     ConcurrencyError,
     CorruptStoreError,
-    InvalidEventError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
 )
 from ._paging import read_pages
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
+from ._raw import (
+    RAW_PAGE,
+    RawEvent,
+    RawSnapshot,
+    check_continuation,
+    check_raw_events,
+    check_raw_range,
+    raw_event,
+)
 from ._records import (
     ANY,
     AppendResult,
@@ -715,11 +722,7 @@ class SQLiteEventStore(EventStore):
         """
         self._check_open()
         events, snapshots = list(events), list(snapshots)
-        for index, item in enumerate(events):
-            if not isinstance(item, RawEvent):
-                raise InvalidEventError(
-                    f"import_raw: expected a RawEvent, got {type(item).__name__}", index=index
-                )
+        check_raw_events(events)
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:

@@ -663,6 +663,18 @@ class StoreConformance(EncodedAppendConformance):
         assert (await store.verify()).ok
         assert (await collect(store.read_stream("a")))[-1].data == {"n": 2}
 
+    async def test_import_raw_refuses_what_append_refuses(self, store: EventStore) -> None:
+        """A raw event with a non-canonical id or a bad stream name is refused like an append."""
+        raw = self.raw(store)
+        data = encode_json({"n": 1})
+        for eid, stream in (("payment-42", "a"), (str(uuid7()).upper(), "a"), (str(uuid7()), "a\ud800")):
+            digest = event_hash("", eid, "a", 1, "thing.happened", 1, data, b"{}", 7)
+            with pytest.raises(InvalidEventError):
+                await raw.import_raw(
+                    [RawEvent(1, eid, stream, 1, "thing.happened", 1, data, b"{}", 7, "", digest)]
+                )
+        assert await store.head() == 0
+
     async def test_raw_snapshots_round_trip(self, store: EventStore) -> None:
         """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable if intact."""
         raw = self.raw(store)
