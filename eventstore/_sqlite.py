@@ -262,7 +262,7 @@ class SQLiteEventStore(EventStore):
             if "not a database" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
-        except (UnicodeError, ValueError, TypeError) as exc:  # a damaged header: garbage pragma results
+        except (UnicodeError, ValueError, TypeError, AttributeError) as exc:  # garbage pragma results
             _close_quietly(conn)
             raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
         return conn

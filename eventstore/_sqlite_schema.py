@@ -101,7 +101,7 @@ def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bo
         if "not a database" in str(exc):
             raise StoreFormatError(f"{path} is not a SQLite database: {exc}") from exc
         raise StoreUnavailable(f"cannot open {path}: {exc}") from exc
-    except (UnicodeError, ValueError, TypeError) as exc:  # a damaged schema table
+    except (UnicodeError, ValueError, TypeError, AttributeError) as exc:  # a damaged schema table
         raise CorruptStoreError(path, f"its schema cannot be read ({exc!r})") from exc
     finally:
         conn.execute("PRAGMA busy_timeout = 0")
