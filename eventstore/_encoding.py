@@ -57,6 +57,7 @@ __all__ = [
     "check_read_range",
     "check_stream_name",
     "check_stream_prefix",
+    "check_type_filter",
     "decode_event",
     "decode_json",
     "decode_payload",
@@ -201,6 +202,19 @@ def check_stream_prefix(prefix: object) -> str | None:
     if not prefix.isascii():
         _check_text(prefix, "stream prefix")
     return prefix
+
+
+def check_type_filter(types: Iterable[str] | None) -> list[str] | None:
+    """The ``types`` argument of a read as a list (None: every type); each must be a str of text."""
+    if types is None:
+        return None
+    wanted = [types] if isinstance(types, str) else list(types)
+    for name in wanted:
+        if not isinstance(name, str):
+            raise InvalidEventError(f"an event type to read must be a str, not {type(name).__name__}")
+        if not name.isascii():
+            _check_text(name, "event type")
+    return wanted
 
 
 def _check_text(value: str, what: str) -> None:

@@ -26,6 +26,7 @@ from ._encoding import (
     check_read_range,
     check_stream_name,
     check_stream_prefix,
+    check_type_filter,
     decode_event,
     first_intact,
     match_resent,
@@ -253,7 +254,8 @@ class MemoryEventStore(EventStore):
         self._check_open()
         check_read_range("from_position", from_position, "to_position", to_position, limit)
         check_stream_prefix(stream_prefix)
-        wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
+        listed = check_type_filter(types)
+        wanted = None if listed is None else set(listed)
         head = len(self._rows)
         low = max(from_position, 1)
         high = head if to_position is None else min(to_position, head)

@@ -36,6 +36,7 @@ from ._encoding import (
     check_read_range,
     check_stream_name,
     check_stream_prefix,
+    check_type_filter,
     decode_event,
     first_intact,
     match_resent,
@@ -745,8 +746,4 @@ def _check_bound(name: str, value: object, *, minimum: int = 0) -> None:
 
 
 def _type_list(types: Iterable[str] | None) -> list[str] | None:
-    if types is None:
-        return None
-    if isinstance(types, str):
-        return [types]
-    return list(types)
+    return check_type_filter(types)

@@ -64,6 +64,7 @@ from ._encoding import (
     check_read_range,
     check_stream_name,
     check_stream_prefix,
+    check_type_filter,
     decode_event,
     first_intact,
     match_resent,
@@ -841,8 +842,8 @@ def _filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[st
     check_stream_prefix(stream_prefix)
     sql = ""
     params: list[Any] = []
-    if types is not None:
-        wanted = list(types) if not isinstance(types, str) else [types]
+    wanted = check_type_filter(types)
+    if wanted is not None:
         if not wanted:
             return " AND 0", []
         sql += f" AND type IN ({','.join('?' * len(wanted))})"

@@ -888,6 +888,8 @@ class StoreConformance(EncodedAppendConformance):
             await store.list_streams(prefix=bad)
         with pytest.raises(InvalidEventError):
             await collect(store.read_all(stream_prefix=bad))
+        with pytest.raises(InvalidEventError):
+            await collect(store.read_all(types=["a.\ud800"]))
         assert await store.head() == 0
 
     # ---------------------------------------------------------------- lifecycle
