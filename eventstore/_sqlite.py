@@ -42,6 +42,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import astuple
 from operator import itemgetter
@@ -57,20 +58,39 @@ from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    bind_snapshot,
     chain_hashes,
     check_expected_version,
     check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_type_filter,
     decode_event,
-    decode_snapshot,
+    first_intact,
     match_resent,
     prepare_batch,
     prepare_events,
     prepare_snapshot,
     version_matches,
 )
-from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
+from ._errors import (
+    ConcurrencyError,
+    CorruptStoreError,
+    StoreError,
+    StoreFormatError,
+    StoreNotFound,
+    StoreUnavailable,
+)
 from ._paging import read_pages
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
+from ._raw import (
+    RAW_PAGE,
+    RawEvent,
+    RawSnapshot,
+    check_continuation,
+    check_raw_events,
+    check_raw_range,
+    raw_event,
+)
 from ._records import (
     ANY,
     AppendResult,
@@ -118,6 +138,12 @@ _SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 _INSERT_RAW = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
+_EVENT_HASH = "SELECT hash FROM events WHERE stream = ? AND version = ?"
+_BOUND_SNAPSHOTS = (
+    "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
+    "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
+)
+"""Snapshots with the hash of the log's event at their version (NULL when there is none)."""
 
 
 class _WouldBlock(Exception):
@@ -140,6 +166,12 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: Size limit of one encoded event (data plus meta).
         durability: ``"normal"`` (survives a process crash) or ``"full"`` (survives power loss).
         busy_timeout: Seconds a write waits for another process holding the write lock.
+        create: Create the file and the store's tables when missing (the default). When false,
+            a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
+
+    A file the store creates is readable and writable by its owner only (mode 0600, less if
+    the umask says so); SQLite gives its ``-wal`` and ``-shm`` files the same mode. Opening
+    an existing store only reads its layout, so it never waits for another process's writer.
 
     Example:
         >>> import anyio
@@ -162,6 +194,7 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         durability: Durability = "normal",
         busy_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
@@ -181,10 +214,17 @@ class SQLiteEventStore(EventStore):
         self._wake: anyio.Event | None = None
         self._checkpoint_pending = False
         self._wal_bytes = 0
-        self._conn = self._connect(target)
+        if not in_memory:
+            if create:
+                _create_private(target)
+            elif not os.path.exists(target):
+                raise StoreNotFound(target, "no such file")
+        # Past the check above, the file is never created by sqlite3 itself: a file that
+        # vanished in between is an error, not a new world-readable store.
+        self._conn = self._connect(target, create)
         self._aux: sqlite3.Connection | None = None
         try:
-            init_schema(self._conn, target, self._busy_ms)
+            init_schema(self._conn, target, self._busy_ms, create=create)
             self._store_id = read_store_id(self._conn)
             if not in_memory:
                 self._aux = self._connect(target)
@@ -195,11 +235,21 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ connection
 
-    def _connect(self, target: str) -> sqlite3.Connection:
+    def _connect(self, target: str, create: bool = True) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=0)
+            conn = sqlite3.connect(
+                _uri(target), isolation_level=None, check_same_thread=False, timeout=0, uri=True
+            )
             # A file that is not SQLite only fails on first access.
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            if (
+                not create
+                and not self._in_memory
+                and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            ):
+                # before the switch to WAL, which would write a header into an empty file
+                raise StoreNotFound(target, "the database is empty")
             if not self._in_memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -212,12 +262,19 @@ class SQLiteEventStore(EventStore):
                     conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
             conn.execute("PRAGMA busy_timeout = 0")
+        except StoreNotFound:
+            _close_quietly(conn)
+            raise
         except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
-                conn.close()
-            if "not a database" in str(exc) or "malformed" in str(exc):
+            _close_quietly(conn)
+            if "malformed" in str(exc):
+                raise CorruptStoreError(target, str(exc)) from exc
+            if "not a database" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
+        except (UnicodeError, ValueError, TypeError, AttributeError) as exc:  # garbage pragma results
+            _close_quietly(conn)
+            raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
         return conn
 
     # ------------------------------------------------------------------ running jobs
@@ -261,9 +318,9 @@ class SQLiteEventStore(EventStore):
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
                 ) from exc
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None
@@ -399,7 +456,10 @@ class SQLiteEventStore(EventStore):
             try:
                 for row in cursor:
                     rows.append(row)
-                    size += len(row[6]) + len(row[7])
+                    try:
+                        size += len(row[6]) + len(row[7])
+                    except TypeError:  # a damaged row: decoding it raises CorruptEventError
+                        pass
                     if size >= _PAGE_BYTES:
                         return rows, False
             finally:
@@ -418,6 +478,7 @@ class SQLiteEventStore(EventStore):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
+        check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         order = "DESC" if backwards else "ASC"
         sql = (
@@ -467,6 +528,8 @@ class SQLiteEventStore(EventStore):
                 yield decode_event(upcasters, row)
 
     async def stream_version(self, stream: str) -> int:
+        check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             row = self._conn.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
             return row[0] or 0
@@ -516,37 +579,64 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ verify
 
-    async def verify(self, stream: str | None = None) -> VerifyReport:
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
+        """Check the hash chains and snapshots, and the database file when ``stream`` is None.
+
+        Checking the whole store runs SQLite's ``PRAGMA integrity_check`` (``quick_check``
+        when ``quick``: faster, but it does not compare indexes with their tables);
+        ``VerifyReport.checks`` says which ran.
+
+        Damage never raises: a page SQLite cannot read, a row of the wrong types or text that
+        is not UTF-8 becomes a ``Problem``.
+        """
         self._check_open()
-        return await self._worker.call(lambda: self._verify_sync(stream))
+        if stream is not None:
+            check_stream_name(stream)
+        return await self._worker.call(lambda: self._verify_sync(stream, quick))
 
-    def _verify_sync(self, stream: str | None) -> VerifyReport:
+    def _verify_sync(self, stream: str | None, quick: bool) -> VerifyReport:
         if self._aux is not None:
-            return self._verify_on(self._aux, stream)
+            return self._verify_on(self._aux, stream, quick)
         with self._lock:
-            return self._verify_on(self._conn, stream)
+            return self._verify_on(self._conn, stream, quick)
 
-    def _verify_on(self, conn: sqlite3.Connection, stream: str | None) -> VerifyReport:
+    def _verify_on(self, conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
         checker = ChainChecker()
         problems: list[Problem] = []
+        checks: list[str] = []
+        # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead
+        # of failing the whole walk.
+        conn.text_factory = _lenient_text
         try:
             if stream is None:
-                result = [row[0] for row in conn.execute("PRAGMA quick_check")]
+                pragma = "quick_check" if quick else "integrity_check"
+                checks.append(pragma)
+                result = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}")]
                 if result != ["ok"]:
-                    problems.extend(Problem("", 0, f"SQLite integrity check: {line}") for line in result)
+                    problems.extend(Problem("", 0, f"SQLite {pragma}: {line}") for line in result)
             conn.execute("BEGIN")  # one consistent view of the log while checking it
             try:
                 where = "WHERE stream = ?" if stream is not None else ""
+                params = () if stream is None else (stream,)
                 sql = f"SELECT {_COLUMNS} FROM events {where} ORDER BY stream, version"
                 # The (stream, version) index gives this order without sorting, and the cursor
                 # streams rows, so memory stays flat however large the log is.
-                for row in conn.execute(sql, () if stream is None else (stream,)):
+                for row in conn.execute(sql, params):
                     checker.add_row(row)
+                where = "WHERE s.stream = ?" if stream is not None else ""
+                for row in conn.execute(
+                    f"{_BOUND_SNAPSHOTS} {where} ORDER BY s.stream, s.type, s.version", params
+                ):
+                    checker.add_snapshot(row, row[7])
             finally:
-                conn.execute("COMMIT")
+                rollback(conn)
         except sqlite3.DatabaseError as exc:
             problems.append(Problem(stream or "", 0, f"SQLite could not read the log: {exc}"))
-        return checker.report(problems)
+        except (ValueError, TypeError, OverflowError) as exc:  # a value SQLite hands back damaged
+            problems.append(Problem(stream or "", 0, f"the log could not be read: {exc!r}"))
+        finally:
+            conn.text_factory = str
+        return checker.report(problems, checks)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -554,11 +644,15 @@ class SQLiteEventStore(EventStore):
         self._check_open()
         snap = prepare_snapshot(snapshot, self.max_event_bytes)
         now = time.time_ns() // 1000
-        row = (snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta, now)
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
-                conn.execute(_UPSERT_SNAPSHOT, row)
+                found = conn.execute(_EVENT_HASH, (snap.stream, snap.version)).fetchone()
+                meta = bind_snapshot(snap, None if found is None else found[0])
+                conn.execute(
+                    _UPSERT_SNAPSHOT,
+                    (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now),
+                )
 
         inline = self.durability == "normal" and len(snap.data) <= _INLINE_MAX_BYTES
         await self._run(run, inline=inline)
@@ -566,23 +660,32 @@ class SQLiteEventStore(EventStore):
     async def load_snapshot(
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
-        sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots WHERE stream = ?"
+        check_stream_name(stream)
+        sql = f"{_BOUND_SNAPSHOTS} WHERE s.stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
-            sql += " AND version <= ?"
+            sql += " AND s.version <= ?"
             params.append(at_or_before_version)
         if type is not None:
-            sql += " AND type = ?"
+            sql += " AND s.type = ?"
             params.append(type)
-        sql += " ORDER BY version DESC, recorded_at DESC LIMIT 1"
+        sql += " ORDER BY s.version DESC, s.recorded_at DESC"
 
         def run(blocking: bool) -> Snapshot | None:
-            row = self._conn.execute(sql, params).fetchone()
-            return None if row is None else decode_snapshot(self.upcasters, row)
+            # The newest snapshot that is intact and stands on this log; the rows are read
+            # one by one, so normally only the first is.
+            cursor = self._conn.execute(sql, params)
+            try:
+                return first_intact(self.upcasters, cursor)
+            finally:
+                cursor.close()
 
         return await self._run(run)
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
+        if stream is not None:
+            check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             with write_transaction(self._conn) as conn:
                 if stream is None:
@@ -631,11 +734,7 @@ class SQLiteEventStore(EventStore):
         """
         self._check_open()
         events, snapshots = list(events), list(snapshots)
-        for index, item in enumerate(events):
-            if not isinstance(item, RawEvent):
-                raise InvalidEventError(
-                    f"import_raw: expected a RawEvent, got {type(item).__name__}", index=index
-                )
+        check_raw_events(events)
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
@@ -707,16 +806,55 @@ def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: lis
     conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
 
 
+def _damage_or_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:
+    """``CorruptStoreError`` when SQLite says the file is damaged, else a plain ``StoreError``."""
+    text = str(exc)
+    if "malformed" in text or "Could not decode" in text or isinstance(exc, sqlite3.DataError):
+        return CorruptStoreError(path, text)
+    return StoreError(f"{path}: {text}")
+
+
+def _lenient_text(raw: bytes) -> str:
+    """SQLite text as a str; bytes that are not UTF-8 become lone surrogates, never an error."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _uri(target: str) -> str:
+    """The ``file:`` URI that opens ``target`` without ever creating it (``mode=rw``)."""
+    if target == ":memory:":
+        return "file::memory:"
+    return "file:" + urllib.parse.quote(os.path.abspath(target)) + "?mode=rw"
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` as an empty file of mode 0600 unless it exists (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
+
+
+def _close_quietly(conn: sqlite3.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
 
 
 def _filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+    check_stream_prefix(stream_prefix)
     sql = ""
     params: list[Any] = []
-    if types is not None:
-        wanted = list(types) if not isinstance(types, str) else [types]
+    wanted = check_type_filter(types)
+    if wanted is not None:
         if not wanted:
             return " AND 0", []
         sql += f" AND type IN ({','.join('?' * len(wanted))})"

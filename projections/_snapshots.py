@@ -15,7 +15,9 @@ snapshot of the same stream (``base_version``):
   does not write them all again every thousand events.
 
 A chain with a missing, foreign or outdated link is not used: ``rebuild`` folds from the
-events instead, with the same result. Records of schema 1 (every head a keyframe, messages
+events instead, with the same result. The store itself never returns a record whose digest
+does not match its bytes or that does not stand on the log's event at its version (an
+edited or transplanted snapshot): to this module such a record is simply missing. Records of schema 1 (every head a keyframe, messages
 partly in the head) are still read.
 
 Snapshot meta records ``projection_version``; a snapshot written by another projection code

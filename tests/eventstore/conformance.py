@@ -20,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from datetime import UTC
 from typing import Any, cast
+from uuid import UUID
 
 import anyio
 import pytest
@@ -30,6 +31,7 @@ from turnlog.eventstore import (
     STREAM_EXISTS,
     ConcurrencyError,
     CorruptEventError,
+    EventEncoder,
     EventStore,
     EventTooLarge,
     IdempotencyError,
@@ -86,6 +88,10 @@ class StoreConformance(EncodedAppendConformance):
     async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
         """Overwrite the stored ``data`` bytes of one event behind the store's back."""
         pytest.skip("this backend gives the suite no raw access to stored bytes")
+
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        """Overwrite the stored ``data`` bytes of one snapshot behind the store's back."""
+        pytest.skip("this backend gives the suite no raw access to stored snapshots")
 
     # ---------------------------------------------------------------- 1. atomic appends
 
@@ -491,6 +497,53 @@ class StoreConformance(EncodedAppendConformance):
         assert await store.load_snapshot("s-1") is None
         assert await store.delete_snapshots() == 1
 
+    async def test_snapshot_is_bound_to_the_event_it_stands_at(self, store: EventStore) -> None:
+        """A loaded snapshot carries the hash of the log's event at its version and its digest;
+        the binding never shows in meta, and a caller cannot set it."""
+        await fill(store, "s-1", 2)
+        await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {"n": 2}, meta={"p": 1}))
+        snap = await store.load_snapshot("s-1")
+        (event,) = await collect(store.read_stream("s-1", 2, 2))
+        assert snap is not None and snap.meta == {"p": 1}
+        assert snap.event_hash == event.hash and len(snap.digest) == 64
+        with pytest.raises(InvalidEventError, match="turnlog_chain"):
+            await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {}, meta={"turnlog_chain": {}}))
+        report = await store.verify()
+        assert report.ok and report.snapshots == 1 and {"chains", "snapshots"} <= set(report.checks)
+
+    async def test_altered_snapshot_is_ignored_and_reported(
+        self, store: EventStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An edited snapshot is never returned (the one before it is, with a warning), and
+        verify names it."""
+        await fill(store, "s-1", 3)
+        for version in (2, 3):
+            await store.save_snapshot(NewSnapshot("s-1", version, "branch_state", {"n": version}))
+        await self.tamper_snapshot(store, "s-1", 3, encode_json({"n": 1000}))
+        with caplog.at_level("WARNING", logger="turnlog.eventstore"):
+            snap = await store.load_snapshot("s-1")
+        assert snap is not None and (snap.version, snap.data) == (2, {"n": 2})
+        assert "ignoring snapshot" in caplog.text and "altered" in caplog.text
+        report = await store.verify()
+        assert not report.ok and report.events == 3 and report.snapshots == 2
+        ((stream, version, what),) = [(p.stream, p.version, p.what) for p in report.problems]
+        assert (stream, version) == ("s-1", 3) and "snapshot 'branch_state'" in what and "altered" in what
+        stream_report = await store.verify("s-1")
+        assert [p.version for p in stream_report.problems] == [3]
+
+    async def test_snapshot_of_another_history_is_ignored(self, store: EventStore) -> None:
+        """A snapshot that does not stand on the log's event at its version is not used."""
+        await fill(store, "s-1", 1)
+        await store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {"n": 1}))
+        await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {"n": 2}))  # ahead of the log
+        assert (await store.load_snapshot("s-1", 1)) is not None
+        await fill(store, "s-1", 1)  # now the log has a version 2 the snapshot never saw
+        snap = await store.load_snapshot("s-1")
+        assert snap is not None and snap.version == 1
+        report = await store.verify()
+        assert [(p.stream, p.version) for p in report.problems] == [("s-1", 2)]
+        assert "hash differs" in report.problems[0].what
+
     async def test_bad_snapshot_is_refused(self, store: EventStore) -> None:
         """A snapshot with non-object data or a malformed type raises InvalidEventError."""
         for snap in (NewSnapshot("s-1", 1, "branch_state", [1]), NewSnapshot("s-1", 1, "", {})):  # type: ignore[arg-type]
@@ -610,8 +663,20 @@ class StoreConformance(EncodedAppendConformance):
         assert (await store.verify()).ok
         assert (await collect(store.read_stream("a")))[-1].data == {"n": 2}
 
+    async def test_import_raw_refuses_what_append_refuses(self, store: EventStore) -> None:
+        """A raw event with a non-canonical id or a bad stream name is refused like an append."""
+        raw = self.raw(store)
+        data = encode_json({"n": 1})
+        for eid, stream in (("payment-42", "a"), (str(uuid7()).upper(), "a"), (str(uuid7()), "a\ud800")):
+            digest = event_hash("", eid, "a", 1, "thing.happened", 1, data, b"{}", 7)
+            with pytest.raises(InvalidEventError):
+                await raw.import_raw(
+                    [RawEvent(1, eid, stream, 1, "thing.happened", 1, data, b"{}", 7, "", digest)]
+                )
+        assert await store.head() == 0
+
     async def test_raw_snapshots_round_trip(self, store: EventStore) -> None:
-        """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable."""
+        """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable if intact."""
         raw = self.raw(store)
         await store.save_snapshot(NewSnapshot("a", 1, "state", {"v": 1}))
         (saved,) = await raw.raw_snapshots()
@@ -621,9 +686,13 @@ class StoreConformance(EncodedAppendConformance):
             1,
             encode_json({"v": 1}),
         )
-        await raw.import_raw([], [replace(saved, version=2, data=encode_json({"v": 2}))])
+        await store.delete_snapshots()
+        await raw.import_raw([], [saved])
         loaded = await store.load_snapshot("a")
-        assert loaded is not None and (loaded.version, loaded.data) == (2, {"v": 2})
+        assert loaded is not None and (loaded.version, loaded.data) == (1, {"v": 1})
+        # bytes edited on the way are not trusted: the digest no longer matches
+        await raw.import_raw([], [replace(saved, data=encode_json({"v": 2}))])
+        assert await store.load_snapshot("a") is None
 
     # ---------------------------------------------------------------- 7. schemas
 
@@ -715,6 +784,113 @@ class StoreConformance(EncodedAppendConformance):
         await store.append("branch-ñ-漢", [NewEvent("message.added", data, {"actor": "José"})])
         (got,) = await collect(store.read_stream("branch-ñ-漢"))
         assert (got.data, got.meta) == (data, {"actor": "José"})
+
+    # ---------------------------------------------------------------- 8b. ids, numbers and names
+
+    _SOME_ID = UUID("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+
+    @pytest.mark.parametrize(
+        "bad_id",
+        [
+            "payment-42",
+            "",
+            str(_SOME_ID).upper(),
+            "{" + str(_SOME_ID) + "}",
+            _SOME_ID.hex,
+            _SOME_ID.urn,
+            " " + str(_SOME_ID),
+            str(_SOME_ID) + "\n",
+            _SOME_ID.int,
+            _SOME_ID.bytes,
+            None,
+        ],
+    )
+    async def test_event_ids_must_be_canonical_uuids(self, store: EventStore, bad_id: Any) -> None:
+        """Any id but a UUID (or its canonical lower-case text) is refused the same way on every
+        backend, by append, append_batch and the encoders, before anything is written."""
+        with pytest.raises(InvalidEventError, match="event id") as info:
+            await store.append("s-1", [ev(), NewEvent("a.b", {}, id=bad_id)])
+        assert info.value.index == 1
+        with pytest.raises(InvalidEventError, match="event id"):
+            await store.append_batch([("s-1", [NewEvent("a.b", {}, id=bad_id)], ANY)])
+        with pytest.raises(InvalidEventError, match="event id"):
+            encode_events([NewEvent("a.b", {}, id=bad_id)])
+        if not isinstance(bad_id, int | None):  # EventEncoder takes an int as a UUID's value
+            with pytest.raises(InvalidEventError, match="event id"):
+                EventEncoder("a.b").encode({}, id=bad_id)
+        assert await store.head() == 0
+        assert (await store.verify()).ok
+
+    async def test_one_uuid_is_one_idempotency_key(self, store: EventStore) -> None:
+        """A UUID and its canonical text are the same id; no other spelling reaches the store."""
+        first = NewEvent("a.b", {"n": 1}, id=self._SOME_ID)
+        result = await store.append("s-1", [first])
+        again = NewEvent("a.b", {"n": 1}, id=str(self._SOME_ID))  # type: ignore[arg-type]
+        assert await store.append("s-1", [again]) == result
+        for spelling in (str(self._SOME_ID).upper(), self._SOME_ID.hex, self._SOME_ID.urn):
+            with pytest.raises(InvalidEventError):
+                await store.append("s-1", [NewEvent("a.b", {"n": 1}, id=spelling)])  # type: ignore[arg-type]
+        assert [e.id for e in await collect(store.read_all())] == [self._SOME_ID]
+
+    @pytest.mark.parametrize(
+        ("data", "meta", "where"),
+        [
+            ({"x": float("nan")}, None, "data['x']"),
+            ({"x": float("inf")}, None, "data['x']"),
+            ({"x": [1.5, {"y": -float("inf")}]}, None, "data['x'][1]['y']"),
+            ({"x": None}, {"score": float("nan")}, "meta['score']"),
+            ({"x": (1, float("nan"))}, None, "data['x'][1]"),
+        ],
+    )
+    async def test_nan_and_infinity_are_refused(
+        self, store: EventStore, data: dict[str, Any], meta: dict[str, Any] | None, where: str
+    ) -> None:
+        """NaN and infinities (which JSON cannot hold) are refused, naming where, not stored as null."""
+        with pytest.raises(InvalidEventError) as info:
+            await store.append("s-1", [NewEvent("a.b", data, meta)])
+        assert where in str(info.value)
+        with pytest.raises(InvalidEventError):
+            await store.append_batch([("s-1", [NewEvent("a.b", data, meta)], ANY)])
+        with pytest.raises(InvalidEventError):
+            encode_events([NewEvent("a.b", data, meta)])
+        with pytest.raises(InvalidEventError):
+            EventEncoder("a.b", meta=meta).encode(data)
+        with pytest.raises(InvalidEventError):
+            await store.save_snapshot(NewSnapshot("s-1", 0, "branch_state", data, meta))
+        assert await store.head() == 0
+        assert await store.load_snapshot("s-1") is None
+
+    async def test_nulls_and_finite_floats_still_round_trip(self, store: EventStore) -> None:
+        """The NaN check leaves real nulls and extreme finite floats alone."""
+        data = {"a": None, "b": [None, 1e308, -1e-308, 0.1], "null": "null"}
+        await store.append("s-1", [NewEvent("a.b", data, {"m": None})])
+        (got,) = await collect(store.read_stream("s-1"))
+        assert (got.data, got.meta) == (data, {"m": None})
+
+    async def test_stream_name_with_a_lone_surrogate_is_refused(self, store: EventStore) -> None:
+        """A stream name that is not valid Unicode text is refused by appends and reads alike."""
+        bad = "branch-\ud800"
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.append(bad, [ev()])
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.append_encoded(bad, encode_events([ev()]))
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.save_snapshot(NewSnapshot(bad, 0, "branch_state", {}))
+        for read in (
+            lambda: collect(store.read_stream(bad)),
+            lambda: store.stream_version(bad),
+            lambda: store.load_snapshot(bad),
+            lambda: store.verify(bad),
+        ):
+            with pytest.raises(InvalidEventError, match="stream name"):
+                await read()
+        with pytest.raises(InvalidEventError):
+            await store.list_streams(prefix=bad)
+        with pytest.raises(InvalidEventError):
+            await collect(store.read_all(stream_prefix=bad))
+        with pytest.raises(InvalidEventError):
+            await collect(store.read_all(types=["a.\ud800"]))
+        assert await store.head() == 0
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from uuid import UUID
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -178,11 +180,12 @@ def _chain(count: int) -> list[dict]:
     rows, prev = [], ""
     for version in range(1, count + 1):
         data = encode_json({"v": version})
-        digest = event_hash(prev, f"id-{version}", "s-1", version, "a.b", 1, data, b"{}", 5)
+        event_id = str(UUID(int=version))
+        digest = event_hash(prev, event_id, "s-1", version, "a.b", 1, data, b"{}", 5)
         rows.append(
             dict(
                 position=version,
-                event_id=f"id-{version}",
+                event_id=event_id,
                 stream="s-1",
                 version=version,
                 type_="a.b",
@@ -209,3 +212,34 @@ def test_chain_checker_accepts_a_sound_chain_and_names_a_missing_version() -> No
         broken.add(**row)
     assert {(p.stream, p.version) for p in broken.problems} == {("s-1", 3)}
     assert any("gap" in p.what for p in broken.problems) and any("chain" in p.what for p in broken.problems)
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _non_finite_inside(value: object) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_non_finite_inside(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite_inside(v) for v in value)
+    return False
+
+
+@given(st.dictionaries(st.text(max_size=3), _JSONISH, max_size=4))
+def test_encoding_refuses_exactly_the_payloads_holding_nan_or_infinity(data: dict) -> None:
+    """Every payload with a NaN or an infinity anywhere is refused; every other one round-trips."""
+    if _non_finite_inside(data):
+        with pytest.raises(InvalidEventError, match="JSON has no NaN or Infinity"):
+            encode_json(data)
+    else:
+        assert orjson.loads(encode_json(data)) == orjson.loads(orjson.dumps(data))
