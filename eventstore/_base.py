@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Self
 
 from ._encoding import DEFAULT_MAX_EVENT_BYTES
+from ._errors import StoreError
 from ._records import (
     ANY,
     AppendResult,
@@ -19,6 +20,7 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._redaction import Redaction, RedactionResult, check_targets, merge_targets
 from ._upcasting import Upcasters
 
 __all__ = ["EventStore"]
@@ -181,6 +183,35 @@ class EventStore(ABC):
     @abstractmethod
     async def delete_snapshots(self, stream: str | None = None) -> int:
         """Delete the snapshots of one stream, or all of them; return how many went."""
+
+    async def redact(
+        self, stream: str, version: int, *, reason: str, actor: str = "", include_meta: bool = False
+    ) -> RedactionResult:
+        """Erase the payload of one event (and its meta when ``include_meta``), keeping the chain.
+
+        The payload is replaced by a redaction marker and a ``store.redacted`` record (the
+        digest of what went, ``reason``, ``actor``) is appended to ``turnlog.redactions`` in
+        the same transaction; ids, versions, positions, types, times and hashes stay. The
+        store's snapshots of the stream are deleted (they may hold copies). Redacting an
+        event already redacted changes nothing (``RedactionResult.changed`` is False).
+
+        Raises:
+            RedactionError: the event does not exist, or its hash commits to its bytes (a
+                store written by an older turnlog) or does not match them.
+            InvalidEventError: malformed arguments.
+        """
+        results = await self.redact_many([Redaction(stream, version, reason, actor, include_meta)])
+        return results[0]
+
+    async def redact_many(self, targets: Sequence[Redaction]) -> list[RedactionResult]:
+        """Redact several events in one transaction (all or none); one result per distinct event."""
+        targets = list(targets)
+        check_targets(targets)
+        return await self._redact(merge_targets(targets))
+
+    async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
+        """The backend's redaction; ``targets`` are validated and each event is named once."""
+        raise StoreError(f"{type(self).__name__} cannot redact events")
 
     @abstractmethod
     async def close(self) -> None:

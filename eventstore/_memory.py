@@ -48,6 +48,15 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._redaction import (
+    REDACTIONS_STREAM,
+    Plan,
+    Redaction,
+    RedactionError,
+    RedactionRecords,
+    RedactionResult,
+    plan_redaction,
+)
 from ._upcasting import Upcasters
 
 __all__ = ["MemoryEventStore"]
@@ -318,7 +327,11 @@ class MemoryEventStore(EventStore):
         self._check_open()
         if stream is not None:
             check_stream_name(stream)
-        checker = ChainChecker()
+        records = RedactionRecords.from_rows(
+            (self._rows[p - 1].version, self._rows[p - 1].data)
+            for p in self._streams.get(REDACTIONS_STREAM, ())
+        )
+        checker = ChainChecker(records)
         names = sorted(self._streams) if stream is None else [stream] if stream in self._streams else []
         for name in names:
             for position in self._streams[name]:
@@ -326,7 +339,34 @@ class MemoryEventStore(EventStore):
             await anyio.lowlevel.checkpoint()
         for row in self._snapshot_rows(stream, None, None):
             checker.add_snapshot(row, row[7])
+        checker.finish(stream)
         return checker.report()
+
+    # ------------------------------------------------------------------ redaction
+
+    async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
+        self._check_open()
+        plans: list[tuple[int, Plan | RedactionResult]] = []
+        for target in targets:
+            positions = self._streams.get(target.stream, ())
+            if not 1 <= target.version <= len(positions):
+                raise RedactionError(target.stream, target.version, "no such event")
+            position = positions[target.version - 1]
+            plans.append((position, plan_redaction(target, self._rows[position - 1])))
+        records = [plan.record for _, plan in plans if isinstance(plan, Plan)]
+        if records:
+            self._write(
+                [PreparedAppend(REDACTIONS_STREAM, prepare_events(REDACTIONS_STREAM, records, 2**62)[1], ANY)]
+            )
+            for position, plan in plans:
+                if isinstance(plan, Plan):
+                    row = self._rows[position - 1]
+                    self._rows[position - 1] = row._replace(data=plan.data, meta=plan.meta)
+            for name in {plan.target.stream for _, plan in plans if isinstance(plan, Plan)}:
+                for key in [key for key in self._snapshots if key[0] == name]:
+                    del self._snapshots[key]
+        await anyio.lowlevel.checkpoint()
+        return [plan.result() if isinstance(plan, Plan) else plan for _, plan in plans]
 
     def _event_hash(self, stream: str, version: int) -> str | None:
         positions = self._streams.get(stream, ())

@@ -189,6 +189,9 @@ class VerifyReport:
         snapshots: How many snapshots were checked against their digest and the log.
         checks: What ran: ``"chains"`` and ``"snapshots"`` always; on SQLite, when the whole
             store is checked, ``"integrity_check"`` or ``"quick_check"`` as well.
+        redacted: How many events checked hold an erased payload (or meta) whose redaction
+            record the chain confirms; these are not problems.
+        redaction_reasons: The distinct reasons given by the redaction records.
     """
 
     problems: tuple[Problem, ...]
@@ -196,6 +199,8 @@ class VerifyReport:
     events: int
     snapshots: int = 0
     checks: tuple[str, ...] = ()
+    redacted: int = 0
+    redaction_reasons: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -103,6 +103,8 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._redaction import Redaction, RedactionRecords, RedactionResult
+from ._sqlite_redact import erase_freed, redact_sync, redaction_rows
 from ._sqlite_schema import (
     FORMAT_VERSION,
     ensure_store_id,
@@ -601,7 +603,7 @@ class SQLiteEventStore(EventStore):
             return self._verify_on(self._conn, stream, quick)
 
     def _verify_on(self, conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
-        checker = ChainChecker()
+        checker = ChainChecker(RedactionRecords())
         problems: list[Problem] = []
         checks: list[str] = []
         # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead
@@ -616,6 +618,7 @@ class SQLiteEventStore(EventStore):
                     problems.extend(Problem("", 0, f"SQLite {pragma}: {line}") for line in result)
             conn.execute("BEGIN")  # one consistent view of the log while checking it
             try:
+                checker.redactions = RedactionRecords.from_rows(redaction_rows(conn))
                 where = "WHERE stream = ?" if stream is not None else ""
                 params = () if stream is None else (stream,)
                 sql = f"SELECT {_COLUMNS} FROM events {where} ORDER BY stream, version"
@@ -628,6 +631,7 @@ class SQLiteEventStore(EventStore):
                     f"{_BOUND_SNAPSHOTS} {where} ORDER BY s.stream, s.type, s.version", params
                 ):
                     checker.add_snapshot(row, row[7])
+                checker.finish(stream)
             finally:
                 rollback(conn)
         except sqlite3.DatabaseError as exc:
@@ -637,6 +641,20 @@ class SQLiteEventStore(EventStore):
         finally:
             conn.text_factory = str
         return checker.report(problems, checks)
+
+    # ------------------------------------------------------------------ redaction
+
+    async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
+        results = await self._run(
+            lambda blocking: redact_sync(self, self._conn, targets, self._in_memory), inline=False
+        )
+        self._written(len(results), 0)
+        return results
+
+    async def compact(self) -> None:
+        """Erase freed content: checkpoint and truncate the WAL, ``VACUUM``, truncate again."""
+        if not self._in_memory:
+            await self._run(lambda blocking: erase_freed(self._conn, self.path), inline=False)
 
     # ------------------------------------------------------------------ snapshots
 

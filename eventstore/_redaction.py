@@ -1,0 +1,373 @@
+"""Redaction: erase the payload of an event and keep the chain provable.
+
+The digest chain (``event_hash``) commits to the SHA-256 digests of an event's ``data`` and
+``meta``, not to the bytes. ``EventStore.redact`` replaces the bytes with a *marker* (a JSON
+object with the single key ``turnlog_redacted``) and, in the same transaction, appends a
+*redaction record* to the reserved stream ``turnlog.redactions``. The record holds the digest
+of what was erased, the reason and the actor; being an event, it is hashed and chained like
+any other, so it is append-only evidence. ``verify`` takes the digest from the record for a
+redacted event and proves the rest of the chain as before.
+
+Example:
+    >>> marker = redacted_marker({"turnlog_redacted": {"digest": "ab", "reason": "gdpr", "record": "r"}})
+    >>> marker.reason
+    'gdpr'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ._encoding import encode_json, payload_digest
+from ._errors import StoreError
+from ._records import NewEvent, Problem
+
+__all__ = [
+    "MARKER_KEY",
+    "RECORD_TYPE",
+    "REDACTIONS_STREAM",
+    "Redacted",
+    "Redaction",
+    "RedactionError",
+    "RedactionResult",
+    "RedactionRecords",
+    "is_redacted",
+    "marker_bytes",
+    "record_event",
+    "redacted_marker",
+]
+
+REDACTIONS_STREAM = "turnlog.redactions"
+"""The reserved stream holding one ``store.redacted`` record per redacted event."""
+RECORD_TYPE = "store.redacted"
+"""The event type of a redaction record."""
+MARKER_KEY = "turnlog_redacted"
+"""The single key of a redaction marker, the object stored in place of an erased payload."""
+_MARKER_PREFIX = b'{"' + MARKER_KEY.encode() + b'":'
+
+
+class RedactionError(StoreError):
+    """A redaction could not be done; nothing was changed.
+
+    Attributes:
+        stream: The stream named.
+        version: The version named.
+        reason: Why (the event is missing, or it is hashed by the legacy chain).
+    """
+
+    def __init__(self, stream: str, version: int, reason: str) -> None:
+        self.stream = stream
+        self.version = version
+        self.reason = reason
+        super().__init__(f"cannot redact {stream!r} version {version}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """One event to redact: its stream and version, why, by whom, and whether its meta goes too.
+
+    Attributes:
+        stream: The stream of the event.
+        version: Its version.
+        reason: Why it is erased (kept in the record; say it without repeating the content).
+        actor: Who asked for it (kept in the record).
+        include_meta: Erase the event's meta as well as its payload.
+    """
+
+    stream: str
+    version: int
+    reason: str
+    actor: str = ""
+    include_meta: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionResult:
+    """What ``redact`` did with one event.
+
+    Attributes:
+        stream: The stream of the event.
+        version: Its version.
+        type: Its event type.
+        changed: False when it was redacted already (a no-op).
+        erased_bytes: How many bytes of payload (and meta) were erased.
+    """
+
+    stream: str
+    version: int
+    type: str
+    changed: bool
+    erased_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    """A redaction marker read back: the digest of what was erased, why, and its record's id."""
+
+    digest: str
+    reason: str
+    record: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"digest": self.digest, "reason": self.reason, "record": self.record}
+
+
+def redacted_marker(value: object) -> Redacted | None:
+    """The marker held by a decoded ``data`` or ``meta`` object, or None when it is not one."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return None
+    inner = value.get(MARKER_KEY)
+    if not isinstance(inner, Mapping):
+        return None
+    digest, reason, record = inner.get("digest"), inner.get("reason"), inner.get("record")
+    if not (isinstance(digest, str) and isinstance(reason, str) and isinstance(record, str)):
+        return None
+    return Redacted(digest, reason, record)
+
+
+def is_redacted(data: object) -> bool:
+    """Whether a decoded ``data`` (or ``meta``) object is a redaction marker."""
+    return redacted_marker(data) is not None
+
+
+def stored_marker(raw: bytes) -> Redacted | None:
+    """The marker held by stored canonical bytes, or None (cheap for a payload that is none)."""
+    if not raw.startswith(_MARKER_PREFIX):
+        return None
+    try:
+        return redacted_marker(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def marker_bytes(digest: str, reason: str, record: str) -> bytes:
+    """The canonical bytes stored in place of an erased object."""
+    return encode_json({MARKER_KEY: Redacted(digest, reason, record).as_dict()})
+
+
+def record_event(
+    target: Redaction,
+    event_id: str,
+    event_type: str,
+    data_digest: str | None,
+    meta_digest: str | None,
+) -> NewEvent:
+    """The ``store.redacted`` record of one redaction (``None`` digests: that part stays)."""
+    return NewEvent(
+        RECORD_TYPE,
+        {
+            "stream": target.stream,
+            "version": target.version,
+            "event_id": event_id,
+            "event_type": event_type,
+            "data_digest": data_digest,
+            "meta_digest": meta_digest,
+            "reason": target.reason,
+            "actor": target.actor,
+        },
+        {"actor": target.actor} if target.actor else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Erased:
+    event_id: str
+    data_digest: str | None
+    meta_digest: str | None
+    reasons: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class RedactionRecords:
+    """The redaction records of a store, by (stream, version), for ``verify``.
+
+    Build it with ``from_rows`` from the stored ``data`` bytes of ``turnlog.redactions``.
+    """
+
+    by_event: dict[tuple[str, int], _Erased] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    seen: set[tuple[str, int]] = field(default_factory=set)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[int, Any]]) -> RedactionRecords:
+        """Parse ``(version, data)`` rows of the reserved stream; malformed ones become problems."""
+        records = cls()
+        for version, raw in rows:
+            raw_b = (
+                raw
+                if isinstance(raw, bytes)
+                else bytes(raw)
+                if isinstance(raw, memoryview)
+                else str(raw).encode()
+            )
+            try:
+                body = orjson.loads(raw_b)
+                stream, target = body["stream"], body["version"]
+                event_id, reason = str(body["event_id"]), str(body["reason"])
+                data_d, meta_d = body.get("data_digest"), body.get("meta_digest")
+                if not isinstance(stream, str) or not isinstance(target, int):
+                    raise TypeError("stream or version of the wrong type")
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                if stored_marker(raw_b) is not None:
+                    what = "a redaction record was itself erased"
+                else:
+                    what = f"malformed redaction record: {exc}"
+                records.problems.append(Problem(REDACTIONS_STREAM, version, what))
+                continue
+            key = (stream, target)
+            old = records.by_event.get(key)
+            if old is None:
+                records.by_event[key] = _Erased(event_id, data_d, meta_d, (reason,))
+            else:
+                records.by_event[key] = _Erased(
+                    event_id, old.data_digest or data_d, old.meta_digest or meta_d, (*old.reasons, reason)
+                )
+        return records
+
+    def reasons(self, stream: str | None = None) -> set[str]:
+        """The distinct reasons of the records (of one stream's events when given)."""
+        return {
+            reason
+            for (name, _), erased in self.by_event.items()
+            if stream is None or name == stream
+            for reason in erased.reasons
+        }
+
+    def unmatched(self, stream: str | None) -> list[Problem]:
+        """Problems for records naming an event that the checked log does not hold."""
+        return [
+            Problem(name, version, "a redaction record names an event that is not in the log")
+            for (name, version) in sorted(self.by_event)
+            if (stream is None or name == stream) and (name, version) not in self.seen
+        ]
+
+
+def part_digest(
+    raw: bytes,
+    recorded: str | None,
+    what: str,
+    problem: Any,
+) -> tuple[str, bool]:
+    """The digest of a stored ``data`` or ``meta`` for the chain, and whether it was erased.
+
+    ``recorded`` is the digest a redaction record gives for it (None without a record).
+    ``problem`` is called with a sentence for each inconsistency.
+    """
+    marker = stored_marker(raw)
+    if marker is None:
+        if recorded is not None:
+            problem(f"a redaction record names its {what}, but the {what} is still stored")
+        return payload_digest(raw), False
+    if recorded is None:
+        return marker.digest, True  # the caller tells a forged marker from user data
+    if marker.digest != recorded:
+        problem(f"the redaction marker of its {what} disagrees with the redaction record's digest")
+    return recorded, True
+
+
+def check_targets(targets: Sequence[Redaction]) -> None:
+    """Refuse malformed redaction requests before anything is read or written."""
+    from ._encoding import check_stream_name
+    from ._errors import InvalidEventError
+
+    if not targets:
+        raise InvalidEventError("redact needs at least one event")
+    for target in targets:
+        if not isinstance(target, Redaction):
+            raise InvalidEventError(f"expected a Redaction, got {type(target).__name__}")
+        check_stream_name(target.stream)
+        if target.stream == REDACTIONS_STREAM:
+            raise RedactionError(target.stream, target.version, "redaction records cannot be redacted")
+        if isinstance(target.version, bool) or not isinstance(target.version, int) or target.version < 1:
+            raise InvalidEventError(
+                f"version must be an int >= 1, not {target.version!r}", stream=target.stream
+            )
+        if not isinstance(target.reason, str) or not target.reason.strip():
+            raise InvalidEventError("a redaction needs a reason (a non-empty str)", stream=target.stream)
+        if not isinstance(target.actor, str):
+            raise InvalidEventError("actor must be a str", stream=target.stream)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a backend writes for one redaction: the record to append and the new stored bytes."""
+
+    target: Redaction
+    type: str
+    record: NewEvent
+    data: bytes
+    meta: bytes
+    erased_bytes: int
+
+    def result(self) -> RedactionResult:
+        return RedactionResult(self.target.stream, self.target.version, self.type, True, self.erased_bytes)
+
+
+def plan_redaction(target: Redaction, row: Sequence[Any]) -> Plan | RedactionResult:
+    """Plan the redaction of one stored row (``RawEvent`` order); a result when it is a no-op.
+
+    Raises:
+        RedactionError: the row is hashed by the legacy chain, or its bytes do not match its
+            hash (a damaged event is never re-blessed: run ``verify``).
+    """
+    from ._encoding import digest_event_hash, legacy_event_hash
+
+    _, event_id, stream, version, type_, schema, data, meta, recorded_at, prev_hash, hash_ = row
+    event_id = str(event_id)
+    data_b, meta_b = _as_bytes(data), _as_bytes(meta)
+    data_m, meta_m = stored_marker(data_b), stored_marker(meta_b)
+    erase_data = data_m is None
+    erase_meta = target.include_meta and meta_m is None
+    if not erase_data and not erase_meta:
+        return RedactionResult(stream, version, type_, False)
+    data_d = data_m.digest if data_m is not None else payload_digest(data_b)
+    meta_d = meta_m.digest if meta_m is not None else payload_digest(meta_b)
+    if (
+        digest_event_hash(prev_hash, event_id, stream, version, type_, schema, data_d, meta_d, recorded_at)
+        != hash_
+    ):
+        if (
+            legacy_event_hash(
+                prev_hash, event_id, stream, version, type_, schema, data_b, meta_b, recorded_at
+            )
+            == hash_
+        ):
+            why = "it was written by an older turnlog whose chain commits to its bytes (the legacy chain)"
+        else:
+            why = "its stored bytes do not match its hash; run verify"
+        raise RedactionError(stream, version, why)
+    record = record_event(
+        target, event_id, type_, data_d if erase_data else None, meta_d if erase_meta else None
+    )
+    rid = str(record.id)
+    return Plan(
+        target,
+        type_,
+        record,
+        marker_bytes(data_d, target.reason, rid) if erase_data else data_b,
+        marker_bytes(meta_d, target.reason, rid) if erase_meta else meta_b,
+        (len(data_b) if erase_data else 0) + (len(meta_b) if erase_meta else 0),
+    )
+
+
+def merge_targets(targets: Sequence[Redaction]) -> list[Redaction]:
+    """The targets with each event once (its meta erased when any request for it asks so)."""
+    merged: dict[tuple[str, int], Redaction] = {}
+    for target in targets:
+        key = (target.stream, target.version)
+        old = merged.get(key)
+        if old is None or (target.include_meta and not old.include_meta):
+            merged[key] = target
+    return list(merged.values())
+
+
+def _as_bytes(raw: Any) -> bytes:
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        return raw.encode()
+    return bytes(raw)

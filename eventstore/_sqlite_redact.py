@@ -1,0 +1,88 @@
+"""Redaction on SQLite: the transaction, then the physical erasure of the old bytes.
+
+The transaction replaces the payloads, appends the records and deletes the stream's
+snapshots with ``PRAGMA secure_delete`` on, so the freed cells and pages are zeroed. Then
+the write-ahead log, which still holds the pages as they were, is checkpointed and truncated
+to zero bytes, and ``VACUUM`` rebuilds the file so no free page keeps an old copy; a last
+checkpoint truncates the log that ``VACUUM`` wrote.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from ._encoding import PreparedAppend, prepare_events
+from ._errors import StoreUnavailable
+from ._records import ANY
+from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
+from ._sqlite_schema import write_transaction
+
+if TYPE_CHECKING:
+    from ._sqlite import SQLiteEventStore
+
+__all__ = ["erase_freed", "redact_sync", "redaction_rows"]
+
+_COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
+
+
+def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+    """``(version, data)`` of every redaction record, for ``RedactionRecords.from_rows``."""
+    return conn.execute(
+        "SELECT version, data FROM events WHERE stream = ? ORDER BY version", (REDACTIONS_STREAM,)
+    ).fetchall()
+
+
+def redact_sync(
+    store: SQLiteEventStore, conn: sqlite3.Connection, targets: list[Redaction], in_memory: bool
+) -> list[RedactionResult]:
+    """Redact ``targets`` in one transaction on ``conn`` (the writer), then erase the old bytes."""
+    conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with write_transaction(conn) as c:
+            plans: list[Plan | RedactionResult] = []
+            for target in targets:
+                row = c.execute(
+                    f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version = ?",
+                    (target.stream, target.version),
+                ).fetchone()
+                if row is None:
+                    raise RedactionError(target.stream, target.version, "no such event")
+                plans.append(plan_redaction(target, row))
+            changed = [plan for plan in plans if isinstance(plan, Plan)]
+            if changed:
+                _, records = prepare_events(REDACTIONS_STREAM, [plan.record for plan in changed], 2**62)
+                store._insert_entries(c, [PreparedAppend(REDACTIONS_STREAM, records, ANY)])
+                c.executemany(
+                    "UPDATE events SET data = ?, meta = ? WHERE stream = ? AND version = ?",
+                    [(plan.data, plan.meta, plan.target.stream, plan.target.version) for plan in changed],
+                )
+                c.executemany(
+                    "DELETE FROM snapshots WHERE stream = ?",
+                    [(name,) for name in sorted({plan.target.stream for plan in changed})],
+                )
+        if changed and not in_memory:
+            erase_freed(conn, store.path)
+    finally:
+        conn.execute("PRAGMA secure_delete = OFF")
+    return [plan.result() if isinstance(plan, Plan) else plan for plan in plans]
+
+
+def erase_freed(conn: sqlite3.Connection, path: str) -> None:
+    """Leave no copy of deleted or overwritten content in the database file or its WAL.
+
+    Raises:
+        StoreUnavailable: another connection kept the log from being truncated (the
+            redaction is committed; run it again, a no-op, to finish the erasure).
+    """
+    for step in ("checkpoint", "VACUUM", "checkpoint"):
+        if step == "VACUUM":
+            conn.execute("VACUUM")
+            continue
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise StoreUnavailable(
+                f"{path}: the redaction is committed, but another connection kept the write-ahead "
+                "log from being truncated, so it may still hold the old bytes; close the other "
+                "readers and redact again (a no-op that finishes the erasure)"
+            )
