@@ -36,10 +36,26 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._redaction import (
+    REDACTIONS_STREAM,
+    Redacted,
+    Redaction,
+    RedactionError,
+    RedactionResult,
+    is_redacted,
+    redacted_marker,
+)
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 
 __all__ = [
+    "REDACTIONS_STREAM",
+    "Redacted",
+    "Redaction",
+    "RedactionError",
+    "RedactionResult",
+    "is_redacted",
+    "redacted_marker",
     "encode_events",
     "encode_json",
     "event_hash",

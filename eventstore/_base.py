@@ -37,7 +37,9 @@ class EventStore(ABC):
     - ``"cross_process_subscribe"``: subscribers see events appended by other processes;
     - ``"raw_copy"``: the store exports and imports events and snapshots exactly as stored
       (``raw_events``, ``raw_snapshots``, ``import_raw``: the ``RawCopy`` protocol), which is
-      what ``migrate`` uses to copy a store between backends.
+      what ``migrate`` uses to copy a store between backends;
+    - ``"redact"``: ``redact`` and ``redact_many`` erase payloads while the chain stays
+      provable (see docs/redaction.md).
 
     A store may declare fewer capabilities than its class when how it was opened rules one
     out (a SQLite store in memory has no ``"raw_copy"``), so check them on the instance.

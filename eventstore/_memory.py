@@ -94,7 +94,7 @@ class MemoryEventStore(EventStore):
         1
     """
 
-    capabilities: frozenset[str] = frozenset({"gapless_positions"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions", "redact"})
 
     def __init__(
         self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES

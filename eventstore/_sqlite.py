@@ -186,7 +186,9 @@ class SQLiteEventStore(EventStore):
         1
     """
 
-    capabilities: frozenset[str] = frozenset({"gapless_positions", "cross_process_subscribe", "raw_copy"})
+    capabilities: frozenset[str] = frozenset(
+        {"gapless_positions", "cross_process_subscribe", "raw_copy", "redact"}
+    )
 
     def __init__(
         self,

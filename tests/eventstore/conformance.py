@@ -25,6 +25,7 @@ from uuid import UUID
 import anyio
 import pytest
 from encoded_conformance import EncodedAppendConformance
+from redaction_conformance import RedactionConformance
 from turnlog.eventstore import (
     ANY,
     NO_STREAM,
@@ -76,7 +77,7 @@ async def fill(store: EventStore, stream: str, count: int) -> list[int]:
     return list(result.positions)
 
 
-class StoreConformance(EncodedAppendConformance):
+class StoreConformance(EncodedAppendConformance, RedactionConformance):
     """Guarantees every backend keeps (DESIGN.md §2), one short test each.
 
     The tests of ``append_encoded`` and of long appends come from ``EncodedAppendConformance``.
