@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._errors import StoreError
@@ -187,7 +187,14 @@ class EventStore(ABC):
         """Delete the snapshots of one stream, or all of them; return how many went."""
 
     async def redact(
-        self, stream: str, version: int, *, reason: str, actor: str = "", include_meta: bool = False
+        self,
+        stream: str,
+        version: int,
+        *,
+        reason: str,
+        actor: str = "",
+        include_meta: bool = False,
+        keep: Mapping[str, Any] | None = None,
     ) -> RedactionResult:
         """Erase the payload of one event (and its meta when ``include_meta``), keeping the chain.
 
@@ -196,13 +203,14 @@ class EventStore(ABC):
         the same transaction; ids, versions, positions, types, times and hashes stay. The
         store's snapshots of the stream are deleted (they may hold copies). Redacting an
         event already redacted changes nothing (``RedactionResult.changed`` is False).
+        ``keep`` names payload fields to keep beside the marker (see ``Redaction.keep``).
 
         Raises:
             RedactionError: the event does not exist, or its hash commits to its bytes (a
                 store written by an older turnlog) or does not match them.
             InvalidEventError: malformed arguments.
         """
-        results = await self.redact_many([Redaction(stream, version, reason, actor, include_meta)])
+        results = await self.redact_many([Redaction(stream, version, reason, actor, include_meta, keep)])
         return results[0]
 
     async def redact_many(self, targets: Sequence[Redaction]) -> list[RedactionResult]:

@@ -943,7 +943,9 @@ class ChainChecker:
         erased = self.redactions.by_event.get((stream, version)) if self.redactions.by_event else None
         if erased is not None:
             self.redactions.seen.add((stream, version))
-        data_d, data_gone = self._part_digest(data_b, erased and erased.data_digest, "payload", problem)
+        data_d, data_gone = self._part_digest(
+            data_b, erased and erased.data_digest, "payload", problem, erased and erased.kept
+        )
         meta_d, meta_gone = self._part_digest(meta_b, erased and erased.meta_digest, "meta", problem)
         args = (prev_hash, event_id, stream, version, type_, schema)
         if digest_event_hash(*args, data_d, meta_d, recorded_at_us) == hash_:

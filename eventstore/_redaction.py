@@ -76,6 +76,9 @@ class Redaction:
         reason: Why it is erased (kept in the record; say it without repeating the content).
         actor: Who asked for it (kept in the record).
         include_meta: Erase the event's meta as well as its payload.
+        keep: Fields of the payload to keep beside the marker (the structure a reader needs,
+            e.g. a message's id and role); they are copied into the record, so ``verify``
+            proves them against the chain too. None keeps nothing.
     """
 
     stream: str
@@ -83,6 +86,7 @@ class Redaction:
     reason: str
     actor: str = ""
     include_meta: bool = False
+    keep: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +115,13 @@ class Redacted:
     digest: str
     reason: str
     record: str
+    kept: dict[str, Any] | None = None
 
-    def as_dict(self) -> dict[str, str]:
-        return {"digest": self.digest, "reason": self.reason, "record": self.record}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"digest": self.digest, "reason": self.reason, "record": self.record}
+        if self.kept is not None:
+            out["kept"] = self.kept
+        return out
 
 
 def redacted_marker(value: object) -> Redacted | None:
@@ -124,9 +132,10 @@ def redacted_marker(value: object) -> Redacted | None:
     if not isinstance(inner, Mapping):
         return None
     digest, reason, record = inner.get("digest"), inner.get("reason"), inner.get("record")
+    kept = inner.get("kept")
     if not (isinstance(digest, str) and isinstance(reason, str) and isinstance(record, str)):
         return None
-    return Redacted(digest, reason, record)
+    return Redacted(digest, reason, record, dict(kept) if isinstance(kept, Mapping) else None)
 
 
 def is_redacted(data: object) -> bool:
@@ -144,9 +153,11 @@ def stored_marker(raw: bytes) -> Redacted | None:
         return None
 
 
-def marker_bytes(digest: str, reason: str, record: str) -> bytes:
+def marker_bytes(digest: str, reason: str, record: str, kept: Mapping[str, Any] | None = None) -> bytes:
     """The canonical bytes stored in place of an erased object."""
-    return encode_json({MARKER_KEY: Redacted(digest, reason, record).as_dict()})
+    return encode_json(
+        {MARKER_KEY: Redacted(digest, reason, record, None if kept is None else dict(kept)).as_dict()}
+    )
 
 
 def record_event(
@@ -168,6 +179,7 @@ def record_event(
             "meta_digest": meta_digest,
             "reason": target.reason,
             "actor": target.actor,
+            "kept": None if target.keep is None or data_digest is None else dict(target.keep),
         },
         {"actor": target.actor} if target.actor else None,
     )
@@ -179,6 +191,7 @@ class _Erased:
     data_digest: str | None
     meta_digest: str | None
     reasons: tuple[str, ...]
+    kept: Any = None
 
 
 @dataclass(slots=True)
@@ -221,10 +234,14 @@ class RedactionRecords:
             key = (stream, target)
             old = records.by_event.get(key)
             if old is None:
-                records.by_event[key] = _Erased(event_id, data_d, meta_d, (reason,))
+                records.by_event[key] = _Erased(event_id, data_d, meta_d, (reason,), body.get("kept"))
             else:
                 records.by_event[key] = _Erased(
-                    event_id, old.data_digest or data_d, old.meta_digest or meta_d, (*old.reasons, reason)
+                    event_id,
+                    old.data_digest or data_d,
+                    old.meta_digest or meta_d,
+                    (*old.reasons, reason),
+                    old.kept if old.data_digest else body.get("kept"),
                 )
         return records
 
@@ -251,6 +268,7 @@ def part_digest(
     recorded: str | None,
     what: str,
     problem: Any,
+    kept: Any = None,
 ) -> tuple[str, bool]:
     """The digest of a stored ``data`` or ``meta`` for the chain, and whether it was erased.
 
@@ -266,6 +284,8 @@ def part_digest(
         return marker.digest, True  # the caller tells a forged marker from user data
     if marker.digest != recorded:
         problem(f"the redaction marker of its {what} disagrees with the redaction record's digest")
+    if what == "payload" and marker.kept != kept:
+        problem("the fields kept by its redaction marker differ from those of the redaction record")
     return recorded, True
 
 
@@ -348,7 +368,7 @@ def plan_redaction(target: Redaction, row: Sequence[Any]) -> Plan | RedactionRes
         target,
         type_,
         record,
-        marker_bytes(data_d, target.reason, rid) if erase_data else data_b,
+        marker_bytes(data_d, target.reason, rid, target.keep) if erase_data else data_b,
         marker_bytes(meta_d, target.reason, rid) if erase_meta else meta_b,
         (len(data_b) if erase_data else 0) + (len(meta_b) if erase_meta else 0),
     )

@@ -52,6 +52,7 @@ from ._catalogue import (
 )
 from ._errors import FoldError, UnknownEventType
 from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantResponse, Instruction, System
+from ._redacted import visible, visible_many
 from ._state import BranchState, ForkOrigin, RunInfo
 
 __all__ = [
@@ -562,6 +563,7 @@ def decode_many(events: Sequence[RecordedEvent], appliers: Appliers | None = Non
     saves the per-call overhead of the validator on long runs of messages. If any of them is
     refused, every event is decoded on its own, so errors and results never depend on batching.
     """
+    events = visible_many(events)
     out = _decode_batch(events, appliers)
     for i, data in enumerate(out):
         if type(data) in _MESSAGE_TYPES:
@@ -584,6 +586,7 @@ def _decode_batch(events: Sequence[RecordedEvent], appliers: Appliers | None) ->
     here, then unused), so the fold's hot path skips the ``_Added`` wrapper. Every other entry
     is what ``_decode`` returns (an ``EventData`` or an ``_Added``), never a message.
     """
+    events = visible_many(events)
     picked: list[int] = []
     messages: list[Any] = []
     for i, event in enumerate(events):
@@ -619,6 +622,7 @@ def _decode_batch(events: Sequence[RecordedEvent], appliers: Appliers | None) ->
 
 def _decode(event: RecordedEvent, appliers: Appliers | None) -> Any:
     """The validated payload of ``event`` (an EventData, or ``_Added`` for message.added)."""
+    event = visible(event)
     if event.type == "message.added" and event.schema == 1:
         added = _decode_added(event.data)
         if added is not None:
