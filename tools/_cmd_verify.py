@@ -44,6 +44,8 @@ def _run(args: argparse.Namespace) -> int:
                 "events": report.events,
                 "snapshots": report.snapshots,
                 "checks": list(report.checks),
+                "redacted": report.redacted,
+                "redaction_reasons": list(report.redaction_reasons),
                 "problems": [
                     {"stream": p.stream, "version": p.version, "position": p.position, "what": p.what}
                     for p in report.problems
@@ -51,12 +53,23 @@ def _run(args: argparse.Namespace) -> int:
             }
         )
     elif report.ok:
-        print(f"ok: {report.events} events in {report.streams} streams; every hash chain verifies{database}")
+        print(
+            f"ok: {report.events:,} events in {report.streams:,} streams{_redactions_note(report)}; "
+            f"every hash chain verifies{database}"
+        )
     else:
         for problem in report.problems:
             print(f"PROBLEM {problem}")
         print(f"{len(report.problems)} problem(s) in {report.events} events, {report.streams} streams")
     return 0 if report.ok else 1
+
+
+def _redactions_note(report: VerifyReport) -> str:
+    """``; 12 payloads redacted (3 reasons)`` when the store holds confirmed redactions."""
+    if not report.redacted:
+        return ""
+    reasons = len(report.redaction_reasons)
+    return f"; {report.redacted:,} payloads redacted ({reasons} reason{'s' if reasons != 1 else ''})"
 
 
 COMMAND = Command(

@@ -13,7 +13,8 @@ from .helpers import Script, append, new_branch, op_lists
 
 
 async def _redact(store: MemoryEventStore, stream: str, version: int, reason: str) -> None:
-    event = [e async for e in store.read_stream(stream, version, version)][0]
+    found = [e async for e in store.read_stream(stream, version, version)]
+    event = found[0]
     await store.redact(stream, version, reason=reason, keep=redaction_keep(event.type, event.data))
 
 
