@@ -6,7 +6,8 @@ import argparse
 
 import anyio
 
-from ._command import Command, add_store_argument, emit_json, store_url
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import opened_store
 
 __all__ = ["COMMAND"]
 
@@ -20,19 +21,18 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _recover(url: str, persist_dir: str | None) -> object:
-    from turnlog.eventstore import open_store
+async def _recover(value: str | None, persist_dir: str | None) -> object:
     from turnlog.kernel import recover
-    from turnlog.projections import catalogue_upcasters
 
-    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+    # recover writes only to runs a store already holds: it never creates a store
+    async with opened_store(value) as store:
         return await recover(store, persist_dir)
 
 
 def _run(args: argparse.Namespace) -> int:
     from turnlog.kernel import RecoveryReport
 
-    report = anyio.run(_recover, store_url(args.store), args.persist_dir)
+    report = anyio.run(_recover, args.store, args.persist_dir)
     assert isinstance(report, RecoveryReport)
     if args.json:
         emit_json(report.to_dict())

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import anyio
 import orjson
-from turnlog.eventstore import RecordedEvent, StoreError, open_store
+from turnlog.eventstore import RecordedEvent
 
-from ._command import Command, UserError, add_store_argument, store_url
+from ._command import Command, UserError, add_store_argument
+from ._inspect import opened_store
 
 __all__ = ["COMMAND", "event_line"]
 
@@ -51,35 +51,31 @@ def _envelope(event: RecordedEvent) -> str:
 
 async def _tail(args: argparse.Namespace) -> None:
     render = _envelope if args.json else event_line
-    try:
-        async with open_store(store_url(args.store)) as store:
-            head = await store.head()
-            start = 1
-            if args.lines >= 0:
-                # Find where the last N matching events start by reading backwards.
-                async for event in store.read_all(
-                    backwards=True, types=args.types, stream_prefix=args.stream_prefix, limit=args.lines
-                ):
-                    start = event.position
-                if args.lines == 0:
-                    start = head + 1
-            if args.follow:
-                async for event in store.subscribe(start, types=args.types, stream_prefix=args.stream_prefix):
-                    print(render(event), flush=True)
-            else:
-                async for event in store.read_all(
-                    start, head, types=args.types, stream_prefix=args.stream_prefix
-                ):
-                    print(render(event))
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
+    async with opened_store(args.store) as store:
+        head = await store.head()
+        start = 1
+        if args.lines >= 0:
+            # Find where the last N matching events start by reading backwards.
+            async for event in store.read_all(
+                backwards=True, types=args.types, stream_prefix=args.stream_prefix, limit=args.lines
+            ):
+                start = event.position
+            if args.lines == 0:
+                start = head + 1
+        if args.follow:
+            async for event in store.subscribe(start, types=args.types, stream_prefix=args.stream_prefix):
+                print(render(event), flush=True)
+        else:
+            async for event in store.read_all(
+                start, head, types=args.types, stream_prefix=args.stream_prefix
+            ):
+                print(render(event))
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        anyio.run(_tail, args)
-    except BrokenPipeError:  # e.g. piped into `head`: not an error of ours
-        sys.stderr.close()
+    if args.lines < 0:
+        raise UserError(f"-n takes a number of events >= 0, not {args.lines}")
+    anyio.run(_tail, args)
     return 0
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 import anyio
-from turnlog.eventstore import StoreError, VerifyReport, open_store
+from turnlog.eventstore import VerifyReport
 
-from ._command import Command, UserError, add_store_argument, emit_json, store_url
+from ._command import Command, UserError, add_store_argument, emit_json
+from ._inspect import opened_store
 from ._output import busy
 
 __all__ = ["COMMAND"]
@@ -18,17 +19,17 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", default=None, help="check one stream only")
 
 
-async def _verify(url: str, stream: str | None) -> VerifyReport:
-    try:
-        async with open_store(url) as store:
-            return await store.verify(stream)
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
+async def _verify(value: str | None, stream: str | None) -> VerifyReport:
+    async with opened_store(value) as store:
+        if stream is not None and await store.stream_version(stream) == 0:
+            # a stream that is not there verifies trivially: say so rather than "ok"
+            raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
+        return await store.verify(stream)
 
 
 def _run(args: argparse.Namespace) -> int:
     with busy("verifying hash chains"):
-        report = anyio.run(_verify, store_url(args.store), args.stream)
+        report = anyio.run(_verify, args.store, args.stream)
     if args.json:
         emit_json(
             {

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from turnlog.eventstore import EventStore, StoreError, open_store
+from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
-from turnlog.projections import AnyMessage, BranchState, ProjectionError, RunInfo, message_summary
+from turnlog.projections import AnyMessage, BranchState, RunInfo, catalogue_upcasters, message_summary
 
 from ._command import UserError, sqlite_file, store_url
 
 __all__ = [
     "branch_id_of",
+    "check_store_exists",
     "message_line",
     "message_view",
     "opened_store",
@@ -24,23 +25,38 @@ __all__ = [
 ]
 
 
+def check_store_exists(url: str) -> None:
+    """Refuse a SQLite store path that does not exist (or is not a file) before anything opens it.
+
+    Opening a SQLite URL creates the file: a read-only command must not turn a typo into an
+    empty store that then looks like an empty log.
+    """
+    path = sqlite_file(url)
+    if path is None:
+        return
+    if not path.exists():
+        raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
+    if not path.is_file():
+        raise UserError(f"{path} is not a store file")
+
+
 @asynccontextmanager
 async def opened_store(value: str | None, *, must_exist: bool = True) -> AsyncIterator[EventStore]:
-    """Open the store named by ``--store``; store and projection errors become one-line errors.
+    """Open the store named by ``--store`` (a value, ``$TURNLOG_STORE`` or ``./turnlog.db``).
 
-    A read-only command refuses a SQLite path that does not exist rather than creating an
-    empty store there (a typo should not look like an empty log).
+    Args:
+        value: The ``--store`` option.
+        must_exist: True for every command that only reads: a store that does not exist is
+            refused with one line rather than created. Only writing commands pass False.
+
+    The store's own errors (unreachable, damaged, newer format) reach the command line's
+    handler unchanged, which prints them as one line (exit status 3).
     """
     url = store_url(value)
-    path = sqlite_file(url)
-    if must_exist and path is not None:
-        if not path.exists():
-            raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
-    try:
-        async with open_store(url) as store:
-            yield store
-    except (StoreError, ProjectionError) as exc:
-        raise UserError(str(exc)) from exc
+    if must_exist:
+        check_store_exists(url)
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+        yield store
 
 
 async def branch_id_of(store: EventStore, ref: str) -> str:
@@ -51,15 +67,26 @@ async def branch_id_of(store: EventStore, ref: str) -> str:
         raise UserError(str(exc)) from exc
 
 
-def parse_time(text: str) -> datetime:
-    """Parse an ISO 8601 time; a time without zone is taken as UTC."""
-    from datetime import UTC
+def parse_time(text: str, option: str = "--at-time") -> datetime:
+    """Parse an ISO 8601 time or date given to ``option``, as an aware UTC time.
 
+    A time without a zone is taken as UTC, a date as its midnight UTC. An empty value, a
+    malformed one, and one that does not fit in UTC (``9999-12-31T23:59:59-05:00``) are
+    user errors naming the option.
+    """
+    value = text.strip()
+    if not value:
+        raise UserError(f"{option} is empty; give an ISO 8601 time such as 2026-12-01T10:00:00Z")
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError as exc:
-        raise UserError(f"not an ISO 8601 time: {text!r}") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        raise UserError(f"{option}: not an ISO 8601 time or date: {text!r}") from exc
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise UserError(f"{option}: {text!r} is out of the range of times") from exc
 
 
 def message_line(message: AnyMessage) -> str:
