@@ -55,7 +55,7 @@ async def _export(args: argparse.Namespace) -> str:
     protected = store_files(url)
     if options.get("database"):
         protected.append(Path(options["database"]))
-    async with opened_store(args.store) as store:
+    async with opened_store(args.store, upcast=False) as store:
         branch = await branch_id_of(store, args.branch) if args.branch is not None else None
         if args.format == "jsonl":
             if args.out == "-":

@@ -32,7 +32,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_source_exists(url: str) -> None:
     # Opening a SQLite URL creates the file; a mistyped source must not become an empty copy.
     path = sqlite_file(url)
-    if path is not None and not path.exists():
+    if path is not None and not path.is_file():
         raise UserError(f"the source store {path} does not exist")
 
 

@@ -51,7 +51,7 @@ def _envelope(event: RecordedEvent) -> str:
 
 async def _tail(args: argparse.Namespace) -> None:
     render = _envelope if args.json else event_line
-    async with opened_store(args.store) as store:
+    async with opened_store(args.store, upcast=False) as store:
         head = await store.head()
         start = 1
         if args.lines >= 0:

@@ -20,7 +20,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _verify(value: str | None, stream: str | None) -> VerifyReport:
-    async with opened_store(value) as store:
+    async with opened_store(value, upcast=False) as store:
         if stream is not None and await store.stream_version(stream) == 0:
             # a stream that is not there verifies trivially: say so rather than "ok"
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -13,8 +14,14 @@ from turnlog.projections import AnyMessage, BranchState, RunInfo, catalogue_upca
 
 from ._command import UserError, sqlite_file, store_url
 
+MAX_NAME = 200
+"""The longest branch name, in characters (the kernel's rule)."""
+
 __all__ = [
+    "MAX_NAME",
     "branch_id_of",
+    "check_new_name",
+    "check_version",
     "check_store_exists",
     "message_line",
     "message_view",
@@ -41,13 +48,17 @@ def check_store_exists(url: str) -> None:
 
 
 @asynccontextmanager
-async def opened_store(value: str | None, *, must_exist: bool = True) -> AsyncIterator[EventStore]:
+async def opened_store(
+    value: str | None, *, must_exist: bool = True, upcast: bool = True
+) -> AsyncIterator[EventStore]:
     """Open the store named by ``--store`` (a value, ``$TURNLOG_STORE`` or ``./turnlog.db``).
 
     Args:
         value: The ``--store`` option.
         must_exist: True for every command that only reads: a store that does not exist is
             refused with one line rather than created. Only writing commands pass False.
+        upcast: Lift old event schemas on read (False: events exactly as stored, for
+            ``export`` and ``tail``, whose output carries the stored hashes).
 
     The store's own errors (unreachable, damaged, newer format) reach the command line's
     handler unchanged, which prints them as one line (exit status 3).
@@ -55,16 +66,67 @@ async def opened_store(value: str | None, *, must_exist: bool = True) -> AsyncIt
     url = store_url(value)
     if must_exist:
         check_store_exists(url)
-    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+    async with open_store(url, upcasters=catalogue_upcasters() if upcast else None) as store:
         yield store
 
 
+async def _names(store: EventStore) -> dict[str, list[str]]:
+    """Branch name -> the ids of the branches that carry it."""
+    names: dict[str, list[str]] = {}
+    for stream, _version in await store.list_streams("branch-"):
+        async for first in store.read_stream(stream, 1, 1):
+            name = first.data.get("name")
+            if isinstance(name, str):
+                names.setdefault(name, []).append(stream.removeprefix("branch-"))
+    return names
+
+
 async def branch_id_of(store: EventStore, ref: str) -> str:
-    """Resolve a branch id, unique id prefix or name; unknown or ambiguous is a user error."""
+    """Resolve a branch id, unique id prefix or name; unknown or ambiguous is a user error.
+
+    A full id is taken first; a reference that is both a unique id prefix and the name of
+    another branch is ambiguous (both are named), never silently one of them.
+    """
+    if not ref.strip():
+        raise UserError("the branch is empty: give a branch id, a unique id prefix or a name")
     try:
-        return await find_branch(store, ref)
+        found = await find_branch(store, ref)
     except (UnknownBranch, AmbiguousBranch) as exc:
         raise UserError(str(exc)) from exc
+    if found != ref and found.startswith(ref):  # taken as an id prefix: is it also a name?
+        named = [i for i in (await _names(store)).get(ref, []) if i != found]
+        if named:
+            raise UserError(
+                f"{ref!r} is ambiguous: the id prefix of {found} and the name of {', '.join(named)}; "
+                "give more of the id"
+            )
+    return found
+
+
+async def check_version(store: EventStore, branch_id: str, version: int, option: str) -> int:
+    """Refuse a version the branch does not have, naming the option; return the branch's version."""
+    last = await store.stream_version(f"branch-{branch_id}")
+    if not 1 <= version <= last:
+        raise UserError(f"{option} {version}: the branch has versions 1 to {last}")
+    return last
+
+
+async def check_new_name(store: EventStore | None, name: str | None) -> None:
+    """Refuse a name for a new branch that is blank, has control characters, is too long or is in use.
+
+    The rule of the command line: a branch name names one branch. ``store`` None checks the
+    spelling only.
+    """
+    if name is None:
+        return
+    if not name.strip():
+        raise UserError("a branch name must not be empty or only spaces")
+    if len(name) > MAX_NAME:
+        raise UserError(f"a branch name has at most {MAX_NAME} characters, not {len(name)}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise UserError(f"a branch name must not contain control characters: {name!r:.80}")
+    if store is not None and (taken := (await _names(store)).get(name)):
+        raise UserError(f"a branch named {name!r} exists already ({', '.join(taken)}); choose another name")
 
 
 def parse_time(text: str, option: str = "--at-time") -> datetime:
