@@ -27,12 +27,13 @@ from ._encoding import (
     PreparedAppend,
     check_event_type,
     check_expected_version,
+    check_finite,
     check_stream_name,
     encode_new_events,
     encode_object,
 )
 from ._errors import EventTooLarge, InvalidEventError
-from ._ids import uuid7
+from ._ids import check_event_id, uuid7
 from ._records import EncodedEvent, NewEvent
 
 __all__ = ["EventEncoder", "check_encoded", "encode_events"]
@@ -100,6 +101,8 @@ class EventEncoder:
                 raw = orjson.dumps(data, option=_SORTED)
             except TypeError as exc:
                 raise InvalidEventError(f"data is not JSON-serializable: {exc}") from exc
+            if b"null" in raw:
+                check_finite(data, "data", None, None)
         else:
             raw = encode_object(data, "data", None, None)
         # Kept as a copy of its own size: orjson's output sits in a larger allocation, and
@@ -130,7 +133,7 @@ def _id_text(id: object) -> str:
             raise InvalidEventError(f"an int event id must be a 128-bit UUID value, not {id}")
         value = id
     else:
-        return str(id)  # as append does; a backend may refuse a non-UUID spelling
+        return check_event_id(id)  # a str: only the canonical spelling, as append
     digits = f"{value:032x}"
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 

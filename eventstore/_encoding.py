@@ -7,7 +7,10 @@ backend, and a copy between backends keeps its hashes.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
+import math
 import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +22,7 @@ from uuid import UUID, SafeUUID
 import orjson
 
 from ._errors import CorruptEventError, EventTooLarge, IdempotencyError, InvalidEventError
+from ._ids import check_event_id
 from ._records import (
     ANY,
     STREAM_EXISTS,
@@ -43,8 +47,10 @@ __all__ = [
     "chain_hashes",
     "check_event_type",
     "check_expected_version",
+    "check_finite",
     "check_read_range",
     "check_stream_name",
+    "check_stream_prefix",
     "decode_event",
     "decode_json",
     "decode_payload",
@@ -73,9 +79,60 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LEN = struct.Struct(">Q").pack
 
 
-def encode_json(value: Mapping[str, Any]) -> bytes:
-    """Encode a JSON object canonically (sorted keys, UTF-8, no whitespace)."""
-    return orjson.dumps(value, option=_OPTS)
+def encode_json(value: Mapping[str, Any], *, what: str = "value") -> bytes:
+    """Encode a JSON object canonically (sorted keys, UTF-8, no whitespace).
+
+    Raises:
+        InvalidEventError: ``value`` holds a NaN or an infinity, which JSON cannot express
+            (the message names the place, starting with ``what``).
+        TypeError: ``value`` holds something orjson cannot serialize.
+    """
+    raw = orjson.dumps(value, option=_OPTS)
+    if b"null" in raw:
+        check_finite(value, what, None, None)
+    return raw
+
+
+def check_finite(value: object, what: str, stream: str | None, index: int | None) -> None:
+    """Raise ``InvalidEventError`` naming the place of the first NaN or infinity inside ``value``.
+
+    orjson would write it as ``null``: the payload would be stored changed, and what a
+    reader folds would differ from what the writer had. The encoders call this only when the
+    encoded bytes contain ``null``, which every non-finite float becomes, so a payload
+    without one costs nothing more.
+    """
+    found = _non_finite(value, what, 0)
+    if found is not None:
+        where, number = found
+        raise InvalidEventError(
+            f"{where} is {number!r}: JSON has no NaN or Infinity; store a string or null instead",
+            stream=stream,
+            index=index,
+        )
+
+
+def _non_finite(value: object, path: str, depth: int) -> tuple[str, float] | None:
+    """The path and value of the first non-finite float in ``value`` (as orjson walks it), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if depth > 256:  # orjson refuses anything deeper
+        return None
+    items: Iterable[tuple[str, object]]
+    if isinstance(value, Mapping):
+        items = ((f"{path}[{key!r}]", item) for key, item in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{number}]", item) for number, item in enumerate(value))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f"{path}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    elif isinstance(value, enum.Enum):
+        items = ((path, value.value),)
+    else:
+        return None
+    for where, item in items:
+        found = _non_finite(item, where, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def decode_json(raw: bytes | str) -> Any:
@@ -95,7 +152,30 @@ def check_stream_name(stream: object) -> str:
         )
     if _CONTROL_RE.search(stream):
         raise InvalidEventError(f"stream name {stream!r} contains a control character")
+    if not stream.isascii():
+        _check_text(stream, "stream name")
     return stream
+
+
+def check_stream_prefix(prefix: object) -> str | None:
+    """Return a ``stream_prefix`` or ``prefix`` argument of a read if valid (None or text)."""
+    if prefix is None:
+        return None
+    if not isinstance(prefix, str):
+        raise InvalidEventError(f"stream prefix must be a str, not {type(prefix).__name__}")
+    if not prefix.isascii():
+        _check_text(prefix, "stream prefix")
+    return prefix
+
+
+def _check_text(value: str, what: str) -> None:
+    """Refuse a str that is not Unicode text (a lone surrogate cannot be stored or hashed)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(
+            f"{what} {value!r} holds a lone surrogate at index {exc.start}: not valid Unicode text"
+        ) from None
 
 
 def check_expected_version(stream: str, expected: object) -> ExpectedVersion:
@@ -142,11 +222,14 @@ def encode_object(value: object, what: str, stream: str | None, index: int | Non
             )
         value = dict(value)
     try:
-        return orjson.dumps(value, option=_OPTS)
+        raw = orjson.dumps(value, option=_OPTS)
     except TypeError as exc:
         raise InvalidEventError(
             f"{what} is not JSON-serializable: {exc}", stream=stream, index=index
         ) from exc
+    if b"null" in raw:
+        check_finite(value, what, stream, index)
+    return raw
 
 
 valid_types: set[str] = set()
@@ -201,7 +284,8 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
         size = len(data) + len(meta)
         if size > max_event_bytes:
             raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
-        eid = str(event.id)
+        eid = event.id
+        eid = str(eid) if eid.__class__ is UUID else check_event_id(eid, stream, index)
         if eid in seen:
             raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=stream, index=index)
         seen.add(eid)

@@ -10,7 +10,9 @@ Every error turnlog raises derives from ``TurnlogError``; the store's errors fro
         ├── InvalidEventError       bad input, rejected before anything is written (ValueError)
         │   └── EventTooLarge       encoded event over the configured size limit
         ├── StoreFormatError        the store was written by a newer turnlog, or is not a store
+        ├── StoreNotFound           opened for reading only, but there is no store there (location)
         ├── CorruptEventError       a stored payload cannot be decoded
+        ├── CorruptStoreError       the store's files or rows are damaged beyond one event
         ├── StoreUnavailable        the backend cannot be reached or dropped the connection
         └── UnsupportedStoreURL     open_store() got a scheme it does not know (ValueError)
 """
@@ -23,11 +25,13 @@ __all__ = [
     "TurnlogError",
     "ConcurrencyError",
     "CorruptEventError",
+    "CorruptStoreError",
     "EventTooLarge",
     "IdempotencyError",
     "InvalidEventError",
     "StoreError",
     "StoreFormatError",
+    "StoreNotFound",
     "StoreUnavailable",
     "UnsupportedStoreURL",
 ]
@@ -129,6 +133,18 @@ class StoreFormatError(StoreError):
         super().__init__(message)
 
 
+class StoreNotFound(StoreError):
+    """The store was opened with ``create=False`` and there is none at its location; nothing was created.
+
+    Attributes:
+        location: The SQLite file, or the PostgreSQL URL (password masked) and schema.
+    """
+
+    def __init__(self, location: str, detail: str = "") -> None:
+        self.location = location
+        super().__init__(f"no turnlog store at {location}" + (f" ({detail})" if detail else ""))
+
+
 class CorruptEventError(StoreError):
     """A stored event or snapshot could not be decoded; it is never returned as None.
 
@@ -146,6 +162,22 @@ class CorruptEventError(StoreError):
         self.reason = reason
         at = f" (position {position})" if position is not None else ""
         super().__init__(f"stream {stream!r} version {version}{at}: {reason}")
+
+
+class CorruptStoreError(StoreError):
+    """The store's files or rows are damaged in a way no single event accounts for.
+
+    Raised by reads (``verify`` reports such damage as problems instead of raising).
+
+    Attributes:
+        location: The store (a file or a masked URL).
+        reason: What failed.
+    """
+
+    def __init__(self, location: str, reason: str) -> None:
+        self.location = location
+        self.reason = reason
+        super().__init__(f"{location}: the store is damaged: {reason}")
 
 
 class StoreUnavailable(StoreError):

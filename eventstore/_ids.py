@@ -1,13 +1,51 @@
-"""UUIDv7 event ids, made by the writer (RFC 9562 §5.7)."""
+"""UUIDv7 event ids, made by the writer (RFC 9562 §5.7), and the check of ids given by a caller."""
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from uuid import UUID
 
-__all__ = ["uuid7"]
+from ._errors import InvalidEventError
+
+__all__ = ["check_event_id", "uuid7"]
+
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def check_event_id(value: object, stream: str | None = None, index: int | None = None) -> str:
+    """The canonical text of an event id: ``str(uuid)`` for a ``UUID``, or a str already in that form.
+
+    Every backend stores ids in that one spelling, so one UUID is one idempotency key. A
+    string that is not a UUID, or spells one differently (upper case, braces, no dashes,
+    ``urn:uuid:``), is refused rather than repaired: a caller comparing its own spelling
+    with the stored one would not find it.
+
+    Raises:
+        InvalidEventError: ``value`` is neither a ``UUID`` nor a canonical UUID string.
+    """
+    if isinstance(value, UUID):
+        return str(value)
+    if type(value) is str and _CANONICAL_ID.match(value):
+        return value
+    if isinstance(value, str):
+        try:
+            canonical = str(UUID(value))
+        except ValueError:
+            hint = "pass a uuid.UUID, or str() of one"
+        else:
+            hint = f"write it as {canonical!r} or pass a uuid.UUID"
+        raise InvalidEventError(
+            f"event id {value!r} is not a UUID in canonical form (lower-case 8-4-4-4-12 hex digits): {hint}",
+            stream=stream,
+            index=index,
+        )
+    raise InvalidEventError(
+        f"event id must be a uuid.UUID, not {type(value).__name__} {value!r}", stream=stream, index=index
+    )
+
 
 _lock = threading.Lock()
 _last_ms = 0

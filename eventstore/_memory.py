@@ -23,6 +23,8 @@ from ._encoding import (
     chain_hashes,
     check_expected_version,
     check_read_range,
+    check_stream_name,
+    check_stream_prefix,
     decode_event,
     decode_snapshot,
     match_resent,
@@ -224,6 +226,7 @@ class MemoryEventStore(EventStore):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
+        check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         positions = self._streams.get(stream, [])
         # Versions are 1-based and contiguous, so a version range is a slice.
@@ -248,6 +251,7 @@ class MemoryEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
         check_read_range("from_position", from_position, "to_position", to_position, limit)
+        check_stream_prefix(stream_prefix)
         wanted = None if types is None else ({types} if isinstance(types, str) else set(types))
         head = len(self._rows)
         low = max(from_position, 1)
@@ -264,6 +268,7 @@ class MemoryEventStore(EventStore):
 
     async def stream_version(self, stream: str) -> int:
         self._check_open()
+        check_stream_name(stream)
         return len(self._streams.get(stream, ()))
 
     async def head(self) -> int:
@@ -272,6 +277,7 @@ class MemoryEventStore(EventStore):
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
         self._check_open()
+        check_stream_prefix(prefix)
         return sorted(
             (name, len(positions))
             for name, positions in self._streams.items()
@@ -305,6 +311,8 @@ class MemoryEventStore(EventStore):
 
     async def verify(self, stream: str | None = None) -> VerifyReport:
         self._check_open()
+        if stream is not None:
+            check_stream_name(stream)
         checker = ChainChecker()
         names = sorted(self._streams) if stream is None else [stream] if stream in self._streams else []
         for name in names:
@@ -330,6 +338,7 @@ class MemoryEventStore(EventStore):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         self._check_open()
+        check_stream_name(stream)
         best: tuple[tuple[int, int], tuple[str, str, int]] | None = None
         for key, (_, _, _, recorded_at) in self._snapshots.items():
             name, stype, version = key
@@ -347,6 +356,8 @@ class MemoryEventStore(EventStore):
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         self._check_open()
+        if stream is not None:
+            check_stream_name(stream)
         doomed = [key for key in self._snapshots if stream is None or key[0] == stream]
         for key in doomed:
             del self._snapshots[key]

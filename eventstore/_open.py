@@ -26,12 +26,14 @@ def open_store(
     upcasters: Upcasters | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     durability: Literal["normal", "full"] | None = None,
+    create: bool = True,
 ) -> EventStore:
     """Open the store at ``url`` and return it at once; its methods are coroutines.
 
     URLs:
 
-    - ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (created when missing);
+    - ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (created when missing,
+      unless ``create=False``);
     - ``sqlite:///:memory:``: a private SQLite database that lives as long as the store;
     - a SQLite URL may end in ``?durability=full`` (or ``normal``), so that a URL alone, as
       in ``$TURNLOG_STORE`` or ``--store``, can ask for it; any other parameter is refused.
@@ -49,11 +51,17 @@ def open_store(
         durability: ``"normal"`` survives a crash of the process; ``"full"`` survives power
             loss too (SQLite: ``synchronous=FULL``). PostgreSQL is always fully durable.
             Default: the URL's ``durability`` parameter, else ``"normal"``.
+        create: Create the store when there is none (the default). Read-only tools pass
+            ``create=False``: a SQLite file that does not exist (or holds no tables) or a
+            PostgreSQL schema without turnlog's tables then raises ``StoreNotFound`` and
+            nothing is created. In-memory stores are always new, so it does not apply to them.
 
     Raises:
         UnsupportedStoreURL: the URL has no scheme, or one no backend handles, or an unknown
             or conflicting parameter.
         StoreFormatError: the target exists but is not a turnlog store, or is a newer one.
+        StoreNotFound: ``create=False`` and there is no store at the URL (PostgreSQL: raised
+            when the store is first used, as every connection error is).
 
     Example:
         >>> import anyio
@@ -69,7 +77,7 @@ def open_store(
         url = os.environ.get("TURNLOG_STORE") or DEFAULT_STORE_PATH
         if "://" not in url:
             # a plain path is taken as it is: a "?" in it is part of the file name
-            return _open_sqlite(url, url, "", upcasters, max_event_bytes, durability)
+            return _open_sqlite(url, url, "", upcasters, max_event_bytes, durability, create)
     if not isinstance(url, str):
         raise UnsupportedStoreURL(f"a store URL must be a str, not {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
@@ -86,7 +94,7 @@ def open_store(
             )
         # the path is percent-decoded, as in any URL: %3F is a "?" that is part of the name
         return _open_sqlite(
-            url, urllib.parse.unquote(location[1:]), query, upcasters, max_event_bytes, durability
+            url, urllib.parse.unquote(location[1:]), query, upcasters, max_event_bytes, durability, create
         )
     if scheme == "memory":
         from ._memory import MemoryEventStore
@@ -95,7 +103,7 @@ def open_store(
             raise UnsupportedStoreURL(f"{url!r}: the in-memory store takes no path; use memory://")
         return MemoryEventStore(upcasters=upcasters, max_event_bytes=max_event_bytes)
     if scheme in ("postgresql", "postgres"):
-        return _open_postgres(url, upcasters=upcasters, max_event_bytes=max_event_bytes)
+        return _open_postgres(url, upcasters=upcasters, max_event_bytes=max_event_bytes, create=create)
     raise UnsupportedStoreURL(f"unsupported store URL scheme {scheme!r} in {url!r}. Supported: {_SUPPORTED}")
 
 
@@ -109,6 +117,7 @@ def _open_sqlite(
     upcasters: Upcasters | None,
     max_event_bytes: int,
     durability: Literal["normal", "full"] | None,
+    create: bool,
 ) -> EventStore:
     from ._sqlite import SQLiteEventStore
 
@@ -136,10 +145,13 @@ def _open_sqlite(
         upcasters=upcasters,
         max_event_bytes=max_event_bytes,
         durability=durability or wanted or "normal",  # type: ignore[arg-type]
+        create=create,
     )
 
 
-def _open_postgres(url: str, *, upcasters: Upcasters | None, max_event_bytes: int) -> EventStore:
+def _open_postgres(
+    url: str, *, upcasters: Upcasters | None, max_event_bytes: int, create: bool
+) -> EventStore:
     # Imported here so that turnlog works without the PostgreSQL driver installed.
     try:
         module = importlib.import_module("turnlog.eventstore._postgres")
@@ -148,4 +160,4 @@ def _open_postgres(url: str, *, upcasters: Upcasters | None, max_event_bytes: in
             f"PostgreSQL stores need the postgres extra: pip install 'turnlog[postgres]' ({exc})"
         ) from exc
     store_class: type[EventStore] = module.PostgresEventStore
-    return store_class(url, upcasters=upcasters, max_event_bytes=max_event_bytes)  # type: ignore[call-arg]
+    return store_class(url, upcasters=upcasters, max_event_bytes=max_event_bytes, create=create)  # type: ignore[call-arg]

@@ -34,6 +34,7 @@ from ._encoding import (
     chain_hashes,
     check_read_range,
     check_stream_name,
+    check_stream_prefix,
     decode_event,
     decode_snapshot,
     match_resent,
@@ -47,6 +48,7 @@ from ._errors import (
     InvalidEventError,
     StoreError,
     StoreFormatError,
+    StoreNotFound,
     StoreUnavailable,
 )
 from ._paging import BY_POSITION, BY_VERSION, read_pages
@@ -98,6 +100,9 @@ class PostgresEventStore(EventStore):
         upcasters: Upcasters applied on read.
         max_event_bytes: Limit on the encoded size of one event.
         poll_interval: Seconds a subscriber waits for a notification before re-querying.
+        create: Create the tables when the schema has none (the default). When false, a
+            schema without turnlog's tables raises ``StoreNotFound`` on first use and
+            nothing is created.
     """
 
     capabilities: frozenset[str] = frozenset({"gapless_positions", "cross_process_subscribe", "raw_copy"})
@@ -109,6 +114,7 @@ class PostgresEventStore(EventStore):
         upcasters: Upcasters | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         poll_interval: float = 1.0,
+        create: bool = True,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self._pg, self._pgpool = import_psycopg()
@@ -119,6 +125,7 @@ class PostgresEventStore(EventStore):
         self._open_lock = anyio.Lock()
         self._closed = False
         self.poll_interval = poll_interval
+        self._create = create
 
     def __repr__(self) -> str:
         return f"PostgresEventStore({masked(self.url)!r})"
@@ -197,6 +204,13 @@ class PostgresEventStore(EventStore):
                 raise StoreFormatError(
                     f"schema {sql.schema!r} already has a table named {sorted(tables)[0]!r} that turnlog "
                     "did not create: choose another schema with ?schema=NAME in the store URL",
+                    supported=FORMAT_VERSION,
+                )
+            if not self._create:
+                if "turnlog_meta" not in tables:
+                    raise StoreNotFound(f"{masked(self.url)} (schema {sql.schema!r})", "no turnlog tables")
+                raise StoreFormatError(
+                    f"schema {sql.schema!r} lacks some of turnlog's tables ({', '.join(sorted(tables))} found)",
                     supported=FORMAT_VERSION,
                 )
             for statement in sql.create:
@@ -348,6 +362,7 @@ class PostgresEventStore(EventStore):
         backwards: bool = False,
     ) -> AsyncIterator[RecordedEvent]:
         check_read_range("from_position", from_position, "to_position", to_position, limit)
+        check_stream_prefix(stream_prefix)
         type_list = _type_list(types)
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
@@ -398,6 +413,7 @@ class PostgresEventStore(EventStore):
         return int(rows[0][0])
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        check_stream_prefix(prefix)
         where, params = ("", []) if prefix is None else ("WHERE starts_with(stream, %s)", [prefix])
         query = (
             f"SELECT stream, max(version) FROM {self._sql.events} {where} "
@@ -415,6 +431,7 @@ class PostgresEventStore(EventStore):
         stream_prefix: str | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         check_read_range("from_position", from_position, "to_position", None, None)
+        check_stream_prefix(stream_prefix)
         type_list = _type_list(types)
         await self._ensure_open()
         listener = _Listener(self)

@@ -42,6 +42,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import astuple
 from operator import itemgetter
@@ -60,6 +61,8 @@ from ._encoding import (
     chain_hashes,
     check_expected_version,
     check_read_range,
+    check_stream_name,
+    check_stream_prefix,
     decode_event,
     decode_snapshot,
     match_resent,
@@ -68,7 +71,14 @@ from ._encoding import (
     prepare_snapshot,
     version_matches,
 )
-from ._errors import ConcurrencyError, InvalidEventError, StoreError, StoreFormatError, StoreUnavailable
+from ._errors import (
+    ConcurrencyError,
+    InvalidEventError,
+    StoreError,
+    StoreFormatError,
+    StoreNotFound,
+    StoreUnavailable,
+)
 from ._paging import read_pages
 from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
 from ._records import (
@@ -132,6 +142,12 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: Size limit of one encoded event (data plus meta).
         durability: ``"normal"`` (survives a process crash) or ``"full"`` (survives power loss).
         busy_timeout: Seconds a write waits for another process holding the write lock.
+        create: Create the file and the store's tables when missing (the default). When false,
+            a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
+
+    A file the store creates is readable and writable by its owner only (mode 0600, less if
+    the umask says so); SQLite gives its ``-wal`` and ``-shm`` files the same mode. Opening
+    an existing store only reads its layout, so it never waits for another process's writer.
 
     Example:
         >>> import anyio
@@ -154,6 +170,7 @@ class SQLiteEventStore(EventStore):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         durability: Durability = "normal",
         busy_timeout: float = 5.0,
+        create: bool = True,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
@@ -173,10 +190,17 @@ class SQLiteEventStore(EventStore):
         self._wake: anyio.Event | None = None
         self._checkpoint_pending = False
         self._wal_bytes = 0
-        self._conn = self._connect(target)
+        if not in_memory:
+            if create:
+                _create_private(target)
+            elif not os.path.exists(target):
+                raise StoreNotFound(target, "no such file")
+        # Past the check above, the file is never created by sqlite3 itself: a file that
+        # vanished in between is an error, not a new world-readable store.
+        self._conn = self._connect(target, create)
         self._aux: sqlite3.Connection | None = None
         try:
-            init_schema(self._conn, target, self._busy_ms)
+            init_schema(self._conn, target, self._busy_ms, create=create)
             if not in_memory:
                 self._aux = self._connect(target)
         except BaseException:
@@ -186,11 +210,21 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ connection
 
-    def _connect(self, target: str) -> sqlite3.Connection:
+    def _connect(self, target: str, create: bool = True) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=0)
+            conn = sqlite3.connect(
+                _uri(target), isolation_level=None, check_same_thread=False, timeout=0, uri=True
+            )
             # A file that is not SQLite only fails on first access.
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            if (
+                not create
+                and not self._in_memory
+                and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            ):
+                # before the switch to WAL, which would write a header into an empty file
+                raise StoreNotFound(target, "the database is empty")
             if not self._in_memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -203,12 +237,17 @@ class SQLiteEventStore(EventStore):
                     conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
             conn.execute("PRAGMA busy_timeout = 0")
+        except StoreNotFound:
+            _close_quietly(conn)
+            raise
         except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
-                conn.close()
+            _close_quietly(conn)
             if "not a database" in str(exc) or "malformed" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
+        except (UnicodeError, ValueError, TypeError) as exc:  # a damaged header: garbage pragma results
+            _close_quietly(conn)
+            raise StoreFormatError(f"{target} is not a readable SQLite database: {exc!r}") from exc
         return conn
 
     # ------------------------------------------------------------------ running jobs
@@ -407,6 +446,7 @@ class SQLiteEventStore(EventStore):
         limit: int | None = None,
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
+        check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         order = "DESC" if backwards else "ASC"
         sql = (
@@ -456,6 +496,8 @@ class SQLiteEventStore(EventStore):
                 yield decode_event(upcasters, row)
 
     async def stream_version(self, stream: str) -> int:
+        check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             row = self._conn.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
             return row[0] or 0
@@ -507,6 +549,8 @@ class SQLiteEventStore(EventStore):
 
     async def verify(self, stream: str | None = None) -> VerifyReport:
         self._check_open()
+        if stream is not None:
+            check_stream_name(stream)
         return await self._worker.call(lambda: self._verify_sync(stream))
 
     def _verify_sync(self, stream: str | None) -> VerifyReport:
@@ -555,6 +599,7 @@ class SQLiteEventStore(EventStore):
     async def load_snapshot(
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
+        check_stream_name(stream)
         sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots WHERE stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
@@ -572,6 +617,9 @@ class SQLiteEventStore(EventStore):
         return await self._run(run)
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
+        if stream is not None:
+            check_stream_name(stream)
+
         def run(blocking: bool) -> int:
             with write_transaction(self._conn) as conn:
                 if stream is None:
@@ -696,12 +744,38 @@ def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: lis
     conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
 
 
+def _uri(target: str) -> str:
+    """The ``file:`` URI that opens ``target`` without ever creating it (``mode=rw``)."""
+    if target == ":memory:":
+        return "file::memory:"
+    return "file:" + urllib.parse.quote(os.path.abspath(target)) + "?mode=rw"
+
+
+def _create_private(path: str) -> None:
+    """Create ``path`` as an empty file of mode 0600 unless it exists (never through a symlink)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
+
+
+def _close_quietly(conn: sqlite3.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
 
 
 def _filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+    check_stream_prefix(stream_prefix)
     sql = ""
     params: list[Any] = []
     if types is not None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._errors import StoreFormatError, StoreUnavailable
+from ._errors import StoreFormatError, StoreNotFound, StoreUnavailable
 from ._records import EncodedEvent
 
 if TYPE_CHECKING:
@@ -70,11 +70,15 @@ def write_transaction(conn: sqlite3.Connection) -> _WriteTransaction:
     return _WriteTransaction(conn)
 
 
-def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int) -> None:
-    """Create the layout in an empty database, or check the format of an existing store.
+def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bool = True) -> None:
+    """Check the format of an existing store, or create the layout in an empty database.
+
+    An existing store is checked with reads only, so opening it never waits for a writer
+    of another process: the write lock is taken only to create the tables.
 
     Raises:
         StoreFormatError: the file is not SQLite, not a turnlog store, or a newer one.
+        StoreNotFound: the database holds no tables and ``create`` is false.
         StoreUnavailable: the database could not be read.
     """
     conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
@@ -82,28 +86,39 @@ def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int) -> None:
         # Imported here: it is only needed when a store is opened, and takes a while to load.
         import sqlite_utils
 
+        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        if db.table_names():
+            _check(db, path)
+            return
+        if not create:
+            raise StoreNotFound(path, "the database is empty")
         with write_transaction(conn):
-            db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
             _create_or_check(db, path)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc) or "malformed" in str(exc):
             raise StoreFormatError(f"{path} is not a SQLite database: {exc}") from exc
         raise StoreUnavailable(f"cannot open {path}: {exc}") from exc
+    except (UnicodeError, ValueError, TypeError) as exc:  # a damaged schema table
+        raise StoreFormatError(f"{path} is not a readable turnlog store: {exc}") from exc
     finally:
         conn.execute("PRAGMA busy_timeout = 0")
 
 
 def _create_or_check(db: sqlite_utils.Database, path: str) -> None:
-    tables = set(db.table_names())
-    if not tables:
+    if not db.table_names():  # another process may have created it since the first look
         _create(db)
         return
+    _check(db, path)
+
+
+def _check(db: sqlite_utils.Database, path: str) -> None:
+    tables = set(db.table_names())
     if "meta" not in tables or "events" not in tables:
         raise StoreFormatError(f"{path} is a SQLite database but not a turnlog store")
     row = db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()
     try:
         found = int(row[0]) if row is not None else None
-    except ValueError:
+    except (ValueError, TypeError):
         found = None
     if found is None:
         raise StoreFormatError(f"{path} has no turnlog format version; it is not a turnlog store")

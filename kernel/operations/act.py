@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 from pydantic import BaseModel
+from turnlog.eventstore import encode_json
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import current_run
 from turnlog.kernel._tools import ActionParam, ToolInvocation, ToolRegistry, UnknownTool, jsonable
@@ -130,7 +131,9 @@ async def _run_one(
         try:
             if param.tools is not None and request.function not in param.tools:
                 raise UnknownTool(request.function, param.tools)
-            output = jsonable(await registry.match(request.function).call(request.arguments))
+            result = jsonable(await registry.match(request.function).call(request.arguments))
+            encode_json({"output": result}, what="the tool's result")  # refuses NaN and infinities
+            output = result
         except Exception as exc:
             error = exc
         response = ActionResponse.create(

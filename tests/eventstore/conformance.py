@@ -20,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from datetime import UTC
 from typing import Any, cast
+from uuid import UUID
 
 import anyio
 import pytest
@@ -30,6 +31,7 @@ from turnlog.eventstore import (
     STREAM_EXISTS,
     ConcurrencyError,
     CorruptEventError,
+    EventEncoder,
     EventStore,
     EventTooLarge,
     IdempotencyError,
@@ -715,6 +717,111 @@ class StoreConformance(EncodedAppendConformance):
         await store.append("branch-ñ-漢", [NewEvent("message.added", data, {"actor": "José"})])
         (got,) = await collect(store.read_stream("branch-ñ-漢"))
         assert (got.data, got.meta) == (data, {"actor": "José"})
+
+    # ---------------------------------------------------------------- 8b. ids, numbers and names
+
+    _SOME_ID = UUID("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+
+    @pytest.mark.parametrize(
+        "bad_id",
+        [
+            "payment-42",
+            "",
+            str(_SOME_ID).upper(),
+            "{" + str(_SOME_ID) + "}",
+            _SOME_ID.hex,
+            _SOME_ID.urn,
+            " " + str(_SOME_ID),
+            str(_SOME_ID) + "\n",
+            _SOME_ID.int,
+            _SOME_ID.bytes,
+            None,
+        ],
+    )
+    async def test_event_ids_must_be_canonical_uuids(self, store: EventStore, bad_id: Any) -> None:
+        """Any id but a UUID (or its canonical lower-case text) is refused the same way on every
+        backend, by append, append_batch and the encoders, before anything is written."""
+        with pytest.raises(InvalidEventError, match="event id") as info:
+            await store.append("s-1", [ev(), NewEvent("a.b", {}, id=bad_id)])
+        assert info.value.index == 1
+        with pytest.raises(InvalidEventError, match="event id"):
+            await store.append_batch([("s-1", [NewEvent("a.b", {}, id=bad_id)], ANY)])
+        with pytest.raises(InvalidEventError, match="event id"):
+            encode_events([NewEvent("a.b", {}, id=bad_id)])
+        if not isinstance(bad_id, int | None):  # EventEncoder takes an int as a UUID's value
+            with pytest.raises(InvalidEventError, match="event id"):
+                EventEncoder("a.b").encode({}, id=bad_id)
+        assert await store.head() == 0
+        assert (await store.verify()).ok
+
+    async def test_one_uuid_is_one_idempotency_key(self, store: EventStore) -> None:
+        """A UUID and its canonical text are the same id; no other spelling reaches the store."""
+        first = NewEvent("a.b", {"n": 1}, id=self._SOME_ID)
+        result = await store.append("s-1", [first])
+        again = NewEvent("a.b", {"n": 1}, id=str(self._SOME_ID))  # type: ignore[arg-type]
+        assert await store.append("s-1", [again]) == result
+        for spelling in (str(self._SOME_ID).upper(), self._SOME_ID.hex, self._SOME_ID.urn):
+            with pytest.raises(InvalidEventError):
+                await store.append("s-1", [NewEvent("a.b", {"n": 1}, id=spelling)])  # type: ignore[arg-type]
+        assert [e.id for e in await collect(store.read_all())] == [self._SOME_ID]
+
+    @pytest.mark.parametrize(
+        ("data", "meta", "where"),
+        [
+            ({"x": float("nan")}, None, "data['x']"),
+            ({"x": float("inf")}, None, "data['x']"),
+            ({"x": [1.5, {"y": -float("inf")}]}, None, "data['x'][1]['y']"),
+            ({"x": None}, {"score": float("nan")}, "meta['score']"),
+            ({"x": (1, float("nan"))}, None, "data['x'][1]"),
+        ],
+    )
+    async def test_nan_and_infinity_are_refused(
+        self, store: EventStore, data: dict[str, Any], meta: dict[str, Any] | None, where: str
+    ) -> None:
+        """NaN and infinities (which JSON cannot hold) are refused, naming where, not stored as null."""
+        with pytest.raises(InvalidEventError) as info:
+            await store.append("s-1", [NewEvent("a.b", data, meta)])
+        assert where in str(info.value)
+        with pytest.raises(InvalidEventError):
+            await store.append_batch([("s-1", [NewEvent("a.b", data, meta)], ANY)])
+        with pytest.raises(InvalidEventError):
+            encode_events([NewEvent("a.b", data, meta)])
+        with pytest.raises(InvalidEventError):
+            EventEncoder("a.b", meta=meta).encode(data)
+        with pytest.raises(InvalidEventError):
+            await store.save_snapshot(NewSnapshot("s-1", 0, "branch_state", data, meta))
+        assert await store.head() == 0
+        assert await store.load_snapshot("s-1") is None
+
+    async def test_nulls_and_finite_floats_still_round_trip(self, store: EventStore) -> None:
+        """The NaN check leaves real nulls and extreme finite floats alone."""
+        data = {"a": None, "b": [None, 1e308, -1e-308, 0.1], "null": "null"}
+        await store.append("s-1", [NewEvent("a.b", data, {"m": None})])
+        (got,) = await collect(store.read_stream("s-1"))
+        assert (got.data, got.meta) == (data, {"m": None})
+
+    async def test_stream_name_with_a_lone_surrogate_is_refused(self, store: EventStore) -> None:
+        """A stream name that is not valid Unicode text is refused by appends and reads alike."""
+        bad = "branch-\ud800"
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.append(bad, [ev()])
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.append_encoded(bad, encode_events([ev()]))
+        with pytest.raises(InvalidEventError, match="stream name"):
+            await store.save_snapshot(NewSnapshot(bad, 0, "branch_state", {}))
+        for read in (
+            lambda: collect(store.read_stream(bad)),
+            lambda: store.stream_version(bad),
+            lambda: store.load_snapshot(bad),
+            lambda: store.verify(bad),
+        ):
+            with pytest.raises(InvalidEventError, match="stream name"):
+                await read()
+        with pytest.raises(InvalidEventError):
+            await store.list_streams(prefix=bad)
+        with pytest.raises(InvalidEventError):
+            await collect(store.read_all(stream_prefix=bad))
+        assert await store.head() == 0
 
     # ---------------------------------------------------------------- lifecycle
 

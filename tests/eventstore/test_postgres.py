@@ -25,6 +25,7 @@ from turnlog.eventstore import (
     RecordedEvent,
     StoreError,
     StoreFormatError,
+    StoreNotFound,
     StoreUnavailable,
     UnsupportedStoreURL,
     open_store,
@@ -159,6 +160,22 @@ class TestPostgresServer:
             async with PostgresEventStore(pg_url):
                 pass
         assert (info.value.found, info.value.supported) == (99, FORMAT_VERSION)
+
+    async def test_opening_a_missing_schema_to_read_creates_nothing(
+        self, pg_url: str, pg_schema: str
+    ) -> None:
+        """create=False on a schema without turnlog's tables raises StoreNotFound and creates nothing."""
+        store = open_store(pg_url, create=False)
+        with pytest.raises(StoreNotFound) as info:
+            async with store:
+                pass
+        assert pg_schema in info.value.location
+        rows = await raw_sql("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", [pg_schema])
+        assert rows == []
+        async with open_store(pg_url) as store:
+            await store.append("s", [NewEvent("a.b", {})])
+        async with open_store(pg_url, create=False) as store:
+            assert await store.head() == 1
 
     async def test_schema_with_foreign_tables_is_refused(self, pg_url: str, pg_schema: str) -> None:
         """A schema holding an unrelated ``events`` table is not taken over."""

@@ -20,7 +20,9 @@ from turnlog.eventstore import (
     NewEvent,
     SQLiteEventStore,
     StoreFormatError,
+    StoreNotFound,
     StoreUnavailable,
+    TurnlogError,
     UnsupportedStoreURL,
     open_store,
 )
@@ -323,3 +325,84 @@ def test_unknown_durability_is_refused(sqlite_url: str) -> None:
     """durability other than normal or full raises ValueError."""
     with pytest.raises(ValueError, match="durability"):
         open_store(sqlite_url, durability="fast")  # type: ignore[arg-type]
+
+
+# -- opening an existing store only ------------------------------------------------------------
+
+
+async def test_opening_a_missing_file_to_read_creates_nothing(tmp_path: Path) -> None:
+    """create=False on a path that does not exist raises StoreNotFound naming it; no file appears."""
+    path = tmp_path / "nope.db"
+    with pytest.raises(StoreNotFound) as info:
+        open_store(f"sqlite:///{path}", create=False)
+    assert info.value.location == str(path)
+    assert isinstance(info.value, TurnlogError)
+    with pytest.raises(StoreNotFound):
+        SQLiteEventStore(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_opening_an_empty_file_to_read_creates_no_tables(tmp_path: Path) -> None:
+    """create=False on an empty file (or an empty SQLite database) refuses and leaves it empty."""
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(StoreNotFound, match="empty"):
+        open_store(f"sqlite:///{path}", create=False)
+    assert path.stat().st_size == 0
+
+
+async def test_opening_an_existing_store_to_read_works(sqlite_path: Path, sqlite_url: str) -> None:
+    """create=False opens a store that exists, for reads and writes alike."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev()])
+    async with open_store(sqlite_url, create=False) as store:
+        assert (await store.verify()).events == 1
+        assert (await store.append("s-1", [ev()])).version == 2
+
+
+_HOLD_WRITE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO tracking (consumer, position) VALUES ('held', 1)")
+print("held", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+async def test_reading_needs_no_write_lock(sqlite_path: Path, sqlite_url: str) -> None:
+    """While another process holds a write transaction, a store opens, reads and verifies at once."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=1), ev(n=2)])
+    async with await anyio.open_process([sys.executable, "-c", _HOLD_WRITE_LOCK, str(sqlite_path)]) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert (await proc.stdout.receive()).startswith(b"held")
+        try:
+            with anyio.fail_after(2):  # the busy timeout is 5 s: a wait for the lock would show
+                for create in (False, True):
+                    async with open_store(sqlite_url, create=create) as store:
+                        assert [e.data["n"] for e in await collect(store.read_stream("s-1"))] == [1, 2]
+                        report = await store.verify()
+                        assert report.ok and report.events == 2
+        finally:
+            await proc.stdin.aclose()
+        assert await proc.wait() == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+async def test_store_files_are_private(tmp_path: Path) -> None:
+    """The database, its -wal and -shm files are created 0600; a stricter umask still applies."""
+    for umask, expected in ((0o022, 0o600), (0o077, 0o600), (0o277, 0o400)):
+        path = tmp_path / f"private-{umask:o}.db"
+        old = os.umask(umask)
+        try:
+            store = SQLiteEventStore(path)
+        finally:
+            os.umask(old)
+        async with store:
+            if umask != 0o277:
+                await store.append("s-1", [ev()])
+            for suffix in ("", "-wal", "-shm"):
+                mode = os.stat(f"{path}{suffix}").st_mode & 0o777
+                assert mode == expected, f"{path.name}{suffix}: {mode:o}"

@@ -150,6 +150,23 @@ async def test_a_raising_tool_gives_an_error_response(store: EventStore) -> None
     await assert_rebuilds(branch)
 
 
+def not_a_number(kind: str) -> Any:
+    """Returns a float JSON cannot hold."""
+    return {"score": float(kind)} if kind != "list" else [1.0, float("-inf")]
+
+
+@pytest.mark.parametrize("strategy", ["concurrent", "sequential"])
+async def test_a_tool_returning_nan_gives_an_error_response(store: EventStore, strategy: str) -> None:
+    """NaN or an infinity in a tool's result is recorded as the call's error, never as null."""
+    branch = Branch(store=store, tools=[not_a_number])
+    calls = [{"function": "not_a_number", "arguments": {"kind": k}} for k in ("nan", "inf", "list")]
+    responses = await branch.act(calls, strategy=strategy)  # type: ignore[arg-type]
+    for response in responses:
+        assert response.output is None and response.error is not None
+        assert "JSON has no NaN or Infinity" in response.error
+    await assert_rebuilds(branch)
+
+
 @pytest.mark.parametrize("strategy", ["concurrent", "sequential"])
 async def test_suppress_errors_false_raises_after_recording(store: EventStore, strategy: str) -> None:
     branch = Branch(store=store, tools=[add, fail])
