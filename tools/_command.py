@@ -63,14 +63,14 @@ def failure(exc: BaseException) -> tuple[int, str]:
     store cannot be used; other turnlog errors (a provider, a kernel rule) mean the command
     failed; anything else is a bug.
     """
-    from turnlog.eventstore import StoreError, TurnlogError
+    from turnlog.eventstore import StoreError, StoreNotFound, TurnlogError
     from turnlog.projections import ProjectionError
 
     message = one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, UserError):
         return EXIT_USAGE, message
     if isinstance(exc, TurnlogError):
-        if isinstance(exc, ValueError | LookupError | ImportError):
+        if isinstance(exc, ValueError | LookupError | ImportError | StoreNotFound):
             return EXIT_USAGE, message
         if isinstance(exc, StoreError | ProjectionError):
             return EXIT_STORE, message

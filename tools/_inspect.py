@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from turnlog.eventstore import EventStore, open_store
+from turnlog.eventstore import EventStore, StoreNotFound, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
 from turnlog.projections import AnyMessage, BranchState, RunInfo, catalogue_upcasters, message_summary
 
@@ -66,8 +66,12 @@ async def opened_store(
     url = store_url(value)
     if must_exist:
         check_store_exists(url)
-    async with open_store(url, upcasters=catalogue_upcasters() if upcast else None) as store:
-        yield store
+    upcasters = catalogue_upcasters() if upcast else None
+    try:
+        async with open_store(url, upcasters=upcasters, create=not must_exist) as store:
+            yield store
+    except StoreNotFound as exc:  # an empty file, a PostgreSQL schema without turnlog's tables
+        raise UserError(f"{exc} (give --store or set TURNLOG_STORE)") from exc
 
 
 async def _names(store: EventStore) -> dict[str, list[str]]:

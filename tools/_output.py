@@ -35,9 +35,7 @@ _PADDING = 3  # a rich column's left and right padding and its border
 _NARROWEST = 6  # a column that is allowed to wrap still needs this many characters
 
 
-def _fitting(
-    columns: Sequence[str], cells: list[list[str]], keep: set[int], width: int
-) -> list[int] | None:
+def _fitting(columns: Sequence[str], cells: list[list[str]], keep: set[int], width: int) -> list[int] | None:
     """The indexes of the columns to show: every kept one, others from the left while they fit.
 
     Kept columns (ids, names) are shown whole, never cut; another column may wrap, but needs
