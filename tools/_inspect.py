@@ -20,7 +20,9 @@ MAX_NAME = 200
 __all__ = [
     "MAX_NAME",
     "branch_id_of",
+    "branch_names",
     "check_new_name",
+    "free_name",
     "check_version",
     "check_store_exists",
     "message_line",
@@ -74,7 +76,7 @@ async def opened_store(
         raise UserError(f"{exc} (give --store or set TURNLOG_STORE)") from exc
 
 
-async def _names(store: EventStore) -> dict[str, list[str]]:
+async def branch_names(store: EventStore) -> dict[str, list[str]]:
     """Branch name -> the ids of the branches that carry it."""
     names: dict[str, list[str]] = {}
     for stream, _version in await store.list_streams("branch-"):
@@ -98,13 +100,23 @@ async def branch_id_of(store: EventStore, ref: str) -> str:
     except (UnknownBranch, AmbiguousBranch) as exc:
         raise UserError(str(exc)) from exc
     if found != ref and found.startswith(ref):  # taken as an id prefix: is it also a name?
-        named = [i for i in (await _names(store)).get(ref, []) if i != found]
+        named = [i for i in (await branch_names(store)).get(ref, []) if i != found]
         if named:
             raise UserError(
                 f"{ref!r} is ambiguous: the id prefix of {found} and the name of {', '.join(named)}; "
                 "give more of the id"
             )
     return found
+
+
+async def free_name(store: EventStore, wanted: str) -> str:
+    """``wanted`` if no branch has that name, else the first free ``wanted-2``, ``wanted-3``, ..."""
+    taken = await branch_names(store)
+    name, n = wanted, 1
+    while name in taken:
+        n += 1
+        name = f"{wanted}-{n}"
+    return name
 
 
 async def check_version(store: EventStore, branch_id: str, version: int, option: str) -> int:
@@ -129,7 +141,7 @@ async def check_new_name(store: EventStore | None, name: str | None) -> None:
         raise UserError(f"a branch name has at most {MAX_NAME} characters, not {len(name)}")
     if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
         raise UserError(f"a branch name must not contain control characters: {name!r:.80}")
-    if store is not None and (taken := (await _names(store)).get(name)):
+    if store is not None and (taken := (await branch_names(store)).get(name)):
         raise UserError(f"a branch named {name!r} exists already ({', '.join(taken)}); choose another name")
 
 
