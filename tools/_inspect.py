@@ -90,8 +90,8 @@ async def branch_names(store: EventStore) -> dict[str, list[str]]:
 async def branch_id_of(store: EventStore, ref: str) -> str:
     """Resolve a branch id, unique id prefix or name; unknown or ambiguous is a user error.
 
-    A full id is taken first; a reference that is both a unique id prefix and the name of
-    another branch is ambiguous (both are named), never silently one of them.
+    A full id is taken first; a reference that is both the name of one branch and an id
+    prefix of another is ambiguous (every candidate is named), never silently one of them.
     """
     if not ref.strip():
         raise UserError("the branch is empty: give a branch id, a unique id prefix or a name")
@@ -99,13 +99,15 @@ async def branch_id_of(store: EventStore, ref: str) -> str:
         found = await find_branch(store, ref)
     except (UnknownBranch, AmbiguousBranch) as exc:
         raise UserError(str(exc)) from exc
-    if found != ref and found.startswith(ref):  # taken as an id prefix: is it also a name?
-        named = [i for i in (await branch_names(store)).get(ref, []) if i != found]
-        if named:
-            raise UserError(
-                f"{ref!r} is ambiguous: the id prefix of {found} and the name of {', '.join(named)}; "
-                "give more of the id"
-            )
+    if found == ref:
+        return found  # a full id
+    ids = [stream.removeprefix("branch-") for stream, _ in await store.list_streams("branch-")]
+    candidates = {i for i in ids if i.startswith(ref)} | set((await branch_names(store)).get(ref, []))
+    if len(candidates) > 1:
+        raise UserError(
+            f"{ref!r} is ambiguous: it is the name or an id prefix of {len(candidates)} branches "
+            f"({', '.join(sorted(candidates))}); give more of the id"
+        )
     return found
 
 
