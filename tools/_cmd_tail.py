@@ -15,11 +15,18 @@ __all__ = ["COMMAND", "event_line"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_store_argument(parser)
+    add_store_argument(parser, json_flag=False)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON Lines: one JSON object per event (every envelope field), one per line",
+    )
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     parser.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
     parser.add_argument("--stream-prefix", default=None, help="only streams starting with this")
-    parser.add_argument("-n", "--lines", type=int, default=20, help="how many past events to show first")
+    parser.add_argument(
+        "-n", "--lines", type=int, default=20, help="how many past events to show first (0: only new ones)"
+    )
 
 
 def event_line(event: RecordedEvent) -> str:
