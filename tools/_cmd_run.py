@@ -128,7 +128,8 @@ def _check_cli(args: argparse.Namespace, inner: iModel) -> None:
     try:
         command(args.message)
     except CLINotFound as exc:
-        raise UserError(f"{exc} (or set ${_VARIABLES[args.cli]})") from exc
+        hint = "" if _VARIABLES[args.cli] in str(exc) else f" (or set ${_VARIABLES[args.cli]})"
+        raise UserError(f"{exc}{hint}") from exc
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
