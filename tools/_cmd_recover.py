@@ -34,10 +34,15 @@ def _run(args: argparse.Namespace) -> int:
 
     report = anyio.run(_recover, args.store, args.persist_dir)
     assert isinstance(report, RecoveryReport)
+    # runs whose recovery failed (the others were recovered) and buffers left alone, when the
+    # kernel reports them
+    failed = tuple(getattr(report, "failed", ()))
+    skipped = tuple(getattr(report, "skipped", ()))
+    status = 1 if failed else 0
     if args.json:
         emit_json(report.to_dict())
-        return 0
-    if not report.changed and not report.problems:
+        return status
+    if not report.changed and not report.problems and not failed:
         print(f"nothing to recover (buffers searched in {report.persist_dir})")
         return 0
     for run in report.runs:
@@ -49,13 +54,17 @@ def _run(args: argparse.Namespace) -> int:
             + (f"; resume session {run.session_id}" if run.session_id else "")
         )
     for problem in report.problems:
-        print(f"bad line: {problem}")
+        print(f"problem: {problem}")
+    for path in skipped:
+        print(f"left as it is: {path}")
+    for failure in failed:
+        print(f"NOT RECOVERED: {failure}")
     for path in report.torn:
         print(f"torn last line tolerated: {path}")
     for path in report.kept:
         print(f"kept for inspection: {path}")
     print(f"{report.imported} chunk events imported, {len(report.removed)} buffers removed")
-    return 0
+    return status
 
 
 COMMAND = Command(

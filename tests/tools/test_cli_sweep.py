@@ -231,3 +231,26 @@ def test_version_everywhere() -> None:
         )
         assert done.returncode == 0
         assert done.stdout.strip() == f"turnlog {turnlog.__version__}"
+
+
+@pytest.mark.parametrize("command", ["verify", "tail", "recover", "branches", "stats"])
+def test_a_store_from_a_newer_turnlog_is_one_line_and_status_3(
+    good_store: bytes, tmp_path: Path, command: str
+) -> None:
+    import sqlite3
+
+    store = tmp_path / "s.db"
+    store.write_bytes(good_store)
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'format_version'")
+    done = turnlog(command, "--store", str(store), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "newer turnlog" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "branches", "recover"])
+def test_an_unreachable_postgresql_is_one_line_and_status_3(tmp_path: Path, command: str) -> None:
+    pytest.importorskip("psycopg")
+    done = turnlog(command, "--store", "postgresql://postgres@127.0.0.1:1/nowhere", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
