@@ -148,8 +148,14 @@ class EventStore(ABC):
         """
 
     @abstractmethod
-    async def verify(self, stream: str | None = None) -> VerifyReport:
-        """Check hash chains, version contiguity and decodability of one or every stream."""
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
+        """Check hash chains, version contiguity and decodability of one or every stream.
+
+        Snapshots are checked too: each must match its digest and stand on the log's event
+        at its version. Damage is reported as problems, never raised. ``quick`` asks a
+        backend with a costly storage check of its own (SQLite's ``integrity_check``) for
+        the fast one instead; ``VerifyReport.checks`` says what ran.
+        """
 
     @abstractmethod
     async def save_snapshot(self, snapshot: NewSnapshot) -> None:

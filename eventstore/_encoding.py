@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import logging
 import math
 import re
 import struct
@@ -22,7 +23,7 @@ from uuid import UUID, SafeUUID
 import orjson
 
 from ._errors import CorruptEventError, EventTooLarge, IdempotencyError, InvalidEventError
-from ._ids import check_event_id
+from ._ids import CANONICAL_ID, check_event_id
 from ._records import (
     ANY,
     STREAM_EXISTS,
@@ -41,6 +42,11 @@ from ._upcasting import Upcasters
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
+    "SNAPSHOT_BINDING",
+    "bind_snapshot",
+    "first_intact",
+    "snapshot_digest",
+    "snapshot_problem",
     "ChainChecker",
     "PreparedAppend",
     "PreparedSnapshot",
@@ -463,6 +469,8 @@ def prepare_snapshot(snapshot: object, max_event_bytes: int) -> PreparedSnapshot
         raise InvalidEventError(f"snapshot schema must be an int >= 1, not {schema!r}", stream=name)
     data = encode_object(snapshot.data, "snapshot data", name, 0)
     meta = encode_object({} if snapshot.meta is None else snapshot.meta, "snapshot meta", name, 0)
+    if SNAPSHOT_BINDING in (snapshot.meta or {}):
+        raise InvalidEventError(f"snapshot meta key {SNAPSHOT_BINDING!r} is the store's own", stream=name)
     if len(data) + len(meta) > max_event_bytes:
         raise EventTooLarge(len(data) + len(meta), max_event_bytes, stream=name)
     return PreparedSnapshot(name, version, stype, schema, data, meta)
@@ -582,7 +590,12 @@ def decode_event(upcasters: Upcasters, row: Sequence[Any]) -> RecordedEvent:
     if last[0] == recorded_at:
         moment = last[1]
     else:
-        moment = from_micros(recorded_at)
+        try:
+            moment = from_micros(recorded_at)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CorruptEventError(
+                stream, version, f"recorded_at {recorded_at!r:.40} is not a time: {exc}", position=position
+            ) from exc
         _last_moment = (recorded_at, moment)
     return RecordedEvent(
         eid, stream, version, position, type_, schema, data_obj, meta_obj, moment, prev_hash, digest
@@ -592,14 +605,115 @@ def decode_event(upcasters: Upcasters, row: Sequence[Any]) -> RecordedEvent:
 def decode_snapshot(upcasters: Upcasters, row: Sequence[Any]) -> Snapshot:
     """Turn a stored snapshot row in ``RawSnapshot`` field order into a decoded, upcast ``Snapshot``.
 
+    The store's chain binding is taken out of ``meta`` into ``event_hash`` and ``digest``;
+    check it first with ``snapshot_problem``.
+
     Raises:
         CorruptEventError: the payload cannot be decoded.
     """
-    stream, type_, version, schema, data, meta, recorded_at = row
+    stream, type_, version, schema, data, meta, recorded_at = row[:7]
     schema, data_obj, meta_obj = decode_payload(
         upcasters, type_, schema, data, meta, stream=stream, version=version, position=None
     )
-    return Snapshot(stream, version, type_, schema, data_obj, meta_obj, from_micros(recorded_at))
+    binding = meta_obj.pop(SNAPSHOT_BINDING, None)
+    event_hash = digest = ""
+    if isinstance(binding, dict):
+        event_hash, digest = str(binding.get("event_hash", "")), str(binding.get("digest", ""))
+    try:
+        moment = from_micros(recorded_at)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CorruptEventError(
+            stream, version, f"snapshot recorded_at {recorded_at!r:.40} is not a time"
+        ) from exc
+    return Snapshot(stream, version, type_, schema, data_obj, meta_obj, moment, event_hash, digest)
+
+
+SNAPSHOT_BINDING = "turnlog_chain"
+"""The key of a stored snapshot's ``meta`` that binds it to the log (``event_hash``, ``digest``)."""
+
+log = logging.getLogger("turnlog.eventstore")
+
+
+def snapshot_digest(
+    stream: str, type_: str, version: int, schema: int, data: bytes, meta: bytes, event_hash: str
+) -> str:
+    """SHA-256 over a snapshot's fields, ``data``, ``meta`` and the hash of the event it stands at.
+
+    ``data`` and ``meta`` are the canonical bytes (``meta`` without the binding); each part is
+    prefixed with its length, as in ``event_hash``.
+    """
+    parts = (
+        stream.encode(), type_.encode(), str(version).encode(), str(schema).encode(), data, meta,
+        event_hash.encode(),
+    )  # fmt: skip
+    return hashlib.sha256(b"".join(_LEN(len(part)) + part for part in parts)).hexdigest()
+
+
+def bind_snapshot(snap: PreparedSnapshot, event_hash: str | None) -> bytes:
+    """The ``meta`` bytes to store for ``snap``: its meta plus the binding to the log.
+
+    ``event_hash`` is the hash of the stream's event at the snapshot's version (None, stored
+    as ``""``, when there is no such event).
+    """
+    bound = event_hash or ""
+    digest = snapshot_digest(snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta, bound)
+    meta = orjson.loads(snap.meta)
+    meta[SNAPSHOT_BINDING] = {"digest": digest, "event_hash": bound}
+    return orjson.dumps(meta, option=_OPTS)
+
+
+_UNBOUND = "it carries no binding to the log (written by an older turnlog, or stripped)"
+
+
+def snapshot_problem(row: Sequence[Any], log_hash: str | None) -> str | None:
+    """Why a stored snapshot row (``RawSnapshot`` order) must not be trusted, or None when it may.
+
+    It may when its digest matches its stored bytes and the hash it stands at is that of the
+    log's event at its version (``log_hash``; None when the log has no such event).
+    """
+    try:
+        stream, type_, version, schema, data, meta = row[:6]
+        meta_obj = orjson.loads(_as_bytes(meta))
+        binding = meta_obj.pop(SNAPSHOT_BINDING, None) if isinstance(meta_obj, dict) else None
+        if not isinstance(binding, dict):
+            return _UNBOUND
+        event_hash, digest = binding.get("event_hash"), binding.get("digest")
+        if not isinstance(event_hash, str) or not isinstance(digest, str):
+            return "its binding to the log is malformed"
+        expected = snapshot_digest(
+            stream, type_, version, schema, _as_bytes(data), orjson.dumps(meta_obj, option=_OPTS), event_hash
+        )
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+        return f"it cannot be read: {exc}"
+    if expected != digest:
+        return "its digest does not match its stored bytes (the snapshot was altered)"
+    if event_hash != (log_hash or ""):
+        if log_hash is None:
+            return "the event it stands at is not in the log"
+        return "it stands at an event whose hash differs from the log's (not this log's history)"
+    return None
+
+
+def first_intact(upcasters: Upcasters, rows: Iterable[Sequence[Any]]) -> Snapshot | None:
+    """The first row that passes ``snapshot_problem``, decoded; the others are ignored with a warning.
+
+    Each row holds the ``RawSnapshot`` fields, then the log's hash at its version (or None).
+    """
+    for row in rows:
+        problem = snapshot_problem(row, row[7])
+        if problem is None:
+            return decode_snapshot(upcasters, row)
+        # A snapshot of an older turnlog is expected after an upgrade: it is replaced by the
+        # next one written, so it is not worth a warning on every load until then.
+        log.log(
+            logging.INFO if problem is _UNBOUND else logging.WARNING,
+            "ignoring snapshot %r of stream %r at version %s: %s; the state is folded from the events",
+            row[1],
+            row[0],
+            row[2],
+            problem,
+        )
+    return None
 
 
 class ChainChecker:
@@ -609,12 +723,22 @@ class ChainChecker:
     Backends share it so ``verify`` means the same on each of them.
     """
 
-    __slots__ = ("_next_version", "_prev_hash", "_prev_position", "_stream", "events", "problems", "streams")
+    __slots__ = (
+        "_next_version",
+        "_prev_hash",
+        "_prev_position",
+        "_stream",
+        "events",
+        "problems",
+        "snapshots",
+        "streams",
+    )
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.streams = 0
         self.events = 0
+        self.snapshots = 0
         self._stream: str | None = None
         self._next_version = 1
         self._prev_hash = ""
@@ -655,10 +779,21 @@ class ChainChecker:
             self._prev_hash = ""
             self._prev_position = 0
         self.events += 1
+        name = stream if isinstance(stream, str) else repr(stream)
+        where = version if _is_int(version) else 0
 
         def problem(what: str) -> None:
-            self.problems.append(Problem(stream, version, what, position))
+            self.problems.append(Problem(name, where, what, position if _is_int(position) else None))
 
+        damage = _row_damage(row)
+        if damage is not None:
+            # A row whose fields have the wrong types or text that is not Unicode: the
+            # database was damaged or written by something else. Report it and go on.
+            problem(f"the stored row is damaged: {damage}")
+            self._next_version = where + 1
+            self._prev_hash = hash_ if isinstance(hash_, str) else ""
+            self._prev_position = position if _is_int(position) else self._prev_position
+            return
         if version != self._next_version:
             problem(f"version gap: expected version {self._next_version}")
         if position <= self._prev_position:
@@ -678,13 +813,73 @@ class ChainChecker:
         else:
             if not all(isinstance(part, dict) for part in decoded):
                 problem("payload is not a JSON object")
+        if not (isinstance(event_id, UUID) or CANONICAL_ID.match(str(event_id))):
+            problem(f"event id {event_id!r} is not a canonical UUID")
         self._next_version = version + 1
         self._prev_hash = hash_
         self._prev_position = position
 
-    def report(self, problems: Iterable[Problem] = ()) -> VerifyReport:
+    def add_snapshot(self, row: Sequence[Any], log_hash: Any) -> None:
+        """Check one stored snapshot (``RawSnapshot`` order) against its digest and the log.
+
+        ``log_hash`` is the hash of the log's event at the snapshot's version (None when the
+        log has no event there).
+        """
+        self.snapshots += 1
+        if log_hash is not None and not isinstance(log_hash, str):
+            log_hash = repr(log_hash)
+        why = snapshot_problem(row, log_hash)
+        if why is not None:
+            stream, type_, version = row[0], row[1], row[2]
+            self.problems.append(
+                Problem(
+                    stream if isinstance(stream, str) else repr(stream),
+                    version if _is_int(version) else 0,
+                    f"snapshot {type_!r}: {why}; it is ignored",
+                )
+            )
+
+    def report(self, problems: Iterable[Problem] = (), checks: Sequence[str] = ()) -> VerifyReport:
         """The ``verify`` result: ``problems`` found outside the chains first, then the chains' own."""
-        return VerifyReport((*problems, *self.problems), self.streams, self.events)
+        return VerifyReport(
+            (*problems, *self.problems),
+            self.streams,
+            self.events,
+            self.snapshots,
+            ("chains", "snapshots", *checks),
+        )
+
+
+_ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("position", (int,)),
+    ("id", (str, UUID)),
+    ("stream", (str,)),
+    ("version", (int,)),
+    ("type", (str,)),
+    ("schema", (int,)),
+    ("data", (bytes, str, memoryview)),
+    ("meta", (bytes, str, memoryview)),
+    ("recorded_at", (int,)),
+    ("prev_hash", (str,)),
+    ("hash", (str,)),
+)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _row_damage(row: Sequence[Any]) -> str | None:
+    """What is wrong with the field types of a stored event row, or None when they are right."""
+    for (name, kinds), value in zip(_ROW_TYPES, row, strict=True):
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"its {name} is a {type(value).__name__} ({value!r:.60})"
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                return f"its {name} is not valid UTF-8 text ({value!r:.60})"
+    return None
 
 
 def match_resent(entries: list[PreparedAppend], stored: Mapping[str, Sequence[Any]]) -> list[AppendResult]:

@@ -10,9 +10,10 @@ from uuid import UUID
 
 from ._errors import InvalidEventError
 
-__all__ = ["check_event_id", "uuid7"]
+__all__ = ["CANONICAL_ID", "check_event_id", "uuid7"]
 
-_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+"""The one spelling of an event id every backend stores: ``str(uuid)``."""
 
 
 def check_event_id(value: object, stream: str | None = None, index: int | None = None) -> str:
@@ -28,7 +29,7 @@ def check_event_id(value: object, stream: str | None = None, index: int | None =
     """
     if isinstance(value, UUID):
         return str(value)
-    if type(value) is str and _CANONICAL_ID.match(value):
+    if type(value) is str and CANONICAL_ID.match(value):
         return value
     if isinstance(value, str):
         try:

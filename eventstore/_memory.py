@@ -20,13 +20,14 @@ from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    bind_snapshot,
     chain_hashes,
     check_expected_version,
     check_read_range,
     check_stream_name,
     check_stream_prefix,
     decode_event,
-    decode_snapshot,
+    first_intact,
     match_resent,
     prepare_batch,
     prepare_events,
@@ -309,7 +310,7 @@ class MemoryEventStore(EventStore):
 
     # ------------------------------------------------------------------ verify
 
-    async def verify(self, stream: str | None = None) -> VerifyReport:
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
         self._check_open()
         if stream is not None:
             check_stream_name(stream)
@@ -319,7 +320,29 @@ class MemoryEventStore(EventStore):
             for position in self._streams[name]:
                 checker.add_row(self._rows[position - 1])
             await anyio.lowlevel.checkpoint()
+        for row in self._snapshot_rows(stream, None, None):
+            checker.add_snapshot(row, row[7])
         return checker.report()
+
+    def _event_hash(self, stream: str, version: int) -> str | None:
+        positions = self._streams.get(stream, ())
+        if 1 <= version <= len(positions):
+            return self._rows[positions[version - 1] - 1].hash
+        return None
+
+    def _snapshot_rows(
+        self, stream: str | None, at_or_before: int | None, type: str | None
+    ) -> list[tuple[Any, ...]]:
+        """Stored snapshots with the log's hash at their version, newest first (as SQL orders them)."""
+        rows = [
+            (name, stype, version, schema, data, meta, recorded_at, self._event_hash(name, version))
+            for (name, stype, version), (schema, data, meta, recorded_at) in self._snapshots.items()
+            if (stream is None or name == stream)
+            and (type is None or stype == type)
+            and (at_or_before is None or version <= at_or_before)
+        ]
+        rows.sort(key=lambda row: (row[2], row[6]), reverse=True)
+        return rows
 
     # ------------------------------------------------------------------ snapshots
 
@@ -329,7 +352,7 @@ class MemoryEventStore(EventStore):
         self._snapshots[(snap.stream, snap.type, snap.version)] = (
             snap.schema,
             snap.data,
-            snap.meta,
+            bind_snapshot(snap, self._event_hash(snap.stream, snap.version)),
             time.time_ns() // 1000,
         )
         await anyio.lowlevel.checkpoint()
@@ -339,20 +362,7 @@ class MemoryEventStore(EventStore):
     ) -> Snapshot | None:
         self._check_open()
         check_stream_name(stream)
-        best: tuple[tuple[int, int], tuple[str, str, int]] | None = None
-        for key, (_, _, _, recorded_at) in self._snapshots.items():
-            name, stype, version = key
-            if name != stream or (type is not None and stype != type):
-                continue
-            if at_or_before_version is not None and version > at_or_before_version:
-                continue
-            rank = (version, recorded_at)
-            if best is None or rank > best[0]:
-                best = (rank, key)
-        if best is None:
-            return None
-        name, stype, version = best[1]
-        return decode_snapshot(self.upcasters, (name, stype, version, *self._snapshots[best[1]]))
+        return first_intact(self.upcasters, self._snapshot_rows(stream, at_or_before_version, type))
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         self._check_open()

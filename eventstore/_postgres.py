@@ -31,12 +31,13 @@ from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    bind_snapshot,
     chain_hashes,
     check_read_range,
     check_stream_name,
     check_stream_prefix,
     decode_event,
-    decode_snapshot,
+    first_intact,
     match_resent,
     prepare_batch,
     prepare_snapshot,
@@ -63,7 +64,15 @@ from ._postgres_sql import (
     masked,
     parse_url,
 )
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
+from ._raw import (
+    RAW_PAGE,
+    RawEvent,
+    RawSnapshot,
+    check_continuation,
+    check_raw_events,
+    check_raw_range,
+    raw_event,
+)
 from ._records import (
     ANY,
     AppendResult,
@@ -475,53 +484,76 @@ class PostgresEventStore(EventStore):
 
     # -- verification ------------------------------------------------------------------
 
-    async def verify(self, stream: str | None = None) -> VerifyReport:
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
         if stream is not None:
             check_stream_name(stream)
         checker = ChainChecker()
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [stream])
         query = f'SELECT {ROW_COLUMNS} FROM {self._sql.events} {where} ORDER BY stream COLLATE "C", version'
+        snapshot_where = "" if stream is None else "WHERE s.stream = %s"
+        snapshots = (
+            f'{self._bound_snapshots} {snapshot_where} ORDER BY s.stream COLLATE "C", s.type, s.version'
+        )
         async with self._connection("verify") as conn, conn.transaction():
             async with conn.cursor(name="turnlog_verify") as cursor:
                 await cursor.execute(query, params)
                 while rows := await cursor.fetchmany(2000):
                     for row in rows:
                         checker.add_row(row)
+            async with conn.cursor(name="turnlog_verify_snapshots") as cursor:
+                await cursor.execute(snapshots, params)
+                while rows := await cursor.fetchmany(200):
+                    for row in rows:
+                        checker.add_snapshot(row, row[7])
         return checker.report()
+
+    @property
+    def _bound_snapshots(self) -> str:
+        """Snapshots with the hash of the log's event at their version (NULL when there is none)."""
+        return (
+            f"SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
+            f"FROM {self._sql.snapshots} s LEFT JOIN {self._sql.events} e "
+            "ON e.stream = s.stream AND e.version = s.version"
+        )
 
     # -- snapshots ---------------------------------------------------------------------
 
     async def save_snapshot(self, snapshot: NewSnapshot) -> None:
         snap = prepare_snapshot(snapshot, self.max_event_bytes)
-        values = [snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta,
-                  to_micros(datetime.now(UTC))]  # fmt: skip
         query = f"""
             INSERT INTO {self._sql.snapshots} (stream, type, version, schema, data, meta, recorded_at)
             VALUES (%s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
                 data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at"""
+        lookup = f"SELECT hash FROM {self._sql.events} WHERE stream = %s AND version = %s"
         async with self._connection("save_snapshot") as conn:
+            found = await (await conn.execute(lookup, [snap.stream, snap.version])).fetchone()
+            meta = bind_snapshot(snap, None if found is None else found[0])
+            values = [snap.stream, snap.type, snap.version, snap.schema, snap.data, meta,
+                      to_micros(datetime.now(UTC))]  # fmt: skip
             await conn.execute(query, values)
 
     async def load_snapshot(
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         check_stream_name(stream)
-        where: list[str] = ["stream = %s"]
+        where: list[str] = ["s.stream = %s"]
         params: list[Any] = [stream]
         if at_or_before_version is not None:
             _check_bound("at_or_before_version", at_or_before_version, minimum=0)
-            where.append("version <= %s")
+            where.append("s.version <= %s")
             params.append(at_or_before_version)
         if type is not None:
-            where.append("type = %s")
+            where.append("s.type = %s")
             params.append(type)
         query = (
-            f"SELECT {SNAPSHOT_COLUMNS} FROM {self._sql.snapshots} "
-            f"WHERE {' AND '.join(where)} ORDER BY version DESC, recorded_at DESC LIMIT 1"
+            f"{self._bound_snapshots} WHERE {' AND '.join(where)} ORDER BY s.version DESC, s.recorded_at DESC"
         )
-        rows = await self._fetch("load_snapshot", query, params)
-        return decode_snapshot(self.upcasters, rows[0]) if rows else None
+        rows = await self._fetch("load_snapshot", f"{query} LIMIT 1", params)
+        found = first_intact(self.upcasters, rows)
+        if found is None and rows:  # the newest was not intact: look further back
+            found = first_intact(self.upcasters, (await self._fetch("load_snapshot", query, params))[1:])
+        return found
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [check_stream_name(stream)])
@@ -573,6 +605,7 @@ class PostgresEventStore(EventStore):
             InvalidEventError: an event does not continue its stream (version and ``prev_hash``)
                 or its position is not after the head.
         """
+        check_raw_events(events)
         sql = self._sql
         async with self._connection("import") as conn, conn.transaction():
             await conn.execute(sql.lock)

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, Protocol
 
-from ._encoding import decode_payload
+from ._encoding import check_stream_name, decode_payload
 from ._errors import InvalidEventError
+from ._ids import check_event_id
 from ._upcasting import Upcasters
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "RawEvent",
     "RawSnapshot",
     "check_continuation",
+    "check_raw_events",
     "check_raw_range",
     "raw_event",
 ]
@@ -165,6 +167,27 @@ class RawCopy(Protocol):
                 or its position is not after the head; nothing is written.
         """
         ...
+
+
+def check_raw_events(events: Sequence[object]) -> None:
+    """Check what ``import_raw`` is given, before it reads anything.
+
+    It must be ``RawEvent`` s whose ids are canonical UUIDs and whose stream names are valid,
+    as ``append`` demands.
+
+    Raises:
+        InvalidEventError: naming the first offending event's index.
+    """
+    for index, item in enumerate(events):
+        if not isinstance(item, RawEvent):
+            raise InvalidEventError(
+                f"import_raw: expected a RawEvent, got {type(item).__name__}", index=index
+            )
+        try:
+            check_stream_name(item.stream)
+        except InvalidEventError as exc:
+            raise InvalidEventError(f"import_raw: {exc}", index=index) from None
+        check_event_id(item.id, item.stream, index)
 
 
 def check_continuation(event: RawEvent, tip: tuple[int, str], head: int) -> None:

@@ -186,11 +186,16 @@ class VerifyReport:
         problems: Every problem found; empty when the store is sound.
         streams: How many streams were checked.
         events: How many events were checked.
+        snapshots: How many snapshots were checked against their digest and the log.
+        checks: What ran: ``"chains"`` and ``"snapshots"`` always; on SQLite, when the whole
+            store is checked, ``"integrity_check"`` or ``"quick_check"`` as well.
     """
 
     problems: tuple[Problem, ...]
     streams: int
     events: int
+    snapshots: int = 0
+    checks: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -221,7 +226,14 @@ class NewSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A stored snapshot (see ``NewSnapshot``), with the time it was recorded."""
+    """A stored snapshot (see ``NewSnapshot``), with the time it was recorded.
+
+    Attributes:
+        event_hash: The hash of the stream's event at ``version`` when the snapshot was saved
+            (``""`` when there was none); a store returns only snapshots whose ``event_hash``
+            is the log's and whose ``digest`` matches their stored bytes.
+        digest: SHA-256 over the snapshot's stored bytes and ``event_hash``.
+    """
 
     stream: str
     version: int
@@ -230,3 +242,5 @@ class Snapshot:
     data: dict[str, Any]
     meta: dict[str, Any]
     recorded_at: datetime
+    event_hash: str = ""
+    digest: str = ""

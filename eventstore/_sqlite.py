@@ -58,13 +58,14 @@ from ._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     ChainChecker,
     PreparedAppend,
+    bind_snapshot,
     chain_hashes,
     check_expected_version,
     check_read_range,
     check_stream_name,
     check_stream_prefix,
     decode_event,
-    decode_snapshot,
+    first_intact,
     match_resent,
     prepare_batch,
     prepare_events,
@@ -73,14 +74,22 @@ from ._encoding import (
 )
 from ._errors import (
     ConcurrencyError,
-    InvalidEventError,
+    CorruptStoreError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
 )
 from ._paging import read_pages
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_continuation, check_raw_range, raw_event
+from ._raw import (
+    RAW_PAGE,
+    RawEvent,
+    RawSnapshot,
+    check_continuation,
+    check_raw_events,
+    check_raw_range,
+    raw_event,
+)
 from ._records import (
     ANY,
     AppendResult,
@@ -120,6 +129,12 @@ _SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 _INSERT_RAW = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 _STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
+_EVENT_HASH = "SELECT hash FROM events WHERE stream = ? AND version = ?"
+_BOUND_SNAPSHOTS = (
+    "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
+    "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
+)
+"""Snapshots with the hash of the log's event at their version (NULL when there is none)."""
 
 
 class _WouldBlock(Exception):
@@ -242,12 +257,14 @@ class SQLiteEventStore(EventStore):
             raise
         except sqlite3.DatabaseError as exc:
             _close_quietly(conn)
-            if "not a database" in str(exc) or "malformed" in str(exc):
+            if "malformed" in str(exc):
+                raise CorruptStoreError(target, str(exc)) from exc
+            if "not a database" in str(exc):
                 raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
             raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
         except (UnicodeError, ValueError, TypeError) as exc:  # a damaged header: garbage pragma results
             _close_quietly(conn)
-            raise StoreFormatError(f"{target} is not a readable SQLite database: {exc!r}") from exc
+            raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
         return conn
 
     # ------------------------------------------------------------------ running jobs
@@ -291,9 +308,9 @@ class SQLiteEventStore(EventStore):
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
                 ) from exc
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise _damage_or_error(self.path, exc) from exc
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None
@@ -427,7 +444,10 @@ class SQLiteEventStore(EventStore):
             try:
                 for row in cursor:
                     rows.append(row)
-                    size += len(row[6]) + len(row[7])
+                    try:
+                        size += len(row[6]) + len(row[7])
+                    except TypeError:  # a damaged row: decoding it raises CorruptEventError
+                        pass
                     if size >= _PAGE_BYTES:
                         return rows, False
             finally:
@@ -547,39 +567,64 @@ class SQLiteEventStore(EventStore):
 
     # ------------------------------------------------------------------ verify
 
-    async def verify(self, stream: str | None = None) -> VerifyReport:
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
+        """Check the hash chains and snapshots, and the database file when ``stream`` is None.
+
+        Checking the whole store runs SQLite's ``PRAGMA integrity_check`` (``quick_check``
+        when ``quick``: faster, but it does not compare indexes with their tables);
+        ``VerifyReport.checks`` says which ran.
+
+        Damage never raises: a page SQLite cannot read, a row of the wrong types or text that
+        is not UTF-8 becomes a ``Problem``.
+        """
         self._check_open()
         if stream is not None:
             check_stream_name(stream)
-        return await self._worker.call(lambda: self._verify_sync(stream))
+        return await self._worker.call(lambda: self._verify_sync(stream, quick))
 
-    def _verify_sync(self, stream: str | None) -> VerifyReport:
+    def _verify_sync(self, stream: str | None, quick: bool) -> VerifyReport:
         if self._aux is not None:
-            return self._verify_on(self._aux, stream)
+            return self._verify_on(self._aux, stream, quick)
         with self._lock:
-            return self._verify_on(self._conn, stream)
+            return self._verify_on(self._conn, stream, quick)
 
-    def _verify_on(self, conn: sqlite3.Connection, stream: str | None) -> VerifyReport:
+    def _verify_on(self, conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
         checker = ChainChecker()
         problems: list[Problem] = []
+        checks: list[str] = []
+        # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead
+        # of failing the whole walk.
+        conn.text_factory = _lenient_text
         try:
             if stream is None:
-                result = [row[0] for row in conn.execute("PRAGMA quick_check")]
+                pragma = "quick_check" if quick else "integrity_check"
+                checks.append(pragma)
+                result = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}")]
                 if result != ["ok"]:
-                    problems.extend(Problem("", 0, f"SQLite integrity check: {line}") for line in result)
+                    problems.extend(Problem("", 0, f"SQLite {pragma}: {line}") for line in result)
             conn.execute("BEGIN")  # one consistent view of the log while checking it
             try:
                 where = "WHERE stream = ?" if stream is not None else ""
+                params = () if stream is None else (stream,)
                 sql = f"SELECT {_COLUMNS} FROM events {where} ORDER BY stream, version"
                 # The (stream, version) index gives this order without sorting, and the cursor
                 # streams rows, so memory stays flat however large the log is.
-                for row in conn.execute(sql, () if stream is None else (stream,)):
+                for row in conn.execute(sql, params):
                     checker.add_row(row)
+                where = "WHERE s.stream = ?" if stream is not None else ""
+                for row in conn.execute(
+                    f"{_BOUND_SNAPSHOTS} {where} ORDER BY s.stream, s.type, s.version", params
+                ):
+                    checker.add_snapshot(row, row[7])
             finally:
-                conn.execute("COMMIT")
+                rollback(conn)
         except sqlite3.DatabaseError as exc:
             problems.append(Problem(stream or "", 0, f"SQLite could not read the log: {exc}"))
-        return checker.report(problems)
+        except (ValueError, TypeError, OverflowError) as exc:  # a value SQLite hands back damaged
+            problems.append(Problem(stream or "", 0, f"the log could not be read: {exc!r}"))
+        finally:
+            conn.text_factory = str
+        return checker.report(problems, checks)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -587,11 +632,15 @@ class SQLiteEventStore(EventStore):
         self._check_open()
         snap = prepare_snapshot(snapshot, self.max_event_bytes)
         now = time.time_ns() // 1000
-        row = (snap.stream, snap.type, snap.version, snap.schema, snap.data, snap.meta, now)
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
-                conn.execute(_UPSERT_SNAPSHOT, row)
+                found = conn.execute(_EVENT_HASH, (snap.stream, snap.version)).fetchone()
+                meta = bind_snapshot(snap, None if found is None else found[0])
+                conn.execute(
+                    _UPSERT_SNAPSHOT,
+                    (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now),
+                )
 
         inline = self.durability == "normal" and len(snap.data) <= _INLINE_MAX_BYTES
         await self._run(run, inline=inline)
@@ -600,19 +649,24 @@ class SQLiteEventStore(EventStore):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         check_stream_name(stream)
-        sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots WHERE stream = ?"
+        sql = f"{_BOUND_SNAPSHOTS} WHERE s.stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
-            sql += " AND version <= ?"
+            sql += " AND s.version <= ?"
             params.append(at_or_before_version)
         if type is not None:
-            sql += " AND type = ?"
+            sql += " AND s.type = ?"
             params.append(type)
-        sql += " ORDER BY version DESC, recorded_at DESC LIMIT 1"
+        sql += " ORDER BY s.version DESC, s.recorded_at DESC"
 
         def run(blocking: bool) -> Snapshot | None:
-            row = self._conn.execute(sql, params).fetchone()
-            return None if row is None else decode_snapshot(self.upcasters, row)
+            # The newest snapshot that is intact and stands on this log; the rows are read
+            # one by one, so normally only the first is.
+            cursor = self._conn.execute(sql, params)
+            try:
+                return first_intact(self.upcasters, cursor)
+            finally:
+                cursor.close()
 
         return await self._run(run)
 
@@ -668,11 +722,7 @@ class SQLiteEventStore(EventStore):
         """
         self._check_open()
         events, snapshots = list(events), list(snapshots)
-        for index, item in enumerate(events):
-            if not isinstance(item, RawEvent):
-                raise InvalidEventError(
-                    f"import_raw: expected a RawEvent, got {type(item).__name__}", index=index
-                )
+        check_raw_events(events)
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
@@ -742,6 +792,19 @@ def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: lis
         rows.append(astuple(event))
     conn.executemany(_INSERT_RAW, rows)
     conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+
+
+def _damage_or_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:
+    """``CorruptStoreError`` when SQLite says the file is damaged, else a plain ``StoreError``."""
+    text = str(exc)
+    if "malformed" in text or "Could not decode" in text or isinstance(exc, sqlite3.DataError):
+        return CorruptStoreError(path, text)
+    return StoreError(f"{path}: {text}")
+
+
+def _lenient_text(raw: bytes) -> str:
+    """SQLite text as a str; bytes that are not UTF-8 become lone surrogates, never an error."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _uri(target: str) -> str:

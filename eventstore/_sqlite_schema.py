@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._errors import StoreFormatError, StoreNotFound, StoreUnavailable
+from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._records import EncodedEvent
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bo
 
     Raises:
         StoreFormatError: the file is not SQLite, not a turnlog store, or a newer one.
+        CorruptStoreError: the file is damaged.
         StoreNotFound: the database holds no tables and ``create`` is false.
         StoreUnavailable: the database could not be read.
     """
@@ -95,11 +96,13 @@ def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bo
         with write_transaction(conn):
             _create_or_check(db, path)
     except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc) or "malformed" in str(exc):
+        if "malformed" in str(exc):
+            raise CorruptStoreError(path, str(exc)) from exc
+        if "not a database" in str(exc):
             raise StoreFormatError(f"{path} is not a SQLite database: {exc}") from exc
         raise StoreUnavailable(f"cannot open {path}: {exc}") from exc
     except (UnicodeError, ValueError, TypeError) as exc:  # a damaged schema table
-        raise StoreFormatError(f"{path} is not a readable turnlog store: {exc}") from exc
+        raise CorruptStoreError(path, f"its schema cannot be read ({exc!r})") from exc
     finally:
         conn.execute("PRAGMA busy_timeout = 0")
 

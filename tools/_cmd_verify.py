@@ -17,25 +17,34 @@ __all__ = ["COMMAND"]
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
     parser.add_argument("--stream", default=None, help="check one stream only")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="SQLite: run PRAGMA quick_check instead of the slower, thorough integrity_check",
+    )
 
 
-async def _verify(value: str | None, stream: str | None) -> VerifyReport:
+async def _verify(value: str | None, stream: str | None, quick: bool) -> VerifyReport:
     async with opened_store(value, upcast=False) as store:
         if stream is not None and await store.stream_version(stream) == 0:
             # a stream that is not there verifies trivially: say so rather than "ok"
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
-        return await store.verify(stream)
+        return await store.verify(stream, quick=quick)
 
 
 def _run(args: argparse.Namespace) -> int:
     with busy("verifying hash chains"):
-        report = anyio.run(_verify, args.store, args.stream)
+        report = anyio.run(_verify, args.store, args.stream, args.quick)
+    ran = [check for check in report.checks if check in ("integrity_check", "quick_check")]
+    database = f"; SQLite {ran[0]} ok" if ran else ""
     if args.json:
         emit_json(
             {
                 "ok": report.ok,
                 "streams": report.streams,
                 "events": report.events,
+                "snapshots": report.snapshots,
+                "checks": list(report.checks),
                 "problems": [
                     {"stream": p.stream, "version": p.version, "position": p.position, "what": p.what}
                     for p in report.problems
@@ -43,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
             }
         )
     elif report.ok:
-        print(f"ok: {report.events} events in {report.streams} streams; every hash chain verifies")
+        print(f"ok: {report.events} events in {report.streams} streams; every hash chain verifies{database}")
     else:
         for problem in report.problems:
             print(f"PROBLEM {problem}")

@@ -89,6 +89,10 @@ class StoreConformance(EncodedAppendConformance):
         """Overwrite the stored ``data`` bytes of one event behind the store's back."""
         pytest.skip("this backend gives the suite no raw access to stored bytes")
 
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        """Overwrite the stored ``data`` bytes of one snapshot behind the store's back."""
+        pytest.skip("this backend gives the suite no raw access to stored snapshots")
+
     # ---------------------------------------------------------------- 1. atomic appends
 
     async def test_round_trip_keeps_every_field(self, store: EventStore) -> None:
@@ -493,6 +497,53 @@ class StoreConformance(EncodedAppendConformance):
         assert await store.load_snapshot("s-1") is None
         assert await store.delete_snapshots() == 1
 
+    async def test_snapshot_is_bound_to_the_event_it_stands_at(self, store: EventStore) -> None:
+        """A loaded snapshot carries the hash of the log's event at its version and its digest;
+        the binding never shows in meta, and a caller cannot set it."""
+        await fill(store, "s-1", 2)
+        await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {"n": 2}, meta={"p": 1}))
+        snap = await store.load_snapshot("s-1")
+        (event,) = await collect(store.read_stream("s-1", 2, 2))
+        assert snap is not None and snap.meta == {"p": 1}
+        assert snap.event_hash == event.hash and len(snap.digest) == 64
+        with pytest.raises(InvalidEventError, match="turnlog_chain"):
+            await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {}, meta={"turnlog_chain": {}}))
+        report = await store.verify()
+        assert report.ok and report.snapshots == 1 and {"chains", "snapshots"} <= set(report.checks)
+
+    async def test_altered_snapshot_is_ignored_and_reported(
+        self, store: EventStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An edited snapshot is never returned (the one before it is, with a warning), and
+        verify names it."""
+        await fill(store, "s-1", 3)
+        for version in (2, 3):
+            await store.save_snapshot(NewSnapshot("s-1", version, "branch_state", {"n": version}))
+        await self.tamper_snapshot(store, "s-1", 3, encode_json({"n": 1000}))
+        with caplog.at_level("WARNING", logger="turnlog.eventstore"):
+            snap = await store.load_snapshot("s-1")
+        assert snap is not None and (snap.version, snap.data) == (2, {"n": 2})
+        assert "ignoring snapshot" in caplog.text and "altered" in caplog.text
+        report = await store.verify()
+        assert not report.ok and report.events == 3 and report.snapshots == 2
+        ((stream, version, what),) = [(p.stream, p.version, p.what) for p in report.problems]
+        assert (stream, version) == ("s-1", 3) and "snapshot 'branch_state'" in what and "altered" in what
+        stream_report = await store.verify("s-1")
+        assert [p.version for p in stream_report.problems] == [3]
+
+    async def test_snapshot_of_another_history_is_ignored(self, store: EventStore) -> None:
+        """A snapshot that does not stand on the log's event at its version is not used."""
+        await fill(store, "s-1", 1)
+        await store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {"n": 1}))
+        await store.save_snapshot(NewSnapshot("s-1", 2, "branch_state", {"n": 2}))  # ahead of the log
+        assert (await store.load_snapshot("s-1", 1)) is not None
+        await fill(store, "s-1", 1)  # now the log has a version 2 the snapshot never saw
+        snap = await store.load_snapshot("s-1")
+        assert snap is not None and snap.version == 1
+        report = await store.verify()
+        assert [(p.stream, p.version) for p in report.problems] == [("s-1", 2)]
+        assert "hash differs" in report.problems[0].what
+
     async def test_bad_snapshot_is_refused(self, store: EventStore) -> None:
         """A snapshot with non-object data or a malformed type raises InvalidEventError."""
         for snap in (NewSnapshot("s-1", 1, "branch_state", [1]), NewSnapshot("s-1", 1, "", {})):  # type: ignore[arg-type]
@@ -612,8 +663,20 @@ class StoreConformance(EncodedAppendConformance):
         assert (await store.verify()).ok
         assert (await collect(store.read_stream("a")))[-1].data == {"n": 2}
 
+    async def test_import_raw_refuses_what_append_refuses(self, store: EventStore) -> None:
+        """A raw event with a non-canonical id or a bad stream name is refused like an append."""
+        raw = self.raw(store)
+        data = encode_json({"n": 1})
+        for eid, stream in (("payment-42", "a"), (str(uuid7()).upper(), "a"), (str(uuid7()), "a\ud800")):
+            digest = event_hash("", eid, "a", 1, "thing.happened", 1, data, b"{}", 7)
+            with pytest.raises(InvalidEventError):
+                await raw.import_raw(
+                    [RawEvent(1, eid, stream, 1, "thing.happened", 1, data, b"{}", 7, "", digest)]
+                )
+        assert await store.head() == 0
+
     async def test_raw_snapshots_round_trip(self, store: EventStore) -> None:
-        """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable."""
+        """raw_snapshots returns what was saved; import_raw of a snapshot makes it loadable if intact."""
         raw = self.raw(store)
         await store.save_snapshot(NewSnapshot("a", 1, "state", {"v": 1}))
         (saved,) = await raw.raw_snapshots()
@@ -623,9 +686,13 @@ class StoreConformance(EncodedAppendConformance):
             1,
             encode_json({"v": 1}),
         )
-        await raw.import_raw([], [replace(saved, version=2, data=encode_json({"v": 2}))])
+        await store.delete_snapshots()
+        await raw.import_raw([], [saved])
         loaded = await store.load_snapshot("a")
-        assert loaded is not None and (loaded.version, loaded.data) == (2, {"v": 2})
+        assert loaded is not None and (loaded.version, loaded.data) == (1, {"v": 1})
+        # bytes edited on the way are not trusted: the digest no longer matches
+        await raw.import_raw([], [replace(saved, data=encode_json({"v": 2}))])
+        assert await store.load_snapshot("a") is None
 
     # ---------------------------------------------------------------- 7. schemas
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from uuid import UUID
 
 import pytest
 from hypothesis import given
@@ -178,11 +179,12 @@ def _chain(count: int) -> list[dict]:
     rows, prev = [], ""
     for version in range(1, count + 1):
         data = encode_json({"v": version})
-        digest = event_hash(prev, f"id-{version}", "s-1", version, "a.b", 1, data, b"{}", 5)
+        event_id = str(UUID(int=version))
+        digest = event_hash(prev, event_id, "s-1", version, "a.b", 1, data, b"{}", 5)
         rows.append(
             dict(
                 position=version,
-                event_id=f"id-{version}",
+                event_id=event_id,
                 stream="s-1",
                 version=version,
                 type_="a.b",

@@ -21,6 +21,12 @@ class TestMemoryStore(StoreConformance):
         position = store._streams[stream][version - 1]
         store._rows[position - 1] = store._rows[position - 1]._replace(data=data)
 
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, MemoryEventStore)
+        for key, (schema, _, meta, recorded_at) in list(store._snapshots.items()):
+            if key[0] == stream and key[2] == version:
+                store._snapshots[key] = (schema, data, meta, recorded_at)
+
 
 async def test_recorded_at_is_the_append_time() -> None:
     """recorded_at is the UTC time of the append, to the microsecond."""

@@ -82,6 +82,13 @@ class TestPostgresConformance(StoreConformance):
             [data, stream, version],
         )
 
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, PostgresEventStore)
+        await raw_sql(
+            f'UPDATE "{store.schema}".snapshots SET data = %s WHERE stream = %s AND version = %s',
+            [data, stream, version],
+        )
+
 
 class PostgresMachine(StoreMachine):
     """The hypothesis state machine of the SQLite tests, on a fresh schema per example."""

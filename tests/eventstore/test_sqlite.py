@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -18,7 +19,9 @@ from turnlog.eventstore import (
     EventStore,
     MemoryEventStore,
     NewEvent,
+    NewSnapshot,
     SQLiteEventStore,
+    StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
@@ -45,6 +48,16 @@ class TestSQLiteFile(StoreConformance):
         finally:
             conn.close()
 
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        conn = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            conn.execute(
+                "UPDATE snapshots SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+            )
+        finally:
+            conn.close()
+
 
 class TestSQLiteMemory(StoreConformance):
     shares_across_processes = False
@@ -58,6 +71,12 @@ class TestSQLiteMemory(StoreConformance):
         assert isinstance(store, SQLiteEventStore)
         store._conn.execute(  # the private database has no other way in
             "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+        )
+
+    async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        store._conn.execute(
+            "UPDATE snapshots SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
         )
 
 
@@ -406,3 +425,130 @@ async def test_store_files_are_private(tmp_path: Path) -> None:
             for suffix in ("", "-wal", "-shm"):
                 mode = os.stat(f"{path}{suffix}").st_mode & 0o777
                 assert mode == expected, f"{path.name}{suffix}: {mode:o}"
+
+
+# -- verify: the database file and the snapshots -----------------------------------------------
+
+
+def _corrupt_index(path: Path) -> None:
+    """Change the stream name in one entry of the (stream, version) index, not in the table."""
+    with raw(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
+            "AND name = 'sqlite_autoindex_events_2'"
+        ).fetchone()
+    conn.close()
+    with open(path, "r+b") as file:
+        file.seek((root - 1) * page_size)
+        page = file.read(page_size)
+        at = page.index(b"qqqq-stream")
+        file.seek((root - 1) * page_size + at)
+        file.write(b"qqqq-strean")
+
+
+async def test_verify_runs_integrity_check_and_says_which(sqlite_path: Path, sqlite_url: str) -> None:
+    """verify runs integrity_check (quick=True: quick_check), which finds index rows that do
+    not match the table; the report says which check ran."""
+    async with open_store(sqlite_url) as store:
+        await store.append("qqqq-stream", [ev(n=i) for i in range(3)])
+        report = await store.verify()
+        assert report.ok and "integrity_check" in report.checks and "quick_check" not in report.checks
+        assert "quick_check" in (await store.verify(quick=True)).checks
+        assert "integrity_check" not in (await store.verify("qqqq-stream")).checks
+    _corrupt_index(sqlite_path)
+    async with open_store(sqlite_url, create=False) as store:
+        full = await store.verify()
+        quick = await store.verify(quick=True)
+    assert not full.ok
+    assert any("integrity_check" in p.what and "index" in p.what for p in full.problems)
+    assert quick.checks[-1] == "quick_check"
+
+
+async def test_a_snapshot_of_an_older_turnlog_is_not_trusted(sqlite_path: Path, sqlite_url: str) -> None:
+    """A snapshot without its binding to the log (older turnlog, or stripped) is not returned."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev()])
+        await store.save_snapshot(NewSnapshot("s-1", 1, "branch_state", {"n": 1}))
+    with raw(sqlite_path) as conn:
+        conn.execute("UPDATE snapshots SET meta = '{}'")
+    conn.close()
+    async with open_store(sqlite_url) as store:
+        assert await store.load_snapshot("s-1") is None
+        report = await store.verify()
+    assert [p.version for p in report.problems] == [1] and "no binding" in report.problems[0].what
+
+
+_CONFUSIONS = [
+    ("data = 5", "data"),
+    ("meta = X'ff00'", "payload is not valid JSON"),
+    ("recorded_at = 'yesterday'", "recorded_at"),
+    ("prev_hash = X'00ff'", "prev_hash"),
+    ("hash = 7", "hash"),
+    ("position = position", None),  # a control: nothing wrong
+    ("id = 'payment-42'", "canonical UUID"),
+    ("type = X'c3'", "type"),
+    ("stream = CAST(X'62ff' AS TEXT)", "stream"),
+]
+
+
+@pytest.mark.parametrize(("change", "named"), _CONFUSIONS)
+async def test_rows_of_the_wrong_types_are_reported_not_raised(
+    sqlite_path: Path, sqlite_url: str, change: str, named: str | None
+) -> None:
+    """verify reports a row whose fields have the wrong types or are not UTF-8; reads raise
+    a StoreError subclass, never TypeError or UnicodeDecodeError."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=1), ev(n=2), ev(n=3)])
+    with raw(sqlite_path) as conn:
+        conn.execute(f"UPDATE events SET {change} WHERE version = 2")
+    conn.close()
+    async with open_store(sqlite_url, create=False) as store:
+        report = await store.verify()
+        assert report.events == 3
+        if named is None:
+            assert report.ok
+        else:
+            assert not report.ok
+            assert any(named in p.what for p in report.problems), report.problems
+            try:
+                await collect(store.read_all())
+            except StoreError:
+                pass
+
+
+async def test_damaged_files_never_crash_verify(sqlite_path: Path, sqlite_url: str) -> None:
+    """Random bit flips in a store file: opening, verify, reads and snapshot loads either work
+    or raise a TurnlogError; nothing else escapes."""
+    import random
+    from contextlib import aclosing
+
+    async with open_store(sqlite_url) as store:
+        for k in range(3):
+            await store.append(f"branch-{k}", [ev(text=f"hello {k} {i}", n=i) for i in range(30)])
+            await store.save_snapshot(NewSnapshot(f"branch-{k}", 15, "branch_state", {"n": 15}))
+    original = sqlite_path.read_bytes()
+    rng = random.Random(15)
+    damaged = sqlite_path.with_name("damaged.db")
+    for _ in range(60):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{damaged}{suffix}").unlink(missing_ok=True)
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 2, 8])):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        damaged.write_bytes(data)
+        try:
+            async with open_store(f"sqlite:///{damaged}", create=False) as store:
+                for quick in (False, True):
+                    report = await store.verify(quick=quick)
+                    assert report.ok or report.problems
+                for name in ("branch-0", "branch-1", "branch-2"):
+                    with contextlib.suppress(TurnlogError):
+                        await store.load_snapshot(name)
+                with contextlib.suppress(TurnlogError):
+                    async with aclosing(store.read_all()) as events:
+                        async for _event in events:
+                            pass
+        except TurnlogError:
+            pass

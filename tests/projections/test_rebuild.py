@@ -415,3 +415,33 @@ async def test_an_extra_event_type_makes_the_next_head_a_keyframe(store) -> None
     assert delta_changes(base, fold(events), [], 16) is None  # the base is not older than the state
     with pytest.raises(ValueError, match="keyframe_every"):
         SnapshotPolicy(keyframe_every=0)
+
+
+async def test_an_edited_snapshot_is_ignored_and_the_state_is_folded_from_events(tmp_path) -> None:
+    """Editing a stored snapshot changes nothing a reader sees; verify names the snapshot."""
+    import sqlite3
+
+    from turnlog.kernel import Branch
+
+    url = f"sqlite:///{tmp_path / 'edited.db'}"
+    async with open_store(url) as store:
+        events = await new_branch(store, "b")
+        for i in range(4):
+            events += await append(store, "b", [MessageAdded(message=Instruction.create(f"question {i}"))])
+            await maybe_snapshot(store, fold(events), SnapshotPolicy(every=1))
+        truth = fold(events)
+    conn = sqlite3.connect(tmp_path / "edited.db", isolation_level=None)
+    (edited,) = conn.execute(
+        "UPDATE snapshots SET data = replace(data, 'question 3', 'forged 3') "
+        "WHERE instr(data, 'question 3') > 0 RETURNING version"
+    ).fetchone()
+    conn.close()
+    assert edited == truth.version
+    async with open_store(url) as store:
+        assert await rebuild(store, "b") == truth
+        branch = await Branch.load(store, "b")
+        assert [m.content.instruction for m in branch.messages] == [f"question {i}" for i in range(4)]
+        report = await store.verify()
+    assert not report.ok
+    assert [(p.stream, p.version) for p in report.problems] == [("branch-b", edited)]
+    assert "altered" in report.problems[0].what
