@@ -68,6 +68,8 @@ def _run(args: argparse.Namespace) -> int:
         [[r.version, r.position, _stamp(r.recorded_at), r.type, r.summary] for r in rows],
         title=f"branch {branch_id}",
     )
+    if not rows:
+        print(f"(no event of type {', '.join(args.types)} in these versions)" if args.types else "(no event)")
     return 0
 
 
