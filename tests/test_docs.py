@@ -8,7 +8,8 @@ without the marker are illustrations and are not run.
 When the prose right after such a block begins with "prints" and a ```text block follows,
 that block is the expected standard output, line by line; ``...`` inside an expected line
 stands for any text (an id, a time, a duration). Examples import public names only: no
-``turnlog.<layer>._private`` module.
+``turnlog.<layer>._private`` module. The error lines that cli.md's Conventions show are run
+and compared too.
 """
 
 from __future__ import annotations
@@ -89,3 +90,47 @@ def test_output_patterns() -> None:
     assert _matches("run ... ended in ... ms\n", "run 01a2 ended in 12.5 ms\n")
     assert not _matches("ok: 3 events\n", "ok: 4 events\n")
     assert not _matches("one\n", "one\ntwo\n")
+
+
+def _transcript(text: str) -> list[tuple[str, str]]:
+    """``$ command`` lines of a text block, each with the output shown under it."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps and line:
+            steps[-1][1].append(line)
+    return [(command, "\n".join(shown)) for command, shown in steps]
+
+
+def test_cli_error_examples_print_what_cli_md_shows(tmp_path: Path) -> None:
+    """The error lines the Conventions of cli.md show are the ones the command prints."""
+    import shlex
+
+    import anyio
+    from turnlog.eventstore import open_store
+
+    async def empty_store() -> None:
+        async with open_store(f"sqlite:///{tmp_path / 'demo.db'}") as store:
+            await store.head()
+
+    anyio.run(empty_store)
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    conventions = text[text.index("## Conventions") : text.index("\n## ", text.index("## Conventions") + 1)]
+    block = re.search(r"^```text\n(.*?)^```", conventions, re.MULTILINE | re.DOTALL)
+    assert block is not None
+    steps = _transcript(block.group(1))
+    assert len(steps) >= 2
+    env = {"NO_COLOR": "1", "PATH": "/usr/bin:/bin", "TURNLOG_STORE": "demo.db"}
+    for command, shown in steps:
+        argv = shlex.split(command)
+        assert argv[0] == "turnlog"
+        done = subprocess.run(
+            [sys.executable, "-m", "turnlog", *argv[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert _matches(shown, done.stdout + done.stderr), (command, shown, done.stdout + done.stderr)
