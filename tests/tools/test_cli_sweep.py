@@ -254,3 +254,24 @@ def test_an_unreachable_postgresql_is_one_line_and_status_3(tmp_path: Path, comm
     done = turnlog(command, "--store", "postgresql://postgres@127.0.0.1:1/nowhere", cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", ["verify", "tail", "recover", "branches", "stats", "log demo"])
+def test_a_postgresql_schema_without_a_store_is_refused_and_not_created(tmp_path: Path, command: str) -> None:
+    import uuid
+    from urllib.parse import urlencode
+
+    dsn = os.environ.get("TURNLOG_TEST_PG_DSN")
+    if not dsn:
+        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"t_{uuid.uuid4().hex}"
+    url = dsn + ("&" if "?" in dsn else "?") + urlencode({"schema": schema})
+    extra = ["--analytics-db", str(tmp_path / "a.db")] if command == "stats" else []
+    done = turnlog(*command.split(), "--store", url, *extra, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "no turnlog store" in done.stderr
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", [schema])
+        assert found.fetchall() == []
