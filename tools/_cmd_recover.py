@@ -6,7 +6,8 @@ import argparse
 
 import anyio
 
-from ._command import Command, add_store_argument, emit_json, store_url
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import opened_store
 
 __all__ = ["COMMAND"]
 
@@ -20,24 +21,28 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-async def _recover(url: str, persist_dir: str | None) -> object:
-    from turnlog.eventstore import open_store
+async def _recover(value: str | None, persist_dir: str | None) -> object:
     from turnlog.kernel import recover
-    from turnlog.projections import catalogue_upcasters
 
-    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+    # recover writes only to runs a store already holds: it never creates a store
+    async with opened_store(value) as store:
         return await recover(store, persist_dir)
 
 
 def _run(args: argparse.Namespace) -> int:
     from turnlog.kernel import RecoveryReport
 
-    report = anyio.run(_recover, store_url(args.store), args.persist_dir)
+    report = anyio.run(_recover, args.store, args.persist_dir)
     assert isinstance(report, RecoveryReport)
+    # runs whose recovery failed (the others were recovered) and buffers left alone, when the
+    # kernel reports them
+    failed = tuple(getattr(report, "failed", ()))
+    skipped = tuple(getattr(report, "skipped", ()))
+    status = 1 if failed else 0
     if args.json:
         emit_json(report.to_dict())
-        return 0
-    if not report.changed and not report.problems:
+        return status
+    if not report.changed and not report.problems and not failed:
         print(f"nothing to recover (buffers searched in {report.persist_dir})")
         return 0
     for run in report.runs:
@@ -49,13 +54,17 @@ def _run(args: argparse.Namespace) -> int:
             + (f"; resume session {run.session_id}" if run.session_id else "")
         )
     for problem in report.problems:
-        print(f"bad line: {problem}")
+        print(f"problem: {problem}")
+    for path in skipped:
+        print(f"left as it is: {path}")
+    for failure in failed:
+        print(f"NOT RECOVERED: {failure}")
     for path in report.torn:
         print(f"torn last line tolerated: {path}")
     for path in report.kept:
         print(f"kept for inspection: {path}")
     print(f"{report.imported} chunk events imported, {len(report.removed)} buffers removed")
-    return 0
+    return status
 
 
 COMMAND = Command(
