@@ -17,7 +17,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--persist-dir",
         default=None,
-        help="where stream_persist buffers are (default: runs/ next to the store file, else ./runs)",
+        help="where stream_persist buffers are (default: STORE.runs/ beside a store file, else ./runs/STORE_ID)",
     )
 
 
@@ -34,10 +34,9 @@ def _run(args: argparse.Namespace) -> int:
 
     report = anyio.run(_recover, args.store, args.persist_dir)
     assert isinstance(report, RecoveryReport)
-    # runs whose recovery failed (the others were recovered) and buffers left alone, when the
-    # kernel reports them
-    failed = tuple(getattr(report, "failed", ()))
-    skipped = tuple(getattr(report, "skipped", ()))
+    # runs whose recovery failed (the others were recovered) and buffers left alone
+    failed = report.failed
+    skipped = report.skipped
     status = 1 if failed else 0
     if args.json:
         emit_json(report.to_dict())
@@ -72,7 +71,7 @@ COMMAND = Command(
     help="import leftover stream buffers and close runs a crash left open",
     add_arguments=_add_arguments,
     run=_run,
-    example="turnlog recover --store runs.db --persist-dir ./runs",
+    example="turnlog recover --store runs.db",
     description=(
         "Find runs that started and never ended and the live buffers of stream_persist runs; "
         "import the buffered chunks (same event ids, so running it twice changes nothing), "

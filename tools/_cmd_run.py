@@ -112,7 +112,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream-persist",
         action="store_true",
-        help="keep a live buffer of the chunks (runs/ next to the store) so 'turnlog recover' can "
+        help="keep a live buffer of the chunks (STORE.runs/ beside the store file) so 'turnlog recover' can "
         "finish the run if this process is killed",
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole turn")
