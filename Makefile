@@ -18,6 +18,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/turnlog demo
+	@echo "(turnlog is in $(BIN): run $(BIN)/turnlog, or 'source $(BIN)/activate' to have it on PATH)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

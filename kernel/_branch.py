@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ from turnlog.projections import (
 if TYPE_CHECKING:
     from turnlog.kernel._session import OperationManager, Session
 
-__all__ = ["Branch", "default_store", "model_config", "resolve_model"]
+__all__ = ["MAX_BRANCH_NAME", "Branch", "check_branch_name", "default_store", "model_config", "resolve_model"]
 
 
 def _model_from_config(config: Mapping[str, Any] | None) -> ChatModel | None:
@@ -105,6 +106,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
+        check_branch_name(name)
         self._setup(str(uuid7()), store, readonly_at=None)
         self._chat_model = resolve_model(chat_model)
         self._parse_model = resolve_model(parse_model)
@@ -481,6 +483,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
 
         The new stream begins with ``branch.forked``, which references the parent prefix.
         """
+        check_branch_name(name)
         if self._readonly_at is None:
             await self._ensure_created()
         version = at_version if at_version is not None else (self._readonly_at or self.version)
@@ -500,6 +503,31 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         )
         await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
         return child
+
+
+MAX_BRANCH_NAME = 200
+"""The longest branch name, in characters."""
+
+
+def check_branch_name(name: object) -> None:
+    """Refuse a branch name a person could not type back: empty, blank, control characters, too long.
+
+    None (no name) is allowed. Names need not be unique to the API; a lookup by a name that
+    several branches share reports them all (the ``turnlog`` command refuses a name in use).
+
+    Raises:
+        UsageError: naming what is wrong with the name.
+    """
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise UsageError(f"a branch name must be a str, not {type(name).__name__}")
+    if not name.strip():
+        raise UsageError("a branch name must not be empty or only spaces")
+    if len(name) > MAX_BRANCH_NAME:
+        raise UsageError(f"a branch name has at most {MAX_BRANCH_NAME} characters, not {len(name)}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise UsageError(f"a branch name must not contain control characters: {name!r:.80}")
 
 
 def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:

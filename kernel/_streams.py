@@ -158,10 +158,12 @@ class StreamVerbs:
         )
         parse_param = None
         if response_format is not None and not skip_validation:
+            # `is None`, not truthiness: a supplied model object that is falsy is still used
+            chosen = resolve_model(parse_model)
             parse_param = ParseParam(
                 response_format=response_format,
                 max_retries=num_parse_retries,
-                imodel=resolve_model(parse_model) or branch.parse_model,
+                imodel=branch.parse_model if chosen is None else chosen,
             )
         return await run_and_collect(
             branch,

@@ -150,7 +150,7 @@ class Changes:
     slots: frozenset[int]
 
 
-_NO_MAP_CHANGE = frozenset({"messages.cleared", "provider.session_bound", "model.called"})
+_NO_MAP_CHANGE = frozenset({"messages.cleared", "provider.session_bound", "model.called", "branch.user_set"})
 _RUN_TYPES = frozenset({"run.started", "run.ended", "run.failed"})
 
 

@@ -120,3 +120,6 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
 
     help_run = _run([str(venv / "bin" / "turnlog"), "--help"], cwd=elsewhere)
     assert "usage: turnlog" in help_run.stdout
+    # python -m turnlog and turnlog.__version__ work from the wheel too
+    version = _run([str(vpython), "-I", "-m", "turnlog", "--version"], cwd=elsewhere)
+    assert version.stdout.startswith("turnlog ") and version.stdout.split()[1][:1].isdigit()

@@ -65,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
             [r["branch_id"], r["name"], r["version"], r["forked_from"], (r["updated_at"] or "")[:19]]
             for r in rows
         ],
+        keep=("branch", "name"),
     )
     return 0
 

@@ -18,7 +18,7 @@ from turnlog.kernel import Branch, KernelError, iModel
 from turnlog.kernel.models import MissingAPIKey, ProviderError
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
+from ._inspect import branch_id_of, check_new_name, opened_store
 
 __all__ = ["COMMAND", "add_branch_arguments", "last_run_line"]
 
@@ -29,7 +29,12 @@ def add_branch_arguments(parser: argparse.ArgumentParser) -> None:
     """``--branch B`` or ``--new NAME`` (shared by ``chat`` and ``run``)."""
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--branch", default=None, help="continue this branch (id, unique id prefix or name)")
-    which.add_argument("--new", default=None, metavar="NAME", help="start a new branch with this name")
+    which.add_argument(
+        "--new",
+        default=None,
+        metavar="NAME",
+        help="start a new branch with this name (one no other branch has: a name names one branch)",
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,9 +96,12 @@ async def _chat(args: argparse.Namespace) -> tuple[Branch, str | None]:
     if args.branch is not None and args.system is not None:
         raise UserError("--system applies to a new branch; the branch given already has its system prompt")
     if args.branch is None:
+        await check_new_name(None, args.new)
         model = model or iModel(DEFAULT_MODEL)
         check_api_key(model)  # before the store is even opened
     async with opened_store(args.store, must_exist=args.branch is not None) as store:
+        if args.branch is None:
+            await check_new_name(store, args.new)
         if args.branch is not None:
             branch = await Branch.load(store, await branch_id_of(store, args.branch), chat_model=model)
             if branch.chat_model is None:

@@ -8,7 +8,7 @@ import anyio
 from turnlog.projections import BranchDiff, StateCache, diff, rebuild
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, message_line, message_view, opened_store, run_view
+from ._inspect import branch_id_of, check_version, message_line, message_view, opened_store, run_view
 
 __all__ = ["COMMAND"]
 
@@ -22,9 +22,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _diff(args: argparse.Namespace) -> BranchDiff:
     if args.a < 1 or args.b < 1:
-        raise UserError("versions start at 1")
+        raise UserError(f"versions start at 1, not {min(args.a, args.b)}")
     async with opened_store(args.store) as store:
         branch_id = await branch_id_of(store, args.branch)
+        await check_version(store, branch_id, args.a, "version")
+        await check_version(store, branch_id, args.b, "version")
         # the later state first: the earlier one then borrows its messages from the cache
         # (see StateCache) instead of reading and validating them a second time
         cache = StateCache(store)

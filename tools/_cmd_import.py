@@ -1,16 +1,25 @@
 """``turnlog import FILE``: load a JSON Lines export (the native envelope) into a store.
 
-Importing is idempotent: events keep their ids, so importing the same file twice adds
-nothing, and an import interrupted half-way completes when run again. Before anything is
-written, the file's own hash chains are checked, so a file altered after export is refused
-with the line, stream and version that do not verify (``--no-verify`` skips that check).
-The target store computes its own chain for what it stores; ``turnlog verify`` passes after.
+The events are stored exactly as exported: the same ids, versions, ``recorded_at`` times
+and hashes (through the store's raw copy, as ``turnlog migrate`` does), so the copy verifies
+with the original's hashes and time queries see the original times; only the global
+positions are those of the target store. Before anything is written the whole file is
+checked: every line is an event envelope, every stream's versions are contiguous and every
+hash recomputes from the content (an altered file is refused, naming the line), and every
+``branch-``, ``run-``, ``session-`` and ``graph-`` stream is named by a canonical UUID.
+Then the file is written in one transaction: all of it or nothing.
+
+Importing is idempotent: events the store already holds (same hashes) are skipped, so
+importing the same file twice adds nothing and a file that extends an earlier import adds
+only the rest. A store that does not exist is created, and removed again if the import fails.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import contextlib
+import os
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,21 +30,24 @@ import anyio
 import orjson
 from turnlog.eventstore import (
     EventStore,
-    NewEvent,
+    RawEvent,
     RecordedEvent,
-    StoreError,
     encode_json,
     event_hash,
     open_store,
 )
 
-from ._command import Command, UserError, add_store_argument, emit_json, store_url
-from ._output import fancy
+from ._command import Command, UserError, add_store_argument, emit_json, sqlite_file, store_url
+from ._outfile import store_files
+from ._output import busy
 
-__all__ = ["COMMAND", "ImportReport", "import_events", "read_export"]
+__all__ = ["COMMAND", "ImportReport", "check_chains", "import_events", "read_export"]
 
-_BATCH = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ID_STREAMS = ("branch-", "run-", "session-", "graph-")
+_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*(\.[A-Za-z][A-Za-z0-9_\-]*)*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_NAME = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +74,61 @@ def _field(obj: dict[str, Any], name: str, kind: type, number: int) -> Any:
     return value
 
 
+def _canonical_uuid(text: str) -> bool:
+    try:
+        return str(UUID(text)) == text
+    except ValueError:
+        return False
+
+
+def _check_names(stream: str, etype: str, number: int) -> None:
+    """A stream name the store would accept, an id where a file name is made of it, a dotted type."""
+    if not stream or len(stream) > _MAX_NAME or _CONTROL.search(stream):
+        raise UserError(f"line {number}: {stream!r:.80} is not a valid stream name")
+    try:
+        stream.encode()
+    except UnicodeEncodeError as exc:
+        raise UserError(f"line {number}: the stream name {stream!r:.80} is not valid UTF-8") from exc
+    for prefix in _ID_STREAMS:
+        if stream.startswith(prefix) and not _canonical_uuid(stream.removeprefix(prefix)):
+            raise UserError(
+                f"line {number}: stream {stream!r:.80} is not named by an id "
+                f"({prefix}<lower-case UUID>); refused"
+            )
+    if len(etype) > _MAX_NAME or not _TYPE.match(etype):
+        raise UserError(f"line {number}: {etype!r:.80} is not a valid event type")
+
+
+def _event(obj: dict[str, Any], number: int) -> RecordedEvent:
+    try:
+        recorded_at = datetime.fromisoformat(_field(obj, "recorded_at", str, number))
+    except ValueError as exc:
+        raise UserError(f"line {number}: recorded_at is not an ISO 8601 time") from exc
+    if recorded_at.tzinfo is None:
+        raise UserError(f"line {number}: recorded_at has no time zone")
+    event_id = _field(obj, "id", str, number)
+    if not _canonical_uuid(event_id):
+        raise UserError(f"line {number}: id {event_id!r:.60} is not a lower-case UUID")
+    stream, etype = _field(obj, "stream", str, number), _field(obj, "type", str, number)
+    _check_names(stream, etype, number)
+    version, schema = _field(obj, "version", int, number), _field(obj, "schema", int, number)
+    if version < 1 or schema < 1:
+        raise UserError(f"line {number}: version and schema start at 1")
+    return RecordedEvent(
+        id=UUID(event_id),
+        stream=stream,
+        version=version,
+        position=_field(obj, "position", int, number),
+        type=etype,
+        schema=schema,
+        data=_field(obj, "data", dict, number),
+        meta=_field(obj, "meta", dict, number),
+        recorded_at=recorded_at,
+        prev_hash=_field(obj, "prev_hash", str, number),
+        hash=_field(obj, "hash", str, number),
+    )
+
+
 def read_export(path: Path) -> list[_Line]:
     """Parse every line of an export; a malformed line is an error naming its number."""
     lines: list[_Line] = []
@@ -75,29 +142,7 @@ def read_export(path: Path) -> list[_Line]:
                 raise UserError(f"line {number}: not JSON ({exc})") from exc
             if not isinstance(obj, dict):
                 raise UserError(f"line {number}: expected a JSON object (an event envelope)")
-            try:
-                recorded_at = datetime.fromisoformat(_field(obj, "recorded_at", str, number))
-                UUID(_field(obj, "id", str, number))
-            except ValueError as exc:
-                raise UserError(f"line {number}: {exc}") from exc
-            lines.append(
-                _Line(
-                    number,
-                    RecordedEvent(
-                        id=UUID(obj["id"]),
-                        stream=_field(obj, "stream", str, number),
-                        version=_field(obj, "version", int, number),
-                        position=_field(obj, "position", int, number),
-                        type=_field(obj, "type", str, number),
-                        schema=_field(obj, "schema", int, number),
-                        data=_field(obj, "data", dict, number),
-                        meta=_field(obj, "meta", dict, number),
-                        recorded_at=recorded_at,
-                        prev_hash=_field(obj, "prev_hash", str, number),
-                        hash=_field(obj, "hash", str, number),
-                    ),
-                )
-            )
+            lines.append(_Line(number, _event(obj, number)))
     return lines
 
 
@@ -141,107 +186,113 @@ def check_chains(lines: list[_Line]) -> None:
         last[line.event.stream] = line
 
 
-def _batches(lines: list[_Line]) -> Iterator[list[list[_Line]]]:
-    """Runs of consecutive events of one stream, grouped into batches (a stream once per batch)."""
-    batch: list[list[_Line]] = []
-    size = 0
-    streams: set[str] = set()
-    for line in lines:
-        if batch and batch[-1][0].event.stream == line.event.stream:
-            batch[-1].append(line)
-        else:
-            if line.event.stream in streams or size >= _BATCH:
-                yield batch
-                batch, size, streams = [], 0, set()
-            batch.append([line])
-            streams.add(line.event.stream)
-        size += 1
-    if batch:
-        yield batch
+def _raw(line: _Line, position: int) -> RawEvent:
+    event = line.event
+    return RawEvent(
+        position=position,
+        id=str(event.id),
+        stream=event.stream,
+        version=event.version,
+        type=event.type,
+        schema=event.schema,
+        data=encode_json(event.data),
+        meta=encode_json(event.meta),
+        recorded_at_us=_micros(event.recorded_at),
+        prev_hash=event.prev_hash,
+        hash=event.hash,
+    )
 
 
-async def _already_there(store: EventStore, run: list[_Line], current: int) -> int:
-    """How many leading events of ``run`` the store holds already (same ids), else an error."""
-    overlap = [line for line in run if line.event.version <= current]
-    if not overlap:
-        return 0
-    stored = {
-        e.version: str(e.id)
-        async for e in store.read_stream(
-            run[0].event.stream, overlap[0].event.version, overlap[-1].event.version
+async def _stored_hashes(store: EventStore, stream: str, low: int, high: int) -> dict[int, str]:
+    """Version -> hash of the events ``low..high`` of ``stream`` the store holds."""
+    return {e.version: e.hash async for e in store.read_stream(stream, low, high)}
+
+
+async def import_events(store: EventStore, lines: list[_Line]) -> ImportReport:
+    """Store the events of ``lines`` the store lacks, unchanged, in one transaction.
+
+    Events the store holds already (same stream, version and hash) are skipped; a stream
+    whose stored events differ from the file's, or that the file does not continue, is an
+    error and nothing is written.
+    """
+    if "raw_copy" not in store.capabilities:
+        raise UserError(
+            "this store cannot take events as they were stored (raw copy); import into a SQLite "
+            "file or PostgreSQL"
         )
-    }
-    for line in overlap:
-        if stored.get(line.event.version) != str(line.event.id):
-            raise UserError(
-                f"line {line.number}: stream {line.event.stream!r} already has a different event at "
-                f"version {line.event.version}; the store and the file have diverged"
-            )
-    return len(overlap)
-
-
-async def import_events(store: EventStore, lines: list[_Line], progress: Any = None) -> ImportReport:
-    """Append ``lines`` in their order, skipping events the store already holds."""
+    raw: Any = store
     report = ImportReport()
     versions: dict[str, int] = {}
-    for batch in _batches(lines):
-        entries = []
-        for run in batch:
-            stream = run[0].event.stream
-            report.streams.add(stream)
-            if stream not in versions:
-                versions[stream] = await store.stream_version(stream)
-            skip = await _already_there(store, run, versions[stream])
-            report.present += skip
-            rest = run[skip:]
-            if not rest:
-                continue
-            if rest[0].event.version != versions[stream] + 1:
+    present: dict[str, dict[int, str]] = {}
+    tips: dict[str, int] = {}
+    new: list[_Line] = []
+    for line in lines:
+        event = line.event
+        report.streams.add(event.stream)
+        if event.stream not in versions:
+            versions[event.stream] = await store.stream_version(event.stream)
+            present[event.stream] = {}
+        current = versions[event.stream]
+        if event.version <= current:
+            hashes = present[event.stream]
+            if event.version not in hashes:
+                hashes.update(await _stored_hashes(store, event.stream, event.version, current))
+            if hashes.get(event.version) != event.hash:
                 raise UserError(
-                    f"line {rest[0].number}: stream {stream!r} is at version {versions[stream]} in the "
-                    f"store, the file continues at {rest[0].event.version}"
+                    f"line {line.number}: stream {event.stream!r} already has a different event at "
+                    f"version {event.version}; the store and the file have diverged"
                 )
-            events = [
-                NewEvent(x.event.type, x.event.data, x.event.meta, id=x.event.id, schema=x.event.schema)
-                for x in rest
-            ]
-            entries.append((stream, events, versions[stream]))
-            versions[stream] = rest[-1].event.version
-            report.added += len(rest)
-        if entries:
-            await store.append_batch(entries)
-        if progress is not None:
-            progress(sum(len(run) for run in batch))
+            report.present += 1
+            continue
+        if event.version != tips.get(event.stream, current) + 1:
+            raise UserError(
+                f"line {line.number}: stream {event.stream!r} is at version "
+                f"{tips.get(event.stream, current)} in the store, the file continues at {event.version}"
+            )
+        tips[event.stream] = event.version
+        new.append(line)
+    if new:
+        head = await store.head()
+        await raw.import_raw([_raw(line, head + i) for i, line in enumerate(new, 1)])
+    report.added = len(new)
     return report
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="a JSON Lines export (turnlog export --format jsonl)")
-    parser.add_argument("--no-verify", action="store_true", help="do not check the file's hash chains first")
     add_store_argument(parser)
 
 
 async def _import(args: argparse.Namespace, lines: list[_Line]) -> ImportReport:
-    try:
-        async with open_store(store_url(args.store)) as store:
-            if not fancy():
-                return await import_events(store, lines)
-            from rich.progress import Progress
+    async with open_store(store_url(args.store)) as store:
+        return await import_events(store, lines)
 
-            with Progress(transient=True) as bar:
-                task = bar.add_task("importing", total=len(lines))
-                return await import_events(store, lines, lambda n: bar.advance(task, n))
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
+
+def _remove_new_store(url: str) -> None:
+    """Remove the SQLite files a failed import created (the store did not exist before)."""
+    for path in store_files(url):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _run(args: argparse.Namespace) -> int:
     if not args.file.is_file():
         raise UserError(f"no such file: {args.file}")
     lines = read_export(args.file)
-    if not args.no_verify:
-        check_chains(lines)
-    report = anyio.run(_import, args, lines)
+    check_chains(lines)
+    url = store_url(args.store)
+    if not lines:
+        print(f"nothing to import: {args.file} holds no events")
+        return 0
+    path = sqlite_file(url)
+    created = path is not None and not path.exists()
+    try:
+        with busy(f"importing {len(lines)} events"):
+            report = anyio.run(_import, args, lines)
+    except BaseException:
+        if created:
+            _remove_new_store(url)
+        raise
     if args.json:
         emit_json({"added": report.added, "present": report.present, "streams": len(report.streams)})
     else:
@@ -254,7 +305,10 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="import",
-    help="load a JSON Lines export into a store (idempotent; checks the file's hash chains first)",
+    help="load a JSON Lines export into a store, unchanged (ids, times, hashes); all or nothing",
+    description="Check the whole file first (envelopes, versions, every hash, stream ids), then store its\n"
+    "events exactly as exported in one transaction. Events already in the store are skipped,\n"
+    "so importing a file twice adds nothing. A store that does not exist is created.",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog import export.jsonl --store copy.db",

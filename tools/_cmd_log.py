@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 
 import anyio
 from turnlog.projections import HistoryRow, history
 
-from ._command import Command, add_store_argument, emit_json
+from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import branch_id_of, opened_store
 from ._output import print_table
 
@@ -23,12 +24,24 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
+    if args.from_version < 1:
+        raise UserError(f"--from {args.from_version}: versions start at 1")
+    if args.to_version is not None and args.to_version < args.from_version:
+        raise UserError(f"--to {args.to_version} is before --from {args.from_version}: nothing to show")
     async with opened_store(args.store) as store:
         branch_id = await branch_id_of(store, args.branch)
+        last = await store.stream_version(f"branch-{branch_id}")
+        if args.from_version > last:
+            raise UserError(f"--from {args.from_version}: the branch has versions 1 to {last}")
         rows = await history(store, branch_id, from_version=args.from_version, to_version=args.to_version)
     if args.types:
         rows = [r for r in rows if r.type in args.types]
     return branch_id, rows
+
+
+def _stamp(moment: datetime) -> str:
+    """Date, time to the millisecond and zone: ``2026-12-02 12:19:36.071Z`` (UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -52,12 +65,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print_table(
         ["v", "pos", "time", "type", "what"],
-        [
-            [r.version, r.position, r.recorded_at.strftime("%H:%M:%S.%f")[:-3], r.type, r.summary]
-            for r in rows
-        ],
+        [[r.version, r.position, _stamp(r.recorded_at), r.type, r.summary] for r in rows],
         title=f"branch {branch_id}",
     )
+    if not rows:
+        print(f"(no event of type {', '.join(args.types)} in these versions)" if args.types else "(no event)")
     return 0
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 import anyio
-from turnlog.eventstore import MigrateReport, StoreError, migrate, open_store
+from turnlog.eventstore import MigrateReport, StoreError, StoreNotFound, migrate, open_store
 
 from ._command import Command, UserError, emit_json, sqlite_file, store_url
 
@@ -32,7 +32,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_source_exists(url: str) -> None:
     # Opening a SQLite URL creates the file; a mistyped source must not become an empty copy.
     path = sqlite_file(url)
-    if path is not None and not path.exists():
+    if path is not None and not path.is_file():
         raise UserError(f"the source store {path} does not exist")
 
 
@@ -41,8 +41,10 @@ async def _migrate(source: str, target: str, show_progress: bool) -> MigrateRepo
         print(f"\rcopied {done}/{total} events", end="", file=sys.stderr, flush=True)
 
     try:
-        async with open_store(source) as src, open_store(target) as dst:
+        async with open_store(source, create=False) as src, open_store(target) as dst:
             report = await migrate(src, dst, progress=progress if show_progress else None)
+    except StoreNotFound as exc:
+        raise UserError(f"the source store does not exist: {exc}") from exc
     except StoreError as exc:
         raise UserError(str(exc)) from exc
     if show_progress:

@@ -6,7 +6,8 @@ import argparse
 
 import anyio
 
-from ._command import Command, add_store_argument, emit_json, store_url
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import opened_store
 
 __all__ = ["COMMAND"]
 
@@ -16,28 +17,31 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--persist-dir",
         default=None,
-        help="where stream_persist buffers are (default: runs/ next to the store file, else ./runs)",
+        help="where stream_persist buffers are (default: STORE.runs/ beside a store file, else ./runs/STORE_ID)",
     )
 
 
-async def _recover(url: str, persist_dir: str | None) -> object:
-    from turnlog.eventstore import open_store
+async def _recover(value: str | None, persist_dir: str | None) -> object:
     from turnlog.kernel import recover
-    from turnlog.projections import catalogue_upcasters
 
-    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+    # recover writes only to runs a store already holds: it never creates a store
+    async with opened_store(value) as store:
         return await recover(store, persist_dir)
 
 
 def _run(args: argparse.Namespace) -> int:
     from turnlog.kernel import RecoveryReport
 
-    report = anyio.run(_recover, store_url(args.store), args.persist_dir)
+    report = anyio.run(_recover, args.store, args.persist_dir)
     assert isinstance(report, RecoveryReport)
+    # runs whose recovery failed (the others were recovered) and buffers left alone
+    failed = report.failed
+    skipped = report.skipped
+    status = 1 if failed else 0
     if args.json:
         emit_json(report.to_dict())
-        return 0
-    if not report.changed and not report.problems:
+        return status
+    if not report.changed and not report.problems and not failed:
         print(f"nothing to recover (buffers searched in {report.persist_dir})")
         return 0
     for run in report.runs:
@@ -49,13 +53,17 @@ def _run(args: argparse.Namespace) -> int:
             + (f"; resume session {run.session_id}" if run.session_id else "")
         )
     for problem in report.problems:
-        print(f"bad line: {problem}")
+        print(f"problem: {problem}")
+    for path in skipped:
+        print(f"left as it is: {path}")
+    for failure in failed:
+        print(f"NOT RECOVERED: {failure}")
     for path in report.torn:
         print(f"torn last line tolerated: {path}")
     for path in report.kept:
         print(f"kept for inspection: {path}")
     print(f"{report.imported} chunk events imported, {len(report.removed)} buffers removed")
-    return 0
+    return status
 
 
 COMMAND = Command(
@@ -63,7 +71,7 @@ COMMAND = Command(
     help="import leftover stream buffers and close runs a crash left open",
     add_arguments=_add_arguments,
     run=_run,
-    example="turnlog recover --store runs.db --persist-dir ./runs",
+    example="turnlog recover --store runs.db",
     description=(
         "Find runs that started and never ended and the live buffers of stream_persist runs; "
         "import the buffered chunks (same event ids, so running it twice changes nothing), "

@@ -22,7 +22,7 @@ from turnlog.kernel.models import CLIError, CLINotFound, ProviderError, StreamCh
 
 from ._cmd_chat import add_branch_arguments, last_run_line
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
+from ._inspect import branch_id_of, check_new_name, opened_store
 
 __all__ = ["COMMAND", "EchoingModel"]
 
@@ -112,18 +112,38 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream-persist",
         action="store_true",
-        help="keep a live buffer of the chunks (runs/ next to the store) so 'turnlog recover' can "
+        help="keep a live buffer of the chunks (STORE.runs/ beside the store file) so 'turnlog recover' can "
         "finish the run if this process is killed",
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole turn")
     add_store_argument(parser)
 
 
+def _check_cli(args: argparse.Namespace, inner: iModel) -> None:
+    """Find the CLI's executable (and check the prompt) before anything is written."""
+    backend = getattr(inner, "backend", None)
+    command = getattr(backend, "command", None)
+    if command is None:
+        return
+    try:
+        command(args.message)
+    except CLINotFound as exc:
+        hint = "" if _VARIABLES[args.cli] in str(exc) else f" (or set ${_VARIABLES[args.cli]})"
+        raise UserError(f"{exc}{hint}") from exc
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
 async def _turn(args: argparse.Namespace, echo: _Terminal | None) -> tuple[Branch, list[Any], str | None]:
     provider = _PROVIDERS[args.cli]
     inner = iModel(provider=provider, model=args.model)
+    _check_cli(args, inner)  # before the store is even opened: a missing CLI writes nothing
+    if args.branch is None:
+        await check_new_name(None, args.new)
     model: Any = EchoingModel(inner, echo) if echo is not None else inner
     async with opened_store(args.store, must_exist=args.branch is not None) as store:
+        if args.branch is None:
+            await check_new_name(store, args.new)
         if args.branch is not None:
             branch = await Branch.load(store, await branch_id_of(store, args.branch))
         else:

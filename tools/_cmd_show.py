@@ -8,7 +8,7 @@ import anyio
 from turnlog.projections import BranchState, rebuild
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, message_line, opened_store, parse_time, state_view
+from ._inspect import branch_id_of, check_version, message_line, opened_store, parse_time, state_view
 
 __all__ = ["COMMAND"]
 
@@ -22,12 +22,17 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _show(args: argparse.Namespace) -> BranchState:
-    at_time = parse_time(args.at_time) if args.at_time else None
+    at_time = parse_time(args.at_time, "--at-time") if args.at_time is not None else None
     if args.at_version is not None and args.at_version < 1:
-        raise UserError("--at takes a version >= 1")
+        raise UserError(f"--at {args.at_version}: versions start at 1")
     async with opened_store(args.store) as store:
         branch_id = await branch_id_of(store, args.branch)
-        return await rebuild(store, branch_id, at_version=args.at_version, at_time=at_time)
+        if args.at_version is not None:
+            await check_version(store, branch_id, args.at_version, "--at")
+        state = await rebuild(store, branch_id, at_version=args.at_version, at_time=at_time)
+        if at_time is not None and state.version == 0:
+            raise UserError(f"--at-time {args.at_time}: the branch did not exist yet at that time")
+        return state
 
 
 def print_state(state: BranchState) -> None:

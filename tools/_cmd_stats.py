@@ -11,7 +11,6 @@ import argparse
 from typing import Any
 
 import anyio
-from turnlog.eventstore import StoreError, open_store
 from turnlog.projections.analytics import (
     AnalyticsError,
     AnalyticsProjection,
@@ -25,7 +24,8 @@ from turnlog.projections.analytics import (
     load_price_table,
 )
 
-from ._command import Command, UserError, add_store_argument, emit_json, sqlite_file, store_url
+from ._command import Command, UserError, add_store_argument, emit_json, store_url
+from ._inspect import check_store_exists, opened_store, parse_time
 from ._output import print_table
 
 __all__ = ["COMMAND", "add_analytics_arguments", "open_projection_args"]
@@ -70,9 +70,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def open_projection_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The store URL and the ``AnalyticsProjection`` keyword arguments the options ask for."""
     url = store_url(args.store)
-    path = sqlite_file(url)
-    if path is not None and not path.exists():
-        raise UserError(f"no store at {path} (give --store or set TURNLOG_STORE)")
+    check_store_exists(url)
     try:
         prices = load_price_table(args.prices)
     except AnalyticsError as exc:
@@ -94,12 +92,16 @@ def _pct(rate: float) -> str:
 
 
 async def _collect(args: argparse.Namespace) -> dict[str, Any]:
-    url, options = open_projection_args(args)
-    window = TimeRange.of(args.since, args.until)
+    _url, options = open_projection_args(args)
+    since = parse_time(args.since, "--since") if args.since is not None else None
+    until = parse_time(args.until, "--until") if args.until is not None else None
+    if since is not None and until is not None and until <= since:
+        raise UserError(f"--until ({args.until}) must be later than --since ({args.since})")
+    window = TimeRange.of(since, until)
     if args.limit < 0:
         raise UserError(f"--limit must be >= 0, not {args.limit}")
     limit = args.limit or None
-    async with open_store(url) as store, AnalyticsProjection(store, **options) as analytics:
+    async with opened_store(args.store) as store, AnalyticsProjection(store, **options) as analytics:
         report: UpdateReport = await (analytics.rebuild() if args.rebuild else analytics.update())
         result: dict[str, Any] = {
             "by": args.by,
@@ -110,16 +112,12 @@ async def _collect(args: argparse.Namespace) -> dict[str, Any]:
             "limit": limit,
         }
         if args.by == "tool":
-            result["tools"] = await analytics.tool_usage(
-                "tool", since=args.since, until=args.until, limit=limit
-            )
+            result["tools"] = await analytics.tool_usage("tool", since=since, until=until, limit=limit)
         elif args.by == "verb":
-            result["runs"] = await analytics.run_usage(
-                "verb", since=args.since, until=args.until, limit=limit
-            )
+            result["runs"] = await analytics.run_usage("verb", since=since, until=until, limit=limit)
         else:
-            result["usage"] = await analytics.usage(args.by, since=args.since, until=args.until, limit=limit)
-            result["errors"] = await analytics.error_rates(args.by, since=args.since, until=args.until)
+            result["usage"] = await analytics.usage(args.by, since=since, until=until, limit=limit)
+            result["errors"] = await analytics.error_rates(args.by, since=since, until=until)
         return result
 
 
@@ -217,7 +215,7 @@ def _print_runs(rows: list[RunRow]) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         result = anyio.run(_collect, args)
-    except (AnalyticsError, StoreError) as exc:
+    except AnalyticsError as exc:  # a price file, an option, where the analytics tables go
         raise UserError(str(exc)) from exc
     if args.json:
         emit_json({k: [row.to_dict() for row in v] if isinstance(v, list) else v for k, v in result.items()})

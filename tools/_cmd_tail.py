@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import anyio
 import orjson
-from turnlog.eventstore import RecordedEvent, StoreError, open_store
+from turnlog.eventstore import RecordedEvent
 
-from ._command import Command, UserError, add_store_argument, store_url
+from ._command import Command, UserError, add_store_argument
+from ._inspect import opened_store
 
 __all__ = ["COMMAND", "event_line"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_store_argument(parser)
+    add_store_argument(parser, json_flag=False)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON Lines: one JSON object per event (every envelope field), one per line",
+    )
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     parser.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
     parser.add_argument("--stream-prefix", default=None, help="only streams starting with this")
-    parser.add_argument("-n", "--lines", type=int, default=20, help="how many past events to show first")
+    parser.add_argument(
+        "-n", "--lines", type=int, default=20, help="how many past events to show first (0: only new ones)"
+    )
 
 
 def event_line(event: RecordedEvent) -> str:
@@ -51,35 +58,31 @@ def _envelope(event: RecordedEvent) -> str:
 
 async def _tail(args: argparse.Namespace) -> None:
     render = _envelope if args.json else event_line
-    try:
-        async with open_store(store_url(args.store)) as store:
-            head = await store.head()
-            start = 1
-            if args.lines >= 0:
-                # Find where the last N matching events start by reading backwards.
-                async for event in store.read_all(
-                    backwards=True, types=args.types, stream_prefix=args.stream_prefix, limit=args.lines
-                ):
-                    start = event.position
-                if args.lines == 0:
-                    start = head + 1
-            if args.follow:
-                async for event in store.subscribe(start, types=args.types, stream_prefix=args.stream_prefix):
-                    print(render(event), flush=True)
-            else:
-                async for event in store.read_all(
-                    start, head, types=args.types, stream_prefix=args.stream_prefix
-                ):
-                    print(render(event))
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
+    async with opened_store(args.store, upcast=False) as store:
+        head = await store.head()
+        start = 1
+        if args.lines >= 0:
+            # Find where the last N matching events start by reading backwards.
+            async for event in store.read_all(
+                backwards=True, types=args.types, stream_prefix=args.stream_prefix, limit=args.lines
+            ):
+                start = event.position
+            if args.lines == 0:
+                start = head + 1
+        if args.follow:
+            async for event in store.subscribe(start, types=args.types, stream_prefix=args.stream_prefix):
+                print(render(event), flush=True)
+        else:
+            async for event in store.read_all(
+                start, head, types=args.types, stream_prefix=args.stream_prefix
+            ):
+                print(render(event))
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        anyio.run(_tail, args)
-    except BrokenPipeError:  # e.g. piped into `head`: not an error of ours
-        sys.stderr.close()
+    if args.lines < 0:
+        raise UserError(f"-n takes a number of events >= 0, not {args.lines}")
+    anyio.run(_tail, args)
     return 0
 
 

@@ -13,11 +13,69 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Command", "UserError", "add_store_argument", "emit_json", "store_url"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "Command",
+    "UserError",
+    "add_store_argument",
+    "emit_json",
+    "failure",
+    "one_line",
+    "store_url",
+]
+
+EXIT_OK = 0
+"""The command did what was asked."""
+EXIT_FAILED = 1
+"""The command ran and found a problem: ``verify`` or ``replay`` saw one, a model call failed."""
+EXIT_USAGE = 2
+"""The command line or its input is wrong: an option, a file, a branch, no store at the path."""
+EXIT_STORE = 3
+"""The store cannot be used: unreachable, damaged, not a store, or written by a newer turnlog."""
+EXIT_INTERNAL = 4
+"""An unexpected error: a bug in turnlog (``--debug`` or ``TURNLOG_DEBUG=1`` shows the traceback)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C)."""
+
+_MAX_LINE = 600
 
 
 class UserError(Exception):
     """A mistake of the person at the terminal: printed as one line, exit status 2."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut at a readable length."""
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 3] + "..."
+
+
+def failure(exc: BaseException) -> tuple[int, str]:
+    """The exit status and the one-line message of an error that ended a command.
+
+    ``UserError`` and turnlog's input errors (a ``TurnlogError`` that is also a
+    ``ValueError`` or ``LookupError``) are usage errors; the store's other errors mean the
+    store cannot be used; other turnlog errors (a provider, a kernel rule) mean the command
+    failed; anything else is a bug.
+    """
+    from turnlog.eventstore import StoreError, StoreNotFound, TurnlogError
+    from turnlog.projections import ProjectionError
+
+    message = one_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, UserError):
+        return EXIT_USAGE, message
+    if isinstance(exc, TurnlogError):
+        if isinstance(exc, ValueError | LookupError | ImportError | StoreNotFound):
+            return EXIT_USAGE, message
+        if isinstance(exc, StoreError | ProjectionError):
+            return EXIT_STORE, message
+        return EXIT_FAILED, f"{type(exc).__name__}: {message}"
+    return EXIT_INTERNAL, f"unexpected error: {type(exc).__name__}: {message}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ only when every step that ran succeeded.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -141,9 +142,11 @@ class Demo:
         workdir: A directory for the fake CLI's script, state and record, and the run buffers.
         base_url: The fake OpenAI server's ``/v1`` URL.
         store_url: The store's URL, for the child process.
+        analytics_db: Where the analytics tables go when the store has no file of its own.
         branch: The demo branch (reloaded from the log by each step).
         version_after_communicate: The branch's version after step 1 (time travel goes there).
         fork_id: The branch forked in step 5.
+        fork_name: A name no branch has yet, for the fork the next steps suggest.
         outcomes: What each step did, in order.
     """
 
@@ -151,9 +154,11 @@ class Demo:
     workdir: Path
     base_url: str
     store_url: str
+    analytics_db: Path | None = None
     branch: Branch | None = None
     version_after_communicate: int | None = None
     fork_id: str | None = None
+    fork_name: str = "what-if"
     outcomes: list[StepOutcome] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------ helpers
@@ -185,7 +190,8 @@ class Demo:
         except Exception as exc:
             took = time.perf_counter() - started
             print(f"   FAILED: {type(exc).__name__}: {exc}", flush=True)
-            traceback.print_exc(file=sys.stderr)
+            if os.environ.get("TURNLOG_DEBUG", "") not in ("", "0"):
+                traceback.print_exc(file=sys.stderr)
             self.outcomes.append(StepOutcome(name, "failed", f"{type(exc).__name__}: {exc}", took))
             return
         took = time.perf_counter() - started
@@ -199,9 +205,12 @@ class Demo:
 
     async def communicate(self) -> str | None:
         """Step 1: a recorded exchange whose answer is parsed into ``CityFact``."""
+        from ._inspect import free_name
+
+        name = await free_name(self.store, "demo")  # an earlier demo in the same store keeps its name
         branch = Branch(
             store=self.store,
-            name="demo",
+            name=name,
             user="you",
             system="You are a concise assistant. Answer with facts only.",
             chat_model=self.chat_model(),
@@ -209,7 +218,7 @@ class Demo:
             metadata={"created_by": "turnlog demo"},
         )
         self.branch = branch
-        print(f"   branch {branch.id} (name 'demo'), model openai/{DEMO_MODEL} on the fake server")
+        print(f"   branch {branch.id} (name {name!r}), model openai/{DEMO_MODEL} on the fake server")
         print(f"   you: {_COMMUNICATE}")
         fact = await branch.communicate(_COMMUNICATE, response_format=CityFact)
         if not isinstance(fact, CityFact):
@@ -281,15 +290,19 @@ class Demo:
             )
             for i, message in enumerate(past.messages, 1):
                 print(f"     {i}. {said(message)}")
-            fork = await branch.fork(earlier, name="demo-fork")
+            from ._inspect import free_name
+
+            fork_name = await free_name(self.store, f"{branch.name}-fork")
+            fork = await branch.fork(earlier, name=fork_name)
             self.fork_id = fork.id
+            self.fork_name = await free_name(self.store, "what-if")
             print(
-                f"\n   fork: branch {fork.id} ('demo-fork') starts from version {earlier}; its stream "
+                f"\n   fork: branch {fork.id} ({fork_name!r}) starts from version {earlier}; its stream "
                 f"holds one branch.forked event and references the parent prefix "
                 f"({len(fork.messages)} messages, nothing copied)"
             )
         await _audit_replay(self.store, branch)
-        await _analytics(self.store, branch.id, self.workdir)
+        await _analytics(self.store, branch.id, self.analytics_db or self.workdir / "analytics.db")
         await _verify(self.store)
         return None
 
@@ -379,7 +392,7 @@ async def _audit_replay(store: EventStore, branch: Branch) -> None:
     )
 
 
-async def _analytics(store: EventStore, branch_id: str, workdir: Path) -> None:
+async def _analytics(store: EventStore, branch_id: str, fallback: Path) -> None:
     from turnlog.projections.analytics import (
         AnalyticsDatabaseError,
         AnalyticsProjection,
@@ -389,7 +402,7 @@ async def _analytics(store: EventStore, branch_id: str, workdir: Path) -> None:
     try:
         database = analytics_database_of(store)  # a SQLite store keeps its facts in its own file
     except AnalyticsDatabaseError:
-        database = workdir / "analytics.db"  # PostgreSQL: a file of the demo's own
+        database = fallback  # PostgreSQL: a file of the demo's own
     async with AnalyticsProjection(store, database=database) as analytics:
         update = await analytics.update()
         rows = [r for r in await analytics.usage("branch") if r.key == branch_id]

@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from turnlog.projections import AssistantResponse
 if TYPE_CHECKING:
     from ._demo import Demo
 
-__all__ = ["CHUNKS_BEFORE_KILL", "claude_command", "crash_recover_resume"]
+__all__ = ["CHUNKS_BEFORE_KILL", "OneBranchView", "claude_command", "crash_recover_resume"]
 
 CHUNKS_BEFORE_KILL = 6
 """Text chunks that must be in the live buffer before the child is killed."""
@@ -144,6 +145,42 @@ async def _kill_mid_stream(demo: Demo, branch: Branch, persist_dir: Path, slow: 
     print(f"   {seen} text chunks had reached the live buffer: SIGKILL sent, the child died (exit {code})")
 
 
+class OneBranchView:
+    """A store as ``recover`` should see it in the demo: the demo's branch, none of the others.
+
+    ``recover`` closes every run the log shows open. In a store the demo shares with other
+    work (``turnlog demo --store EXISTING``), another process may be streaming a run right
+    now; the demo must not close it. Through this view the lifecycle scan (``read_all``)
+    and the branch listing see only the demo's own branch stream; every other call goes to
+    the store unchanged.
+
+    Args:
+        store: The store.
+        branch_id: The demo's branch.
+    """
+
+    def __init__(self, store: Any, branch_id: str) -> None:
+        self._store = store
+        self._stream = f"branch-{branch_id}"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _mine(self, stream: str) -> bool:
+        return not stream.startswith("branch-") or stream == self._stream
+
+    async def read_all(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The store's ``read_all`` without the events of other branches."""
+        async with contextlib.aclosing(self._store.read_all(*args, **kwargs)) as events:
+            async for event in events:
+                if self._mine(event.stream):
+                    yield event
+
+    async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
+        """The store's ``list_streams`` without other branches."""
+        return [(s, v) for s, v in await self._store.list_streams(prefix) if self._mine(s)]
+
+
 def _open_runs(branch: Branch) -> list[Any]:
     return [r for r in branch.state.runs.values() if r.verb == "run" and r.status == "running"]
 
@@ -180,7 +217,8 @@ async def crash_recover_resume(demo: Demo) -> str | None:
             f"committed; {buffered} live buffer file left behind"
         )
 
-        report = await recover(demo.store, persist_dir)
+        # only the demo's branch: a store shared with other work keeps its other runs as they are
+        report = await recover(OneBranchView(demo.store, branch.id), persist_dir)
         runs = [r for r in report.runs if r.run_id == run_id]
         if not runs or not runs[0].closed:
             raise AssertionError(f"recover did not close run {run_id}: {report.to_dict()}")

@@ -274,3 +274,20 @@ async def test_snapshots_follow_the_policy_and_never_change_a_result(store: Even
     await store.delete_snapshots()
     assert with_snapshots.state == branch.state == (await Branch.load(store, branch.id)).state
     assert past.state == (await Branch.load(store, branch.id, at_version=7)).state
+
+
+@pytest.mark.parametrize("name", ["", "  ", "a\x00b", "line\nbreak", "x" * 201])
+def test_names_nobody_can_type_back_are_refused(name: str) -> None:
+    from turnlog.kernel import UsageError
+
+    with pytest.raises(UsageError, match="branch name"):
+        Branch(name=name)
+
+
+async def test_a_fork_with_a_blank_name_is_refused_before_anything_is_written(store: EventStore) -> None:
+    branch = Branch(store=store, name="main", chat_model=ScriptedModel("A."))
+    await branch.chat_and_record("hi")
+    streams = await store.list_streams("branch-")
+    with pytest.raises(UsageError, match="branch name"):
+        await branch.fork(1, name=" \t")
+    assert await store.list_streams("branch-") == streams

@@ -276,6 +276,7 @@ def test_run_errors_are_one_line(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "TURNLOG_CLAUDE_BIN" in _error_line(missing, "run")
+    assert not db.exists()  # the executable is looked for before anything is written
 
     env = _claude_env(tmp_path, _AGENT)
     assert (

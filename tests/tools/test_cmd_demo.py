@@ -12,12 +12,14 @@ from typing import Any
 
 import anyio
 import pytest
-from turnlog.eventstore import open_store
+from turnlog.eventstore import NewEvent, open_store
 from turnlog.projections import catalogue_upcasters, decode_event
 
 
-def _demo(*args: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TMPDIR": str(tmp), "NO_COLOR": "1"}
+def _demo(
+    *args: str, tmp: Path, scratch: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(scratch or tmp), "NO_COLOR": "1"}
     env.pop("TURNLOG_STORE", None)
     return subprocess.run(
         [sys.executable, "-m", "turnlog.tools._cli", "demo", *args],
@@ -85,12 +87,42 @@ def test_the_main_job_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_on_a_fresh_temporary_store(tmp_path: Path) -> None:
-    done = _demo(tmp=tmp_path)
+def test_demo_default_store_is_in_the_current_directory_and_no_scratch_is_left(tmp_path: Path) -> None:
+    work, scratch = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
+    done = _demo(tmp=work, scratch=scratch)
     assert done.returncode == 0, done.stdout + done.stderr
     path = Path(re.search(r"^store: (.+)$", done.stdout, re.MULTILINE).group(1))  # type: ignore[union-attr]
-    assert path.is_file() and tmp_path in path.parents
-    assert "turnlog log " in done.stdout and f"--store {path}" in done.stdout
+    assert path == work / "turnlog-demo.db" and path.is_file()
+    assert "turnlog log " in done.stdout and "--store turnlog-demo.db" in done.stdout
+    assert list(scratch.iterdir()) == []  # no turnlog-demo-* folder behind
+    # a second run adds a branch of its own next to the first one's, under a free name
+    again = _demo(tmp=work, scratch=scratch)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "(name 'demo-2')" in again.stdout
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+async def test_demo_on_an_existing_store_leaves_other_runs_alone(tmp_path: Path) -> None:
+    from turnlog.kernel import Branch
+    from turnlog.kernel.testing import ScriptedModel
+
+    db = tmp_path / "shared.db"
+    async with open_store(f"sqlite:///{db}") as store:
+        other = Branch(store=store, name="someone-else", chat_model=ScriptedModel("Hi."))
+        await other.chat_and_record("hello")
+        # a run another process is streaming right now: started, not ended
+        await store.append(
+            f"branch-{other.id}",
+            [NewEvent("run.started", {"run_id": "01a23ad3-c558-7a11-8f2b-0123456789ab", "verb": "run"})],
+        )
+        before = await store.stream_version(f"branch-{other.id}")
+    done = await anyio.to_thread.run_sync(lambda: _demo("--store", str(db), tmp=tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    async with open_store(f"sqlite:///{db}") as store:
+        assert await store.stream_version(f"branch-{other.id}") == before  # not closed as crashed
 
 
 def test_demo_reports_an_unusable_store_clearly(tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ from turnlog.eventstore._sqlite import SQLiteEventStore
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse, Instruction
 from turnlog.projections.analytics import AnalyticsProjection
 
+from ._options import at_least
+
 __all__ = ["add_arguments", "build_store", "run", "synthetic_batches"]
 
 _GENERATOR_VERSION = 1
@@ -50,12 +52,12 @@ _ERRORS = ["RateLimitError", "ProviderTimeout", "ProviderHTTPError"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``turnlog bench analytics``."""
-    parser.add_argument("--events", type=int, default=1_000_000, help="events in the synthetic store")
+    parser.add_argument("--events", type=at_least(1), default=1_000_000, help="events in the synthetic store")
     parser.add_argument(
-        "--new", type=int, default=1_000, help="events appended before the incremental update"
+        "--new", type=at_least(1), default=1_000, help="events appended before the incremental update"
     )
     parser.add_argument(
-        "--repeat", type=int, default=5, help="repetitions of the incremental and query timings"
+        "--repeat", type=at_least(1), default=5, help="repetitions of the incremental and query timings"
     )
     parser.add_argument(
         "--cache-dir", default=None, help="where the synthetic store is cached (default: tmp)"

@@ -35,6 +35,7 @@ from turnlog.eventstore import NewEvent, open_store, uuid7
 from turnlog.eventstore._encoding import encode_json, event_hash
 
 from .._command import emit_json
+from ._options import at_least
 
 __all__ = ["add_arguments", "run"]
 
@@ -58,14 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--single",
-        type=int,
+        type=at_least(1),
         default=None,
         help="single-event appends per run (default 3000; 1000 with --durability full, fsync-bound)",
     )
-    parser.add_argument("--batches", type=int, default=40, help="batched appends per run (default 40)")
-    parser.add_argument("--batch", type=int, default=1000, help="events per batch (default 1000)")
     parser.add_argument(
-        "--repeat", type=int, default=5, help="runs per peer; the best is reported (default 5)"
+        "--batches", type=at_least(1), default=40, help="batched appends per run (default 40)"
+    )
+    parser.add_argument("--batch", type=at_least(1), default=1000, help="events per batch (default 1000)")
+    parser.add_argument(
+        "--repeat", type=at_least(1), default=5, help="runs per peer; the best is reported (default 5)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 

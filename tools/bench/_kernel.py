@@ -37,6 +37,8 @@ from turnlog.kernel.models import ModelRequest, ModelResponse, Usage
 from turnlog.projections import catalogue_upcasters
 from turnlog.tools._command import emit_json
 
+from ._options import at_least
+
 __all__ = ["add_arguments", "run"]
 
 HISTORIES = (0, 100, 500)
@@ -65,12 +67,17 @@ class InstantModel:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--turns", type=int, default=200, help="timed turns per history length (default 200)")
     parser.add_argument(
-        "--lionagi-turns", type=int, default=20, help="timed lionagi turns per history length (default 20)"
+        "--turns", type=at_least(1), default=200, help="timed turns per history length (default 200)"
     )
     parser.add_argument(
-        "--blocks", type=int, default=5, help="timed turns are split in this many blocks (default 5)"
+        "--lionagi-turns",
+        type=at_least(1),
+        default=20,
+        help="timed lionagi turns per history length (default 20)",
+    )
+    parser.add_argument(
+        "--blocks", type=at_least(1), default=5, help="timed turns are split in this many blocks (default 5)"
     )
     parser.add_argument("--no-lionagi", action="store_true", help="skip lionagi even when it is installed")
     parser.add_argument(

@@ -61,6 +61,7 @@ from turnlog.projections import (
 )
 
 from .._command import emit_json
+from ._options import at_least, sizes
 from ._projections_runs import measure_runs
 
 __all__ = ["add_arguments", "run"]
@@ -72,35 +73,41 @@ _WORDS = "the model reads a file then calls a tool and answers with a short plan
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sizes",
+        type=sizes,
         default="10000,100000,1000000",
         help="comma-separated branch sizes in events (default 10k,100k,1M)",
     )
     parser.add_argument(
-        "--queries", type=int, default=200, help="cached time-travel queries per size (default 200)"
+        "--queries", type=at_least(1), default=200, help="cached time-travel queries per size (default 200)"
     )
     parser.add_argument(
-        "--cold-queries", type=int, default=5, help="uncached time-travel queries per size (default 5)"
+        "--cold-queries",
+        type=at_least(1),
+        default=5,
+        help="uncached time-travel queries per size (default 5)",
     )
     parser.add_argument(
         "--snapshot-every",
-        type=int,
+        type=at_least(1),
         default=1000,
         help="snapshot policy of the session queries, in versions (default 1000, as the kernel)",
     )
     parser.add_argument(
         "--run-heavy",
-        type=int,
+        type=at_least(0),
         default=100_000,
         help="events of the run-heavy branch (snapshot size with many runs; default 100k, 0: skip)",
     )
     parser.add_argument(
         "--peer-max",
-        type=int,
+        type=at_least(0),
         default=100_000,
         help="largest size the eventsourcing peer runs at (default 100k; 0: no peer)",
     )
-    parser.add_argument("--text-bytes", type=int, default=200, help="message text length (default 200)")
-    parser.add_argument("--batch", type=int, default=20_000, help="events per append (default 20000)")
+    parser.add_argument(
+        "--text-bytes", type=at_least(1), default=200, help="message text length (default 200)"
+    )
+    parser.add_argument("--batch", type=at_least(1), default=20_000, help="events per append (default 20000)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the queried versions")
     parser.add_argument(
         "--dir", default=None, help="where the SQLite files go (default: a temporary directory)"

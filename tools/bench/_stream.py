@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 
 from .._command import emit_json
+from ._options import at_least, positive_float
 
 __all__ = ["PrebuiltStream", "add_arguments", "run"]
 
@@ -65,12 +66,18 @@ class PrebuiltStream:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``turnlog bench stream``."""
-    parser.add_argument("--chunks", type=int, default=50_000, help="text chunks per stream (default 50000)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per peer; the best counts (default 3)")
     parser.add_argument(
-        "--batch-chunks", type=int, default=1024, help="chunks per store commit (default 1024)"
+        "--chunks", type=at_least(1), default=50_000, help="text chunks per stream (default 50000)"
     )
-    parser.add_argument("--batch-ms", type=float, default=50.0, help="ms between store commits (default 50)")
+    parser.add_argument(
+        "--repeat", type=at_least(1), default=3, help="runs per peer; the best counts (default 3)"
+    )
+    parser.add_argument(
+        "--batch-chunks", type=at_least(1), default=1024, help="chunks per store commit (default 1024)"
+    )
+    parser.add_argument(
+        "--batch-ms", type=positive_float, default=50.0, help="ms between store commits (default 50)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -36,6 +36,7 @@ import orjson
 from turnlog.eventstore import EventStore, open_store
 
 from .._command import emit_json
+from ._options import at_least, positive_float
 
 __all__ = ["add_arguments", "run"]
 
@@ -68,13 +69,20 @@ _WRITER = textwrap.dedent(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--writers", type=int, default=4, help="concurrent writer processes (default 4)")
     parser.add_argument(
-        "--rate", type=float, default=50.0, help="events/s per writer in the lag test (default 50)"
+        "--writers", type=at_least(1), default=4, help="concurrent writer processes (default 4)"
     )
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of the lag test (default 5)")
     parser.add_argument(
-        "--burst", type=int, default=300, help="appends per writer in the throughput test (default 300)"
+        "--rate", type=positive_float, default=50.0, help="events/s per writer in the lag test (default 50)"
+    )
+    parser.add_argument(
+        "--seconds", type=positive_float, default=5.0, help="length of the lag test (default 5)"
+    )
+    parser.add_argument(
+        "--burst",
+        type=at_least(1),
+        default=300,
+        help="appends per writer in the throughput test (default 300)",
     )
     parser.add_argument(
         "--pg",
