@@ -42,6 +42,7 @@ from ._redaction import (
     Redaction,
     RedactionError,
     RedactionResult,
+    event_hash_matches,
     is_redacted,
     redacted_marker,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Redaction",
     "RedactionError",
     "RedactionResult",
+    "event_hash_matches",
     "is_redacted",
     "redacted_marker",
     "encode_events",

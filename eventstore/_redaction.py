@@ -35,6 +35,7 @@ __all__ = [
     "RedactionError",
     "RedactionResult",
     "RedactionRecords",
+    "event_hash_matches",
     "is_redacted",
     "marker_bytes",
     "record_event",
@@ -391,3 +392,34 @@ def _as_bytes(raw: Any) -> bytes:
     if isinstance(raw, str):
         return raw.encode()
     return bytes(raw)
+
+
+def event_hash_matches(
+    prev_hash: str,
+    event_id: str,
+    stream: str,
+    version: int,
+    type_: str,
+    schema: int,
+    data: bytes,
+    meta: bytes,
+    recorded_at_us: int,
+    hash_: str,
+) -> bool:
+    """Whether ``hash_`` is the hash of an event stored with these bytes, by either chain.
+
+    A redaction marker counts by the digest it names (``verify`` then checks that digest
+    against the redaction record); an event of the legacy chain by its bytes.
+    """
+    from ._encoding import digest_event_hash, legacy_event_hash
+
+    args = (prev_hash, event_id, stream, version, type_, schema)
+    data_m, meta_m = stored_marker(data), stored_marker(meta)
+    data_d = data_m.digest if data_m is not None else payload_digest(data)
+    meta_d = meta_m.digest if meta_m is not None else payload_digest(meta)
+    if digest_event_hash(*args, data_d, meta_d, recorded_at_us) == hash_:
+        return True
+    if data_m is not None or meta_m is not None:  # user data that merely looks like a marker
+        if digest_event_hash(*args, payload_digest(data), payload_digest(meta), recorded_at_us) == hash_:
+            return True
+    return legacy_event_hash(*args, data, meta, recorded_at_us) == hash_

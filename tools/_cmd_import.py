@@ -33,7 +33,7 @@ from turnlog.eventstore import (
     RawEvent,
     RecordedEvent,
     encode_json,
-    event_hash,
+    event_hash_matches,
     open_store,
 )
 
@@ -167,7 +167,7 @@ def check_chains(lines: list[_Line]) -> None:
                 f"line {line.number}: stream {line.event.stream!r} version {line.event.version} does not chain "
                 "to the previous event (prev_hash differs)"
             )
-        digest = event_hash(
+        if not event_hash_matches(
             line.event.prev_hash,
             str(line.event.id),
             line.event.stream,
@@ -177,8 +177,8 @@ def check_chains(lines: list[_Line]) -> None:
             encode_json(line.event.data),
             encode_json(line.event.meta),
             _micros(line.event.recorded_at),
-        )
-        if digest != line.event.hash:
+            line.event.hash,
+        ):
             raise UserError(
                 f"line {line.number}: stream {line.event.stream!r} version {line.event.version}: the content "
                 "does not match its hash (altered after export?)"
