@@ -10,6 +10,7 @@ import difflib
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel._errors import AmbiguousBranch, AmbiguousSession, UnknownBranch, UnknownSession
+from turnlog.projections import visible_event
 
 __all__ = ["find_branch", "find_session"]
 
@@ -33,7 +34,7 @@ async def _find(
     names: dict[str, list[str]] = {}
     for found in ids:
         async for first in store.read_stream(prefix + found, 1, 1):
-            name = first.data.get("name")
+            name = visible_event(first).data.get("name")
             if isinstance(name, str):
                 names.setdefault(name, []).append(found)
     matches = names.get(ref, [])

@@ -61,6 +61,7 @@ from ._messages import (
     message_from_dict,
 )
 from ._rebuild import MAX_FORK_DEPTH, event_at, rebuild, resolve_version, write_snapshots
+from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_event
 from ._render import render_yaml
 from ._snapshots import (
     PROJECTION_VERSION,
@@ -74,6 +75,10 @@ from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
 from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary, summarize
 
 __all__ = [
+    "REDACTED_KEY",
+    "redaction_keep",
+    "redaction_of",
+    "visible_event",
     "BRANCH_EVENT_TYPES",
     "CATALOGUE",
     "DEFAULT_SYSTEM_MESSAGE",

@@ -15,7 +15,15 @@ from typing import Any
 
 from turnlog.eventstore import RecordedEvent, redacted_marker
 
-__all__ = ["REDACTED_KEY", "redaction_keep", "visible", "visible_many"]
+__all__ = [
+    "REDACTED_KEY",
+    "redaction_keep",
+    "redaction_note",
+    "redaction_of",
+    "visible",
+    "visible_event",
+    "visible_many",
+]
 
 REDACTED_KEY = "redacted"
 """The metadata key of a redacted message: ``{"reason": ..., "record": ...}``."""
@@ -24,42 +32,76 @@ _MESSAGE_FIELDS = ("kind", "id", "role", "created_at", "sender", "recipient")
 _LINK_FIELDS = ("action_request_id", "action_response_id", "call_id")
 
 
-def redaction_keep(
-    event_type: str, data: Mapping[str, Any], *, keep_names: bool = True
-) -> dict[str, Any] | None:
-    """The fields of a payload a redaction keeps for the fold (None: nothing is kept).
-
-    For ``message.added``: the message's kind, id, role, time, sender, recipient and
-    ``run_id``, and for a tool call or result its links and (when ``keep_names``) its
-    function name. Other types keep nothing.
-    """
-    if event_type != "message.added" or not isinstance(data.get("message"), Mapping):
-        return None
-    message = data["message"]
+def _kept_message(message: Mapping[str, Any], keep_names: bool) -> dict[str, Any]:
     kept: dict[str, Any] = {key: message[key] for key in _MESSAGE_FIELDS if key in message}
     content = message.get("content")
     if isinstance(content, Mapping) and message.get("kind") in ("ActionRequest", "ActionResponse"):
         fields = (*_LINK_FIELDS, "function") if keep_names else _LINK_FIELDS
         kept["content"] = {key: content[key] for key in fields if key in content}
         kept["content"].setdefault("function", "[redacted]")
-    out: dict[str, Any] = {"message": kept}
-    if data.get("run_id") is not None:
-        out["run_id"] = data["run_id"]
+    return kept
+
+
+def redaction_keep(
+    event_type: str, data: Mapping[str, Any], *, keep_names: bool = True
+) -> dict[str, Any] | None:
+    """The fields of a payload a redaction keeps for the fold (None: nothing is kept).
+
+    - ``message.added``: the message's kind, id, role, time, sender, recipient and
+      ``run_id``, and for a tool call or result its links and (when ``keep_names``) its
+      function name;
+    - ``branch.created``: the branch id, name, session and model settings, and the system
+      message's structure (its text, the user and the metadata go);
+    - ``message.annotated``: the message id and the reason (the metadata goes).
+
+    Other types keep nothing.
+    """
+    if event_type == "message.added" and isinstance(data.get("message"), Mapping):
+        out: dict[str, Any] = {"message": _kept_message(data["message"], keep_names)}
+        if data.get("run_id") is not None:
+            out["run_id"] = data["run_id"]
+        return out
+    if event_type == "branch.created":
+        out = {key: data[key] for key in _BRANCH_FIELDS if data.get(key) is not None}
+        if isinstance(data.get("system"), Mapping):
+            out["system"] = _kept_message(data["system"], keep_names)
+        return out
+    if event_type == "message.annotated":
+        return {key: data[key] for key in ("message_id", "reason") if key in data}
+    return None
+
+
+_BRANCH_FIELDS = ("branch_id", "name", "session_id", "chat_model", "parse_model")
+
+
+def _redacted_message(message: Mapping[str, Any], note: dict[str, str]) -> dict[str, Any]:
+    out = dict(message)
+    out["metadata"] = {REDACTED_KEY: note}
+    if out.get("kind") == "System":
+        out["content"] = {"system_message": ""}
     return out
 
 
 def visible(event: RecordedEvent) -> RecordedEvent:
-    """``event`` as the fold reads it: a redacted message.added becomes its kept message."""
+    """``event`` as the fold reads it: a redacted payload becomes what it kept, marked redacted."""
     data = event.data
     if len(data) != 1 or "turnlog_redacted" not in data:
         return event
     marker = redacted_marker(data)
-    if marker is None or marker.kept is None or event.type != "message.added":
+    if marker is None or marker.kept is None:
         return event
     kept = dict(marker.kept)
-    message = dict(kept.get("message") or {})
-    message["metadata"] = {REDACTED_KEY: {"reason": marker.reason, "record": marker.record}}
-    kept["message"] = message
+    note = {"reason": marker.reason, "record": marker.record}
+    if event.type == "message.added" and isinstance(kept.get("message"), Mapping):
+        kept["message"] = _redacted_message(kept["message"], note)
+    elif event.type == "branch.created":
+        if isinstance(kept.get("system"), Mapping):
+            kept["system"] = _redacted_message(kept["system"], note)
+        kept["metadata"] = {REDACTED_KEY: note}
+    elif event.type == "message.annotated":
+        kept["metadata"] = {}
+    else:
+        return event
     return replace(event, data=kept)
 
 
@@ -70,3 +112,27 @@ def visible_many(events: Sequence[RecordedEvent]) -> Sequence[RecordedEvent]:
         if len(data) == 1 and "turnlog_redacted" in data:
             return [visible(e) for e in events]
     return events
+
+
+def redaction_of(message: Any) -> dict[str, Any] | None:
+    """``{"reason": ..., "record": ...}`` when a folded message was redacted, else None."""
+    found = getattr(message, "metadata", {}).get(REDACTED_KEY)
+    return found if isinstance(found, dict) and isinstance(found.get("reason"), str) else None
+
+
+def redaction_note(message: Any) -> str | None:
+    """The one-line summary of a redacted message (``user: [redacted: gdpr]``), else None."""
+    found = redaction_of(message)
+    if found is None:
+        return None
+    note = f"[redacted: {found['reason']}]"
+    kind = getattr(message, "kind", "")
+    if kind == "ActionRequest":
+        return f"tool call {message.content.function} {note}"
+    if kind == "ActionResponse":
+        return f"tool result {message.content.function} {note}"
+    return f"{message.role}: {note}"
+
+
+visible_event = visible
+"""The public name of ``visible``: read a branch event as the fold does (redactions resolved)."""

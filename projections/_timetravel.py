@@ -21,6 +21,7 @@ from ._messages import (
     System,
 )
 from ._rebuild import _stream, event_at
+from ._redacted import redaction_note
 from ._state import BranchState, RunInfo
 
 __all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "message_summary", "summarize"]
@@ -54,6 +55,9 @@ def _short(value: Any, width: int = _WIDTH) -> str:
 
 def message_summary(msg: AnyMessage) -> str:
     """One line saying what a message is: ``user: ...``, ``tool call f(...)``, ..."""
+    redacted = redaction_note(msg)
+    if redacted is not None:
+        return redacted
     if isinstance(msg, System):
         return f"system: {_short(msg.content.system_message)}"
     if isinstance(msg, Instruction):

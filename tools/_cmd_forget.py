@@ -15,7 +15,7 @@ from ._redact_common import apply_redactions
 
 __all__ = ["COMMAND"]
 
-_ERASED_TYPES = ("message.added",)
+_ERASED_TYPES = ("branch.created", "message.added", "message.annotated")
 """The branch event types whose payloads ``forget`` erases (the others hold structure)."""
 
 

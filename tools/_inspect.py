@@ -10,7 +10,14 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, StoreNotFound, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
-from turnlog.projections import AnyMessage, BranchState, RunInfo, catalogue_upcasters, message_summary
+from turnlog.projections import (
+    AnyMessage,
+    BranchState,
+    RunInfo,
+    catalogue_upcasters,
+    message_summary,
+    visible_event,
+)
 
 from ._command import UserError, sqlite_file, store_url
 
@@ -81,7 +88,7 @@ async def branch_names(store: EventStore) -> dict[str, list[str]]:
     names: dict[str, list[str]] = {}
     for stream, _version in await store.list_streams("branch-"):
         async for first in store.read_stream(stream, 1, 1):
-            name = first.data.get("name")
+            name = visible_event(first).data.get("name")
             if isinstance(name, str):
                 names.setdefault(name, []).append(stream.removeprefix("branch-"))
     return names
