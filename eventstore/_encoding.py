@@ -835,6 +835,7 @@ class ChainChecker:
         "_part_digest",
         "_prev_hash",
         "_prev_position",
+        "_scope",
         "_stream",
         "events",
         "problems",
@@ -850,6 +851,7 @@ class ChainChecker:
 
         self.redactions = redactions if redactions is not None else RedactionRecords()
         self._part_digest = part_digest
+        self._scope: str | None = None
         self.redacted = 0
         self.problems: list[Problem] = []
         self.streams = 0
@@ -996,11 +998,12 @@ class ChainChecker:
             self.snapshots,
             ("chains", "snapshots", *checks),
             self.redacted,
-            tuple(sorted(self.redactions.reasons())),
+            tuple(sorted(self.redactions.reasons(self._scope))),
         )
 
     def finish(self, stream: str | None) -> None:
         """After the last row: report redaction records naming events that were not checked."""
+        self._scope = stream
         self.problems.extend(self.redactions.unmatched(stream))
 
 

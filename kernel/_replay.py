@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from turnlog.eventstore import EventStore, RecordedEvent, open_store
+from turnlog.eventstore import EventStore, RecordedEvent, open_store, redacted_marker
 from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
@@ -28,6 +28,7 @@ from turnlog.projections import (
     System,
     message_from_dict,
     rebuild,
+    visible_event,
 )
 from turnlog.projections import (
     diff as state_diff,
@@ -198,6 +199,9 @@ class AuditReport:
         snapshots_checked: How many stored snapshots were compared with a fold from events.
         model_calls: How many recorded model calls the state holds.
         problems: Every mismatch found; empty when the replay matches.
+        redacted: How many events of the branch's stream hold an erased payload whose
+            redaction record verifies (they fold as redacted; they are not mismatches).
+        redaction_reasons: The reasons of those redactions.
     """
 
     branch_id: str
@@ -206,6 +210,8 @@ class AuditReport:
     snapshots_checked: int
     model_calls: int
     problems: tuple[str, ...]
+    redacted: int = 0
+    redaction_reasons: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -239,7 +245,8 @@ async def audit_replay(store: EventStore, branch_id: str, *, live: BranchState |
     projection, e.g. ``branch.state``) equals the fold.
     """
     stream = f"branch-{branch_id}"
-    problems: list[str] = [str(p) for p in (await store.verify(stream)).problems]
+    verified = await store.verify(stream)
+    problems: list[str] = [str(p) for p in verified.problems]
     from_events = await rebuild(store, branch_id, snapshots=False)
     via_snapshots = await rebuild(store, branch_id)
     problems += _differences("snapshot path", from_events, via_snapshots)
@@ -263,6 +270,8 @@ async def audit_replay(store: EventStore, branch_id: str, *, live: BranchState |
         snapshots_checked=checked,
         model_calls=from_events.model_calls,
         problems=tuple(problems),
+        redacted=verified.redacted,
+        redaction_reasons=verified.redaction_reasons,
     )
 
 
@@ -278,6 +287,8 @@ class ExecuteReport:
         messages_copied: Messages recorded without a model call (tools, CLI streams), copied.
         divergence: The first divergence, or None when every request matched.
         final_mismatch: Messages of the replayed branch that differ from the recorded ones.
+        stopped_at_redaction: Why the replay stopped early: the first event whose recorded
+            inputs were redacted (None when none was met).
     """
 
     branch_id: str
@@ -286,11 +297,12 @@ class ExecuteReport:
     messages_copied: int = 0
     divergence: ReplayDivergence | None = None
     final_mismatch: list[str] = field(default_factory=list)
+    stopped_at_redaction: str | None = None
 
     @property
     def ok(self) -> bool:
         """True when every request matched and the replayed messages equal the recorded ones."""
-        return self.divergence is None and not self.final_mismatch
+        return self.divergence is None and not self.final_mismatch and self.stopped_at_redaction is None
 
 
 async def _effective_events(
@@ -333,7 +345,7 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
     by_id = {m.id: m for m in state.messages}
     if state.system is not None:
         by_id[state.system.id] = state.system
-    created = events[0].data
+    created = visible_event(events[0]).data
     model = ReplayModel()
     async with open_store("memory://") as scratch:
         system = created.get("system")
@@ -350,6 +362,13 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
         i = 0
         while i < len(events):
             event = events[i]
+            marker = redacted_marker(event.data) if i else None
+            if marker is not None:
+                report.stopped_at_redaction = (
+                    f"{event.stream} version {event.version} ({event.type}) was redacted "
+                    f"({marker.reason}): the calls from there on cannot be re-executed"
+                )
+                return report
             if event.type == "message.added":
                 message = _message_of(event)
                 nxt = events[i + 1] if i + 1 < len(events) else None

@@ -52,6 +52,7 @@ def _execute_view(report: ExecuteReport) -> dict[str, Any]:
             "difference": d.difference,
         },
         "final_mismatch": report.final_mismatch,
+        "stopped_at_redaction": report.stopped_at_redaction,
     }
 
 
@@ -70,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
                     "snapshots_checked": audit.snapshots_checked,
                     "model_calls": audit.model_calls,
                     "problems": list(audit.problems),
+                    "redacted": audit.redacted,
                 },
                 "execute": _execute_view(executed) if executed else None,
             }
@@ -80,10 +82,16 @@ def _run(args: argparse.Namespace) -> int:
             f"audit replay matches: branch {audit.branch_id} rebuilt from {audit.events} events "
             f"without calling a model; {audit.snapshots_checked} snapshot(s) agree; hash chain verifies"
         )
+        if audit.redacted:
+            print(
+                f"redacted: {audit.redacted} event(s) ({', '.join(audit.redaction_reasons)}), folded as redacted"
+            )
     else:
         for problem in audit.problems:
             print(f"MISMATCH {problem}")
     if executed is not None:
+        if executed.stopped_at_redaction is not None:
+            print(f"STOPPED {executed.stopped_at_redaction}")
         if executed.divergence is not None:
             print(f"DIVERGENCE {executed.divergence}")
         for problem in executed.final_mismatch:
