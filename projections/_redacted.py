@@ -21,6 +21,7 @@ __all__ = [
     "redaction_note",
     "redaction_of",
     "visible",
+    "visible_data",
     "visible_event",
     "visible_many",
 ]
@@ -87,22 +88,30 @@ def visible(event: RecordedEvent) -> RecordedEvent:
     data = event.data
     if len(data) != 1 or "turnlog_redacted" not in data:
         return event
+    view = visible_data(event.type, data)
+    return event if view is data else replace(event, data=view)
+
+
+def visible_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The payload of an event of ``event_type`` as the fold reads it (``data`` itself unless redacted)."""
+    if len(data) != 1 or "turnlog_redacted" not in data:
+        return data
     marker = redacted_marker(data)
     if marker is None or marker.kept is None:
-        return event
+        return data
     kept = dict(marker.kept)
     note = {"reason": marker.reason, "record": marker.record}
-    if event.type == "message.added" and isinstance(kept.get("message"), Mapping):
+    if event_type == "message.added" and isinstance(kept.get("message"), Mapping):
         kept["message"] = _redacted_message(kept["message"], note)
-    elif event.type == "branch.created":
+    elif event_type == "branch.created":
         if isinstance(kept.get("system"), Mapping):
             kept["system"] = _redacted_message(kept["system"], note)
         kept["metadata"] = {REDACTED_KEY: note}
-    elif event.type == "message.annotated":
+    elif event_type == "message.annotated":
         kept["metadata"] = {}
     else:
-        return event
-    return replace(event, data=kept)
+        return data
+    return kept
 
 
 def visible_many(events: Sequence[RecordedEvent]) -> Sequence[RecordedEvent]:

@@ -11,7 +11,7 @@ from turnlog.eventstore import RedactionError
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import branch_id_of, opened_store
-from ._redact_common import apply_redactions
+from ._redact_common import apply_redactions, purge_copies
 
 __all__ = ["COMMAND"]
 
@@ -27,7 +27,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
 
 
-async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
+async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], list[str]]:
     actor = args.actor or getpass.getuser()
     async with opened_store(args.store) as store:
         branch = await branch_id_of(store, args.branch)
@@ -42,15 +42,17 @@ async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]]]:
         for run_id in runs:
             events.extend([e async for e in store.read_stream(f"run-{run_id}") if e.type == "stream.chunk"])
         try:
-            return branch, await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
+            rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
         except RedactionError as exc:
             raise UserError(str(exc)) from exc
+        purged = await purge_copies(store, {branch}, dry_run=args.dry_run)
+        return branch, rows, purged
 
 
 def _run(args: argparse.Namespace) -> int:
-    branch, rows = anyio.run(_forget, args)
+    branch, rows, purged = anyio.run(_forget, args)
     if args.json:
-        emit_json({"branch_id": branch, "dry_run": args.dry_run, "redacted": rows})
+        emit_json({"branch_id": branch, "dry_run": args.dry_run, "redacted": rows, "purged": purged})
         return 0
     verb = "would redact" if args.dry_run else "redacted"
     streams = sorted({row["stream"] for row in rows})
@@ -59,6 +61,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     for name in streams:
         print(f"  {name}: {sum(1 for row in rows if row['stream'] == name)}")
+    for what in purged:
+        print(f"{'would purge' if args.dry_run else 'purged'} {what}")
     return 0
 
 

@@ -11,7 +11,7 @@ from turnlog.eventstore import RecordedEvent, RedactionError
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import branch_id_of, opened_store, parse_time
-from ._redact_common import apply_redactions
+from ._redact_common import apply_redactions, purge_copies
 
 __all__ = ["COMMAND"]
 
@@ -51,26 +51,33 @@ async def _chosen(store: Any, args: argparse.Namespace) -> list[RecordedEvent]:
     ]
 
 
-async def _redact(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def _redact(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     actor = args.actor or getpass.getuser()
     async with opened_store(args.store) as store:
         events = await _chosen(store, args)
         try:
-            return await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
+            rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
         except RedactionError as exc:
             raise UserError(str(exc)) from exc
+        branches = {
+            row["stream"].removeprefix("branch-") for row in rows if row["stream"].startswith("branch-")
+        }
+        purged = await purge_copies(store, branches, dry_run=args.dry_run) if rows else []
+        return rows, purged
 
 
 def _run(args: argparse.Namespace) -> int:
-    rows = anyio.run(_redact, args)
+    rows, purged = anyio.run(_redact, args)
     if args.json:
-        emit_json({"dry_run": args.dry_run, "redacted": rows})
+        emit_json({"dry_run": args.dry_run, "redacted": rows, "purged": purged})
         return 0
     verb = "would redact" if args.dry_run else "redacted"
     for row in rows:
         size = "" if args.dry_run else f" ({row['erased_bytes']} bytes erased)"
         print(f"{verb} {row['stream']} v{row['version']} {row['type']}{size}")
     print(f"{verb} {len(rows)} event(s); reason: {args.reason}")
+    for what in purged:
+        print(f"{'would purge' if args.dry_run else 'purged'} {what}")
     return 0
 
 

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from turnlog.eventstore import EventStore, RecordedEvent, Redaction, RedactionResult, is_redacted
-from turnlog.projections._redacted import redaction_keep
+from turnlog.eventstore import (
+    EventStore,
+    RecordedEvent,
+    Redaction,
+    RedactionResult,
+    SQLiteEventStore,
+    is_redacted,
+)
+from turnlog.kernel._run_buffer import default_persist_dir, parse_buffer_name
+from turnlog.projections import redaction_keep
+from turnlog.projections.analytics import AnalyticsProjection
 
-__all__ = ["apply_redactions", "describe", "target_of"]
+__all__ = ["apply_redactions", "describe", "purge_copies", "target_of"]
 
 
 def target_of(event: RecordedEvent, reason: str, actor: str, include_meta: bool = False) -> Redaction:
@@ -30,6 +41,52 @@ async def apply_redactions(
         for row in rows:
             row["erased_bytes"] = erased.get((row["stream"], row["version"]), 0)
     return rows
+
+
+async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool) -> list[str]:
+    """Remove the copies a redaction leaves outside the log; say what was (or would be) removed.
+
+    - the run buffers and branch snapshot files of ``branch_ids`` in the store's buffer
+      directory (``<store>.runs/``), deleted;
+    - the analytics tables kept in a SQLite store's own file, rebuilt from the redacted log,
+      then the file compacted so their old pages keep no copy.
+    """
+    done: list[str] = []
+    directory = default_persist_dir(store)
+    if directory.is_dir():
+        for path in sorted(directory.iterdir()):
+            if _belongs(path, branch_ids):
+                done.append(f"buffer file {path}")
+                if not dry_run:
+                    path.unlink()
+    if isinstance(store, SQLiteEventStore) and _has_analytics(store.path):
+        done.append("analytics tables (rebuilt from the redacted log)")
+        if not dry_run:
+            async with AnalyticsProjection(store) as analytics:
+                await analytics.rebuild()
+            await store.compact()
+    return done
+
+
+def _belongs(path: Path, branch_ids: set[str]) -> bool:
+    named = parse_buffer_name(path)
+    if named is not None:
+        return named[0] in branch_ids
+    return path.suffix == ".json" and path.stem in branch_ids
+
+
+def _has_analytics(path: str) -> bool:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'analytics_meta'").fetchone()
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return row is not None
 
 
 def describe(event: RecordedEvent) -> dict[str, Any]:

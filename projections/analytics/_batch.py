@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnlog.eventstore import RawEvent, RecordedEvent, Upcasters
 
+from .._redacted import visible_data
 from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class Batch:
         """
         schema, data, meta = stored.decode(self._upcasters)
         kind = stored.type
+        if len(data) == 1 and "turnlog_redacted" in data:
+            data = visible_data(kind, data)
         if kind == "message.added" and schema == self._versions.get(kind, schema):
             # Most events read are messages that are no tool call: skip them here, as add
             # would, without building the event (two in five of the events read).
@@ -93,6 +96,18 @@ class Batch:
         self.events += 1
         kind = event.type
         owner = self._owner
+        if len(event.data) == 1 and "turnlog_redacted" in event.data:
+            view = visible_data(kind, event.data)
+            event = StoredEvent(
+                event.stream,
+                event.version,
+                event.position,
+                kind,
+                event.schema,
+                view,
+                event.meta,
+                event.recorded_at,
+            )
         if event.schema != owner._versions.get(kind, event.schema):
             event = owner._lifted(event)
         # By frequency: most events read are messages, and most messages are no tool call.
