@@ -55,6 +55,7 @@ from ._errors import (
 )
 from ._ids import uuid7
 from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._postgres_redact import redact_postgres, redaction_rows_query
 from ._postgres_sql import (
     FORMAT_VERSION,
     LOCK_TIMEOUT,
@@ -86,6 +87,7 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
+from ._redaction import REDACTIONS_STREAM, Redaction, RedactionRecords, RedactionResult
 from ._upcasting import Upcasters
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
@@ -116,7 +118,9 @@ class PostgresEventStore(EventStore):
             nothing is created.
     """
 
-    capabilities: frozenset[str] = frozenset({"gapless_positions", "cross_process_subscribe", "raw_copy"})
+    capabilities: frozenset[str] = frozenset(
+        {"gapless_positions", "cross_process_subscribe", "raw_copy", "redact"}
+    )
 
     def __init__(
         self,
@@ -502,12 +506,15 @@ class PostgresEventStore(EventStore):
             check_stream_name(stream)
         checker = ChainChecker()
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [stream])
+        records_query = redaction_rows_query(self._sql.events)
         query = f'SELECT {ROW_COLUMNS} FROM {self._sql.events} {where} ORDER BY stream COLLATE "C", version'
         snapshot_where = "" if stream is None else "WHERE s.stream = %s"
         snapshots = (
             f'{self._bound_snapshots} {snapshot_where} ORDER BY s.stream COLLATE "C", s.type, s.version'
         )
         async with self._connection("verify") as conn, conn.transaction():
+            found = await (await conn.execute(records_query, (REDACTIONS_STREAM,))).fetchall()
+            checker.redactions = RedactionRecords.from_rows(found)
             async with conn.cursor(name="turnlog_verify") as cursor:
                 await cursor.execute(query, params)
                 while rows := await cursor.fetchmany(2000):
@@ -518,7 +525,11 @@ class PostgresEventStore(EventStore):
                 while rows := await cursor.fetchmany(200):
                     for row in rows:
                         checker.add_snapshot(row, row[7])
+        checker.finish(stream)
         return checker.report()
+
+    async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
+        return await redact_postgres(self, targets)
 
     @property
     def _bound_snapshots(self) -> str:

@@ -1,0 +1,65 @@
+"""Redaction on PostgreSQL: records, then the erasure, then ``VACUUM (FULL)``.
+
+The records are appended through the store's ordinary append (so they take their place in
+the global order as any event does); then one transaction replaces the payloads and deletes
+the streams' snapshots. The two are separate transactions: if the process dies between them,
+``verify`` reports each record whose payload is still stored, and redacting again finishes
+the work. Last, ``VACUUM (FULL)`` rewrites the events and snapshots tables (their TOAST tables
+included) into new files, so no dead tuple keeps the old bytes in the database's files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._postgres_sql import ROW_COLUMNS
+from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresEventStore
+
+__all__ = ["redact_postgres", "redaction_rows_query"]
+
+
+def redaction_rows_query(events_table: str) -> str:
+    """The query of ``(version, data)`` of every redaction record (one parameter: the stream)."""
+    return f"SELECT version, data FROM {events_table} WHERE stream = %s ORDER BY version"
+
+
+async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -> list[RedactionResult]:
+    """Redact ``targets`` on ``store`` (see the module docstring for the steps)."""
+    sql = store._sql
+    plans: list[Plan | RedactionResult] = []
+    async with store._connection("redact") as conn:
+        for target in targets:
+            cursor = await conn.execute(
+                f"SELECT {ROW_COLUMNS} FROM {sql.events} WHERE stream = %s AND version = %s",
+                (target.stream, target.version),
+            )
+            row: Any = await cursor.fetchone()
+            if row is None:
+                raise RedactionError(target.stream, target.version, "no such event")
+            plans.append(plan_redaction(target, (row[0], str(row[1]), *row[2:])))
+    changed = [plan for plan in plans if isinstance(plan, Plan)]
+    if changed:
+        await store.append(REDACTIONS_STREAM, [plan.record for plan in changed])
+        async with store._connection("redact") as conn, conn.transaction():
+            for plan in changed:
+                await conn.execute(
+                    f"UPDATE {sql.events} SET data = %s, meta = %s WHERE stream = %s AND version = %s",
+                    (plan.data, plan.meta, plan.target.stream, plan.target.version),
+                )
+            await conn.execute(
+                f"DELETE FROM {sql.snapshots} WHERE stream = ANY(%s)",
+                (sorted({plan.target.stream for plan in changed}),),
+            )
+        await vacuum_full(store)
+    return [plan.result() if isinstance(plan, Plan) else plan for plan in plans]
+
+
+async def vacuum_full(store: PostgresEventStore) -> None:
+    """Rewrite the events and snapshots tables (and their TOAST tables) without dead tuples."""
+    sql = store._sql
+    async with store._connection("vacuum") as conn:
+        await conn.execute(f"VACUUM (FULL) {sql.events}")
+        await conn.execute(f"VACUUM (FULL) {sql.snapshots}")

@@ -1,0 +1,83 @@
+"""Redaction on PostgreSQL: after ``VACUUM (FULL)`` the table files and a dump hold no erased byte."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from turnlog.eventstore import NewEvent, NewSnapshot, Redaction, open_store
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+pytestmark = pytest.mark.skipif(not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server")
+
+SMALL = "Qv-Personal-7781 bob@example.net"
+LARGE = "Wk-Personal-5521 " + secrets.token_hex(6000)
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    name = f"t_{uuid.uuid4().hex}"
+    yield name
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+async def _relation_files(schema: str) -> list[Path]:
+    """The files of the events and snapshots tables, their TOAST tables and indexes (None when unreadable)."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute("CHECKPOINT")
+        datadir = (await (await conn.execute("SHOW data_directory")).fetchone())[0]
+        rows = await (
+            await conn.execute(
+                """SELECT pg_relation_filepath(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = %s
+                   UNION SELECT pg_relation_filepath(c.reltoastrelid) FROM pg_class c
+                   JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.reltoastrelid <> 0""",
+                (schema, schema),
+            )
+        ).fetchall()
+    files = []
+    for (relative,) in rows:
+        if relative is None:
+            continue
+        base = Path(datadir) / relative
+        files.extend(p for p in base.parent.glob(base.name + "*") if p.is_file())
+    return files
+
+
+async def test_redaction_leaves_no_copy_in_the_table_files_or_a_dump(schema: str) -> None:
+    url = DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
+    async with open_store(url) as store:
+        await store.append("branch-p", [NewEvent("m.a", {"c": SMALL}), NewEvent("m.a", {"c": LARGE})])
+        await store.append("branch-p", [NewEvent("m.a", {"c": "stays"})])
+        await store.save_snapshot(NewSnapshot("branch-p", 2, "s.t", {"copy": SMALL}))
+        files = await _relation_files(schema)
+        readable = bool(files) and all(os.access(p, os.R_OK) for p in files)
+        if readable:
+            assert any(SMALL.encode() in p.read_bytes() for p in files)
+        results = await store.redact_many(
+            [Redaction("branch-p", 1, "gdpr"), Redaction("branch-p", 2, "gdpr")]
+        )
+        assert [r.changed for r in results] == [True, True]
+        report = await store.verify()
+        assert report.ok and report.redacted == 2, report.problems
+        if readable:
+            for path in await _relation_files(schema):
+                data = path.read_bytes()
+                assert SMALL.encode() not in data, path
+                assert LARGE[:40].encode() not in data, path
+    if shutil.which("pg_dump"):
+        dump = subprocess.run(
+            ["pg_dump", "--schema", schema, DSN], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        assert b"stays".hex() in dump or "stays" in dump
+        assert SMALL not in dump and SMALL.encode().hex() not in dump
+        assert LARGE[:40].encode().hex() not in dump
