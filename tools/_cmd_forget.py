@@ -23,29 +23,52 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("branch", help="branch id, unique id prefix or name")
     parser.add_argument("--reason", required=True, help="why (kept in the redaction records)")
     parser.add_argument("--actor", default=None, help="who asks (default: the login name)")
+    parser.add_argument(
+        "--forks",
+        action="store_true",
+        help="also the forks' own events (their prefix is the branch's already)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be erased; change nothing")
     add_store_argument(parser)
+
+
+async def _forks_of(store: Any, branch: str) -> list[str]:
+    """Every branch forked from ``branch``, directly or through other forks."""
+    children: dict[str, list[str]] = {}
+    async for event in store.read_all(types=["branch.forked"], stream_prefix="branch-"):
+        parent = event.data.get("parent_branch_id")
+        if isinstance(parent, str):
+            children.setdefault(parent, []).append(event.stream.removeprefix("branch-"))
+    found: list[str] = []
+    todo = [branch]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
 
 
 async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], list[str]]:
     actor = args.actor or getpass.getuser()
     async with opened_store(args.store) as store:
         branch = await branch_id_of(store, args.branch)
-        stream = f"branch-{branch}"
+        branches = [branch, *(await _forks_of(store, branch) if args.forks else [])]
         events = []
         runs: list[str] = []
-        async for event in store.read_stream(stream):
-            if event.type in _ERASED_TYPES:
-                events.append(event)
-            elif event.type == "run.started" and isinstance(event.data.get("run_id"), str):
-                runs.append(event.data["run_id"])
+        for name in branches:
+            async for event in store.read_stream(f"branch-{name}"):
+                if event.type in _ERASED_TYPES:
+                    events.append(event)
+                elif event.type == "run.started" and isinstance(event.data.get("run_id"), str):
+                    runs.append(event.data["run_id"])
         for run_id in runs:
             events.extend([e async for e in store.read_stream(f"run-{run_id}") if e.type == "stream.chunk"])
         try:
             rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
         except RedactionError as exc:
             raise UserError(str(exc)) from exc
-        purged = await purge_copies(store, {branch}, dry_run=args.dry_run)
+        purged = await purge_copies(store, set(branches), dry_run=args.dry_run)
         return branch, rows, purged
 
 

@@ -112,6 +112,28 @@ def test_forget_erases_every_copy_and_the_branch_still_works(store_dir: Path) ->
     assert _cli("stats", "--store", "t.db", cwd=store_dir).returncode == 0
 
 
+def test_forget_with_forks_erases_the_forks_own_events(store_dir: Path) -> None:
+    fork = _cli("fork", "mine", "--at", "3", "--name", "child", "--store", "t.db", cwd=store_dir)
+    assert fork.returncode == 0, fork.stderr
+
+    async def add_to_fork() -> None:
+        async with SQLiteEventStore(store_dir / "t.db") as store:
+            streams = [s for s, _ in await store.list_streams("branch-") if s != f"branch-{BRANCH}"]
+            await store.append(
+                streams[0], [new_event(MessageAdded(message=Instruction.create(f"fork {SECRET}")))]
+            )
+
+    anyio.run(add_to_fork)
+    plain = _cli("forget", "mine", "--reason", "r", "--dry-run", "--store", "t.db", cwd=store_dir)
+    assert "would redact 5 payload(s)" in plain.stdout
+    done = _cli("forget", "mine", "--forks", "--reason", "r", "--store", "t.db", cwd=store_dir)
+    assert done.returncode == 0, done.stderr
+    assert "redacted 6 payload(s)" in done.stdout
+    assert _files_holding(store_dir, SECRET.encode()) == []
+    show = _cli("show", "child", "--store", "t.db", cwd=store_dir)
+    assert show.returncode == 0 and "user: [redacted: r]" in show.stdout, show.stdout + show.stderr
+
+
 def test_redact_one_version_and_retention_by_type(store_dir: Path) -> None:
     one = _cli("redact", "mine", "--version", "2", "--reason", "leak", "--store", "t.db", cwd=store_dir)
     assert one.returncode == 0, one.stderr
@@ -167,3 +189,19 @@ def test_an_unknown_branch_is_one_line(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "t.db.runs")
     done = _cli("forget", "nope", "--reason", "x", "--store", "t.db", cwd=tmp_path)
     assert done.returncode != 0 and "Traceback" not in done.stderr
+
+
+def test_export_import_and_migrate_keep_the_redactions(store_dir: Path) -> None:
+    assert _cli("forget", "mine", "--reason", "erasure", "--store", "t.db", cwd=store_dir).returncode == 0
+    exported = _cli("export", "--store", "t.db", "--out", "all.jsonl", cwd=store_dir)
+    assert exported.returncode == 0, exported.stderr
+    text = (store_dir / "all.jsonl").read_text()
+    assert "turnlog_redacted" in text and SECRET not in text
+    imported = _cli("import", "all.jsonl", "--store", "copy.db", cwd=store_dir)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    verify = _cli("verify", "--store", "copy.db", cwd=store_dir)
+    assert verify.returncode == 0 and "5 payloads redacted" in verify.stdout, verify.stdout
+    migrated = _cli("migrate", "--from", "t.db", "--to", "moved.db", cwd=store_dir)
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    verify = _cli("verify", "--store", "moved.db", cwd=store_dir)
+    assert verify.returncode == 0 and "5 payloads redacted" in verify.stdout, verify.stdout
