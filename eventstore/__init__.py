@@ -48,9 +48,12 @@ from ._redaction import (
 )
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
+from ._upgrade import UPGRADES_STREAM, UpgradeRefused
 
 __all__ = [
     "REDACTIONS_STREAM",
+    "UPGRADES_STREAM",
+    "UpgradeRefused",
     "Redacted",
     "Redaction",
     "RedactionError",

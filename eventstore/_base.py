@@ -219,6 +219,20 @@ class EventStore(ABC):
         check_targets(targets)
         return await self._redact(merge_targets(targets))
 
+    async def upgrade_chain(self, *, actor: str = "") -> list[str]:
+        """Move the events of the legacy chain to the digest chain, so they can be redacted.
+
+        The whole log is verified first, in the same transaction: if anything is wrong,
+        ``UpgradeRefused`` is raised and nothing changes. Each upgraded stream is re-hashed from
+        its first legacy event on and gets a ``store.chain_upgraded`` record (old and new hash
+        of its last event) in ``turnlog.upgrades``; its snapshots are deleted (they are bound to
+        the old hashes). Returns the streams upgraded (none when there was nothing to do).
+
+        Raises:
+            UpgradeRefused: the log does not verify.
+        """
+        raise StoreError(f"{type(self).__name__} cannot upgrade its chain")
+
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
         """The backend's redaction; ``targets`` are validated and each event is named once."""
         raise StoreError(f"{type(self).__name__} cannot redact events")

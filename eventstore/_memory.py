@@ -58,6 +58,7 @@ from ._redaction import (
     plan_redaction,
 )
 from ._upcasting import Upcasters
+from ._upgrade import UPGRADES_STREAM, plan_upgrade
 
 __all__ = ["MemoryEventStore"]
 
@@ -343,6 +344,25 @@ class MemoryEventStore(EventStore):
         return checker.report()
 
     # ------------------------------------------------------------------ redaction
+
+    async def upgrade_chain(self, *, actor: str = "") -> list[str]:
+        self._check_open()
+        rows = [self._rows[p - 1] for name in sorted(self._streams) for p in self._streams[name]]
+        plan = plan_upgrade(rows, actor)
+        if plan.streams:
+            self._write(
+                [
+                    PreparedAppend(
+                        UPGRADES_STREAM, prepare_events(UPGRADES_STREAM, plan.records, 2**62)[1], ANY
+                    )
+                ]
+            )
+            for position, prev, digest in plan.updates:
+                self._rows[position - 1] = self._rows[position - 1]._replace(prev_hash=prev, hash=digest)
+            for key in [key for key in self._snapshots if key[0] in plan.streams]:
+                del self._snapshots[key]
+        await anyio.lowlevel.checkpoint()
+        return plan.streams
 
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
         self._check_open()

@@ -104,7 +104,7 @@ from ._records import (
     VerifyReport,
 )
 from ._redaction import Redaction, RedactionRecords, RedactionResult
-from ._sqlite_redact import erase_freed, redact_sync, redaction_rows
+from ._sqlite_redact import erase_freed, redact_sync, redaction_rows, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
     ensure_store_id,
@@ -652,6 +652,9 @@ class SQLiteEventStore(EventStore):
         )
         self._written(len(results), 0)
         return results
+
+    async def upgrade_chain(self, *, actor: str = "") -> list[str]:
+        return await self._run(lambda blocking: upgrade_sync(self, self._conn, actor), inline=False)
 
     async def compact(self) -> None:
         """Erase freed content: checkpoint and truncate the WAL, ``VACUUM``, truncate again."""

@@ -17,11 +17,12 @@ from ._errors import StoreUnavailable
 from ._records import ANY
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
 from ._sqlite_schema import write_transaction
+from ._upgrade import UPGRADES_STREAM, plan_upgrade
 
 if TYPE_CHECKING:
     from ._sqlite import SQLiteEventStore
 
-__all__ = ["erase_freed", "redact_sync", "redaction_rows"]
+__all__ = ["erase_freed", "redact_sync", "redaction_rows", "upgrade_sync"]
 
 _COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 
@@ -86,3 +87,19 @@ def erase_freed(conn: sqlite3.Connection, path: str) -> None:
                 "log from being truncated, so it may still hold the old bytes; close the other "
                 "readers and redact again (a no-op that finishes the erasure)"
             )
+
+
+def upgrade_sync(store: SQLiteEventStore, conn: sqlite3.Connection, actor: str) -> list[str]:
+    """``upgrade_chain`` in one transaction on ``conn`` (the writer)."""
+    with write_transaction(conn) as c:
+        rows = c.execute(f"SELECT {_COLUMNS} FROM events ORDER BY stream, version").fetchall()
+        plan = plan_upgrade(rows, actor)
+        if plan.streams:
+            _, records = prepare_events(UPGRADES_STREAM, plan.records, 2**62)
+            store._insert_entries(c, [PreparedAppend(UPGRADES_STREAM, records, ANY)])
+            c.executemany(
+                "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
+                [(prev, digest, position) for position, prev, digest in plan.updates],
+            )
+            c.executemany("DELETE FROM snapshots WHERE stream = ?", [(name,) for name in plan.streams])
+    return plan.streams

@@ -7,7 +7,7 @@ import getpass
 from typing import Any
 
 import anyio
-from turnlog.eventstore import RecordedEvent, RedactionError
+from turnlog.eventstore import RecordedEvent, RedactionError, StoreError
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import branch_id_of, opened_store, parse_time
@@ -23,7 +23,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--type", dest="event_type", default=None, help="erase every event of this type")
     parser.add_argument("--before", default=None, help="with --type: only events recorded before this time")
-    parser.add_argument("--reason", required=True, help="why (kept in the redaction record)")
+    parser.add_argument("--reason", default=None, help="why (kept in the redaction record); required")
+    parser.add_argument(
+        "--upgrade-chain",
+        action="store_true",
+        help="verify the whole store, then move events of an older turnlog to the digest chain so they "
+        "can be redacted (recorded in turnlog.upgrades)",
+    )
     parser.add_argument("--actor", default=None, help="who asks (default: the login name)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be erased; change nothing")
     add_store_argument(parser)
@@ -51,8 +57,18 @@ async def _chosen(store: Any, args: argparse.Namespace) -> list[RecordedEvent]:
     ]
 
 
+async def _upgrade(args: argparse.Namespace) -> list[str]:
+    async with opened_store(args.store) as store:
+        try:
+            return await store.upgrade_chain(actor=args.actor or getpass.getuser())
+        except StoreError as exc:  # UpgradeRefused, or a backend without the upgrade
+            raise UserError(str(exc)) from exc
+
+
 async def _redact(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     actor = args.actor or getpass.getuser()
+    if not args.reason or not args.reason.strip():
+        raise UserError("give --reason TEXT: it is kept in the redaction record")
     async with opened_store(args.store) as store:
         events = await _chosen(store, args)
         try:
@@ -67,6 +83,15 @@ async def _redact(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.upgrade_chain:
+        streams = anyio.run(_upgrade, args)
+        if args.json:
+            emit_json({"upgraded": streams})
+        else:
+            print(f"verified, then upgraded {len(streams)} stream(s) to the digest chain")
+            for name in streams:
+                print(f"  {name}")
+        return 0
     rows, purged = anyio.run(_redact, args)
     if args.json:
         emit_json({"dry_run": args.dry_run, "redacted": rows, "purged": purged})

@@ -8,12 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from turnlog.eventstore import (
+    UPGRADES_STREAM,
     MemoryEventStore,
     NewEvent,
     NewSnapshot,
     Redaction,
     RedactionError,
     SQLiteEventStore,
+    UpgradeRefused,
 )
 from turnlog.eventstore._encoding import ChainChecker, encode_json, event_hash, legacy_event_hash
 from turnlog.eventstore._raw import RawEvent
@@ -88,3 +90,48 @@ async def test_random_redactions_keep_verify_ok(sizes: list[int], picks: list[tu
         report = await store.verify()
         assert report.ok, report.problems
         assert report.redacted == len(done)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_upgrade_chain_verifies_first_then_rehashes_and_records(tmp_path: Path, backend: str) -> None:
+    store = MemoryEventStore() if backend == "memory" else SQLiteEventStore(tmp_path / "u.db")
+    async with store:
+        rows = _legacy_rows(3)
+        if isinstance(store, MemoryEventStore):
+            from turnlog.eventstore._memory import _Row
+
+            for row in rows:
+                store._rows.append(_Row(*(getattr(row, f) for f in row.__slots__)))
+                store._streams.setdefault(row.stream, []).append(row.position)
+        else:
+            await store.import_raw(rows)
+        await store.append("old", [NewEvent("a.b", {"n": 4})])
+        await store.save_snapshot(NewSnapshot("old", 4, "s.t", {"n": 4}))
+        assert await store.upgrade_chain(actor="ops") == ["old"]
+        assert await store.load_snapshot("old") is None
+        report = await store.verify()
+        assert report.ok, report.problems
+        records = [e async for e in store.read_stream(UPGRADES_STREAM)]
+        assert [
+            (r.data["stream"], r.data["from_version"], r.data["old_head_hash"] != r.data["new_head_hash"])
+            for r in records
+        ] == [("old", 1, True)]
+        await store.redact("old", 1, reason="now possible")
+        assert (await store.verify()).ok
+        assert await store.upgrade_chain() == []  # nothing legacy left
+
+
+async def test_upgrade_chain_refuses_a_log_that_does_not_verify(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "u.db") as store:
+        rows = _legacy_rows(2)
+        bad = rows[1]
+        rows[1] = RawEvent(
+            *(getattr(bad, f) for f in bad.__slots__[:6]),
+            b'{"n":99}',
+            *(getattr(bad, f) for f in bad.__slots__[7:]),
+        )
+        await store.import_raw(rows)
+        with pytest.raises(UpgradeRefused) as info:
+            await store.upgrade_chain()
+        assert "altered" in str(info.value)
+        assert await store.stream_version(UPGRADES_STREAM) == 0

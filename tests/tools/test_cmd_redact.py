@@ -205,3 +205,27 @@ def test_export_import_and_migrate_keep_the_redactions(store_dir: Path) -> None:
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
     verify = _cli("verify", "--store", "moved.db", cwd=store_dir)
     assert verify.returncode == 0 and "5 payloads redacted" in verify.stdout, verify.stdout
+
+
+def test_upgrade_chain_lets_an_older_store_be_redacted(tmp_path: Path) -> None:
+    from turnlog.eventstore import RawEvent, encode_json
+    from turnlog.eventstore._encoding import legacy_event_hash
+
+    async def legacy() -> None:
+        data = encode_json({"text": SECRET})
+        eid = str(uuid7())
+        digest = legacy_event_hash("", eid, "notes", 1, "note.added", 1, data, b"{}", 5)
+        async with SQLiteEventStore(tmp_path / "old.db") as store:
+            await store.import_raw(
+                [RawEvent(1, eid, "notes", 1, "note.added", 1, data, b"{}", 5, "", digest)]
+            )
+
+    anyio.run(legacy)
+    refused = _cli("redact", "--type", "note.added", "--reason", "x", "--store", "old.db", cwd=tmp_path)
+    assert refused.returncode != 0 and "legacy chain" in refused.stderr
+    upgraded = _cli("redact", "--upgrade-chain", "--store", "old.db", cwd=tmp_path)
+    assert upgraded.returncode == 0 and "upgraded 1 stream(s)" in upgraded.stdout, upgraded.stderr
+    done = _cli("redact", "--type", "note.added", "--reason", "x", "--store", "old.db", cwd=tmp_path)
+    assert done.returncode == 0 and "redacted 1 event(s)" in done.stdout, done.stderr
+    assert _files_holding(tmp_path, SECRET.encode()) == []
+    assert "1 payloads redacted" in _cli("verify", "--store", "old.db", cwd=tmp_path).stdout
