@@ -1,0 +1,30 @@
+"""A branch whose messages were redacted still loads, time-travels, forks and takes new messages."""
+
+from __future__ import annotations
+
+from turnlog.eventstore import MemoryEventStore
+from turnlog.kernel import Branch
+from turnlog.projections import Instruction, redaction_keep, redaction_of
+
+
+async def test_a_redacted_branch_loads_travels_forks_and_continues() -> None:
+    async with MemoryEventStore() as store:
+        branch = Branch(store=store, name="b")
+        await branch.add_message(Instruction.create("my phone is 555-0100"))
+        await branch.add_message(Instruction.create("second"))
+        stream = f"branch-{branch.id}"
+        events = [e async for e in store.read_stream(stream) if e.type == "message.added"]
+        first = events[0]
+        await store.redact(stream, first.version, reason="phone", keep=redaction_keep(first.type, first.data))
+        loaded = await Branch.load(store, "b")
+        messages = loaded.messages
+        assert len(messages) == 2
+        assert redaction_of(messages[0]) is not None and redaction_of(messages[0])["reason"] == "phone"
+        assert "555-0100" not in repr(messages)
+        past = await loaded.at(first.version)
+        assert [m.id for m in past.messages] == [messages[0].id]
+        child = await loaded.fork(name="child")
+        assert [m.id for m in child.messages] == [m.id for m in messages]
+        await child.add_message(Instruction.create("third"))
+        assert len((await Branch.load(store, "child")).messages) == 3
+        assert (await store.verify()).ok
