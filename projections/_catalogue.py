@@ -24,14 +24,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
-from turnlog.eventstore import NewEvent, RecordedEvent, Upcaster, Upcasters
+from turnlog.eventstore import NewEvent, RecordedEvent, Upcaster, Upcasters, redacted_marker
 
 from ._errors import EventDecodeError, InvalidEventDataError, UnknownEventType
 from ._messages import AnyMessage, System
+from ._redacted import visible_data
 
 __all__ = [
     "CATALOGUE",
@@ -617,6 +619,19 @@ def decode_event(recorded: RecordedEvent, registry: EventRegistry | None = None)
 
 def _validate(schema: type[E], recorded: RecordedEvent) -> E:
     data = recorded.data
+    if len(data) == 1 and "turnlog_redacted" in data:
+        # A redacted payload: what the redaction kept, or a clear error (never None).
+        data = visible_data(recorded.type, data)
+        if data is recorded.data:
+            marker = redacted_marker(recorded.data)
+            raise EventDecodeError(
+                recorded.stream,
+                recorded.version,
+                recorded.type,
+                f"the payload was redacted ({marker.reason if marker else 'no reason'}) and kept nothing to decode",
+                position=recorded.position,
+            )
+        recorded = replace(recorded, data=data)
     if recorded.schema != schema.schema_version:
         data = _lift(schema, recorded)
     try:

@@ -73,3 +73,22 @@ def test_random_logs_and_redactions_rebuild_and_verify(op_list, data) -> None:
             assert report.redacted == len(chosen)
 
     anyio.run(main)
+
+
+async def test_the_catalogue_decodes_a_redacted_event_or_says_why_not() -> None:
+    import pytest
+    from turnlog.eventstore import NewEvent
+    from turnlog.projections import EventDecodeError, decode_event
+
+    async with MemoryEventStore() as store:
+        await new_branch(store, "b")
+        await append(store, "b", [MessageAdded(message=Instruction.create("secret words"))])
+        await store.append("branch-b", [NewEvent("model.called", {"call_id": "c"})])
+        for version in (2, 3):
+            await _redact(store, "branch-b", version, "why")
+        added, called = [e async for e in store.read_stream("branch-b", 2)]
+        decoded = decode_event(added)
+        assert isinstance(decoded, MessageAdded)
+        assert decoded.message.metadata[REDACTED_KEY]["reason"] == "why"
+        with pytest.raises(EventDecodeError, match="redacted"):
+            decode_event(called)
