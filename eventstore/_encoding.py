@@ -448,7 +448,7 @@ def chain_hashes(
     share (the stream, the time, and a type, schema or meta equal to the previous event's) is
     encoded, digested and length-prefixed once.
     """
-    sha256, length = hashlib.sha256, _LEN
+    sha256, length, lengths = hashlib.sha256, _LEN, _SHORT_LENGTHS
     stream_b = stream.encode()
     stream_part = length(len(stream_b)) + stream_b
     time_b = str(recorded_at_us).encode()
@@ -466,8 +466,10 @@ def chain_hashes(
             type_b, schema_b = etype.encode(), str(schema).encode()
             kind = length(len(type_b)) + type_b + length(len(schema_b)) + schema_b
             last_type, last_schema = etype, schema
-        if meta is not last_meta:
-            tail = _HASH_LENGTH + sha256(meta).hexdigest().encode() + time_part
+        if meta is not last_meta and meta != last_meta:  # equal metas share one digest
+            tail = _HASH_LENGTH + (
+                _EMPTY_DIGEST if meta == b"{}" else sha256(meta).hexdigest().encode()
+            ) + time_part  # fmt: skip
             last_meta = meta
         id_b, version_b = eid.encode(), b"%d" % version
         digest = sha256(
@@ -475,9 +477,9 @@ def chain_hashes(
                 (
                     tag_part,
                     prev_length, prev_b,
-                    length(len(id_b)), id_b,
+                    lengths[len(id_b)] if len(id_b) < 256 else length(len(id_b)), id_b,
                     stream_part,
-                    length(len(version_b)), version_b,
+                    lengths[len(version_b)], version_b,
                     kind,
                     _HASH_LENGTH, sha256(data).hexdigest().encode(),
                     tail,
@@ -490,6 +492,10 @@ def chain_hashes(
     return hashes
 
 
+_SHORT_LENGTHS = tuple(_LEN(n) for n in range(256))
+"""The length prefixes of parts shorter than 256 bytes, made once."""
+_EMPTY_DIGEST = hashlib.sha256(b"{}").hexdigest().encode()
+"""The digest of the empty meta object, which most events carry."""
 _HASH_LENGTH = _LEN(64)
 """The length prefix of a previous hash (64 hexadecimal digits)."""
 
