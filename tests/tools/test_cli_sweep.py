@@ -49,6 +49,8 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("fork", ["fork", "demo", "--at", "1", "--store", "{store}"]),
     ("migrate", ["migrate", "--from", "{store}", "--to", "{out}"]),
     ("import", ["import", "{store}", "--store", "{out}"]),
+    ("redact", ["redact", "demo", "--version", "2", "--reason", "x", "--store", "{store}"]),
+    ("forget", ["forget", "demo", "--reason", "x", "--store", "{store}"]),
 ]
 
 
