@@ -107,9 +107,11 @@ from ._redaction import Redaction, RedactionRecords, RedactionResult
 from ._sqlite_redact import erase_freed, redact_sync, redaction_rows, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
+    bump_format,
     ensure_store_id,
     init_schema,
     insert_events,
+    read_format,
     read_store_id,
     rollback,
     write_transaction,
@@ -230,6 +232,7 @@ class SQLiteEventStore(EventStore):
         try:
             init_schema(self._conn, target, self._busy_ms, create=create)
             self._store_id = read_store_id(self._conn)
+            self._old_format = read_format(self._conn) < FORMAT_VERSION
             if not in_memory:
                 self._aux = self._connect(target)
         except BaseException:
@@ -378,9 +381,16 @@ class SQLiteEventStore(EventStore):
 
     def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
         with write_transaction(self._conn) as conn:
-            if self._store_id is None:  # a store made before store ids gets one on its first write
-                self._store_id = ensure_store_id(conn)
+            if self._store_id is None or self._old_format:  # a store made by an older turnlog
+                self._first_write(conn)
             return self._insert_entries(conn, entries)
+
+    def _first_write(self, conn: sqlite3.Connection) -> None:
+        """On the first write to a store made by an older turnlog: a store id, this format."""
+        self._store_id = ensure_store_id(conn)
+        if self._old_format:
+            bump_format(conn)
+            self._old_format = False
 
     def _insert_entries(self, conn: sqlite3.Connection, entries: list[PreparedAppend]) -> list[AppendResult]:
         now = time.time_ns() // 1000
@@ -761,6 +771,8 @@ class SQLiteEventStore(EventStore):
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
+                if self._old_format:
+                    self._first_write(conn)
                 _insert_raw(conn, events, snapshots)
 
         await self._run(run, inline=False)

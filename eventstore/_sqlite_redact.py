@@ -51,6 +51,8 @@ def redact_sync(
                     raise RedactionError(target.stream, target.version, "no such event")
                 plans.append(plan_redaction(target, row))
             changed = [plan for plan in plans if isinstance(plan, Plan)]
+            if changed and store._old_format:
+                store._first_write(c)
             if changed:
                 _, records = prepare_events(REDACTIONS_STREAM, [plan.record for plan in changed], 2**62)
                 store._insert_entries(c, [PreparedAppend(REDACTIONS_STREAM, records, ANY)])
@@ -94,6 +96,8 @@ def upgrade_sync(store: SQLiteEventStore, conn: sqlite3.Connection, actor: str) 
     with write_transaction(conn) as c:
         rows = c.execute(f"SELECT {_COLUMNS} FROM events ORDER BY stream, version").fetchall()
         plan = plan_upgrade(rows, actor)
+        if plan.streams and store._old_format:
+            store._first_write(c)
         if plan.streams:
             _, records = prepare_events(UPGRADES_STREAM, plan.records, 2**62)
             store._insert_entries(c, [PreparedAppend(UPGRADES_STREAM, records, ANY)])

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT_VERSION",
+    "bump_format",
+    "read_format",
     "ensure_store_id",
     "init_schema",
     "insert_events",
@@ -34,7 +36,9 @@ __all__ = [
     "write_transaction",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: events are hashed by the digest chain (format 1 stores hold legacy-chain events, read
+as they are; their first write by this turnlog records format 2)."""
 """The newest store layout this code writes and reads."""
 
 _INSERT = (
@@ -141,7 +145,8 @@ def _check(db: sqlite_utils.Database, path: str) -> None:
             found=found,
             supported=FORMAT_VERSION,
         )
-    # Older formats would be migrated here, one step at a time; format 1 is the first.
+    # Format 1 differs only by the hash chain of its events, which verify reads as it is; the
+    # first write records format 2 (``bump_format``), so an older turnlog then refuses it.
 
 
 def _create(db: sqlite_utils.Database) -> None:
@@ -188,6 +193,17 @@ def read_store_id(conn: sqlite3.Connection) -> str | None:
     """The store id kept in ``meta``, or None (a store made before store ids)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     return None if row is None else str(row[0])
+
+
+def read_format(conn: sqlite3.Connection) -> int:
+    """The store's format version as kept in ``meta``."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()
+    return int(row[0]) if row is not None else FORMAT_VERSION
+
+
+def bump_format(conn: sqlite3.Connection) -> None:
+    """Record this turnlog's format (call inside a write transaction, before writing events)."""
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
 
 
 def ensure_store_id(conn: sqlite3.Connection) -> str:

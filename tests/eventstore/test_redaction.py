@@ -135,3 +135,29 @@ async def test_upgrade_chain_refuses_a_log_that_does_not_verify(tmp_path: Path) 
             await store.upgrade_chain()
         assert "altered" in str(info.value)
         assert await store.stream_version(UPGRADES_STREAM) == 0
+
+
+async def test_a_format_1_store_is_read_as_it_is_and_its_first_write_records_format_2(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "f1.db"
+    async with SQLiteEventStore(path) as store:
+        await store.import_raw(_legacy_rows(2))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'format_version'")
+    conn.close()
+
+    def stored_format() -> str:
+        db = sqlite3.connect(path)
+        try:
+            return db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0]
+        finally:
+            db.close()
+
+    async with SQLiteEventStore(path) as store:
+        assert (await store.verify()).ok
+        assert stored_format() == "1"  # reading changes nothing
+        await store.append("old", [NewEvent("a.b", {"n": 3})])
+    assert stored_format() == "2"
+    async with SQLiteEventStore(path) as store:
+        assert (await store.verify()).ok

@@ -109,7 +109,7 @@ async def test_schema_stores_canonical_bytes_and_micros(sqlite_path: Path, sqlit
         assert row[:3] == (b'{"a":2,"b":1}', "blob", b"{}")
         assert row[3] == int(event.recorded_at.timestamp() * 1_000_000)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "1"
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "2"
         assert "tracking" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
 
 
