@@ -88,7 +88,7 @@ def layout(title: str, body: str, *, store: str, writes: bool, page: str = "") -
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{h(title)} · turnlog</title>"
-        '<link rel="stylesheet" href="/static/app.css">'
+        '<link rel="icon" href="data:,"><link rel="stylesheet" href="/static/app.css">'
         '<script src="/static/app.js" defer></script>'
         f'</head><body data-page="{h(page)}">'
         f'<header><a class="brand" href="/">turnlog</a><nav>{nav}</nav>'

@@ -294,4 +294,5 @@ document.addEventListener("DOMContentLoaded", () => {
   setupRun();
   setupTail();
   setupCharts();
+  document.body.dataset.ready = "1";
 });
