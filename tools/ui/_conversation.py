@@ -56,7 +56,9 @@ def _body(message: AnyMessage) -> str:
         if c.context:
             parts.append(f"<details><summary>context</summary><pre>{pretty_json(c.context)}</pre></details>")
         if c.tool_schemas:
-            names = ", ".join(str(s.get("name") or s.get("function", {})) for s in c.tool_schemas)
+            names = ", ".join(
+                str(s.get("name") or (s.get("function") or {}).get("name")) for s in c.tool_schemas
+            )
             parts.append(f'<div class="note">tools offered: {h(names)}</div>')
         return "".join(parts)
     if isinstance(message, AssistantResponse):
@@ -66,7 +68,8 @@ def _body(message: AnyMessage) -> str:
             parts.append(
                 f'<details class="thinking"><summary>thinking</summary><pre class="text">{_text(thinking)}</pre></details>'
             )
-        parts.append(f'<pre class="text">{h(message.content.text)}</pre>')
+        text = message.content.text
+        parts.append(f'<pre class="text">{h(text)}</pre>' if text else '<div class="note">(no text)</div>')
         return "".join(parts)
     if isinstance(message, ActionRequest):
         c = message.content

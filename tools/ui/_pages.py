@@ -82,6 +82,13 @@ def chunk_view(event: RecordedEvent, start: float | None) -> dict[str, Any]:
     }
 
 
+def _usage(usage: Any) -> str:
+    if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
+        return "not reported"
+    known = [("?" if n is None else str(n)) for n in (usage.input_tokens, usage.output_tokens)]
+    return f"{known[0]} input, {known[1]} output tokens"
+
+
 def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
     info = detail.info
     calls = detail.calls
@@ -106,7 +113,7 @@ def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
             "time to first token",
             h(", ".join(fmt_ms(c.get("ttft_ms")) for c in calls if c.get("ttft_ms") is not None) or "-"),
         ),
-        ("usage", h(f"{usage.input_tokens} in, {usage.output_tokens} out" if usage else "-")),
+        ("usage", h(_usage(usage))),
         ("cost", h(f"${usage.cost_usd:.6f}" if usage and usage.cost_usd is not None else "unknown")),
         ("provider session", f"<code>{h(detail.session_id or '-')}</code>"),
         ("working directory", f"<code>{h(detail.cwd or '-')}</code>"),
