@@ -28,7 +28,7 @@ from ._data import UIData, parse_int
 from ._errors import BadRequest, Forbidden, PageError
 from ._html import h, layout, seg
 from ._pages_branch import branch_body, conversation_fragment, diff_body, forks_body
-from ._readonly import ReadOnlyStore
+from ._readonly import ReadOnlyStore, WriteRefused
 from ._security import Guard
 
 __all__ = ["UIConfig", "create_app", "display_url"]
@@ -117,6 +117,9 @@ class _App:
             status_code=exc.status_code,
         )
 
+    async def on_write_refused(self, request: Request, exc: Exception) -> Response:
+        return HTMLResponse(self.error_html(403, "Read-only", str(exc)), status_code=403)
+
     async def on_store_error(self, request: Request, exc: Exception) -> Response:
         return HTMLResponse(self.error_html(500, "The store could not be read", str(exc)), status_code=500)
 
@@ -145,7 +148,8 @@ class _App:
         ref = request.path_params["ref"]
         branch_id = await self.data.resolve(ref)
         if branch_id != ref:
-            return RedirectResponse(f"/branches/{seg(branch_id)}?{request.url.query}", status_code=307)
+            query = f"?{request.url.query}" if request.url.query else ""
+            return RedirectResponse(f"/branches/{seg(branch_id)}{query}", status_code=307)
         params = request.query_params
         at = parse_int(params.get("at"), "at")
         tpage = parse_int(params.get("tpage"), "tpage")
@@ -314,6 +318,7 @@ def create_app(config: UIConfig) -> Any:
         exception_handlers={
             PageError: ui.on_page_error,
             HTTPException: ui.on_http_error,
+            WriteRefused: ui.on_write_refused,
             StoreError: ui.on_store_error,
             ProjectionError: ui.on_store_error,
             Exception: ui.on_crash,

@@ -185,3 +185,35 @@ def test_analytics_charts_and_live_tail(page: Any, demo_ui: Served) -> None:
     page.goto(demo_ui.url + "/tail")
     expect(page.locator("#tail-rows tr").first).to_be_visible()
     assert page.errors == []
+
+
+def test_the_live_tail_shows_new_events_without_a_reload(page: Any, open_run_store: Path) -> None:
+    for ui in serve(open_run_store):
+        page.goto(f"{ui.url}/tail")
+        ready(page)
+        rows = page.locator("#tail-rows tr")
+        expect(rows).to_have_count(4)
+        page.wait_for_timeout(300)  # let the event stream connect before the writer starts
+        append_to_open_run(open_run_store)
+        expect(rows).to_have_count(7, timeout=20_000)
+        expect(rows.nth(0)).to_contain_text("run.ended")  # newest first
+        expect(page.locator("#tail-rows tr.fresh")).to_have_count(3)
+
+
+def test_a_non_loopback_bind_asks_the_browser_for_its_token(page: Any, small_store: Path) -> None:
+    for ui in serve(small_store, "--host", "0.0.0.0"):
+        token = (
+            next(line for line in ui.lines if line.startswith("token (shown once): "))
+            .split(": ", 1)[1]
+            .strip()
+        )
+        base = ui.url.replace("0.0.0.0", "127.0.0.1")
+        response = page.goto(base + "/")
+        assert response is not None and response.status == 401
+        expect(page.locator(".error-message")).to_contain_text("needs its token")
+        expect(page.locator("table.branches")).to_have_count(0)
+        page.goto(f"{base}/?token={token}")
+        expect(page).to_have_url(base + "/")  # the token left the address bar
+        expect(page.locator("table.branches tbody tr")).to_have_count(1)
+        page.get_by_role("link", name="one", exact=True).click()  # the cookie carries it on
+        expect(page.locator("#conversation article.msg:not(.role-system)")).to_have_count(3)
