@@ -8,7 +8,7 @@ import orjson
 from turnlog.eventstore import RecordedEvent
 
 from ._data import PAGE, RunDetail, UIData
-from ._html import attr_json, fmt_ms, fmt_time, h, link, pretty_json, q, seg, table
+from ._html import attr_json, fmt_ms, fmt_time, h, link, q, seg, table
 
 __all__ = [
     "analytics_body",
@@ -226,12 +226,15 @@ def replay_body(branch_id: str, audit: Any, executed: Any) -> str:
         return "".join(parts)
     d = executed.divergence
     if d is not None:
+        at = link(q(base, at=d.version), f"the branch as it was at version {d.version}")
         parts.append(
-            f'<div class="banner damaged" role="alert"><strong>DIVERGENCE</strong> at call {d.call_index} '
-            f"(<code>{h(d.call_id)}</code>, version {d.version})</div>"
-            f'<div class="divergence"><div><h3>recorded</h3><pre class="expected">{pretty_json(d.expected)}</pre></div>'
-            f'<div><h3>now</h3><pre class="actual">{pretty_json(d.actual)}</pre></div></div>'
-            f'<p class="difference">{h(d.difference)}</p>'
+            f'<div class="banner damaged" id="divergence" role="alert"><strong>DIVERGENCE</strong> at call '
+            f"{d.call_index} (<code>{h(d.call_id)}</code>, model.called at version {d.version}): today's request "
+            f"differs from the recorded one</div>"
+            f'<pre class="difference">{h(d.difference)}</pre>'
+            f'<table class="facts"><tr><th>recorded fingerprint</th><td><code class="expected">{h(d.expected)}</code></td></tr>'
+            f'<tr><th>fingerprint now</th><td><code class="actual">{h(d.actual)}</code></td></tr></table>'
+            f"<p>see {at}</p>"
         )
     for problem in executed.final_mismatch:
         parts.append(f'<div class="banner damaged">MISMATCH {h(problem)}</div>')

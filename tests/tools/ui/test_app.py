@@ -176,6 +176,15 @@ def test_the_store_url_shown_carries_no_password() -> None:
     assert display_url("sqlite:///tmp/a.db?durability=full") == "sqlite:///tmp/a.db"
 
 
+def test_replay_page_runs_the_audit_and_execute_replay(demo_ui: Served, demo_ids: dict[str, Any]) -> None:
+    demo_id, _ = demo_ids["branches"]["demo"]
+    audit = get(demo_ui, f"/branches/{demo_id}/replay")
+    assert "audit replay matches" in audit.text and "execute replay matches" not in audit.text
+    executed = get(demo_ui, f"/branches/{demo_id}/replay?execute=1")
+    assert "execute replay matches: 5 call(s) re-run" in executed.text
+    assert "DIVERGENCE" not in executed.text
+
+
 def test_analytics_shows_the_figures_of_turnlog_stats(
     demo_ui: Served, demo_store: Path, tmp_path: Path
 ) -> None:
@@ -251,3 +260,31 @@ def test_serves_a_postgresql_store(small_store: Path, pg_url: str) -> None:
         assert page.status_code == 200 and "version 3: 2 message(s)" in page.text
         assert "verified" in get(ui, "/verify").text
         assert get(ui, "/analytics").status_code == 200
+
+
+def test_replay_page_shows_the_first_divergent_call(
+    demo_store: Path, demo_ids: dict[str, Any], tmp_path: Path
+) -> None:
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "diverged.db"
+    shutil.copy(demo_store, copy)
+    conn = sqlite3.connect(copy, isolation_level=None)
+    try:
+        (position, data) = conn.execute(
+            "SELECT position, data FROM events WHERE type = 'model.called' ORDER BY position LIMIT 1"
+        ).fetchone()
+        payload = json.loads(bytes(data))
+        payload["fingerprint"] = "0" * 64
+        conn.execute(
+            "UPDATE events SET data = ? WHERE position = ?", (json.dumps(payload).encode(), position)
+        )
+    finally:
+        conn.close()
+    demo_id, _ = demo_ids["branches"]["demo"]
+    for ui in serve(copy):
+        page = get(ui, f"/branches/{demo_id}/replay?execute=1").text
+        assert 'id="divergence"' in page and "at call 1" in page
+        assert "0" * 64 in page  # the recorded fingerprint beside today's
+        assert "MISMATCH" in page  # the audit replay sees the rewritten event too
