@@ -267,7 +267,7 @@ class _App:
 
     async def tail(self, request: Request) -> Response:
         head = await self.data.store.head()
-        events = [e async for e in self.data.store.read_all(backwards=True, limit=50)]
+        events = [e async for e in self.data.store.read_all(1, head, backwards=True, limit=50)]
         return self.page("Live tail", pages.tail_body(events, head), name="tail")
 
     async def tail_live(self, request: Request) -> Response:

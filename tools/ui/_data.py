@@ -157,6 +157,9 @@ class UIData:
         ref = self.index.runs.get(run_id)
         if ref is None:
             raise NotFound(f"no run {run_id!r} in this store")
+        # the live feed starts after this position: take it before reading, so that nothing
+        # appended meanwhile is missed (a chunk read twice is dropped by the page)
+        position = await self.store.head()
         state = await self.state(ref.branch_id)
         chunks = [e async for e in self.store.read_stream(f"run-{run_id}")]
         calls = [
@@ -166,9 +169,7 @@ class UIData:
             )
             if e.data.get("run_id") == run_id
         ]
-        detail = RunDetail(
-            ref.branch_id, state.runs.get(run_id), chunks, calls, position=await self.store.head()
-        )
+        detail = RunDetail(ref.branch_id, state.runs.get(run_id), chunks, calls, position=position)
         for chunk in chunks:
             meta = chunk.data.get("metadata") or {}
             detail.session_id = detail.session_id or meta.get("session_id")

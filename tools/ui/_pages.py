@@ -151,7 +151,7 @@ def _chunk_row(c: dict[str, Any]) -> str:
         content = orjson.dumps(c["output"], default=str).decode()
     cls = f"chunk type-{h(c['type'])}" + (" error" if c["error"] else "")
     return (
-        f'<tr class="{cls}" data-t="{c["t_ms"]}" data-type="{h(c["type"])}"><td>{h(c["seq"])}</td>'
+        f'<tr class="{cls}" data-seq="{h(c["seq"])}" data-t="{c["t_ms"]}" data-type="{h(c["type"])}"><td>{h(c["seq"])}</td>'
         f'<td>{c["t_ms"]:.0f}</td><td>{h(c["type"])}</td><td><pre class="text">{h(content)}</pre></td></tr>'
     )
 
@@ -370,6 +370,6 @@ def tail_body(events: list[RecordedEvent], after: int) -> str:
 
 def _tail_row(e: dict[str, Any]) -> str:
     return (
-        f'<tr><td>{e["position"]}</td><td class="nowrap">{h(e["time"])}</td><td><code>{h(e["stream"])}@{e["version"]}</code></td>'
+        f'<tr data-position="{e["position"]}"><td>{e["position"]}</td><td class="nowrap">{h(e["time"])}</td><td><code>{h(e["stream"])}@{e["version"]}</code></td>'
         f"<td><code>{h(e['type'])}</code></td><td><code>{h(e['payload'])}</code></td></tr>"
     )

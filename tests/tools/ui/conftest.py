@@ -121,9 +121,13 @@ def chromium_path() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless system Chromium driven by Playwright."""
+    """A headless system Chromium driven by Playwright.
+
+    Module-scoped: Playwright's sync API runs an event loop in this thread while it is open,
+    and the async tests that follow need the thread to themselves.
+    """
     required = os.environ.get("TURNLOG_REQUIRE_BROWSER") == "1"
     executable = chromium_path()
     try:

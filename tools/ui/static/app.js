@@ -121,7 +121,12 @@ function chunkRow(c) {
   let content = c.content;
   if (c.tool) content = c.tool + "(" + (c.input ? JSON.stringify(c.input) : "") + ")";
   else if (c.type === "tool_result") content = JSON.stringify(c.output);
-  const row = el("tr", { class: "chunk type-" + c.type + (c.error ? " error" : ""), "data-t": String(c.t_ms), "data-type": c.type });
+  const row = el("tr", {
+    class: "chunk type-" + c.type + (c.error ? " error" : ""),
+    "data-seq": String(c.seq),
+    "data-t": String(c.t_ms),
+    "data-type": c.type,
+  });
   row.appendChild(el("td", {}, String(c.seq)));
   row.appendChild(el("td", {}, String(Math.round(c.t_ms))));
   row.appendChild(el("td", {}, c.type));
@@ -140,7 +145,9 @@ function setupRun() {
   status.classList.add("live");
   const source = new EventSource(`/runs/${encodeURIComponent(live.dataset.run)}/live?after=${live.dataset.after}`);
   source.addEventListener("chunk", (event) => {
-    document.getElementById("chunk-rows").appendChild(chunkRow(JSON.parse(event.data)));
+    const chunk = JSON.parse(event.data);
+    if (document.querySelector(`#chunk-rows tr[data-seq="${Number(chunk.seq)}"]`)) return;  // shown already
+    document.getElementById("chunk-rows").appendChild(chunkRow(chunk));
     document.getElementById("chunk-count").textContent = String(document.querySelectorAll("#chunk-rows tr").length);
     drawAxis();
   });
@@ -160,7 +167,8 @@ function setupTail() {
   const source = new EventSource(`/tail/live?after=${live.dataset.after}`);
   source.addEventListener("event", (event) => {
     const e = JSON.parse(event.data);
-    const row = el("tr", { class: "fresh" });
+    if (body.querySelector(`tr[data-position="${Number(e.position)}"]`)) return;  // shown already
+    const row = el("tr", { class: "fresh", "data-position": String(e.position) });
     row.appendChild(el("td", {}, String(e.position)));
     row.appendChild(el("td", { class: "nowrap" }, e.time));
     const where = el("td");
