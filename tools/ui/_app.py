@@ -100,6 +100,8 @@ class _App:
         )
 
     def error_html(self, status: int, title: str, message: str) -> str:
+        if len(message) > 600:  # an error may quote a very long input
+            message = message[:597] + "..."
         body = f'<div class="error-page"><h1>{h(status)} · {h(title)}</h1><p class="error-message">{h(message)}</p><p><a href="/">all branches</a></p></div>'
         return layout(title, body, store=self.store_label, writes=self.config.allow_writes, page="error")
 

@@ -223,6 +223,8 @@ class UIData:
                 result["errors"] = [r.to_dict() for r in await analytics.error_rates(by)]
             result["days"] = [r.to_dict() for r in await analytics.usage("day")]
             result["tool_calls"] = [r.to_dict() for r in await analytics.tool_usage("tool")]
+            if by in ("model", "provider", "verb"):
+                result["series"] = await _series(analytics, by, [str(d["key"]) for d in result["days"]])
         return result
 
     # ----------------------------------------------------------------------------------- actions
@@ -248,6 +250,33 @@ class UIData:
 
         self.require_writes()
         return await recover(self.store, persist_dir)
+
+
+SERIES_DAYS = 30
+"""Days of the per-dimension time series (the latest ones)."""
+
+
+async def _series(analytics: Any, by: str, days: list[str]) -> dict[str, Any]:
+    """Model calls per day and per ``by`` key: ``turnlog stats --by BY --since D --until D+1``."""
+    from datetime import date, timedelta
+
+    days = sorted(d for d in days if d and d != "None")[-SERIES_DAYS:]
+    per_day = []
+    for day in days:
+        until = (date.fromisoformat(day) + timedelta(days=1)).isoformat()
+        per_day.append({str(r.key): r for r in await analytics.usage(by, since=day, until=until)})
+    keys = sorted({k for rows in per_day for k in rows})
+
+    def column(pick: Any) -> dict[str, list[Any]]:
+        return {k: [pick(rows[k]) if k in rows else None for rows in per_day] for k in keys}
+
+    return {
+        "days": days,
+        "tokens": column(lambda r: r.input_tokens + r.output_tokens),
+        "cost": column(lambda r: r.cost_usd),
+        "p95": column(lambda r: r.latency_ms.p95),
+        "error_rate": column(lambda r: r.error_rate),
+    }
 
 
 async def annotated_ids(store: EventStore, branch_id: str, at: int) -> set[str]:

@@ -218,6 +218,38 @@ def test_analytics_shows_the_figures_of_turnlog_stats(
         assert row[6] == ("-" if cost is None else f"{cost:.6f}")
         assert row[7] == f"{expected['latency_ms']['p50']:.0f}"
         assert row[8] == f"{expected['latency_ms']['p95']:.0f}"
+    # the per-day series the charts draw: turnlog stats --by model --since DAY --until DAY+1
+    import html
+    from datetime import date, timedelta
+
+    figures = json.loads(html.unescape(re.search(r'data-figures="([^"]*)"', page).group(1)))
+    series = figures["series"]
+    (day,) = series["days"]
+    until = (date.fromisoformat(day) + timedelta(days=1)).isoformat()
+    on_day = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnlog.tools._cli",
+            "stats",
+            "--json",
+            "--store",
+            str(demo_store),
+            "--analytics-db",
+            str(tmp_path / "a.db"),
+            "--since",
+            day,
+            "--until",
+            until,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for r in json.loads(on_day.stdout)["usage"]:
+        assert series["tokens"][r["key"]] == [r["input_tokens"] + r["output_tokens"]]
+        assert series["p95"][r["key"]] == [r["latency_ms"]["p95"]]
+        assert series["error_rate"][r["key"]] == [r["error_rate"]]
 
 
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")

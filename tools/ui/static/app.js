@@ -286,6 +286,17 @@ function setupCharts() {
     host.appendChild(lineChart("cost per day ($)", keys, [{ name: "$", values: days.map((r) => r.cost_usd), color: "#38a169" }]));
     host.appendChild(lineChart("error rate per day", keys, [{ name: "errors", values: days.map((r) => r.error_rate), color: "#e53e3e" }]));
   }
+  if (f.series && f.series.days.length) {
+    const palette = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#e53e3e", "#319795", "#718096"];
+    const lines = (values) => Object.keys(values).map((key, i) => ({
+      name: label(key), values: values[key], color: palette[i % palette.length],
+    }));
+    const days = f.series.days;
+    host.appendChild(lineChart(`tokens per day by ${f.by}`, days, lines(f.series.tokens)));
+    host.appendChild(lineChart(`latency p95 per day by ${f.by} (ms)`, days, lines(f.series.p95)));
+    host.appendChild(lineChart(`cost per day by ${f.by} ($)`, days, lines(f.series.cost)));
+    host.appendChild(lineChart(`error rate per day by ${f.by}`, days, lines(f.series.error_rate)));
+  }
   const tools = f.tools || f.tool_calls || [];
   if (tools.length) {
     host.appendChild(barChart("tool calls", tools.map((r) => r.key), [
