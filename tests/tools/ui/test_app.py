@@ -320,3 +320,19 @@ def test_replay_page_shows_the_first_divergent_call(
         assert 'id="divergence"' in page and "at call 1" in page
         assert "0" * 64 in page  # the recorded fingerprint beside today's
         assert "MISMATCH" in page  # the audit replay sees the rewritten event too
+
+
+def test_allow_writes_recovers_a_crashed_run(open_run_store: Path) -> None:
+    for ui in serve(open_run_store, "--allow-writes"):
+        page = get(ui, "/runs/r-live")
+        assert "recover crashed runs" in page.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        done = httpx.post(ui.url + "/recover", data={"csrf": csrf.group(1)}, timeout=60)
+        assert done.status_code == 200
+        assert "1 crashed run(s) closed" in done.text
+        after = get(ui, "/runs/r-live").text
+        assert "failed (crashed" in after and "recover crashed runs" not in after
+    for ui in serve(open_run_store):
+        assert "recover crashed runs" not in get(ui, "/branches/b-live").text
+        assert httpx.post(ui.url + "/recover", data={"csrf": "x"}, timeout=30).status_code == 403
