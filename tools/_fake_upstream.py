@@ -322,7 +322,7 @@ class FakeUpstreamServer:
         if slot is None:
             if api == "gemini" and _fake_gemini.is_routing(request.json):
                 record["builtin"] = "routing"
-                return _fake_gemini.routing_reply(view, number)
+                return _fake_gemini.routing_reply(request.json, view, number)
             return module.error_reply(
                 400,
                 _exhausted(record["seq"]),
