@@ -160,7 +160,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any]]] = {
                 TOOL_REPLY,
             ]
         },
-    ),  # fmt: skip
+    ),
     "claude.upstream-401": (CLAUDE, {"steps": [{"fail": {"kind": "auth"}}]}),
     "claude.upstream-429": (CLAUDE, {"steps": [{"fail": {"kind": "rate_limit"}}]}),
     "claude.upstream-400": (CLAUDE, {"steps": [{"fail": {"kind": "invalid_request"}}]}),
@@ -175,7 +175,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any]]] = {
                 TOOL_REPLY,
             ]
         },
-    ),  # fmt: skip
+    ),
     "codex.upstream-401": (CODEX, {"steps": [{"fail": {"kind": "auth"}}]}),
     "codex.upstream-429": (CODEX, {"steps": [{"fail": {"kind": "rate_limit"}}]}),
     "codex.upstream-400": (CODEX, {"steps": [{"fail": {"kind": "invalid_request"}}]}),
@@ -189,7 +189,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any]]] = {
                 TOOL_REPLY,
             ]
         },
-    ),  # fmt: skip
+    ),
     "gemini.upstream-400": (GEMINI, {"steps": [{"fail": {"kind": "bad_key"}}]}),
     "gemini.upstream-401": (GEMINI, {"steps": [{"fail": {"kind": "unauthenticated"}}]}),
     "gemini.upstream-429": (GEMINI, {"steps": [{"fail": {"kind": "rate_limit"}}]}),
