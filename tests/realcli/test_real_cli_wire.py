@@ -10,6 +10,7 @@ CLIs to).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -128,6 +129,53 @@ def test_claude_resume_from_another_directory_finds_the_session(
     assert run.returncode == 0, run.stderr
     assert run.of_type("result")[0]["session_id"] == session
     assert _texts(run) == ["Hello from the fake upstream (user turns seen: 2)."]
+
+
+BASH_SCRIPT = [
+    {
+        "tool_calls": [
+            {
+                "name": "Bash",
+                "arguments": {"command": "echo ran > out.txt; cat out.txt", "description": "echo"},
+            }
+        ]
+    },
+    TOOL_RESULT_REPLY,
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "runs"),
+    [
+        ([], False),
+        (["--allowedTools", "Bash"], True),
+        (["--permission-mode", "acceptEdits"], True),
+    ],
+)
+def test_claude_runs_bash_unattended_only_when_allowed(
+    claude_cli: Any, upstream: Any, flags: list[str], runs: bool
+) -> None:
+    upstream.set_script(BASH_SCRIPT)
+    run = claude_cli.run(_claude("run it", *flags))
+    assert run.returncode == 0, run.stderr
+    result = run.of_type("result")[0]
+    assert (claude_cli.workdir / "out.txt").exists() is runs
+    assert ("ran" in result["result"]) is runs
+    assert bool(result["permission_denials"]) is not runs
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal concerns root only")
+def test_claude_refuses_bypass_permissions_as_root_unless_sandboxed(claude_cli: Any, upstream: Any) -> None:
+    upstream.set_script(BASH_SCRIPT)
+    refused = claude_cli.run(_claude("run it", "--permission-mode", "bypassPermissions"))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "cannot be used with root/sudo privileges" in refused.stderr
+    allowed = claude_cli.run(
+        _claude("run it", "--permission-mode", "bypassPermissions"), env={"IS_SANDBOX": "1"}
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.of_type("system", "init")[0]["permissionMode"] == "bypassPermissions"
+    assert "ran" in allowed.of_type("result")[0]["result"]
 
 
 @pytest.mark.parametrize(
