@@ -157,6 +157,35 @@ class RealCLI:
         )
         return Run(argv, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
+    def timed_lines(
+        self, args: Sequence[str], *, timeout: float = 90, cwd: Path | None = None
+    ) -> tuple[list[tuple[float, dict[str, Any]]], int]:
+        """Run the CLI and note when each stdout JSON line arrived (seconds since the start)."""
+        argv = [str(self.executable), *self.base_args, *args]
+        started = time.monotonic()
+        out: list[tuple[float, dict[str, Any]]] = []
+        with subprocess.Popen(
+            argv,
+            cwd=cwd or self.workdir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if time.monotonic() - started > timeout:
+                    process.kill()
+                    raise TimeoutError(f"{self.name} ran longer than {timeout} s")
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                out.append((time.monotonic() - started, value))
+            code = process.wait(timeout=timeout)
+        return out, code
+
     def capture(self, name: str, run: Run) -> None:
         """With ``TURNLOG_REALCLI_CAPTURE=1``: keep ``run`` as ``transcripts/<cli>.<name>.ndjson``.
 

@@ -341,3 +341,49 @@ def test_gemini_resume_of_an_unknown_session_exits_42(gemini_cli: Any, upstream:
     gemini_cli.capture("resume-unknown", run)
     assert run.returncode == 42
     assert upstream.model_requests() == []
+
+
+# -- when text reaches stdout (what a crash of the reader can lose) ---------------------------
+
+SLOW = {"text": "one two three four five six seven eight", "chunk_delay_ms": 200}
+
+
+def _spread(times: list[float]) -> float:
+    return max(times) - min(times) if times else 0.0
+
+
+def test_claude_prints_text_only_when_the_block_ends_unless_partial_messages(
+    claude_cli: Any, upstream: Any
+) -> None:
+    upstream.set_script([SLOW, SLOW])
+    whole, code = claude_cli.timed_lines(_claude("hello"))
+    assert code == 0
+    assistant = [t for t, line in whole if line["type"] == "assistant"]
+    assert len(assistant) == 1  # 1.4 s of streaming upstream, one line at the end
+    partial, code = claude_cli.timed_lines(_claude("hello", "--include-partial-messages"))
+    assert code == 0
+    deltas = [
+        t
+        for t, line in partial
+        if line["type"] == "stream_event" and line["event"]["type"] == "content_block_delta"
+    ]
+    block = next(t for t, line in partial if line["type"] == "assistant")
+    assert len(deltas) == 8 and _spread(deltas) >= 1.0
+    assert block - deltas[0] >= 1.0  # the first words were on stdout a second before the block
+
+
+def test_codex_prints_the_agent_message_only_when_the_item_completes(codex_cli: Any, upstream: Any) -> None:
+    upstream.set_script([SLOW])
+    lines, code = codex_cli.timed_lines(_codex("hello"))
+    assert code == 0
+    messages = [line for _, line in lines if line.get("item", {}).get("type") == "agent_message"]
+    assert [m["type"] for m in messages] == ["item.completed"]
+    assert messages[0]["item"]["text"] == SLOW["text"]
+
+
+def test_gemini_prints_each_delta_as_it_arrives(gemini_cli: Any, upstream: Any) -> None:
+    upstream.set_script([SLOW])
+    lines, code = gemini_cli.timed_lines(_gemini("hello"))
+    assert code == 0
+    deltas = [t for t, line in lines if line["type"] == "message" and line["role"] == "assistant"]
+    assert len(deltas) == 8 and _spread(deltas) >= 1.0
