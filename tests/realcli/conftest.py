@@ -244,7 +244,7 @@ def write_codex_config(codex_home: Path, base_url: str) -> None:
         "\n".join(
             [
                 'model_provider = "fake"',
-                'model = "gpt-5-codex"',
+                'model = "gpt-5.5"',  # a model Codex has metadata for (no warning item)
                 "",
                 "[model_providers.fake]",
                 'name = "fake upstream"',
