@@ -11,6 +11,7 @@ LAYERS = [
     "turnlog.kernel",
     "turnlog.kernel.models",
     "turnlog.tools",
+    "turnlog.tools.ui",
 ]
 
 

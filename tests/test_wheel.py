@@ -100,7 +100,8 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
     # index (the local pip cache makes a repeated run cheap). Byte-compiling is skipped: the
     # probe compiles what it imports anyway, and that is a third of the install time.
     pip = [sys.executable, "-m", "pip", "--python", str(vpython), "--disable-pip-version-check"]
-    _run([*pip, "install", "-q", "--no-compile", str(wheel)])
+    # with the ui extra: turnlog.tools.ui (Starlette, uvicorn) is one of the modules probed
+    _run([*pip, "install", "-q", "--no-compile", f"{wheel}[ui]"])
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -117,6 +118,14 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
     site = Path(found["prefix"]) / "lib"
     for folder in LAYER_FOLDERS:
         assert not list(site.glob(f"python*/site-packages/{folder}")), f"bare {folder}/ installed"
+
+    # the browser app's assets ship inside the wheel (no CDN, no network at run time)
+    static = list(site.glob("python*/site-packages/turnlog/tools/ui/static"))
+    assert static, "turnlog/tools/ui/static is missing from the wheel"
+    shipped = {p.name for p in static[0].iterdir()}
+    assert {"app.js", "app.css"} <= shipped, shipped
+    ui_help = _run([str(venv / "bin" / "turnlog"), "ui", "--help"], cwd=elsewhere)
+    assert "--allow-writes" in ui_help.stdout
 
     help_run = _run([str(venv / "bin" / "turnlog"), "--help"], cwd=elsewhere)
     assert "usage: turnlog" in help_run.stdout

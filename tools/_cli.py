@@ -20,6 +20,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_run",
     "turnlog.tools._cmd_bench",
     "turnlog.tools._cmd_fake_openai",
+    "turnlog.tools._cmd_fake_upstream",
     "turnlog.tools._cmd_fake_cli",
     "turnlog.tools._cmd_branches",
     "turnlog.tools._cmd_log",
@@ -34,6 +35,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_stats",
     "turnlog.tools._cmd_export",
     "turnlog.tools._cmd_import",
+    "turnlog.tools._cmd_ui",
     "turnlog.tools._cmd_redact",
     "turnlog.tools._cmd_forget",
 )

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "stream": "turnlog.tools.bench._stream",
     "analytics": "turnlog.tools.bench._analytics",
     "subscribe": "turnlog.tools.bench._subscribe",
+    "ui": "turnlog.tools.bench._ui",
 }
 
 

@@ -72,6 +72,7 @@ def _next_steps(flag: str, demo: Demo) -> list[str]:
         f"turnlog stats --by verb {store}{analytics}",
         f"turnlog tail --type run.failed {store}",
         f"turnlog verify {store}",
+        f"turnlog ui {store}",
     ]
     if demo.fork_id is not None:
         lines.insert(3, f"turnlog show {demo.fork_id} {store}")

@@ -1,0 +1,9 @@
+"""turnlog.tools.ui: ``turnlog ui``, a time-travel debugger for a store, in the browser.
+
+Needs the ``ui`` extra (``pip install 'turnlog[ui]'``: Starlette and uvicorn).
+"""
+
+from ._app import UIConfig, create_app, display_url
+from ._readonly import ReadOnlyStore, WriteRefused
+
+__all__ = ["ReadOnlyStore", "UIConfig", "WriteRefused", "create_app", "display_url"]

@@ -1,0 +1,118 @@
+"""The conversation as a person reads it: one block per message, everything escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from turnlog.projections import (
+    ActionRequest,
+    ActionResponse,
+    AnyMessage,
+    AssistantResponse,
+    BranchState,
+    Instruction,
+    System,
+)
+
+from ._html import fmt_time, h, pretty_json, q, seg
+
+__all__ = ["SHOWN", "conversation", "message_block"]
+
+SHOWN = 300
+"""Messages rendered at once; the earlier ones of a longer conversation are behind a link."""
+
+
+def _text(value: object) -> str:
+    return h(value) if isinstance(value, str) else pretty_json(value)
+
+
+def _badges(message: AnyMessage, annotated: Collection[str]) -> str:
+    meta = message.metadata
+    out = []
+    if meta.get("interrupted"):
+        out.append(
+            '<span class="badge interrupted" title="the run ended before this text was complete">interrupted</span>'
+        )
+    if message.id in annotated:
+        out.append(
+            '<span class="badge annotated" title="metadata merged by message.annotated">annotated</span>'
+        )
+    if meta.get("redacted"):
+        out.append('<span class="badge redacted">redacted</span>')
+    return "".join(out)
+
+
+def _body(message: AnyMessage) -> str:
+    if isinstance(message, System):
+        return f'<details><summary>system prompt</summary><pre class="text">{h(message.content.system_message)}</pre></details>'
+    if isinstance(message, Instruction):
+        c = message.content
+        main = c.plain_content if c.plain_content is not None else c.instruction
+        parts = [f'<pre class="text">{_text(main)}</pre>']
+        if c.guidance is not None:
+            parts.append(
+                f'<details><summary>guidance</summary><pre class="text">{_text(c.guidance)}</pre></details>'
+            )
+        if c.context:
+            parts.append(f"<details><summary>context</summary><pre>{pretty_json(c.context)}</pre></details>")
+        if c.tool_schemas:
+            names = ", ".join(
+                str(s.get("name") or (s.get("function") or {}).get("name")) for s in c.tool_schemas
+            )
+            parts.append(f'<div class="note">tools offered: {h(names)}</div>')
+        return "".join(parts)
+    if isinstance(message, AssistantResponse):
+        parts = []
+        thinking = message.metadata.get("thinking")
+        if thinking:
+            parts.append(
+                f'<details class="thinking"><summary>thinking</summary><pre class="text">{_text(thinking)}</pre></details>'
+            )
+        text = message.content.text
+        parts.append(f'<pre class="text">{h(text)}</pre>' if text else '<div class="note">(no text)</div>')
+        return "".join(parts)
+    if isinstance(message, ActionRequest):
+        c = message.content
+        call = f' <span class="muted">call {h(c.call_id)}</span>' if c.call_id else ""
+        return f'<div class="tool">tool call <code>{h(c.function)}</code>{call}</div><pre>{pretty_json(c.arguments)}</pre>'
+    if isinstance(message, ActionResponse):
+        c = message.content
+        took = f' <span class="muted">{c.duration_ms:.0f} ms</span>' if c.duration_ms is not None else ""
+        if c.error is not None:
+            return f'<div class="tool error">tool error <code>{h(c.function)}</code>{took}</div><pre class="text">{h(c.error)}</pre>'
+        return f'<div class="tool">tool result <code>{h(c.function)}</code>{took}</div><pre>{pretty_json(c.output)}</pre>'
+    return f"<pre>{pretty_json(message.to_dict())}</pre>"  # pragma: no cover - closed union
+
+
+def message_block(message: AnyMessage, annotated: Collection[str] = (), mark: str = "") -> str:
+    """One message: role, time, badges, run link, body."""
+    run_id = message.metadata.get("run_id")
+    run = f' <a class="run" href="/runs/{h(seg(str(run_id)))}">run</a>' if isinstance(run_id, str) else ""
+    cls = f"msg role-{h(message.role)} kind-{h(message.kind)} {mark}".strip()
+    sign = {"added": "+ ", "removed": "- "}.get(mark, "")
+    return (
+        f'<article class="{cls}" data-id="{h(message.id)}"><div class="meta">'
+        f'<span class="role">{sign}{h(message.role)}</span> <span class="kind">{h(message.kind)}</span> '
+        f"<time>{h(fmt_time(message.created_at))}</time>{_badges(message, annotated)}{run}</div>"
+        f"{_body(message)}</article>"
+    )
+
+
+def conversation(state: BranchState, annotated: Collection[str], *, show_all: bool) -> str:
+    """The messages of a state (the last ``SHOWN`` unless ``show_all``)."""
+    messages = state.messages
+    parts = [
+        f'<div class="conv-head" data-version="{state.version}">version {state.version}: {len(messages)} message(s)</div>'
+    ]
+    if state.system is not None:
+        parts.append(message_block(state.system, annotated))
+    hidden = 0 if show_all else max(0, len(messages) - SHOWN)
+    if hidden:
+        more = q(f"/branches/{seg(state.branch_id)}", at=state.version, all=1)
+        parts.append(
+            f'<div class="note">{hidden} earlier message(s) not shown · <a href="{more}">show all</a></div>'
+        )
+    parts.extend(message_block(m, annotated) for m in list(messages)[hidden:])
+    if not messages:
+        parts.append('<div class="note">no messages at this version</div>')
+    return "".join(parts)
