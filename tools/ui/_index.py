@@ -12,6 +12,7 @@ from datetime import datetime
 
 import anyio
 from turnlog.eventstore import EventStore, RecordedEvent
+from turnlog.projections import visible_event
 
 __all__ = ["BranchIndex", "BranchRow", "RunRef"]
 
@@ -74,7 +75,7 @@ class BranchIndex:
 
     def _apply(self, event: RecordedEvent) -> None:
         branch_id = event.stream.removeprefix("branch-")
-        data = event.data
+        data = visible_event(event).data  # a redacted branch.created keeps its name
         if event.type in ("branch.created", "branch.forked"):
             if branch_id in self.branches:
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from turnlog.eventstore import RecordedEvent
+from turnlog.eventstore import RecordedEvent, redacted_marker
 
 from ._data import PAGE, RunDetail, UIData
 from ._html import attr_json, fmt_ms, fmt_time, h, link, q, seg, table
@@ -72,7 +72,7 @@ def chunk_view(event: RecordedEvent, start: float | None) -> dict[str, Any]:
     return {
         "seq": d.get("seq"),
         "type": d.get("type"),
-        "content": d.get("content") or "",
+        "content": d.get("content") or _redacted_note(d),
         "tool": d.get("tool_name"),
         "input": d.get("tool_input"),
         "output": d.get("tool_output"),
@@ -80,6 +80,12 @@ def chunk_view(event: RecordedEvent, start: float | None) -> dict[str, Any]:
         "t_ms": round((t - start) * 1000, 1) if start is not None else 0.0,
         "position": event.position,
     }
+
+
+def _redacted_note(data: Any) -> str:
+    """``[redacted: reason]`` for an erased payload (see docs/redaction.md), else ``""``."""
+    marker = redacted_marker(data)
+    return "" if marker is None else f"[redacted: {marker.reason}]"
 
 
 def _usage(usage: Any) -> str:
