@@ -130,7 +130,8 @@ async def test_claude_chunks(fake: Fake) -> None:
     assert meta["usage"] == {"input_tokens": 21, "output_tokens": 13, "cost_usd": 0.0042}
     assert meta["num_turns"] == 3 and isinstance(meta["duration_ms"], int)
     assert fake.starts()[0]["argv"] == [
-        "-p", "List the files", "--output-format", "stream-json", "--verbose", "--model", "sonnet",
+        "-p", "List the files", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
+        "--model", "sonnet",
     ]  # fmt: skip
     assert fake.starts()[0]["stdin"] == os.devnull
 
@@ -170,7 +171,12 @@ async def test_gemini_chunks(fake: Fake) -> None:
         "system", "text", "text", "tool_use", "tool_result", "tool_use", "tool_result", "text", "result",
     ]  # fmt: skip
     system, text1, _, use1, res1, use2, res2, _, result = chunks
-    assert system.metadata == {"session_id": system.metadata["session_id"], "model": "gemini-2.5-pro"}
+    assert system.metadata == {
+        "session_id": system.metadata["session_id"],
+        "model": "gemini-2.5-pro",
+        "cwd": os.getcwd(),
+        "cli_home": os.path.join(os.environ.get("HOME", ""), ".gemini"),
+    }
     assert text1.is_delta and text1.content == "Listing "
     assert (use1.tool_name, use1.tool_input, res1.tool_id, res1.tool_output) == (
         "Bash",
@@ -402,7 +408,7 @@ async def test_missing_executable_is_cli_not_found(
 def test_command_lines(fake: Fake) -> None:
     exe = [sys.executable, "-m", "turnlog.tools._fake_cli"]
     assert ClaudeCodeModel("opus").command("hi", resume="s1", options={"max_turns": 3}) == [
-        *exe, "claude", "-p", "hi", "--output-format", "stream-json", "--verbose",
+        *exe, "claude", "-p", "hi", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
         "--model", "opus", "--resume", "s1", "--max-turns", "3",
     ]  # fmt: skip
     assert CodexModel("gpt-5-codex").command("hi", resume="t1", options={"sandbox": "read-only"}) == [
