@@ -31,6 +31,8 @@ class StreamAssembler:
     ``feed(seq, chunk)`` returns the messages the chunk completes, in order:
 
     - ``system`` with ``metadata["session_id"]``: sets ``session_id`` (nothing is returned);
+      with ``metadata["resume_fallback"]`` (a refused resume retried as a new session):
+      clears the error and the session;
     - ``thinking`` / ``text``: accumulated (non-empty content only). A chunk with
       ``metadata["reconciled"] == "replace"`` (the CLI's final block disagreed with the deltas
       streamed before it) replaces the streamed text it names; the response then carries
@@ -126,6 +128,9 @@ class StreamAssembler:
             sid = chunk.metadata.get("session_id")
             if isinstance(sid, str) and sid:
                 self.session_id = sid
+            elif chunk.metadata.get("resume_fallback"):
+                # The resume was refused and a new session starts: the refusal is behind us.
+                self.error, self.finished, self.session_id = None, False, None
             return []
         if kind == "tool_use":
             return [*self.flush(), self._request(seq, chunk)]

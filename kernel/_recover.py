@@ -307,8 +307,9 @@ def _range(message: AnyMessage) -> tuple[int, int] | None:
 async def _recover_run(
     store: EventStore, run: _Open, imported: int, received: Mapping[int, datetime]
 ) -> RecoveredRun:
+    from turnlog.kernel._assembler import StreamAssembler
     from turnlog.kernel._branch import Branch
-    from turnlog.kernel.operations.run import StreamAssembler, _Append
+    from turnlog.kernel._kernel import AddMessages
 
     branch = await Branch.load(store, run.branch_id)
     existing: dict[tuple[str, int, int], AnyMessage] = {}
@@ -378,7 +379,7 @@ async def _recover_run(
             )
         )
     if items:
-        await branch._execute(_Append(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
+        await branch._execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
     return RecoveredRun(
         branch.id,
         run.run_id,

@@ -46,6 +46,10 @@ _WATCHDOG = (
 # One long-lived thread forks every CLI: the parent-death signal follows the forking thread.
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnlog-cli-spawner")
 
+# Children not reaped yet stay reachable from here, so that the garbage collection of an
+# abandoned stream (whose cleanup then runs in a task of its own) never finalizes them early.
+_unreaped: set[subprocess.Popen[Any]] = set()
+
 
 def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
@@ -105,6 +109,7 @@ def _popen(spec: _Spec) -> subprocess.Popen[bytes]:
     )
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
+    _unreaped.add(proc)
     return proc
 
 
@@ -128,17 +133,21 @@ async def spawn(
 async def wait_process(proc: subprocess.Popen[Any]) -> int:
     """Wait for ``proc`` to exit without blocking the event loop; its return code."""
     if proc.returncode is not None:
+        _unreaped.discard(proc)
         return proc.returncode
     pidfd = -1
     with contextlib.suppress(OSError, AttributeError):
         pidfd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined,unused-ignore]
     if pidfd < 0:
-        return await anyio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
+        code = await anyio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
+        _unreaped.discard(proc)
+        return code
     try:
         while proc.poll() is None:
             await anyio.wait_readable(pidfd)
     finally:
         os.close(pidfd)
+    _unreaped.discard(proc)
     return proc.returncode if proc.returncode is not None else proc.wait()
 
 
@@ -167,6 +176,7 @@ class GroupWatchdog:
                 start_new_session=True,
             )
             proc = await anyio.to_thread.run_sync(future.result)
+            _unreaped.add(proc)
         except BaseException:
             os.close(write_fd)
             raise
