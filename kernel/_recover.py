@@ -14,7 +14,9 @@ Steps (each idempotent, so running ``recover`` twice changes nothing the second 
    ``metadata["interrupted"] = True``; a tool call without its result gets an error
    ``ActionResponse``; the provider session is bound if it was not; and the run gets
    ``run.failed`` with reason ``crashed`` and the counts in ``recovered``. All of this is
-   one atomic append per run.
+   one atomic append per run. Before the replay, a CLI run is reconciled with the CLI's own
+   session record (``_cli_reconcile``): what only the CLI persisted is appended to the run
+   stream, source-marked, and ``recovered["cli_session"]`` says how that went.
 4. A buffer whose events are all committed is removed (one with bad lines is kept, renamed
    ``*.jsonl.corrupt``, for inspection).
 
@@ -36,6 +38,7 @@ import anyio
 import orjson
 from pydantic import ValidationError
 from turnlog.eventstore import EventStore, NewEvent
+from turnlog.kernel._cli_reconcile import reconcile_with_cli
 from turnlog.kernel._persist import CHUNK_TYPE, default_persist_dir
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -316,6 +319,9 @@ async def _recover_run(
     for message in branch.messages:
         if message.metadata.get("run_id") == run.run_id and (span := _range(message)) is not None:
             existing[(message.kind, *span)] = message
+    # Reconciliation with the CLI's own session record: what only the CLI persisted is
+    # appended to the run stream (source-marked) before the chunk rules replay it.
+    cli = await reconcile_with_cli(store, run.run_id, run.provider, run.started_at) if run.lifecycle else None
     assembler = StreamAssembler(branch_id=branch.id, user=branch.user, run_id=run.run_id, existing=existing)
     known = {m.id for m in existing.values()}
     produced: list[AnyMessage] = []
@@ -375,6 +381,7 @@ async def _recover_run(
                     "interrupted_text": interrupted_text,
                     "closed_tools": len(closed),
                     "session_id": session,
+                    **(cli.recovered() if cli is not None else {}),
                 },
             )
         )

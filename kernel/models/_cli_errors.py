@@ -23,7 +23,8 @@ A failure is classified into a ``kind`` (the ``CLIError.kind`` attribute):
 
 Sources, in order of trust: the texts of the CLI's own JSON error and result lines (and an
 HTTP status the CLI reported), then the exit status by its documented meaning, then standard
-error with known noise lines removed. An exit status of 128 or more is *not* read as a
+error with known noise lines removed (which refines a generic status: Gemini's exit 42,
+"bad input", with "Error resuming session" on standard error is ``session_not_found``). An exit status of 128 or more is *not* read as a
 signal: Gemini exits with the HTTP status modulo 256 (400 -> 144, 429 -> 173).
 """
 
@@ -219,13 +220,12 @@ def classify_cli_failure(
     kind = kind_for_http_status(http_status)
     if kind is not None:
         return kind
-    if status is not None:
-        kind = _exit_kind(status, provider)
-        if kind is not None:
-            return kind
-    kind = _by_text(meaningful_stderr(stderr)) if stderr else None
-    if kind is not None:
-        return kind
+    by_exit = _exit_kind(status, provider) if status is not None else None
+    by_stderr = _by_text(meaningful_stderr(stderr)) if stderr else None
+    if by_exit in (None, "usage", "unknown") and by_stderr is not None:
+        return by_stderr  # a generic status ("bad input") is refined by what the CLI explained
+    if by_exit is not None:
+        return by_exit
     if status is not None and (status.signal is not None or status.terminated_by_us):
         return "crash"
     return "unknown"
