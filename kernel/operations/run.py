@@ -30,18 +30,16 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import orjson
 from turnlog.eventstore import uuid7
 from turnlog.kernel._assembler import StreamAssembler
 from turnlog.kernel._errors import ResponseParseError, UsageError
-from turnlog.kernel._kernel import AddMessages, BindProviderSession
-from turnlog.kernel._lifecycle import RunScope, current_run, observed_run
+from turnlog.kernel._kernel import AddMessages
+from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._params import ChatParam, ParseParam, RunParam
 from turnlog.kernel._persist import (
     ChunkLog,
@@ -54,24 +52,19 @@ from turnlog.kernel._persist import (
 )
 from turnlog.kernel.models import (
     CLIError,
-    ModelRequest,
     ProviderError,
     ProviderTimeout,
     StreamChunk,
-    public_params,
-    request_fingerprint,
 )
 from turnlog.kernel.models._cli_errors import classify_stream_error
-from turnlog.kernel.operations._cli_prompt import CLIPrompt, cli_prompt
+from turnlog.kernel.operations._cli_prompt import cli_prompt
 from turnlog.kernel.operations._cli_session import SessionPlan, plan_session
 from turnlog.kernel.operations._prepare import build_instruction, response_schema
+from turnlog.kernel.operations._run_state import VERB, RunState, model_cwd, system_option
 from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
-    Instruction,
     MessageAdded,
-    ModelCalled,
-    UsageData,
 )
 
 if TYPE_CHECKING:
@@ -88,7 +81,6 @@ __all__ = [
 
 _log = logging.getLogger("turnlog.kernel.run")
 
-VERB = "run"
 CLI_HINT = (
     "Use one of the CLI providers: claude_code, codex, gemini "
     "(e.g. chat_model=iModel('claude_code/sonnet')); run() has no fallback to communicate()."
@@ -108,153 +100,6 @@ def streaming_model(model: Any) -> Any:
             f"run operation only supports CLI endpoints, but got provider={provider!r}. {CLI_HINT}"
         )
     return model
-
-
-def _json(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value, default=str))
-
-
-def _system_option(model: Any) -> str | None:
-    """The model's system-prompt option (through an ``iModel`` or a wrapper), if it has one."""
-    for candidate in (model, getattr(model, "inner", None), getattr(model, "_backend", None)):
-        option = getattr(candidate, "system_prompt_option", None)
-        if isinstance(option, str):
-            return option
-        backend = getattr(candidate, "_backend", None)
-        option = getattr(backend, "system_prompt_option", None)
-        if isinstance(option, str):
-            return option
-    return None
-
-
-def _model_cwd(model: Any) -> Any:
-    for candidate in (model, getattr(model, "inner", None), getattr(model, "_backend", None)):
-        cwd = getattr(candidate, "cwd", None)
-        if cwd is not None:
-            return cwd
-        cwd = getattr(getattr(candidate, "_backend", None), "cwd", None)
-        if cwd is not None:
-            return cwd
-    return None
-
-
-# ------------------------------------------------------------------------------------- the run
-
-
-@dataclass(slots=True)
-class _Run:
-    """One run: what it sends, what it has received, and how it records both."""
-
-    branch: Branch
-    model: Any
-    run_id: str
-    scope: RunScope
-    provider: str
-    model_name: str
-    ins: Instruction
-    plan: SessionPlan
-    prompt: CLIPrompt
-    options: dict[str, Any]
-    assembler: StreamAssembler
-    started: float
-    response_format: str | None = None
-    log: ChunkLog | None = None
-    first_chunk_at: float | None = None
-    bound: str | None = None
-    fallback: str | None = None
-    completed: bool = False
-
-    @property
-    def lifecycle_id(self) -> str:
-        return self.scope.run_id
-
-    def stream_options(self) -> dict[str, Any]:
-        options = dict(self.options)
-        option = _system_option(self.model)
-        if self.prompt.system and option and option not in options:
-            options[option] = self.prompt.system
-        return options
-
-    async def record(self, messages: Sequence[AnyMessage]) -> None:
-        if self.log is not None:
-            await self.log.commit()  # a message never names chunks the store has not got
-        items = tuple(MessageAdded(message=m, run_id=self.lifecycle_id) for m in messages)
-        await self.branch._execute(AddMessages(items), run_id=self.lifecycle_id)
-
-    async def bind_session(self) -> None:
-        sid = self.assembler.session_id
-        if sid is None or sid == self.bound:
-            return
-        self.bound = sid
-        state = self.branch.state
-        cwd = self.plan.cwd
-        key = (self.provider, self.model_name)
-        if state.provider_sessions.get(key) != sid or state.provider_cwds.get(key) != cwd:
-            await self.branch._execute(
-                BindProviderSession(self.provider, self.model_name, sid, cwd), run_id=self.lifecycle_id
-            )
-
-    def called(self, error: BaseException | None, duration_ms: float) -> ModelCalled:
-        params: dict[str, Any] = {"resume": self.plan.resume, **self.stream_options()}
-        if self.fallback is not None:
-            params["resume_fallback"] = self.fallback
-        if self.plan.note is not None:
-            params["session_note"] = self.plan.note
-        request = ModelRequest(messages=[{"role": "user", "content": self.prompt.text}], params=params)
-        usage = self.assembler.usage
-        return ModelCalled(
-            call_id=str(uuid7()),
-            provider=self.provider,
-            model=self.model_name,
-            endpoint="cli",
-            verb=VERB,
-            run_id=self.lifecycle_id,
-            message_ids=[self.ins.id],
-            params=_json(public_params(params)),
-            response_format=self.response_format,
-            fingerprint=request_fingerprint(request, model=self.model_name),
-            response=_json(self.assembler.result_meta) if self.assembler.result_meta else None,
-            usage=UsageData(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
-            ),
-            latency_ms=duration_ms,
-            ttft_ms=(self.first_chunk_at - self.started) * 1000 if self.first_chunk_at is not None else None,
-            status="ok" if error is None else "error",
-            error_type=type(error).__name__ if error is not None else None,
-            error_message=str(error) if error is not None else None,
-            stream=True,
-        )
-
-    async def finish(self, error: BaseException | None) -> None:
-        """Record what is left and the call; runs shielded, on every way out of the stream."""
-        duration = (time.perf_counter() - self.started) * 1000
-        steps: list[Any] = []
-        if error is not None or self.assembler.has_pending_text:
-            leftover = self.assembler.flush(interrupted=not self.completed)
-            if leftover:
-                steps.append(lambda: self.record(leftover))
-        if self.log is not None:
-            steps.append(self.log.finish)
-        steps.append(
-            lambda: self.branch._execute(
-                AddMessages((self.called(error, duration),)), run_id=self.lifecycle_id
-            )
-        )
-        for step in steps:
-            try:
-                await step()
-            except Exception as exc:
-                if error is None:
-                    raise
-                _log.warning("run %s: cleanup step failed while %r propagated: %r", self.run_id, error, exc)
-        usage = self.assembler.usage
-        if self.scope.suppressed:
-            outer = current_run(self.branch.id)
-            if outer is not None:
-                outer.add_usage(usage)
-        else:
-            self.scope.add_usage(usage)
-            self.scope.chunks = self.log.seq if self.log is not None else 0
 
 
 async def run(
@@ -288,12 +133,12 @@ async def run(
     timeout = options.pop("timeout", None)
     provider = str(getattr(model, "provider", "") or "")
     model_name = str(getattr(model, "model", "") or "")
-    plan = plan_session(branch, provider, model_name, options, _model_cwd(model), options.pop("resume", None))
+    plan = plan_session(branch, provider, model_name, options, model_cwd(model), options.pop("resume", None))
     ins = build_instruction(branch, instruction, param)
     if branch.state.message(ins.id) is not None:
         raise UsageError(f"instruction {ins.id} is recorded in branch {branch.id} already; pass a new one")
     prompt = cli_prompt(
-        branch.messages, branch.system, ins, resume=plan.resume, system_option=_system_option(model)
+        branch.messages, branch.system, ins, resume=plan.resume, system_option=system_option(model)
     )
     if plan.note is not None:
         _log.warning("run on branch %s: %s", branch.id, plan.note)
@@ -303,7 +148,7 @@ async def run(
             branch, VERB, provider=provider or None, model=model_name or None, cwd=plan.cwd
         ) as scope:
             run_id = str(uuid7()) if scope.suppressed else scope.run_id
-            state = _Run(
+            state = RunState(
                 branch=branch,
                 model=model,
                 run_id=run_id,
@@ -346,7 +191,7 @@ async def run(
                     _log.warning("run on branch %s: final snapshot failed: %r", branch.id, exc)
 
 
-async def _open_log(state: _Run, param: RunParam, persist: PersistOptions | None) -> Path | None:
+async def _open_log(state: RunState, param: RunParam, persist: PersistOptions | None) -> Path | None:
     """The run's chunk log (with its live buffer under ``stream_persist``); the snapshot directory."""
     branch = state.branch
     session = branch.session
@@ -371,7 +216,7 @@ def _deadline(timeout: Any) -> float | None:
     return None
 
 
-async def _stream(state: _Run, limit: Any) -> AsyncGenerator[AnyMessage, None]:
+async def _stream(state: RunState, limit: Any) -> AsyncGenerator[AnyMessage, None]:
     """The messages of the run, with one fallback to a new session when a resume is refused."""
     deadline = _deadline(limit)
     produced_any = False
@@ -398,7 +243,7 @@ async def _stream(state: _Run, limit: Any) -> AsyncGenerator[AnyMessage, None]:
         _fall_back(state, "session_not_found")
 
 
-def _fall_back(state: _Run, reason: str) -> None:
+def _fall_back(state: RunState, reason: str) -> None:
     """Retry as a new provider session primed with the branch history (recorded in the run)."""
     previous = state.plan.resume
     _log.warning(
@@ -415,7 +260,7 @@ def _fall_back(state: _Run, reason: str) -> None:
         state.branch.system,
         state.ins,
         resume=None,
-        system_option=_system_option(state.model),
+        system_option=system_option(state.model),
     )
     marker = StreamChunk("system", metadata={"resume_fallback": reason, "previous_session": previous})
     assert state.log is not None
@@ -424,7 +269,7 @@ def _fall_back(state: _Run, reason: str) -> None:
 
 
 async def _attempt(
-    state: _Run, iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any
+    state: RunState, iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any
 ) -> AsyncGenerator[AnyMessage, None]:
     assembler = state.assembler
     assert state.log is not None
@@ -474,7 +319,7 @@ async def _next_chunk(
 
 
 async def _segment(
-    state: _Run, log: ChunkLog, iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any
+    state: RunState, log: ChunkLog, iterator: AsyncIterator[StreamChunk], deadline: float | None, limit: Any
 ) -> tuple[list[AnyMessage], bool]:
     """Read chunks until some make messages, an error arrives or the stream ends.
 
