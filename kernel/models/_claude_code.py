@@ -11,7 +11,7 @@ Line types and what they become:
   other ``system`` subtypes (``api_retry``, ``status``) -> ``system`` chunk with ``subtype``
   and the raw ``event`` (no ``session_id`` key, so only ``init`` binds a session).
 - ``stream_event`` (partial messages): ``text_delta`` -> ``text`` chunk and ``thinking_delta``
-  -> ``thinking`` chunk, with ``is_delta`` and ``metadata["partial"]``; the other Messages-API
+  -> ``thinking`` chunk, with ``is_delta`` (and no metadata: deltas are the hot path); the other Messages-API
   events (block starts and stops, ``input_json_delta``, ``message_delta``) make no chunk.
 - ``assistant`` -> one chunk per content block, *reconciled* with the deltas streamed for the
   same message and block kind: when the block's text is exactly the deltas, nothing more is
@@ -182,10 +182,11 @@ class _ClaudeParser(CLIEventParser):
         blocks = self.streamed.setdefault(self.message_id or "", {})
         block = blocks.setdefault(index, _Streamed(kind))
         block.parts.append(text)
-        meta: dict[str, Any] = {"message_id": self.message_id, "index": index, "partial": True}
+        # A delta is the hot path of a stream: no metadata unless it belongs to a subagent.
         if event.get("parent_tool_use_id"):
-            meta["parent_tool_use_id"] = event["parent_tool_use_id"]
-        return [StreamChunk(kind, content=text, is_delta=True, metadata=meta)]  # type: ignore[arg-type]
+            meta = {"parent_tool_use_id": event["parent_tool_use_id"]}
+            return [StreamChunk(kind, content=text, is_delta=True, metadata=meta)]  # type: ignore[arg-type]
+        return [StreamChunk(kind, content=text, is_delta=True)]  # type: ignore[arg-type]
 
     def _take_streamed(self, message_id: str, kind: str) -> _Streamed | None:
         """The first streamed block of ``kind`` of the message not yet reconciled."""

@@ -128,6 +128,13 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "server",
         re.compile(r"\b5\d\d\b (?:internal|bad gateway|service unavailable)|overloaded", re.IGNORECASE),
     ),
+    ("bad_request", re.compile(r"invalid_request_error|INVALID_ARGUMENT|\bbad request\b", re.IGNORECASE)),
+)
+
+# An HTTP status quoted in an error text: "code": 400, "status 429", "401 Unauthorized".
+_QUOTED_STATUS = re.compile(
+    r"\"code\"\s*:\s*([45]\d\d)\b|\bstatus:?\s+([45]\d\d)\b"
+    r"|\b([45]\d\d) (?:Bad Request|Unauthorized|Forbidden|Not Found|Too Many Requests|Internal Server Error)"
 )
 
 # Exit statuses with a documented meaning of their own.
@@ -189,6 +196,9 @@ def _by_text(texts: Sequence[str]) -> str | None:
     for kind, pattern in _PATTERNS:
         if pattern.search(joined):
             return kind
+    quoted = _QUOTED_STATUS.search(joined)
+    if quoted is not None:
+        return kind_for_http_status(int(next(g for g in quoted.groups() if g)))
     return None
 
 

@@ -40,7 +40,7 @@ def test_claude_partial_deltas_are_chunks_and_the_final_block_adds_no_duplicate(
     _, chunks = parse("claude_code", lines("claude.real.include-partial-messages.ndjson"))
     texts = [c for c in chunks if c.type == "text"]
     assert [c.content for c in texts] == ["Hello ", "from the fake upstream ", "(user turns seen: 1)."]
-    assert all(c.is_delta and c.metadata["partial"] for c in texts)
+    assert all(c.is_delta and not c.metadata for c in texts)
     _, messages = assemble(chunks)
     [response] = messages
     assert isinstance(response, AssistantResponse)
