@@ -96,8 +96,9 @@ def _summarize(chunks: list[ChunkReceived]) -> _Log:
         meta = chunk.metadata
         if chunk.type == "system" and isinstance(meta.get("session_id"), str) and log.session_id is None:
             log.session_id = str(meta["session_id"])
-            log.home = meta.get("cli_home") if isinstance(meta.get("cli_home"), str) else None  # type: ignore[assignment]
-            log.cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else None  # type: ignore[assignment]
+            home, cwd = meta.get("cli_home"), meta.get("cwd")
+            log.home = home if isinstance(home, str) else None
+            log.cwd = cwd if isinstance(cwd, str) else None
         elif chunk.type == "text":
             streamed = meta.get("streamed")
             joined = "".join(parts)

@@ -254,13 +254,22 @@ def _gemini_document(path: Path) -> dict[str, Any] | None:
         value = None
     if isinstance(value, dict):
         return value
-    # A JSON-lines chat: a header line with the session id, then one line per message.
+    # A JSON-lines chat: a header line with the session id, then message lines (a later line
+    # with the same id updates the message) and ``{"$set": {...}}`` patches of the document.
     lines = list(_lines(path)) if path.is_file() else []
     if not lines:
         return None
     head = next((line for line in lines if "sessionId" in line), {})
-    messages = [line for line in lines if line.get("type") in ("user", "gemini", "model")]
-    return {"sessionId": head.get("sessionId"), "messages": messages}
+    messages: dict[str, dict[str, Any]] = {}
+    for index, line in enumerate(lines):
+        patch = line.get("$set")
+        if isinstance(patch, dict) and isinstance(patch.get("messages"), list):
+            messages = {
+                str(m.get("id", i)): m for i, m in enumerate(patch["messages"]) if isinstance(m, dict)
+            }
+        elif line.get("type") in ("user", "gemini", "model"):
+            messages[str(line.get("id", f"line-{index}"))] = line
+    return {"sessionId": head.get("sessionId"), "messages": list(messages.values())}
 
 
 def _gemini_session_id(path: Path) -> str | None:

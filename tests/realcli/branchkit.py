@@ -115,6 +115,12 @@ async def resume(store: EventStore, cli: Any, upstream: Any, provider: str) -> N
     assert 'second \\"question\\"' in text and "Instruction:" not in text
     usage = last_run(branch).usage
     assert usage.input_tokens is not None and usage.input_tokens > 0
+    if provider == "codex":
+        # turn.completed reports the session's running total: the run counts only its own part.
+        called = [e.data async for e in store.read_stream(f"branch-{branch.id}") if e.type == "model.called"]
+        first, response = called[0]["usage"], called[-1]["response"]
+        assert response["usage_baseline"]["input_tokens"] == first["input_tokens"]
+        assert usage.input_tokens == response["raw_usage"]["input_tokens"] - first["input_tokens"]
 
 
 def processes_with_home(home: Path) -> list[int]:
