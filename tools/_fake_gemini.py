@@ -92,12 +92,20 @@ def _responses(parts: Any) -> list[str]:
     return out
 
 
+def _is_context(text: str) -> bool:
+    # The CLI sends its session context as a user turn wrapped in one XML-like tag.
+    stripped = text.strip()
+    return stripped.startswith("<") and stripped.endswith(">")
+
+
 def view(body: Any, path: str) -> RequestView:
     """The request as matching and templates see it."""
     body = body if isinstance(body, dict) else {}
     contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
     users = [c for c in contents if c.get("role", "user") == "user"]
-    prompts = [c for c in users if not _responses(c.get("parts"))]
+    prompts = [
+        c for c in users if not _responses(c.get("parts")) and not _is_context(_parts_text(c.get("parts")))
+    ]
     last = users[-1] if users else {}
     results = _responses(last.get("parts"))
     system = body.get("systemInstruction") or {}
@@ -116,14 +124,21 @@ def view(body: Any, path: str) -> RequestView:
     )
 
 
+def _schema(body: dict[str, Any]) -> str:
+    config = body.get("generationConfig") or {}
+    return json.dumps(config.get("responseJsonSchema") or config.get("responseSchema") or "")
+
+
 def is_routing(body: Any) -> bool:
-    """Whether a request is Gemini CLI's model-routing question (it asks for a ``model_choice``)."""
+    """Whether a request is Gemini CLI's model-routing question.
+
+    The router asks, with a JSON answer format, for a ``model_choice`` (``flash`` / ``pro``) or
+    a ``complexity_score`` (1-100) of the user's request.
+    """
     if not isinstance(body, dict):
         return False
-    config = body.get("generationConfig") or {}
-    return "model_choice" in json.dumps(body.get("systemInstruction") or "") or "model_choice" in json.dumps(
-        config.get("responseJsonSchema") or config.get("responseSchema") or ""
-    )
+    schema = _schema(body)
+    return "model_choice" in schema or "complexity_score" in schema
 
 
 def count_tokens(body: Any) -> dict[str, Any]:
@@ -200,14 +215,15 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
     return Reply(200, frames=frames + tail, headers=headers, error_frame=error_frame, tail=len(tail))
 
 
-def routing_reply(request: RequestView, number: int) -> Reply:
-    """The answer to the CLI's routing question: always the flash model."""
-    choice = json.dumps({"reasoning": "fake upstream: a simple request", "model_choice": "flash"})
+def routing_reply(body: Any, request: RequestView, number: int) -> Reply:
+    """The answer to the CLI's routing question: always the simple (flash) model."""
+    if "complexity_score" in _schema(body if isinstance(body, dict) else {}):
+        answer = {"complexity_reasoning": "fake upstream: a simple request", "complexity_score": 10}
+    else:
+        answer = {"reasoning": "fake upstream: a simple request", "model_choice": "flash"}
+    usage = _usage(None, request, 12, 0)
     return Reply(
-        200,
-        body=_chunk(
-            [{"text": choice}], request.model or "gemini-fake", number, _usage(None, request, 12, 0), True
-        ),
+        200, body=_chunk([{"text": json.dumps(answer)}], request.model or "gemini-fake", number, usage, True)
     )
 
 

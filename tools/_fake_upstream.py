@@ -31,7 +31,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
@@ -275,13 +275,11 @@ class FakeUpstreamServer:
             return keep_alive
         api, operation = route
         number = next(self._ids)
-        answer = self._answer(api, operation, request, number, record)
+        answer, entry = self._answer(api, operation, request, number, record)
         record["response_status"] = answer.status
         self._persist(record)
-        delay = record.pop("_delay_ms", 0.0)
-        if delay:
-            await asyncio.sleep(delay / 1000.0)
-        entry: UpstreamEntry | None = record.pop("_entry", None)
+        if entry is not None and entry.delay_ms:
+            await asyncio.sleep(entry.delay_ms / 1000.0)
         if answer.frames is None:
             await _write_json(writer, answer.status, answer.body, answer.headers, close=not keep_alive)
             return keep_alive
@@ -303,15 +301,16 @@ class FakeUpstreamServer:
 
     def _answer(
         self, api: Api, operation: str, request: _Request, number: int, record: dict[str, Any]
-    ) -> Reply:
+    ) -> tuple[Reply, UpstreamEntry | None]:
+        """The reply to a model request and the script entry it came from (None: not scripted)."""
         module = {"anthropic": _fake_anthropic, "responses": _fake_responses, "gemini": _fake_gemini}[api]
         denied = self._check_key(api, request, number)
         if denied is not None:
-            return denied
+            return denied, None
         if operation == "count_tokens":
-            return Reply(200, body=_fake_anthropic.count_tokens(request.json))
+            return Reply(200, body=_fake_anthropic.count_tokens(request.json)), None
         if api == "gemini" and operation == "countTokens":
-            return Reply(200, body=_fake_gemini.count_tokens(request.json))
+            return Reply(200, body=_fake_gemini.count_tokens(request.json)), None
         view: RequestView = (
             module.view(request.json, request.path) if api == "gemini" else module.view(request.json)
         )
@@ -322,21 +321,15 @@ class FakeUpstreamServer:
         if slot is None:
             if api == "gemini" and _fake_gemini.is_routing(request.json):
                 record["builtin"] = "routing"
-                return _fake_gemini.routing_reply(view, number)
-            return module.error_reply(
-                400,
-                _exhausted(record["seq"]),
-                number,
-            )
+                return _fake_gemini.routing_reply(request.json, view, number), None
+            return module.error_reply(400, _exhausted(record["seq"]), number), None
         entry = slot.take()
         record["entry"] = slot.index
-        record["_entry"] = entry
-        record["_delay_ms"] = entry.delay_ms
         if entry.status != 200:
             answer = module.error_reply(entry.status, entry.error, number, entry.retry_after)
             answer.headers.update(entry.headers)
-            return answer
-        return module.reply(entry, view, number)
+            return answer, entry
+        return module.reply(entry, view, number), entry
 
     def _choose(self, view: RequestView, body_text: str, *, builtin: bool) -> _Slot | None:
         with self._lock:
@@ -402,7 +395,6 @@ class FakeUpstreamServer:
         return record
 
     def _persist(self, record: dict[str, Any]) -> None:
-        public = {k: v for k, v in record.items() if not k.startswith("_")}
         if self._log is not None:
             print(
                 f"fake-upstream: {record['method']} {record['path']} -> {record['response_status']}"
@@ -412,7 +404,7 @@ class FakeUpstreamServer:
             )
         if self._record_path is not None:
             with self._record_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(public) + "\n")
+                out.write(json.dumps(record) + "\n")
 
 
 def _exhausted(seq: int) -> UpstreamError:
@@ -494,11 +486,3 @@ class UpstreamThread:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
             self._loop.close()
-
-    def call(self, function: Callable[[], Any]) -> Any:
-        """Run ``function`` on the server's loop and return its result."""
-
-        async def run() -> Any:
-            return function()
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)

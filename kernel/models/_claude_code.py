@@ -8,8 +8,9 @@ delta is a chunk the moment the CLI prints it.
 Line types and what they become:
 
 - ``system`` ``init`` -> ``system`` chunk with ``session_id``, ``model``, ``tools``, ``cwd``;
-  other ``system`` subtypes (``api_retry``, ``status``) -> ``system`` chunk with ``subtype``
-  and the raw ``event`` (no ``session_id`` key, so only ``init`` binds a session).
+  other ``system`` subtypes (``api_retry``, ...) -> ``system`` chunk with ``subtype`` and the
+  raw ``event`` (no ``session_id`` key, so only ``init`` binds a session); ``status`` lines
+  (``requesting`` before each API request) are skipped.
 - ``stream_event`` (partial messages): ``text_delta`` -> ``text`` chunk and ``thinking_delta``
   -> ``thinking`` chunk, with ``is_delta`` (and no metadata: deltas are the hot path); the other Messages-API
   events (block starts and stops, ``input_json_delta``, ``message_delta``) make no chunk.
@@ -129,6 +130,8 @@ class _ClaudeParser(CLIEventParser):
         if kind == "stream_event":
             return self._stream_event(event)
         if kind == "system":
+            if event.get("subtype") == "status":
+                return []  # "requesting" before each API request: progress, not content
             return [self._system(event)]
         if kind == "assistant":
             return self._assistant(event)

@@ -16,14 +16,15 @@ The environment of each CLI is built from nothing (no variable of the test proce
 except ``PATH``'s node directory), so a developer's own keys and config never reach the CLIs:
 
 - Claude: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``, ``DISABLE_TELEMETRY``,
-  ``DISABLE_AUTOUPDATER``, ``DISABLE_ERROR_REPORTING``, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``
-  and a private ``HOME`` (its sessions go to ``HOME/.claude/projects/``). As root it refuses
+  ``DISABLE_AUTOUPDATER``, ``DISABLE_ERROR_REPORTING``, ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``,
+  ``CLAUDE_CODE_MAX_RETRIES=0`` and a private ``HOME`` (its sessions go to ``HOME/.claude/projects/``). As root it refuses
   ``bypassPermissions``; ``Read`` runs without asking, other tools need ``--allowedTools``
   (e.g. ``--allowedTools Bash``), which works as root.
 - Codex: a private ``CODEX_HOME`` whose ``config.toml`` selects the ``fake`` provider (the
   Responses API at ``upstream.openai_base_url``, key from ``FAKE_UPSTREAM_API_KEY``, no retries).
-- Gemini: ``GEMINI_API_KEY``, ``GOOGLE_GEMINI_BASE_URL``, ``GEMINI_CLI_TRUST_WORKSPACE=true`` and
-  ``HOME/.gemini/settings.json`` selecting API-key auth.
+- Gemini: ``GEMINI_API_KEY``, ``GOOGLE_GEMINI_BASE_URL``, ``GEMINI_CLI_TRUST_WORKSPACE=true``,
+  ``GEMINI_CLI_NO_RELAUNCH=true`` and ``HOME/.gemini/settings.json`` selecting API-key auth with
+  one attempt per request and no usage statistics.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from turnlog.tools._fake_upstream import FakeUpstreamServer, UpstreamThread
 HERE = Path(__file__).parent
 FAKE_KEY = "sk-fake-upstream-key"
 REQUIRED = os.environ.get("TURNLOG_REQUIRE_REALCLI") == "1"
+TRANSCRIPTS = HERE / "transcripts"
+CAPTURE = os.environ.get("TURNLOG_REALCLI_CAPTURE") == "1"
+"""Set ``TURNLOG_REALCLI_CAPTURE=1`` to rewrite ``transcripts/`` from the real CLIs."""
 
 
 def _cache_prefix() -> Path:
@@ -153,6 +157,50 @@ class RealCLI:
         )
         return Run(argv, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
+    def timed_lines(
+        self, args: Sequence[str], *, timeout: float = 90, cwd: Path | None = None
+    ) -> tuple[list[tuple[float, dict[str, Any]]], int]:
+        """Run the CLI and note when each stdout JSON line arrived (seconds since the start)."""
+        argv = [str(self.executable), *self.base_args, *args]
+        started = time.monotonic()
+        out: list[tuple[float, dict[str, Any]]] = []
+        with subprocess.Popen(
+            argv,
+            cwd=cwd or self.workdir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if time.monotonic() - started > timeout:
+                    process.kill()
+                    raise TimeoutError(f"{self.name} ran longer than {timeout} s")
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                out.append((time.monotonic() - started, value))
+            code = process.wait(timeout=timeout)
+        return out, code
+
+    def capture(self, name: str, run: Run) -> None:
+        """With ``TURNLOG_REALCLI_CAPTURE=1``: keep ``run`` as ``transcripts/<cli>.<name>.ndjson``.
+
+        The private directories become ``/tmp/realcli`` so that transcripts do not change with
+        the machine; the exit status is kept beside them (``.exit``).
+        """
+        if not CAPTURE:
+            return
+        root = str(self.home.parent)
+        TRANSCRIPTS.mkdir(exist_ok=True)
+        stem = f"{self.name}.{name}"
+        text = run.stdout.replace(root, "/tmp/realcli")
+        (TRANSCRIPTS / f"{stem}.ndjson").write_text(text, encoding="utf-8")
+        (TRANSCRIPTS / f"{stem}.exit").write_text(f"{run.returncode}\n", encoding="utf-8")
+
 
 def _base_env(home: Path) -> dict[str, str]:
     node = shutil.which("node")
@@ -180,6 +228,8 @@ def claude_cli(realcli_prefix: Path, upstream: FakeUpstreamServer, tmp_path: Pat
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Upstream errors end the run at once instead of after ten backed-off retries.
+        "CLAUDE_CODE_MAX_RETRIES": "0",
     }
     return RealCLI("claude", realcli_prefix / "node_modules" / ".bin" / "claude", env, home, work)
 
@@ -222,7 +272,17 @@ def write_gemini_settings(home: Path) -> None:
     settings = home / ".gemini" / "settings.json"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}), encoding="utf-8"
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                # One attempt per request (a 429 fails at once) and no usage statistics (whose
+                # upload to a Google endpoint would hold the exit of an offline CLI).
+                "general": {"maxAttempts": 1},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        ),
+        encoding="utf-8",
     )
 
 
@@ -235,5 +295,7 @@ def gemini_cli(realcli_prefix: Path, upstream: FakeUpstreamServer, tmp_path: Pat
         "GEMINI_API_KEY": FAKE_KEY,
         "GOOGLE_GEMINI_BASE_URL": upstream.base_url,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        # Run in this process instead of relaunching node with a larger heap: halves the start-up.
+        "GEMINI_CLI_NO_RELAUNCH": "true",
     }
     return RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
