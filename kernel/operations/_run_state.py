@@ -38,28 +38,25 @@ def _json(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=str))
 
 
-def system_option(model: Any) -> str | None:
-    """The model's system-prompt option (through an ``iModel`` or a wrapper), if it has one."""
-    for candidate in (model, getattr(model, "inner", None), getattr(model, "_backend", None)):
-        option = getattr(candidate, "system_prompt_option", None)
-        if isinstance(option, str):
-            return option
-        backend = getattr(candidate, "_backend", None)
-        option = getattr(backend, "system_prompt_option", None)
-        if isinstance(option, str):
-            return option
+def _attribute(model: Any, name: str) -> Any:
+    """``name`` of the CLI model behind ``model``: itself, a wrapper's ``inner``, an iModel's backend."""
+    for outer in (model, getattr(model, "inner", None)):
+        for candidate in (outer, getattr(outer, "_backend", None)):
+            value = getattr(candidate, name, None)
+            if value is not None:
+                return value
     return None
+
+
+def system_option(model: Any) -> str | None:
+    """The model's system-prompt option (see ``CLIAgentModel.system_prompt_option``), if any."""
+    option = _attribute(model, "system_prompt_option")
+    return option if isinstance(option, str) else None
 
 
 def model_cwd(model: Any) -> Any:
-    for candidate in (model, getattr(model, "inner", None), getattr(model, "_backend", None)):
-        cwd = getattr(candidate, "cwd", None)
-        if cwd is not None:
-            return cwd
-        cwd = getattr(getattr(candidate, "_backend", None), "cwd", None)
-        if cwd is not None:
-            return cwd
-    return None
+    """The working directory the model was made with, if any."""
+    return _attribute(model, "cwd")
 
 
 @dataclass(slots=True)
