@@ -41,7 +41,8 @@ class StreamAssembler:
     - ``tool_result`` matching a pending request: an ``ActionResponse`` (``error`` set for an
       error result; ``metadata["empty_output"]`` when the CLI reported an empty output); an
       unmatched one makes nothing (it stays a chunk event);
-    - ``result``: its metadata goes on the next response, its usage into ``usage``;
+    - ``result``: its metadata goes on the next response (and stays in ``last_result``), its
+      usage into ``usage``;
     - ``error``: with ``benign_eos`` sets ``finished``; else the pending text is returned and
       ``error`` holds the chunk.
 
@@ -80,6 +81,7 @@ class StreamAssembler:
         self.first_seq: int | None = None
         self.last_seq: int | None = None
         self.result_meta: dict[str, Any] = {}
+        self.last_result: dict[str, Any] = {}
         self.usage = Usage()
         self.pending_requests: dict[str, ActionRequest] = {}
         self.unanswered: dict[str, ActionRequest] = {}
@@ -206,6 +208,7 @@ class StreamAssembler:
         meta = chunk.metadata
         if meta:
             self.result_meta.update(meta)
+            self.last_result = dict(meta)
         usage = meta.get("usage") if meta else None
         if isinstance(usage, Mapping):
             self.usage = self.usage + Usage(

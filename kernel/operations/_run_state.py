@@ -131,7 +131,7 @@ class RunState:
             params=_json(public_params(params)),
             response_format=self.response_format,
             fingerprint=request_fingerprint(request, model=self.model_name),
-            response=_json(self.assembler.result_meta) if self.assembler.result_meta else None,
+            response=_json(self.assembler.last_result) if self.assembler.last_result else None,
             usage=UsageData(
                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
             ),

@@ -219,3 +219,14 @@ async def test_without_the_cli_record_the_next_resume_says_the_session_may_hold_
     assert model.calls[-1]["resume"] == "s-1"
     called = [e.data async for e in store.read_stream(f"branch-{branch.id}") if e.type == "model.called"]
     assert "may hold more than this log" in called[-1]["params"]["session_note"]
+
+
+async def test_the_call_records_the_cli_result_even_when_a_response_took_its_metadata(
+    store: EventStore, fake: Fake
+) -> None:
+    fake.script({"steps": [{"text": "ok"}], "usage": {"input_tokens": 7, "output_tokens": 3}})
+    branch = Branch(store=store, chat_model=iModel("codex/m1"))
+    await branch.run_and_collect("go")
+    [called] = [e.data async for e in store.read_stream(f"branch-{branch.id}") if e.type == "model.called"]
+    assert called["response"]["session_id"] == branch.provider_session("codex", "m1")
+    assert called["response"]["raw_usage"]["input_tokens"] == 7
