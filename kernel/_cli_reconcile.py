@@ -29,6 +29,7 @@ that resumes it says so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,12 +58,14 @@ class Reconciliation:
         added: Chunks appended from the record.
         session_file: The record read, if one was found.
         reason: Why the run could not be reconciled, for ``unreconciled``.
+        appended: The chunk payloads appended to the run stream, in order.
     """
 
     status: str
     added: int = 0
     session_file: str | None = None
     reason: str | None = None
+    appended: tuple[ChunkReceived, ...] = ()
 
     def recovered(self) -> dict[str, Any]:
         """The facts for ``run.failed.recovered``."""
@@ -170,15 +173,30 @@ def _missing(
 
 
 async def reconcile_with_cli(
-    store: EventStore, run_id: str, provider: str, started_at: datetime | None
+    store: EventStore,
+    run_id: str,
+    provider: str,
+    started_at: datetime | None,
+    chunks: Sequence[ChunkReceived] | None = None,
 ) -> Reconciliation | None:
-    """Append to ``run-<run_id>`` what only the CLI's session record holds (None: not a CLI run)."""
+    """Append to ``run-<run_id>`` what only the CLI's session record holds (None: not a CLI run).
+
+    Args:
+        store: The store.
+        run_id: The run (its chunks are in ``run-<run_id>``, ``seq`` equal to the version).
+        provider: The run's provider.
+        started_at: When the run started (the record is read from there on).
+        chunks: The run's chunks when the caller has read them already (else they are read).
+    """
     if provider not in CLI_PROVIDERS:
         return None
     stream = f"run-{run_id}"
-    events = [e async for e in store.read_stream(stream)]
-    chunks = [ChunkReceived.model_validate(e.data) for e in events]
-    log = _summarize(chunks)
+    meta: dict[str, Any] = {}
+    if chunks is None:
+        events = [e async for e in store.read_stream(stream)]
+        chunks = [ChunkReceived.model_validate(e.data) for e in events]
+        meta = dict(events[-1].meta) if events else {}
+    log = _summarize(list(chunks))
     if log.finished:
         return Reconciliation("complete")
     if log.session_id is None:
@@ -199,10 +217,12 @@ async def reconcile_with_cli(
     extra = _missing(provider, log, record.items, marker)
     if not extra:
         return Reconciliation("in_agreement", session_file=record.path)
-    meta = dict(events[-1].meta) if events else {}
+    if not meta and chunks:
+        async for event in store.read_stream(stream, from_version=len(chunks)):
+            meta = dict(event.meta)  # the last chunk's correlation (branch, run, session)
     first = chunks[-1].seq + 1 if chunks else 1
-    new = [
-        NewEvent(CHUNK_TYPE, chunk_payload(chunk, first + i), meta, uuid7()) for i, chunk in enumerate(extra)
-    ]
-    await store.append(stream, new, len(events))
-    return Reconciliation("reconciled", len(new), record.path)
+    payloads = [chunk_payload(chunk, first + i) for i, chunk in enumerate(extra)]
+    new = [NewEvent(CHUNK_TYPE, payload, meta, uuid7()) for payload in payloads]
+    await store.append(stream, new, len(chunks))
+    appended = tuple(ChunkReceived.model_validate(payload) for payload in payloads)
+    return Reconciliation("reconciled", len(new), record.path, appended=appended)

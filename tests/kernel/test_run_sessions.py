@@ -230,3 +230,21 @@ async def test_the_call_records_the_cli_result_even_when_a_response_took_its_met
     [called] = [e.data async for e in store.read_stream(f"branch-{branch.id}") if e.type == "model.called"]
     assert called["response"]["session_id"] == branch.provider_session("codex", "m1")
     assert called["response"]["raw_usage"]["input_tokens"] == 7
+
+
+async def test_reconciliation_takes_chunks_already_read_and_returns_what_it_appended(
+    store: EventStore, tmp_path: Path
+) -> None:
+    from turnlog.kernel._cli_reconcile import reconcile_with_cli
+    from turnlog.projections import ChunkReceived
+
+    home, cwd = tmp_path / "claude-home", "/work/project"
+    branch, run_id = await crashed_claude_run(store, home, cwd, "The answer is")
+    claude_record(home, cwd, [assistant_line({"type": "text", "text": "The answer is 42."})])
+    read = [ChunkReceived.model_validate(e.data) async for e in store.read_stream(f"run-{run_id}")]
+    done = await reconcile_with_cli(store, run_id, "claude_code", None, read)
+    assert done is not None and done.status == "reconciled"
+    assert [(c.seq, c.content, c.metadata["source"]) for c in done.appended] == [(3, " 42.", "cli_session")]
+    stored = [e async for e in store.read_stream(f"run-{run_id}")]
+    assert len(stored) == 3 and stored[-1].meta["branch_id"] == branch.id
+    assert await reconcile_with_cli(store, run_id, "openai", None) is None
