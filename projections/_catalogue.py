@@ -198,6 +198,8 @@ class ProviderSessionBound(EventData):
     """The model."""
     session_id: str
     """The provider's session id."""
+    cwd: str | None = None
+    """The working directory the session belongs to (CLIs keep sessions per directory)."""
 
 
 class ModelCalled(EventData):
@@ -271,6 +273,8 @@ class RunStarted(EventData):
     """The provider used."""
     model: str | None = None
     """The model used."""
+    cwd: str | None = None
+    """The working directory of a CLI agent run."""
 
 
 class RunEnded(EventData):
