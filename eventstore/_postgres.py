@@ -160,6 +160,7 @@ class PostgresEventStore(EventStore):
         self._closed = False
         self.poll_interval = poll_interval
         self._group: GroupCommit[list[PreparedAppend], list[AppendResult]] = GroupCommit(self._commit_group)
+        self._reachable = True  # False after a connection failure, until a probe connects
         self._own_xid = 0  # the newest transaction id of an append of this store object
         self._xmin_seen = 0  # the highest snapshot xmin this store object has seen
 
@@ -284,9 +285,27 @@ class PostgresEventStore(EventStore):
     @asynccontextmanager
     async def _connection(self, action: str) -> AsyncIterator[Any]:
         pool = await self._ensure_open()
+        pg = self._pg
+        if not self._reachable:
+            await self._probe(action)
         with self._errors(action):
-            async with pool.connection() as conn:
-                yield conn
+            try:
+                async with pool.connection() as conn:
+                    yield conn
+            except (pg.OperationalError, pg.InterfaceError, self._pgpool.PoolTimeout):
+                self._reachable = False
+                raise
+
+    async def _probe(self, action: str) -> None:
+        """After a connection failure: one direct connection attempt before using the pool.
+
+        While the server is down, calls then fail at once with libpq's own reason instead of
+        each waiting for the pool's timeout; once it is back, the pool is used again.
+        """
+        with self._errors(action):
+            conn = await self._pg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        await _close_quietly(self._pg, conn)
+        self._reachable = True
 
     async def __aenter__(self) -> PostgresEventStore:
         await self._ensure_open()
