@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "stream": "turnlog.tools.bench._stream",
     "analytics": "turnlog.tools.bench._analytics",
     "subscribe": "turnlog.tools.bench._subscribe",
+    "writers": "turnlog.tools.bench._writers",
 }
 
 
@@ -49,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, projections, kernel, stream, analytics)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",
