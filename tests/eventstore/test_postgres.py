@@ -160,6 +160,24 @@ class TestPostgresServer:
                 pass
         assert (info.value.found, info.value.supported) == (99, FORMAT_VERSION)
 
+    async def test_a_format_1_store_is_upgraded_on_open(self, pg_url: str, pg_schema: str) -> None:
+        """A store of format 1 (no xid column, no sequence) opens, keeps its events and continues."""
+        async with PostgresEventStore(pg_url) as store:
+            first = await store.append("s", [NewEvent("a.b", {"n": n}) for n in range(3)])
+        # What format 1 looked like: the same tables without xid, positions as max + 1.
+        await raw_sql(f'ALTER TABLE "{pg_schema}".events DROP COLUMN xid')
+        await raw_sql(f'DROP SEQUENCE "{pg_schema}".events_position')
+        await raw_sql(f"UPDATE \"{pg_schema}\".turnlog_meta SET value = '1' WHERE key = 'format_version'")
+        async with PostgresEventStore(pg_url) as store:
+            assert [e.position async for e in store.read_all()] == list(first.positions)
+            assert await store.head() == 3
+            result = await store.append("t", [NewEvent("a.b", {})])
+            assert result.positions == (4,)
+            assert [e.position async for e in store.read_all()] == [1, 2, 3, 4]
+            assert (await store.verify()).ok
+        assert await raw_sql(f'SELECT value FROM "{pg_schema}".turnlog_meta') == [(str(FORMAT_VERSION),)]
+        assert FORMAT_VERSION == 2
+
     async def test_schema_with_foreign_tables_is_refused(self, pg_url: str, pg_schema: str) -> None:
         """A schema holding an unrelated ``events`` table is not taken over."""
         await raw_sql(f'CREATE SCHEMA "{pg_schema}"')
