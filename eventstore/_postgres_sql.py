@@ -15,7 +15,7 @@ import hashlib
 import logging
 import re
 from types import ModuleType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ._errors import StoreError, UnsupportedStoreURL
 
@@ -85,7 +85,10 @@ def parse_url(url: str) -> tuple[str, str, int]:
         pool_size = 0
     if pool_size < 1:
         raise UnsupportedStoreURL(f"pool_size={ours['pool_size']!r} in the store URL must be an int >= 1")
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    # quote, not quote_plus: libpq decodes %20 in a URI but keeps "+" as it is.
+    conninfo = urlunsplit(
+        (parts.scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), parts.fragment)
+    )
     return conninfo, schema, pool_size
 
 
@@ -159,14 +162,50 @@ class Sql:
         ]
         self.format = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'format_version'"
         self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
-        # Positions are handed out under a session-level advisory lock held for one statement:
-        # the transaction's id and its block of positions are taken together, so between
-        # appenders, a higher transaction id always means higher positions.
+        # What an append reads first, in one statement: its ids already stored ('id' rows) and
+        # the head of each of its streams ('head' rows).
+        self.lookup = f"""
+            SELECT 'id', position, stream, version, event_id::text, type, schema, data, meta, NULL::text
+            FROM {s}.events WHERE event_id = ANY(%s::uuid[])
+            UNION ALL
+            SELECT 'head', NULL, q.stream, e.version, NULL, NULL, NULL, NULL, NULL, e.hash
+            FROM unnest(%s::text[]) AS q(stream)
+            LEFT JOIN LATERAL (
+                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
+            ) AS e ON true"""
+        self.heads = f"""
+            SELECT q.stream, e.version, e.hash
+            FROM unnest(%s::text[]) AS q(stream)
+            LEFT JOIN LATERAL (
+                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
+            ) AS e ON true"""
+        # The append itself: one statement, so in autocommit it is its own transaction and
+        # commits in the same round trip. ``r`` takes the session-level advisory lock, then the
+        # transaction's id (assigning it) and a block of positions from the sequence, then
+        # releases the lock: subqueries with volatile functions (and OFFSET 0) are evaluated
+        # inside out, once, and a data-modifying CTE reads r after it is complete. So the lock
+        # is held for the reservation only, not through the insert or the commit, and between
+        # appenders a higher transaction id always comes with higher positions.
+        self.insert = f"""
+            WITH r AS MATERIALIZED (
+                SELECT x.xid, x.last, pg_advisory_unlock({self.position_lock}) AS unlocked
+                FROM (
+                    SELECT pg_current_xact_id()::text AS xid,
+                           setval('{self.sequence}', nextval('{self.sequence}') + %s - 1) AS last
+                    FROM (SELECT pg_advisory_lock({self.position_lock}) OFFSET 0) AS l
+                    OFFSET 0
+                ) AS x
+            ), ins AS (
+                INSERT INTO {s}.events ({EVENT_COLUMNS})
+                SELECT r.last - %s + u.n, u.stream, u.version, u.event_id, u.type, u.schema, u.data,
+                       u.meta, u.recorded_at, u.prev_hash, u.hash
+                FROM r, unnest(%s::text[], %s::bigint[], %s::uuid[], %s::text[], %s::integer[],
+                               %s::bytea[], %s::bytea[], %s::bigint[], %s::text[], %s::text[])
+                     WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
+                                          recorded_at, prev_hash, hash, n)
+            )
+            SELECT r.xid, r.last, r.unlocked, pg_notify('{self.channel}', r.last::text) FROM r"""
         self.take_lock = f"SELECT pg_advisory_lock({self.position_lock})"
-        self.reserve = (
-            f"SELECT pg_current_xact_id()::text, "
-            f"setval('{self.sequence}', nextval('{self.sequence}') + %s - 1)"
-        )
         self.release_lock = f"SELECT pg_advisory_unlock({self.position_lock})"
         # What import_raw must stay above: every position stored or handed out so far.
         self.reserved_high = f"""
@@ -174,26 +213,6 @@ class Sql:
                 (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {self.sequence}),
                 (SELECT coalesce(max(position), 0) FROM {s}.events))"""
         self.advance = f"SELECT setval('{self.sequence}', greatest(%s, 1), %s)"
-        self.heads = f"""
-            SELECT q.stream, e.version, e.hash
-            FROM unnest(%s::text[]) AS q(stream)
-            LEFT JOIN LATERAL (
-                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
-            ) AS e ON true"""
-        self.by_ids = f"SELECT {EVENT_COLUMNS} FROM {s}.events WHERE event_id = ANY(%s::uuid[])"
-        # Positions are the block just reserved by this session: currval() is its last one.
-        self.insert = f"""
-            WITH ins AS (
-                INSERT INTO {s}.events ({EVENT_COLUMNS})
-                SELECT currval('{self.sequence}') - %s + u.n, u.stream, u.version, u.event_id, u.type,
-                       u.schema, u.data, u.meta, u.recorded_at, u.prev_hash, u.hash
-                FROM unnest(%s::text[], %s::bigint[], %s::uuid[], %s::text[], %s::integer[], %s::bytea[],
-                            %s::bytea[], %s::bigint[], %s::text[], %s::text[])
-                     WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
-                                          recorded_at, prev_hash, hash, n)
-                RETURNING position
-            )
-            SELECT pg_notify('{self.channel}', max(position)::text) FROM ins"""
         self.insert_raw = f"""
             WITH ins AS (
                 INSERT INTO {s}.events ({EVENT_COLUMNS})
