@@ -203,7 +203,9 @@ async def test_one_bad_append_among_many_fails_alone(store: EventStore) -> None:
         except StoreError as exc:
             outcomes[name] = exc
 
-    calls: dict[str, Any] = {f"ok-{n}": (lambda n=n: store.append(f"ok-{n}", [ev(n=n)], 0)) for n in range(30)}
+    calls: dict[str, Any] = {
+        f"ok-{n}": (lambda n=n: store.append(f"ok-{n}", [ev(n=n)], 0)) for n in range(30)
+    }
     calls["stale"] = lambda: store.append("taken", [ev()], expected_version=0)
     calls["clash"] = lambda: store.append("clash", [NewEvent("thing.happened", {"v": 2}, id=clash.id)])
     calls["batch"] = lambda: store.append_batch([("fresh", [ev()], 0), ("taken", [ev()], 5)])
