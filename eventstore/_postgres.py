@@ -411,6 +411,7 @@ class PostgresEventStore(EventStore):
                 # drop the connection rather than return it to the pool with the lock.
                 await _close_quietly(self._pg, conn)
                 raise
+            await self._notify(conn, reserved[1])
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
         first = last - plan.count + 1
@@ -421,6 +422,15 @@ class PostgresEventStore(EventStore):
                 for offset, count, version in spans
             ]
         return outcomes, plan.deferred
+
+    async def _notify(self, conn: Any, position: int) -> None:
+        """Wake subscribers after a commit; a lost notification only delays them (``poll_interval``)."""
+        try:
+            await conn.execute(self._sql.notify, [str(position)])
+        except self._pg.Error:
+            # The append is committed: its caller must learn that, not this failure. The
+            # connection, if broken, is discarded by the pool.
+            pass
 
     async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
         """Run the append statement (its own transaction in autocommit); return its row.

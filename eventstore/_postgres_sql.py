@@ -180,7 +180,7 @@ class Sql:
                 SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
             ) AS e ON true"""
         # The append itself: one statement, so in autocommit it is its own transaction and
-        # commits in the same round trip. ``r`` takes the session-level advisory lock, then the
+        # commits in the same round trip (the notification follows, see ``notify``). ``r`` takes the session-level advisory lock, then the
         # transaction's id (assigning it) and a block of positions from the sequence, then
         # releases the lock: subqueries with volatile functions (and OFFSET 0) are evaluated
         # inside out, once, and a data-modifying CTE reads r after it is complete. So the lock
@@ -204,7 +204,12 @@ class Sql:
                      WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
                                           recorded_at, prev_hash, hash, n)
             )
-            SELECT r.xid, r.last, r.unlocked, pg_notify('{self.channel}', r.last::text) FROM r"""
+            SELECT r.xid, r.last, r.unlocked FROM r"""
+        # Sent after the append has committed, in a transaction of its own: a transaction that
+        # notifies holds a database-wide lock from before its commit until after it (so that
+        # notifications queue in commit order), which would make appends commit, WAL flush
+        # included, one at a time. A notification-only transaction writes no WAL to flush.
+        self.notify = f"SELECT pg_notify('{self.channel}', %s)"
         self.take_lock = f"SELECT pg_advisory_lock({self.position_lock})"
         self.release_lock = f"SELECT pg_advisory_unlock({self.position_lock})"
         # What import_raw must stay above: every position stored or handed out so far.
