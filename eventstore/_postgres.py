@@ -215,9 +215,6 @@ class PostgresEventStore(EventStore):
                     # After a failed attempt the pool retries with a growing pause; a short
                     # ceiling keeps callers from waiting long once the server is back.
                     reconnect_timeout=_POOL_TIMEOUT,
-                    # An idle connection killed by the server is found and replaced here,
-                    # so only a call already running when it broke can fail.
-                    check=_check_idle,
                     configure=_configure,
                     name=f"turnlog-{self.schema}",
                 )
@@ -291,11 +288,30 @@ class PostgresEventStore(EventStore):
             await self._probe(action)
         with self._errors(action):
             try:
-                async with pool.connection() as conn:
-                    yield conn
+                conn = await self._checkout(pool)
+                try:
+                    async with conn:
+                        yield conn
+                finally:
+                    await pool.putconn(conn)
             except (pg.OperationalError, pg.InterfaceError, self._pgpool.PoolTimeout):
                 self._reachable = False
                 raise
+
+    async def _checkout(self, pool: Any) -> Any:
+        """A pooled connection that is still sound, closing the dead ones met on the way.
+
+        An idle connection killed by the server is found and replaced here, so only a call
+        already running when it broke can fail. (The pool's own ``check`` would send an empty
+        query on every checkout, and wait between attempts when several connections are dead.)
+        """
+        for _ in range(self._pool_size + 1):
+            conn = await pool.getconn()
+            if not _is_dead(conn):
+                return conn
+            await _close_quietly(self._pg, conn)
+            await pool.putconn(conn)  # a closed connection is discarded and replaced
+        return await pool.getconn()
 
     async def _probe(self, action: str) -> None:
         """After a connection failure: one direct connection attempt before using the pool.
@@ -790,19 +806,16 @@ class PostgresEventStore(EventStore):
             )
 
 
-async def _check_idle(conn: Any) -> None:
-    """Refuse a pooled connection the server has closed or written to while it sat idle.
+def _is_dead(conn: Any) -> bool:
+    """Whether an idle connection is closed, or the server has closed or written to it.
 
     An idle connection has nothing to read: a terminated backend leaves its last message and
-    the end of the stream. Looking at the socket costs no round trip (psycopg's own check
-    sends an empty query on every checkout, a third of a single append's round trips).
+    the end of the stream. Looking at the socket costs no round trip.
     """
-    if not (conn.closed or conn.broken):
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        if not readable:
-            return
-        await conn.close()  # so that the pool discards it rather than keeping it idle
-    raise ConnectionError("the server closed or wrote to the idle connection")
+    if conn.closed or conn.broken:
+        return True
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    return bool(readable)
 
 
 async def _configure(conn: Any) -> None:
