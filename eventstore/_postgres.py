@@ -466,7 +466,7 @@ class PostgresEventStore(EventStore):
     async def _fetch_global(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Run a read of the global log (rows filtered by ``Sql.settled``) that sees this store's appends."""
         async with self._connection(action) as conn:
-            if self._own_xid >= self._xmin_seen:
+            if self._own_xid and self._own_xid >= self._xmin_seen:
                 await self._await_own_writes(conn, action)
             return await (await conn.execute(query, params)).fetchall()
 
@@ -814,7 +814,12 @@ def _is_dead(conn: Any) -> bool:
     """
     if conn.closed or conn.broken:
         return True
-    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    fd = conn.pgconn.socket
+    if hasattr(select, "poll"):  # no limit on the descriptor's number, unlike select()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
     return bool(readable)
 
 
