@@ -70,8 +70,8 @@ from ._errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ._ids import uuid7
 from ._group_commit import GroupCommit
+from ._ids import uuid7
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_sql import (
     FORMAT_VERSION,

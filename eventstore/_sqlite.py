@@ -76,7 +76,6 @@ from ._encoding import (
 from ._errors import (
     ConcurrencyError,
     CorruptStoreError,
-    InvalidEventError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
