@@ -54,6 +54,17 @@ class EventStore(ABC):
     ) -> None:
         self.upcasters = upcasters if upcasters is not None else Upcasters()
         self.max_event_bytes = max_event_bytes
+        self._store_id: str | None = None
+
+    @property
+    def store_id(self) -> str | None:
+        """The identity of this store: a UUID kept in the store's meta, never reused by another store.
+
+        Made when the store is created; a store created by an older turnlog gets one on its
+        first write. None until known (a PostgreSQL store before its first operation, or an
+        older store not written since). A byte copy of a store file keeps the id.
+        """
+        return self._store_id
 
     @abstractmethod
     async def append(

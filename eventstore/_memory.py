@@ -32,6 +32,7 @@ from ._encoding import (
     version_matches,
 )
 from ._errors import ConcurrencyError, StoreError
+from ._ids import uuid7
 from ._records import (
     ANY,
     AppendResult,
@@ -87,6 +88,7 @@ class MemoryEventStore(EventStore):
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self.url = "memory://"
+        self._store_id = str(uuid7())
         self._rows: list[_Row] = []
         self._streams: dict[str, list[int]] = {}
         self._ids: dict[str, int] = {}

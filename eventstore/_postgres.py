@@ -49,6 +49,7 @@ from ._errors import (
     StoreFormatError,
     StoreUnavailable,
 )
+from ._ids import uuid7
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_sql import (
     FORMAT_VERSION,
@@ -192,7 +193,9 @@ class PostgresEventStore(EventStore):
             if "turnlog_meta" in tables:
                 row = await (await conn.execute(sql.format)).fetchone()
                 if self._check_format(None if row is None else row[0]) and len(tables) == 4:
-                    return  # nothing to create: no DDL, so no lock that would wait for writers
+                    # Nothing to create: no DDL, so no lock that would wait for writers.
+                    self._store_id = await self._read_store_id(conn)
+                    return
             elif tables:
                 raise StoreFormatError(
                     f"schema {sql.schema!r} already has a table named {sorted(tables)[0]!r} that turnlog "
@@ -201,6 +204,15 @@ class PostgresEventStore(EventStore):
                 )
             for statement in sql.create:
                 await conn.execute(statement)
+            self._store_id = await self._read_store_id(conn)
+
+    async def _read_store_id(self, conn: Any) -> str:
+        """The store id in ``turnlog_meta``, made now for a store made before store ids."""
+        row = await (await conn.execute(self._sql.store_id)).fetchone()
+        if row is None:
+            await conn.execute(self._sql.store_id_insert, [str(uuid7())])
+            row = await (await conn.execute(self._sql.store_id)).fetchone()
+        return str(row[0])
 
     def _check_format(self, value: str | None) -> bool:
         """Refuse a store this code cannot read; True when it is exactly the current format."""

@@ -130,6 +130,10 @@ class Sql:
             "ON CONFLICT (key) DO NOTHING",
         ]
         self.format = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'format_version'"
+        self.store_id = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'store_id'"
+        self.store_id_insert = (
+            f"INSERT INTO {s}.turnlog_meta (key, value) VALUES ('store_id', %s) ON CONFLICT (key) DO NOTHING"
+        )
         self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
         self.heads = f"""
             SELECT (SELECT coalesce(max(position), 0) FROM {s}.events), q.stream, e.version, e.hash

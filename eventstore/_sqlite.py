@@ -83,7 +83,15 @@ from ._records import (
     Snapshot,
     VerifyReport,
 )
-from ._sqlite_schema import FORMAT_VERSION, init_schema, insert_events, rollback, write_transaction
+from ._sqlite_schema import (
+    FORMAT_VERSION,
+    ensure_store_id,
+    init_schema,
+    insert_events,
+    read_store_id,
+    rollback,
+    write_transaction,
+)
 from ._upcasting import Upcasters
 from ._worker import Worker
 
@@ -177,6 +185,7 @@ class SQLiteEventStore(EventStore):
         self._aux: sqlite3.Connection | None = None
         try:
             init_schema(self._conn, target, self._busy_ms)
+            self._store_id = read_store_id(self._conn)
             if not in_memory:
                 self._aux = self._connect(target)
         except BaseException:
@@ -308,6 +317,8 @@ class SQLiteEventStore(EventStore):
 
     def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
         with write_transaction(self._conn) as conn:
+            if self._store_id is None:  # a store made before store ids gets one on its first write
+                self._store_id = ensure_store_id(conn)
             return self._insert_entries(conn, entries)
 
     def _insert_entries(self, conn: sqlite3.Connection, entries: list[PreparedAppend]) -> list[AppendResult]:

@@ -7,7 +7,7 @@ Layout (created with sqlite-utils; the format version is kept in ``meta``)::
            UNIQUE(stream, version))
     snapshots(stream, type, version, schema, data BLOB, meta BLOB, recorded_at)
     tracking(consumer PRIMARY KEY, position)      -- for consumers that keep their place here
-    meta(key PRIMARY KEY, value)                  -- format_version
+    meta(key PRIMARY KEY, value)                  -- format_version, store_id
 """
 
 from __future__ import annotations
@@ -18,12 +18,21 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._errors import StoreFormatError, StoreUnavailable
+from ._ids import uuid7
 from ._records import EncodedEvent
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-__all__ = ["FORMAT_VERSION", "init_schema", "insert_events", "rollback", "write_transaction"]
+__all__ = [
+    "FORMAT_VERSION",
+    "ensure_store_id",
+    "init_schema",
+    "insert_events",
+    "read_store_id",
+    "rollback",
+    "write_transaction",
+]
 
 FORMAT_VERSION = 1
 """The newest store layout this code writes and reads."""
@@ -154,6 +163,21 @@ def _create(db: sqlite_utils.Database) -> None:
     db["tracking"].create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
     db["meta"].create({"key": str, "value": str}, pk="key", not_null={"value"})
     db["meta"].insert({"key": "format_version", "value": str(FORMAT_VERSION)})
+    ensure_store_id(db.conn)
+
+
+def read_store_id(conn: sqlite3.Connection) -> str | None:
+    """The store id kept in ``meta``, or None (a store made before store ids)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def ensure_store_id(conn: sqlite3.Connection) -> str:
+    """The store id, made now when there is none (call inside a write transaction)."""
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)", (str(uuid7()),))
+    found = read_store_id(conn)
+    assert found is not None  # just inserted or already there
+    return found
 
 
 def insert_events(

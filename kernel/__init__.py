@@ -45,8 +45,8 @@ from ._lifecycle import (
 from ._lookup import find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
-from ._persist import PersistOptions, SnapshotFileError
-from ._recover import RecoveryReport, recover
+from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
+from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
 from ._session import OperationManager, Session
 from ._tools import (
@@ -95,6 +95,7 @@ __all__ = [
     "Command",
     "ContextProvider",
     "ContextProviderRegistry",
+    "BufferProblem",
     "CreateBranch",
     "EndRun",
     "ExecutionError",
@@ -111,12 +112,14 @@ __all__ = [
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
+    "RecoveredRun",
     "RecoveryReport",
     "RemovedArgument",
     "ResponseParseError",
     "RunEnd",
     "RunFailed",
     "RunParam",
+    "RunRecoveryError",
     "RunScope",
     "RunStart",
     "ScriptExhaustedError",
@@ -125,6 +128,7 @@ __all__ = [
     "SnapshotFileError",
     "StartRun",
     "UnknownBranch",
+    "UnsafePathError",
     "UnknownSession",
     "UsageError",
     "current_run",

@@ -1,6 +1,7 @@
 """Chat models from what a caller or the log gives: objects, ``"provider/model"``, configs.
 
-A branch records its models' configurations (never secrets) in ``branch.created``;
+A branch records its models' configurations in ``branch.created``: an allow-list of safe fields,
+scrubbed of credentials (``model_config``);
 ``Branch.load`` rebuilds them, and a configuration that cannot be rebuilt (a provider this
 installation does not know) gives no model and a reason instead of an error.
 """
@@ -13,7 +14,8 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, TurnlogError
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel.models import ChatModel
+from turnlog.kernel.models import ChatModel, public_params
+from turnlog.kernel.models._secrets import scrub_url
 
 __all__ = ["default_store", "model_config", "rebuild_model", "resolve_model"]
 
@@ -45,17 +47,30 @@ def resolve_model(value: Any) -> ChatModel | None:
     )
 
 
+_RECORDED_FIELDS = ("provider", "model", "base_url", "params", "timeout", "retry")
+"""The configuration fields recorded in ``branch.created``: an allow-list, anything else is left out."""
+
+
 def model_config(model: Any) -> dict[str, Any] | None:
-    """The recordable configuration of a model (no secrets)."""
+    """The recordable configuration of a model: only the known-safe fields, scrubbed of secrets.
+
+    ``provider``, ``model``, ``base_url`` (without user-info or secret-looking query
+    parameters), ``params`` (secret-named entries left out, nested secrets and secret flag
+    values replaced), ``timeout`` and ``retry``; whatever else a model's ``to_config`` gives
+    (keys, headers, anything new) is never recorded.
+    """
     if model is None:
         return None
     to_config = getattr(model, "to_config", None)
-    if callable(to_config):
-        config = dict(to_config())
-        for secret in ("api_key", "headers", "authorization"):
-            config.pop(secret, None)
-        return config
-    return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
+    if not callable(to_config):
+        return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
+    given = dict(to_config())
+    config = {name: given[name] for name in _RECORDED_FIELDS if name in given}
+    if isinstance(config.get("base_url"), str):
+        config["base_url"] = scrub_url(config["base_url"], drop=True)
+    if isinstance(config.get("params"), Mapping):
+        config["params"] = public_params(config["params"])
+    return config
 
 
 def rebuild_model(config: Mapping[str, Any] | None) -> tuple[ChatModel | None, str | None]:

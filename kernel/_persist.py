@@ -1,17 +1,22 @@
 """``stream_persist``: branch snapshot files, the live JSONL buffer and batched chunk commits.
 
-Files of one run, under ``persist_dir`` (default: ``runs/`` next to a SQLite store file, else
-``./runs``):
+Files of one run, under ``persist_dir`` (default: a directory of the store's own,
+``<store file>.runs/`` next to a SQLite store file, else ``./runs/<store_id>/``), all private
+to their user (files 0600, directories 0700, or stricter under the umask):
 
 - ``<snapshot_dir or persist_dir>/<branch_id>.json``: the branch projection, written
-  atomically (temporary file, fsync, rename) before the stream starts and again at cleanup;
+  atomically (a temporary file of an unpredictable name opened with ``O_EXCL | O_NOFOLLOW``,
+  fsync, rename) before the stream starts and again at cleanup;
   ``Branch.from_snapshot(path, store=...)`` opens it.
-- ``<persist_dir>/<branch_id>.<run_id>.jsonl``: the live buffer. Each line is one
-  ``stream.chunk`` event in the store's envelope (``id``, ``stream``, ``version``, ``type``,
-  ``schema``, ``data``, ``meta``, ``recorded_at``), written with one ``os.write`` *before*
-  the chunk is processed, so a chunk that reached the process survives its crash. The store
-  receives the same events (same ids) in batches; the buffer is removed once every one of
-  them is committed, and ``recover`` imports what a crash left in it.
+- ``<persist_dir>/<branch_id>.<run_id>.jsonl``: the live buffer (format in
+  ``turnlog.kernel._run_buffer``): a header naming the store, then one line per chunk, its
+  ``stream.chunk`` event written with one ``os.write`` *before* the chunk is processed, so a
+  chunk that reached the process survives its crash. The store receives the same events
+  (same ids) in batches; the buffer is removed once every one of them is committed, and
+  ``recover`` imports what a crash left in it.
+
+Branch and run ids name these files, so they must be canonical UUIDs: anything else raises
+``UnsafePathError`` before a file is written.
 
 Example::
 
@@ -23,8 +28,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import os
+import secrets
 import struct
 import time
 from collections.abc import Mapping
@@ -35,7 +40,7 @@ from typing import Any
 
 import anyio
 import orjson
-from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore, NewEvent
+from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
     PROJECTION_VERSION,
@@ -47,6 +52,18 @@ from turnlog.projections import (
 )
 
 from ._errors import KernelError
+from ._run_buffer import (
+    CHUNK_TYPE,
+    BufferHeader,
+    ChunkLine,
+    RunBuffer,
+    UnsafePathError,
+    buffer_path,
+    default_persist_dir,
+    make_private_dir,
+    snapshot_path,
+    store_location,
+)
 
 __all__ = [
     "CHUNK_TYPE",
@@ -55,17 +72,14 @@ __all__ = [
     "PersistOptions",
     "RunBuffer",
     "SnapshotFileError",
+    "UnsafePathError",
     "buffer_path",
     "chunk_payload",
     "default_persist_dir",
-    "envelope",
     "read_snapshot_file",
     "snapshot_path",
     "write_snapshot_file",
 ]
-
-CHUNK_TYPE = ChunkReceived.event_type
-"""The event type of stream chunks (``stream.chunk``)."""
 
 SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
 """The ``format`` field of snapshot files."""
@@ -109,28 +123,6 @@ class PersistOptions:
             raise ValueError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
 
 
-def default_persist_dir(store: EventStore) -> Path:
-    """Where run files go when no ``persist_dir`` is given.
-
-    ``<directory of the store file>/runs`` for a SQLite file store; ``./runs`` (resolved
-    against the current directory) for in-memory and server stores.
-    """
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path and path != ":memory:":
-        return Path(path).resolve().parent / "runs"
-    return Path("runs").resolve()
-
-
-def buffer_path(persist_dir: str | os.PathLike[str], branch_id: str, run_id: str) -> Path:
-    """``<persist_dir>/<branch_id>.<run_id>.jsonl``."""
-    return Path(persist_dir) / f"{branch_id}.{run_id}.jsonl"
-
-
-def snapshot_path(snapshot_dir: str | os.PathLike[str], branch_id: str) -> Path:
-    """``<snapshot_dir>/<branch_id>.json``."""
-    return Path(snapshot_dir) / f"{branch_id}.json"
-
-
 # ----------------------------------------------------------------------------------- snapshots
 
 
@@ -152,23 +144,33 @@ def _snapshot_bytes(state: BranchState) -> bytes:
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    make_private_dir(path.parent)
+    # An unpredictable name, opened exclusively and never through a link: nothing planted in
+    # the directory can redirect the write.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
     try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     # The rename itself must survive too: fsync the directory.
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState) -> Path:
@@ -232,49 +234,6 @@ async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
 # -------------------------------------------------------------------------------------- buffer
 
 
-class RunBuffer:
-    """The append-only JSONL file of one run's chunk events.
-
-    Args:
-        path: The file (its directory is created).
-        fsync: fsync after every line.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
-        self.path = Path(path)
-        self.fsync = fsync
-        self.lines = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def write(self, line: bytes) -> None:
-        """Hand one line (with its newline) to the operating system, in one write call."""
-        fd = self._fd
-        if fd is None:
-            raise ValueError(f"{self.path}: the buffer is closed")
-        written = os.write(fd, line)
-        if written != len(line):
-            # A short write to a regular file is rare (disk full, signal): finish the line.
-            view = memoryview(line)[written:]
-            while view:
-                view = view[os.write(fd, view) :]
-        if self.fsync:
-            os.fsync(fd)
-        self.lines += 1
-
-    def close(self) -> None:
-        """Close the file (idempotent)."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
-
-    def remove(self) -> None:
-        """Close and delete the file."""
-        self.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-
-
 def chunk_payload(chunk: StreamChunk, seq: int) -> dict[str, Any]:
     """The ``stream.chunk`` payload of a chunk: ``seq``, ``type``, ``content`` and the fields set.
 
@@ -297,20 +256,6 @@ def chunk_payload(chunk: StreamChunk, seq: int) -> dict[str, Any]:
     if chunk.metadata:
         data["metadata"] = chunk.metadata
     return data
-
-
-def envelope(event: NewEvent, stream: str, version: int, recorded_at: str) -> dict[str, Any]:
-    """The store envelope of an event not yet stored (no position or hashes yet)."""
-    return {
-        "id": str(event.id),
-        "stream": stream,
-        "version": version,
-        "type": event.type,
-        "schema": event.schema,
-        "data": event.data,
-        "meta": event.meta or {},
-        "recorded_at": recorded_at,
-    }
 
 
 class _ChunkIds:
@@ -358,11 +303,6 @@ class _ChunkIds:
 _RANDOM = struct.Struct(">4096Q").unpack
 
 
-def _literal(part: bytes) -> bytes:
-    """``part`` as literal text of a bytes ``%`` template."""
-    return part.replace(b"%", b"%%")
-
-
 class ChunkLog:
     """Numbers the chunks of one run, writes them to the buffer and commits them in batches.
 
@@ -407,19 +347,11 @@ class ChunkLog:
         self._encode = EventEncoder(
             CHUNK_TYPE, schema=self._schema, meta=self.meta, max_event_bytes=store.max_event_bytes
         ).encode
-        # The envelope() object of a chunk as a bytes template, its constant parts made once
-        # per run (with any "%" in them escaped): id, version, data and recorded_at go in.
-        self._line = b"".join(
-            (
-                b'{"id":"%s","stream":',
-                _literal(orjson.dumps(self.stream)),
-                b',"version":%d,"type":',
-                _literal(orjson.dumps(CHUNK_TYPE)),
-                b',"schema":%d,"data":%%s,"meta":' % self._schema,
-                _literal(orjson.dumps(self.meta, option=orjson.OPT_SORT_KEYS)),
-                b',"recorded_at":"%s"}\n',
-            )
-        )
+        # The line format is defined once, in _run_buffer; a new buffer starts with its header.
+        self._line = ChunkLine(run_id, self.meta, self._schema).template
+        if buffer is not None and buffer.lines == 0:
+            branch_id = str(self.meta.get("branch_id", ""))
+            buffer.write(BufferHeader(store.store_id, store_location(store), branch_id, run_id).encode())
 
     @property
     def pending(self) -> int:

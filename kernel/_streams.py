@@ -72,7 +72,7 @@ class StreamVerbs:
             stream_persist: Keep a live JSONL buffer of the chunks and branch snapshot files
                 (``<persist_dir>/<branch_id>.<run_id>.jsonl``, ``<snapshot_dir>/<branch_id>.json``)
                 so a crash loses nothing that reached the process (see ``recover``).
-            persist_dir: Where the buffer goes (default: ``runs/`` next to the store file).
+            persist_dir: Where the buffer goes (default: ``<store file>.runs/``, see docs/streams.md).
             snapshot_dir: Where snapshots go (default: ``persist_dir``).
             response_format: A format rendered into the instruction (parse with
                 ``run_and_collect``).

@@ -135,6 +135,9 @@ class FakeOpenAIServer:
         api_key: When set, requests must send ``Authorization: Bearer <api_key>`` or get the
             real API's 401 ``invalid_api_key`` answer.
         record_path: Also append every recorded request to this JSONL file.
+        echo: Answer with the request line and every header received, credentials included (as
+            a careless server or proxy may): the text of a 200 answer, the message of an error
+            answer. For tests that no credential reaches the log.
 
     Example:
         ```python
@@ -154,6 +157,7 @@ class FakeOpenAIServer:
         port: int = 0,
         api_key: str | None = None,
         record_path: str | Path | None = None,
+        echo: bool = False,
     ) -> None:
         try:
             loopback = ipaddress.ip_address(host).is_loopback
@@ -166,6 +170,7 @@ class FakeOpenAIServer:
         self._port = port
         self._api_key_digest = hashlib.sha256(api_key.encode()).hexdigest() if api_key else None
         self._record_path = Path(record_path) if record_path else None
+        self._echo = echo
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._failures: list[BaseException] = []
@@ -268,7 +273,9 @@ class FakeOpenAIServer:
             await _send(writer, 200, json.dumps(self.requests).encode(), close=not keep_alive)
             return keep_alive
         record = self._record(request, writer.get_extra_info("peername"))
-        if request.method != "POST" or not request.path.rstrip("/").endswith("/chat/completions"):
+        if request.method != "POST" or not request.path.partition("?")[0].rstrip("/").endswith(
+            "/chat/completions"
+        ):
             body = _error_json(f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
             return await self._reply(writer, record, 404, body, keep_alive)
         denied = self._check_key(request)
@@ -286,7 +293,7 @@ class FakeOpenAIServer:
         record["entry"] = slot.index
         record["response_status"] = entry.status
         self._persist(record)
-        return await _Answer(entry, request, next(self._ids)).send(writer, keep_alive)
+        return await _Answer(entry, request, next(self._ids), echo=self._echo).send(writer, keep_alive)
 
     async def _reply(
         self, writer: asyncio.StreamWriter, record: dict[str, Any], status: int, body: bytes, keep_alive: bool
@@ -455,8 +462,11 @@ _DEFAULT_ERRORS = {
 class _Answer:
     """Renders one script entry as the real API would answer the given request."""
 
-    def __init__(self, entry: ScriptEntry, request: _Request, number: int) -> None:
+    def __init__(self, entry: ScriptEntry, request: _Request, number: int, *, echo: bool = False) -> None:
         self.entry = entry
+        # Echo mode: the request line and every header as received, credentials included.
+        lines = [f"{request.method} {request.path}", *(f"{k}: {v}" for k, v in request.headers.items())]
+        self.echo = "\n".join(lines) if echo else None
         self.request = request
         body = request.json if isinstance(request.json, dict) else {}
         self.body = body
@@ -473,7 +483,7 @@ class _Answer:
             }
             for i, call in enumerate(entry.tool_calls)
         ]
-        self.text = entry.text or ""
+        self.text = self.echo if self.echo is not None else entry.text or ""
         self.finish = entry.finish_reason or ("tool_calls" if self.calls else "stop")
 
     def _headers(self) -> dict[str, str]:
@@ -521,6 +531,9 @@ class _Answer:
         return keep_alive
 
     def _error_body(self) -> bytes:
+        if self.echo is not None:
+            kind = "server_error" if self.entry.status >= 500 else "invalid_request_error"
+            return _error_json(self.echo, kind)
         if self.entry.error is not None:
             return json.dumps({"error": self.entry.error.model_dump()}).encode()
         message, kind, code = _DEFAULT_ERRORS.get(

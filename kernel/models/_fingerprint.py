@@ -8,7 +8,8 @@ SHA-256 (hex) of the canonical JSON of the provider-neutral request:
 
 Canonical JSON means sorted keys, no insignificant whitespace, UTF-8. Secrets never enter it:
 request parameters that name credentials (``api_key``, ``authorization``, headers...) are
-dropped, and transport headers (authorization, request ids, user agents) are not part of a
+dropped, nested ones (``extra_body={"api_key": ...}``, ``["--token", ...]``) are replaced by
+``<redacted>`` (``_secrets.redact_params``), and transport headers (authorization, request ids, user agents) are not part of a
 request's meaning at all. Two requests that would put the same body on the wire have the
 same fingerprint, whichever process, machine or API key sent them.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from ._secrets import is_secret_name, redact_params
 from ._types import ModelRequest
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "canonical_json",
     "canonical_request",
     "public_params",
+    "sent_params",
     "request_fingerprint",
 ]
 
@@ -57,7 +60,16 @@ def _is_secret(name: str) -> bool:
 
 
 def public_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` without any entry whose name marks it as a secret (safe to record)."""
+    """``params`` safe to record: secret-named entries dropped, nested secrets replaced."""
+    return {
+        key: redact_params(value)
+        for key, value in params.items()
+        if not (_is_secret(key) or is_secret_name(key))
+    }
+
+
+def sent_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a request body takes them: entries that name credentials are not sent."""
     return {key: value for key, value in params.items() if not _is_secret(key)}
 
 

@@ -33,6 +33,7 @@ from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
 from ._openai import DEFAULT_TIMEOUT, OPENAI_BASE_URL, OpenAIChatModel
 from ._retry import RetryPolicy
+from ._secrets import scrub_url
 from ._types import ModelRequest, ModelResponse, StreamChunk
 
 __all__ = ["API_PROVIDERS", "CLI_PROVIDERS", "iModel"]
@@ -251,11 +252,17 @@ class iModel:
             await leave(*exc_info)
 
     def to_config(self) -> dict[str, Any]:
-        """A JSON object that ``from_config`` turns back into an equal handle; no secrets."""
+        """A JSON object that ``from_config`` turns back into an equal handle; no secrets.
+
+        No API key or header; ``base_url`` without user-info or secret-looking query
+        parameters; parameters without secret-named entries, nested secret keys and secret
+        flag values replaced by ``<redacted>``. Pass what was left out again when reopening.
+        """
         config: dict[str, Any] = {
             "provider": self.provider,
             "model": self.model,
-            "base_url": self._base_url,
+            # Credentials in the URL are not configuration: give base_url again to use them.
+            "base_url": scrub_url(self._base_url, drop=True) if self._base_url else self._base_url,
             "params": public_params(self._params),
         }
         if self._timeout is not None:

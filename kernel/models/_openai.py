@@ -6,8 +6,9 @@ loopback ``turnlog fake-openai`` server.
 
 Everything foreign is translated here, once: httpx exceptions and HTTP error statuses become
 the ``ProviderError`` tree of ``turnlog.kernel.models``; SSE frames become one assembled
-``ModelResponse``. The API key lives in a private attribute and is scrubbed from every error,
-raw response and repr this module produces.
+``ModelResponse``. The API key lives in a private attribute; it, every configured header value
+and the credentials of ``base_url`` (user-info, secret-looking query parameters) are scrubbed
+from every error, raw response, repr and httpx log line this module produces.
 
 Requests to non-loopback hosts are refused while ``TURNLOG_ALLOW_MODEL_REQUESTS`` is ``0``
 (the test suite sets it), so no test can reach a real provider by accident.
@@ -18,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
+import logging
 import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
@@ -40,8 +42,9 @@ from ._errors import (
     ResponseFormatError,
     ServerError,
 )
-from ._fingerprint import public_params
+from ._fingerprint import sent_params
 from ._retry import RetryPolicy, parse_retry_after
+from ._secrets import REDACTED, Scrubber, scrub_url, url_secrets
 from ._types import ModelRequest, ModelResponse, ToolCall, Usage
 
 __all__ = [
@@ -60,7 +63,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 _ALLOW_ENV = "TURNLOG_ALLOW_MODEL_REQUESTS"
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "response_format", "stream"})
 _CONTEXT_MESSAGE = re.compile(r"context[\s_-]?(length|window)|maximum context", re.IGNORECASE)
-_REDACTED = "<redacted>"
+_REDACTED = REDACTED
 
 
 class ModelRequestsBlocked(ProviderError):
@@ -197,18 +200,23 @@ class OpenAIChatModel:
         self.retry = retry or RetryPolicy()
         self._api_key = _Secret(api_key) if api_key else None
         self._headers = dict(headers or {})
+        # Every configured credential, for scrubbing what is recorded (the key is added per call).
+        self._scrubber = Scrubber([*self._headers.values(), *url_secrets(self.base_url)])
+        self._shown_url = scrub_url(self.url)
         self._client = client
         self._owns_client = False
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIChatModel(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
+            f"OpenAIChatModel(provider={self.provider!r}, model={self.model!r}, "
+            f"base_url={scrub_url(self.base_url)!r})"
         )
 
     @property
     def url(self) -> str:
-        """The full Chat Completions URL."""
-        return f"{self.base_url}/{self.endpoint}"
+        """The full Chat Completions URL (the endpoint joins the path; a query stays a query)."""
+        parts = urlsplit(self.base_url)
+        return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{self.endpoint}"))
 
     async def __aenter__(self) -> OpenAIChatModel:
         """Keep one connection pool open until the block exits (otherwise: one per call)."""
@@ -247,7 +255,7 @@ class OpenAIChatModel:
                 "use the ModelRequest fields (messages, tools, response_format, stream) or the model"
             )
         body: dict[str, Any] = {"model": self.model, "messages": request.messages}
-        body.update(public_params(request.params))
+        body.update(sent_params(request.params))
         if request.tools:
             body["tools"] = request.tools
         if request.response_format is not None:
@@ -293,7 +301,7 @@ class OpenAIChatModel:
             ResponseFormatError: An undecodable answer (including malformed tool arguments).
         """
         if not model_requests_allowed() and not _is_loopback(self.url):
-            raise ModelRequestsBlocked(self.url, provider=self.provider, model=self.model)
+            raise ModelRequestsBlocked(self._shown_url, provider=self.provider, model=self.model)
         body = self.build_body(request)
         try:
             payload = orjson.dumps(body)
@@ -302,6 +310,7 @@ class OpenAIChatModel:
                 f"{self.provider} {self.model}: the request is not JSON-serializable: {exc}"
             ) from exc
         key = self._key()
+        scrub = self._scrubber.with_secrets(key)
         headers = self._request_headers(key, stream=request.stream)
         started = time.perf_counter()
         attempt = 0
@@ -309,7 +318,7 @@ class OpenAIChatModel:
             while True:
                 attempt += 1
                 try:
-                    response = await self._attempt(client, payload, headers, request.stream, started, key)
+                    response = await self._attempt(client, payload, headers, request.stream, started, scrub)
                 except _Failure as failure:
                     if not failure.retryable or attempt >= self.retry.max_attempts:
                         error = failure.error
@@ -328,25 +337,25 @@ class OpenAIChatModel:
         headers: dict[str, str],
         stream: bool,
         started: float,
-        key: str | None,
+        scrub: Scrubber,
     ) -> ModelResponse:
         body_started = False
         try:
             async with client.stream("POST", self.url, content=payload, headers=headers) as response:
                 if not 200 <= response.status_code < 300:
                     await response.aread()
-                    raise self._status_failure(response, key)
+                    raise self._status_failure(response, scrub)
                 # Some compatible servers ignore "stream": accept their plain JSON answer.
                 stream = stream and response.headers.get("content-type", "").startswith("text/event-stream")
                 body_started = stream
                 if stream:
-                    return await self._read_stream(response, started, key)
+                    return await self._read_stream(response, started, scrub)
                 await response.aread()
-                return self._from_completion(_decode_json(response.text, self, key), key)
+                return self._from_completion(_decode_json(response.text, self, scrub), scrub)
         except httpx.TimeoutException as exc:
             _redact_request(exc, self._headers)
             error = ProviderTimeout(
-                f"{self.provider} {self.model}: {type(exc).__name__} calling {self.url}",
+                f"{self.provider} {self.model}: {type(exc).__name__} calling {self._shown_url}",
                 provider=self.provider,
                 model=self.model,
             )
@@ -354,8 +363,8 @@ class OpenAIChatModel:
         except httpx.RequestError as exc:
             _redact_request(exc, self._headers)
             error = ProviderConnectionError(
-                f"{self.provider} {self.model}: {type(exc).__name__} calling {self.url}: "
-                f"{_scrub(str(exc), key)}",
+                f"{self.provider} {self.model}: {type(exc).__name__} calling {self._shown_url}: "
+                f"{scrub(str(exc))}",
                 provider=self.provider,
                 model=self.model,
             )
@@ -365,7 +374,7 @@ class OpenAIChatModel:
         # A stream that already started may have delivered output: never replay it silently.
         return self.retry.retry_transport_errors and not body_started
 
-    def _status_failure(self, response: httpx.Response, key: str | None) -> _Failure:
+    def _status_failure(self, response: httpx.Response, scrub: Scrubber) -> _Failure:
         status = response.status_code
         retry_after = parse_retry_after(response.headers)
         body: Any
@@ -373,7 +382,7 @@ class OpenAIChatModel:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError:
             body = response.text
-        body = _scrub(body, key)
+        body = scrub(body)
         detail = body.get("error", body) if isinstance(body, dict) else body
         message = detail.get("message") if isinstance(detail, dict) else None
         code = detail.get("code") if isinstance(detail, dict) else None
@@ -392,16 +401,16 @@ class OpenAIChatModel:
         retryable = self.retry.should_retry_status(status, response.headers)
         return _Failure(error, retryable=retryable, retry_after=retry_after)
 
-    async def _read_stream(self, response: httpx.Response, started: float, key: str | None) -> ModelResponse:
+    async def _read_stream(self, response: httpx.Response, started: float, scrub: Scrubber) -> ModelResponse:
         assembly = _StreamAssembly(self)
         ttft: float | None = None
         try:
             async for data in _sse_data(_sse_lines(response.aiter_text())):
                 if data.strip() == "[DONE]":
                     break
-                chunk = _decode_json(data, self, key)
+                chunk = _decode_json(data, self, scrub)
                 if chunk.get("error"):
-                    raise _Failure(self._stream_error(chunk, key, assembly.chunks), retryable=False)
+                    raise _Failure(self._stream_error(chunk, scrub, assembly.chunks), retryable=False)
                 if assembly.add(chunk) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
             else:
@@ -431,10 +440,10 @@ class OpenAIChatModel:
                 model=self.model,
             )
             raise _Failure(error, retryable=False) from exc
-        return dataclasses.replace(self._from_completion(assembly.completion(), key), ttft_ms=ttft)
+        return dataclasses.replace(self._from_completion(assembly.completion(), scrub), ttft_ms=ttft)
 
-    def _stream_error(self, chunk: dict[str, Any], key: str | None, seen: int) -> ProviderError:
-        detail = _scrub(chunk["error"], key)
+    def _stream_error(self, chunk: dict[str, Any], scrub: Scrubber, seen: int) -> ProviderError:
+        detail = scrub(chunk["error"])
         message = detail.get("message", detail) if isinstance(detail, dict) else detail
         return ServerError(
             f"{self.provider} {self.model}: error event in the stream after {seen} chunks: {message}",
@@ -444,19 +453,19 @@ class OpenAIChatModel:
             model=self.model,
         )
 
-    def _from_completion(self, raw: Any, key: str | None) -> ModelResponse:
+    def _from_completion(self, raw: Any, scrub: Scrubber) -> ModelResponse:
         # Scrub first: text, model name, tool arguments, everything derived comes from the clean copy.
-        raw = _scrub(raw, key)
+        raw = scrub(raw)
         if not isinstance(raw, dict) or not isinstance(raw.get("choices"), list) or not raw["choices"]:
-            raise self._format_error(f"no choices in the answer: {str(raw)[:300]}", key)
+            raise self._format_error(f"no choices in the answer: {str(raw)[:300]}", scrub)
         choice = raw["choices"][0]
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
-            raise self._format_error("choices[0] has no message object", key)
+            raise self._format_error("choices[0] has no message object", scrub)
         content = message.get("content")
         if content is not None and not isinstance(content, str):
-            raise self._format_error(f"choices[0].message.content is {type(content).__name__}", key)
-        calls = tuple(self._tool_call(call, key) for call in message.get("tool_calls") or [])
+            raise self._format_error(f"choices[0].message.content is {type(content).__name__}", scrub)
+        calls = tuple(self._tool_call(call, scrub) for call in message.get("tool_calls") or [])
         return ModelResponse(
             text=content or "",
             tool_calls=calls,
@@ -467,10 +476,10 @@ class OpenAIChatModel:
             finish_reason=choice.get("finish_reason"),
         )
 
-    def _tool_call(self, call: Any, key: str | None) -> ToolCall:
+    def _tool_call(self, call: Any, scrub: Scrubber) -> ToolCall:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise self._format_error(f"a tool call without a function name: {str(call)[:200]}", key)
+            raise self._format_error(f"a tool call without a function name: {str(call)[:200]}", scrub)
         call_id = str(call.get("id") or "")
         name = function["name"]
         arguments = function.get("arguments")
@@ -483,15 +492,15 @@ class OpenAIChatModel:
             parsed = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise self._format_error(
-                f"tool call {call_id} ({name}): arguments are not valid JSON ({exc}): {text[:200]!r}", key
+                f"tool call {call_id} ({name}): arguments are not valid JSON ({exc}): {text[:200]!r}", scrub
             ) from exc
         if not isinstance(parsed, dict):
-            raise self._format_error(f"tool call {call_id} ({name}): arguments are not a JSON object", key)
+            raise self._format_error(f"tool call {call_id} ({name}): arguments are not a JSON object", scrub)
         return ToolCall(call_id, name, parsed)
 
-    def _format_error(self, what: str, key: str | None) -> ResponseFormatError:
+    def _format_error(self, what: str, scrub: Scrubber) -> ResponseFormatError:
         return ResponseFormatError(
-            f"{self.provider} {self.model}: {_scrub(what, key)}", provider=self.provider, model=self.model
+            f"{self.provider} {self.model}: {scrub(what)}", provider=self.provider, model=self.model
         )
 
 
@@ -507,13 +516,13 @@ def _error_class(status: int, code: Any, message: str) -> type[ProviderHTTPError
     return ProviderHTTPError
 
 
-def _decode_json(text: str, model: OpenAIChatModel, key: str | None) -> Any:
+def _decode_json(text: str, model: OpenAIChatModel, scrub: Scrubber) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        exc.doc = _scrub(exc.doc, key)  # the chained exception keeps the whole body otherwise
+        exc.doc = scrub(exc.doc)  # the chained exception keeps the whole body otherwise
         raise _Failure(
-            model._format_error(f"undecodable JSON ({exc}): {text[:300]!r}", key), retryable=False
+            model._format_error(f"undecodable JSON ({exc}): {text[:300]!r}", scrub), retryable=False
         ) from exc
 
 
@@ -527,29 +536,36 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-def _scrub(value: Any, secret: str | None) -> Any:
-    """``value`` with every occurrence of ``secret`` in its strings replaced."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return value.replace(secret, _REDACTED) if secret in value else value
-    if isinstance(value, dict):
-        return {_scrub(k, secret): _scrub(v, secret) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secret) for v in value]
-    return value
-
-
 _CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key", "openai-organization", "openai-project")
 
 
 def _redact_request(exc: httpx.RequestError, extra: Mapping[str, str]) -> None:
-    # The httpx request hangs off the chained exception; its headers carry the credentials.
+    # The httpx request hangs off the chained exception; its headers and URL carry the credentials.
     with contextlib.suppress(RuntimeError):
-        headers = exc.request.headers
+        request = exc.request
+        headers = request.headers
         for name in {*_CREDENTIAL_HEADERS, *(k.lower() for k in extra)}:
             if name in headers:
                 headers[name] = _REDACTED
+        request.url = httpx.URL(scrub_url(str(request.url)))
+
+
+class _ScrubURLs(logging.Filter):
+    """Scrubs the URLs in httpx's log lines (``HTTP Request: POST <url> ...``) of their credentials."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                scrub_url(str(arg)) if isinstance(arg, httpx.URL | str) and "://" in str(arg) else arg
+                for arg in record.args
+            )
+        return True
+
+
+_URL_FILTER = _ScrubURLs()
+for _name in ("httpx", "httpcore"):
+    if not any(isinstance(f, _ScrubURLs) for f in logging.getLogger(_name).filters):
+        logging.getLogger(_name).addFilter(_URL_FILTER)
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")

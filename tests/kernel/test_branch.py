@@ -186,7 +186,8 @@ class _ForeignModel(ScriptedModel):
     ("config", "said"),
     [
         ({"provider": "acme-unknown", "model": "m1"}, "acme-unknown"),
-        ({"provider": "openai", "model": "gpt-x", "colour": "blue"}, "colour"),
+        # unknown top-level fields are never recorded (an allow-list); a malformed known one is
+        ({"provider": "openai", "model": "gpt-x", "timeout": {"colour": 1}}, "colour"),
     ],
 )
 async def test_load_survives_a_recorded_model_that_cannot_be_rebuilt(

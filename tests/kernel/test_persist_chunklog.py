@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import anyio
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from turnlog.eventstore import EventStore, EventTooLarge, MemoryEventStore, encode_json
-from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, RunBuffer
+from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, PersistOptions, RunBuffer
 from turnlog.kernel.models import StreamChunk
 
 
@@ -17,7 +21,8 @@ async def test_buffer_lines_hold_the_bytes_the_store_gets(store: EventStore, tmp
     log = ChunkLog(store, "r1", {"branch_id": "b", "run_id": "r1", "session_id": None}, buffer=buffer)
     chunks = [StreamChunk("text", content="100% sure"), StreamChunk("tool_use", tool_name="t", tool_id="c")]
     made = [log.add(chunk) for chunk in chunks]
-    lines = [orjson.loads(line) for line in (tmp_path / "run.jsonl").read_bytes().splitlines()]
+    header, *lines = [orjson.loads(line) for line in (tmp_path / "run.jsonl").read_bytes().splitlines()]
+    assert (header["store_id"], header["branch_id"], header["run_id"]) == (store.store_id, "b", "r1")
     assert await log.finish() and not buffer.path.exists()
     stored = [e async for e in store.read_stream("run-r1")]
     assert [line["id"] for line in lines] == [e.id for e in made] == [str(e.id) for e in stored]
@@ -38,6 +43,44 @@ async def test_an_oversized_chunk_is_refused_before_its_line_is_written(tmp_path
     with pytest.raises(EventTooLarge):
         log.add(StreamChunk("text", content="x" * 300))
     log.add(StreamChunk("text", content="fits too"))
-    assert buffer.lines == 2 and log.seq == 2
+    assert buffer.lines == 3 and log.seq == 2  # the header and two chunks
     assert await log.finish()
     assert [e.data["seq"] async for e in store.read_stream("run-r1")] == [1, 2]
+
+
+_chunks = st.lists(
+    st.builds(
+        StreamChunk,
+        st.sampled_from(["text", "thinking", "tool_use", "tool_result", "system"]),
+        content=st.text(max_size=20),
+        tool_name=st.none() | st.text(max_size=5),
+        is_error=st.booleans(),
+        metadata=st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=2),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=_chunks)
+def test_the_reader_reads_back_what_the_writer_wrote(
+    tmp_path_factory: pytest.TempPathFactory, chunks: Any
+) -> None:
+    """One codec: every line the writer makes decodes to the id, seq and data the store got."""
+    from turnlog.kernel._run_buffer import BufferHeader, ChunkLine
+
+    async def main() -> None:
+        store = MemoryEventStore()
+        path = tmp_path_factory.mktemp("codec") / "run.jsonl"
+        meta = {"branch_id": "b", "run_id": "r1", "session_id": "s%"}
+        log = ChunkLog(store, "r1", meta, buffer=RunBuffer(path), options=PersistOptions(batch_chunks=10**6))
+        made = [log.add(chunk) for chunk in chunks]
+        header, *lines = path.read_bytes().split(b"\n")[:-1]
+        assert BufferHeader.decode(header) == BufferHeader(store.store_id, None, "b", "r1")
+        codec = ChunkLine("r1")
+        read = [codec.decode(line, n) for n, line in enumerate(lines, start=2)]
+        assert [(c.id, c.seq, encode_json(c.data), c.meta) for c in read] == [
+            (e.id, n, e.data, meta) for n, e in enumerate(made, start=1)
+        ]
+
+    anyio.run(main)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from turnlog.eventstore import EventStore, NewEvent, open_store, uuid7
 from turnlog.kernel import Branch, PersistOptions, StartRun, iModel, recover
+from turnlog.kernel._run_buffer import BufferHeader, store_location
 from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.operations.run import StreamAssembler
 from turnlog.projections import (
@@ -50,6 +51,12 @@ def chunk_line(run_id: str, branch_id: str, seq: int, chunk: StreamChunk) -> dic
     }
 
 
+def buffer_text(store: EventStore, branch_id: str, run_id: str, lines: list[str]) -> str:
+    """A buffer file's text: the header naming ``store``, then ``lines``."""
+    header = BufferHeader(store.store_id, store_location(store), branch_id, run_id).encode().decode()
+    return header + "\n".join(lines)
+
+
 async def open_run(store: EventStore) -> tuple[Branch, str]:
     branch = await Branch(store=store).save()
     run_id = str(uuid7())
@@ -80,11 +87,13 @@ async def test_buffer_is_imported_and_the_run_closed(store: EventStore, tmp_path
     raw = [json.dumps(ln) for ln in lines]
     raw.insert(3, "@@@ not a chunk @@@")
     path = tmp_path / f"{branch.id}.{run_id}.jsonl"
-    path.write_text("\n".join(raw) + "\n" + json.dumps(lines[0])[:25])  # torn last line
+    path.write_text(
+        buffer_text(store, branch.id, run_id, [*raw, json.dumps(lines[0])[:25]])
+    )  # torn last line
 
     report = await recover(store, tmp_path)
-    assert report.imported == 3
-    assert [(p.line_number, "not JSON" in p.what) for p in report.problems] == [(4, True)]
+    assert report.imported == 3, report
+    assert [(p.line_number, "not JSON" in p.what) for p in report.problems] == [(5, True)]
     assert report.torn == (str(path),)
     assert report.kept == (str(path) + ".corrupt",) and not path.exists()
     [done] = report.runs
@@ -195,9 +204,9 @@ async def test_killed_child_is_recovered_and_the_session_resumes(
     child = await Child.start([sys.executable, str(CHILD), store_url, str(persist)])
     try:
         branch_id = (await child.readline()).split()[1]
-        # the child is killed once all 8 chunks (system .. "ail") are in its buffer
+        # the child is killed once all 8 chunks (system .. "ail") are in its buffer, after its header
         with anyio.fail_after(20):
-            while sum(len(p.read_text().splitlines()) for p in persist.glob("*.jsonl")) < 8:  # noqa: ASYNC110
+            while sum(len(p.read_text().splitlines()) for p in persist.glob("*.jsonl")) < 9:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
     finally:
         await child.kill()
@@ -230,7 +239,8 @@ def test_recover_command_reports_and_is_idempotent(
             branch, run_id = await open_run(store)
             line = chunk_line(run_id, branch.id, 1, StreamChunk("text", content="half"))
             (tmp_path / "runs").mkdir()
-            (tmp_path / "runs" / f"{branch.id}.{run_id}.jsonl").write_text(json.dumps(line) + "\n")
+            text = buffer_text(store, branch.id, run_id, [json.dumps(line), ""])
+            (tmp_path / "runs" / f"{branch.id}.{run_id}.jsonl").write_text(text)
             return run_id
 
     run_id = anyio.run(crashed)
@@ -248,8 +258,17 @@ def _image(source: Path, image: Path) -> None:
     for name in ("live.db", "live.db-wal"):
         if (source / name).exists():
             shutil.copyfile(source / name, image / name)
-    if (source / "runs").exists():
-        shutil.copytree(source / "runs", image / "runs")
+    if (source / "live.db.runs").exists():
+        shutil.copytree(source / "live.db.runs", image / "live.db.runs")
+
+
+def _restore(image: Path, target: Path) -> None:
+    """Put the image back in the store's place, as if the process had died when it was taken."""
+    for name in ("live.db", "live.db-wal", "live.db-shm"):
+        (target / name).unlink(missing_ok=True)
+    shutil.rmtree(target / "live.db.runs", ignore_errors=True)
+    for path in image.iterdir():
+        (shutil.copytree if path.is_dir() else shutil.copyfile)(path, target / path.name)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -277,14 +296,15 @@ def test_recovery_from_any_crash_point(
                     "go", chat_model=model, stream_persist=True, persist_options=options
                 )
             ]
+        _restore(image, live)
         received = [
             json.loads(line)
-            for p in (image / "runs").glob("*.jsonl")
-            for line in p.read_bytes().split(b"\n")  # not splitlines(): "\x85" is text, not a newline
+            for p in (live / "live.db.runs").glob("*.jsonl")
+            for line in p.read_bytes().split(b"\n")[1:]  # not splitlines(): "\x85" is text, not a newline
             if line.strip()
         ]
-        async with open_store(f"sqlite:///{image / 'live.db'}", upcasters=catalogue_upcasters()) as store:
-            report = await recover(store, image / "runs")
+        async with open_store(f"sqlite:///{live / 'live.db'}", upcasters=catalogue_upcasters()) as store:
+            report = await recover(store)
             [run] = report.runs
             stored = [e async for e in store.read_stream(f"run-{run.run_id}")]
             assert {line["id"] for line in received} <= {str(e.id) for e in stored}
@@ -299,7 +319,7 @@ def test_recovery_from_any_crash_point(
             assert texts == "".join(e.data["content"] for e in stored if e.data["type"] == "text")
             for request in (m for m in mine if isinstance(m, ActionRequest)):
                 assert again.state.response_for(request.id) is not None
-            assert not (await recover(store, image / "runs")).changed
+            assert not (await recover(store)).changed
             await assert_rebuilds(again)
 
     anyio.run(main)

@@ -158,16 +158,18 @@ async def test_stream_persist_writes_snapshots_and_removes_the_buffer(
     assert (await Branch.from_snapshot(snaps / f"{branch.id}.json", store=store)).state == branch.state
 
 
-async def test_persist_dir_defaults_to_runs_next_to_the_store(store: EventStore, tmp_path: Path) -> None:
+async def test_persist_dir_defaults_to_a_directory_of_the_store_file(
+    store: EventStore, tmp_path: Path
+) -> None:
     branch = Branch(store=store)
     [m async for m in branch.run("go", chat_model=ChunkModel([text("ok")]), stream_persist=True)]
-    assert (tmp_path / "runs" / f"{branch.id}.json").is_file()
+    assert (tmp_path / "turnlog.db.runs" / f"{branch.id}.json").is_file()
 
 
 async def test_from_snapshot_folds_what_the_store_has_since(store: EventStore, tmp_path: Path) -> None:
     branch = Branch(store=store)
     [m async for m in branch.run("go", chat_model=ChunkModel([text("ok")]), stream_persist=True)]
-    snapshot = tmp_path / "runs" / f"{branch.id}.json"
+    snapshot = tmp_path / "turnlog.db.runs" / f"{branch.id}.json"
     [m async for m in branch.run("later", chat_model=ChunkModel([text("more")]))]
     loaded = await Branch.from_snapshot(snapshot, store=store)
     assert loaded.state == branch.state

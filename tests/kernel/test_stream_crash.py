@@ -54,7 +54,8 @@ def read_buffer(persist: Path) -> list[dict[str, Any]]:
     for path in persist.glob("*.jsonl"):
         raw = path.read_bytes()
         complete = raw[: raw.rfind(b"\n") + 1]
-        lines += [json.loads(line) for line in complete.splitlines() if line.strip()]
+        # The first line is the header naming the store and the run, not a chunk.
+        lines += [json.loads(line) for line in complete.splitlines()[1:] if line.strip()]
     return lines
 
 

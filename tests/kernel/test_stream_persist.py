@@ -20,7 +20,9 @@ from .streamkit import ChunkModel, text
 def buffer_lines(directory: Path) -> list[dict[str, Any]]:
     files = list(directory.glob("*.jsonl"))
     assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text().splitlines()]
+    header, *lines = [json.loads(line) for line in files[0].read_text().splitlines()]
+    assert header["format"] == "turnlog.run_buffer"
+    return lines
 
 
 async def test_each_line_is_written_before_its_chunk_is_processed(store: EventStore, tmp_path: Path) -> None:
