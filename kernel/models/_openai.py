@@ -387,7 +387,8 @@ class OpenAIChatModel:
         message = detail.get("message") if isinstance(detail, dict) else None
         code = detail.get("code") if isinstance(detail, dict) else None
         text = str(message if message is not None else detail)[:1000]
-        label = f" {code}" if code else ""
+        # Some servers send the status again as the code ("code": "400" or 400): say it once.
+        label = f" {code}" if code not in (None, "", status, str(status)) else ""
         summary = f"{self.provider} {self.model}: HTTP {status}{label}: {text}"
         cls = _error_class(status, code, text)
         error = cls(
