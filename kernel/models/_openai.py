@@ -349,9 +349,11 @@ class OpenAIChatModel:
                 stream = stream and response.headers.get("content-type", "").startswith("text/event-stream")
                 body_started = stream
                 if stream:
-                    return await self._read_stream(response, started, scrub)
-                await response.aread()
-                return self._from_completion(_decode_json(response.text, self, scrub), scrub)
+                    answer = await self._read_stream(response, started, scrub)
+                else:
+                    await response.aread()
+                    answer = self._from_completion(_decode_json(response.text, self, scrub), scrub)
+                return _with_reported(answer, response.headers)
         except httpx.TimeoutException as exc:
             _redact_request(exc, self._headers)
             error = ProviderTimeout(
@@ -505,6 +507,41 @@ class OpenAIChatModel:
         )
 
 
+#: Headers in which proxies report the real cost and the deployment's model (LiteLLM).
+COST_HEADERS = ("x-litellm-response-cost",)
+SERVED_MODEL_HEADERS = ("x-litellm-model-name",)
+
+
+def _with_reported(answer: ModelResponse, headers: httpx.Headers) -> ModelResponse:
+    """The answer with the cost and model a proxy reported in its headers (they win)."""
+    changes: dict[str, Any] = {}
+    for name in COST_HEADERS:
+        cost = _number(headers.get(name))
+        if cost is not None:
+            changes["usage"] = dataclasses.replace(answer.usage, cost_usd=cost)
+            break
+    for name in SERVED_MODEL_HEADERS:
+        served = (headers.get(name) or "").strip()
+        if served:
+            changes["model"] = served
+            break
+    return dataclasses.replace(answer, **changes) if changes else answer
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if number >= 0 and number != float("inf") else None
+    return None
+
+
 def _error_class(status: int, code: Any, message: str) -> type[ProviderHTTPError]:
     if status in (401, 403):
         return AuthenticationError
@@ -534,6 +571,8 @@ def _usage(raw: Any) -> Usage:
     return Usage(
         input_tokens=prompt if isinstance(prompt, int) else None,
         output_tokens=completion if isinstance(completion, int) else None,
+        # OpenRouter and LiteLLM report the billed cost in the usage object.
+        cost_usd=_number(raw.get("cost")),
     )
 
 

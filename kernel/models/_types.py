@@ -102,7 +102,8 @@ class ModelResponse:
         tool_calls: Tool calls the model asked for.
         raw: The provider's raw response body (for streams: the assembled final object).
         usage: Tokens and cost.
-        model: The model name the provider reported (or was asked for).
+        model: The model the provider says it served (a dated snapshot such as
+            ``gpt-4o-mini-2024-07-18``, a proxy's deployment), else the one asked for.
         provider: The provider name, e.g. ``openai``.
         finish_reason: The provider's finish reason, when it gave one.
         latency_ms: Wall time of the whole call including retries.

@@ -117,6 +117,7 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         provider=str(getattr(model, "provider", "") or ""),
         model=str(getattr(model, "model", "") or ""),
         endpoint=str(getattr(model, "endpoint", "chat/completions")),
+        served_model=_served(response, str(getattr(model, "model", "") or "")),
         verb=verb,
         run_id=run.run_id if run is not None else None,
         message_ids=prompt.message_ids if history_version is None else [],
@@ -150,6 +151,11 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         response.text, sender=branch.id, recipient=branch.user or "user", metadata=metadata
     )
     return Exchange(ins, res, called, None, response)
+
+
+def _served(response: ModelResponse | None, requested: str) -> str | None:
+    served = response.model if response is not None else ""
+    return served if served and served != requested else None
 
 
 def _usage(response: ModelResponse | None) -> UsageData:

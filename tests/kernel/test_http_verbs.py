@@ -66,3 +66,43 @@ async def test_an_answer_missing_a_required_property_is_reformatted(store: Event
         value = await branch.communicate("Biggest city of Norway?", response_format=CITY_FORMAT)
     assert value == {"name": "Oslo", "population": 700000}
     assert [c.verb for c in await model_calls(branch)] == ["communicate", "parse"]
+
+
+# -- 4. costs and models a provider or proxy reports ---------------------------------------
+
+
+async def test_a_proxy_reported_cost_and_deployment_are_recorded(store: EventStore) -> None:
+    script = [
+        {
+            "text": "hi",
+            "model": "my-alias",
+            "headers": {
+                "x-litellm-response-cost": "0.00042",
+                "x-litellm-model-name": "gpt-4o-mini-2024-07-18",
+            },
+        }
+    ]
+    async with FakeOpenAIServer(script, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server))
+        await branch.communicate("hello")
+    (called,) = await model_calls(branch)
+    assert (called.model, called.served_model) == ("gpt-4o-mini", "gpt-4o-mini-2024-07-18")
+    assert called.usage.cost_usd == 0.00042
+
+
+async def test_a_cost_in_the_usage_object_and_a_dated_snapshot_are_recorded(store: EventStore) -> None:
+    script = [{"text": "hi", "model": "gpt-4o-mini-2024-07-18", "usage": {"cost": 0.0001}}]
+    async with FakeOpenAIServer(script, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server))
+        await branch.communicate("hello")
+    (called,) = await model_calls(branch)
+    assert (called.model, called.served_model) == ("gpt-4o-mini", "gpt-4o-mini-2024-07-18")
+    assert called.usage.cost_usd == 0.0001
+
+
+async def test_the_served_model_is_not_repeated_when_it_is_the_requested_one(store: EventStore) -> None:
+    async with FakeOpenAIServer([{"text": "hi", "model": "gpt-4o-mini"}], api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server))
+        await branch.communicate("hello")
+    (called,) = await model_calls(branch)
+    assert called.served_model is None and called.usage.cost_usd is None
