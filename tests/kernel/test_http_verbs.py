@@ -106,3 +106,88 @@ async def test_the_served_model_is_not_repeated_when_it_is_the_requested_one(sto
         await branch.communicate("hello")
     (called,) = await model_calls(branch)
     assert called.served_model is None and called.usage.cost_usd is None
+
+
+# -- 2. tool turns in the history, as Chat Completions defines them ---------------------------
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def fail(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+TOOL_SCRIPT: list[dict[str, Any]] = [
+    {
+        "match": {"has_tools": True},
+        "tool_calls": [
+            {"name": "add", "arguments": {"a": 20, "b": 22}, "id": "call_A1"},
+            {"name": "fail", "arguments": {"reason": "no disk"}, "id": "call_B2"},
+        ],
+    },
+    {"text": "The answer is 42.", "times": None},
+]
+
+
+def check_chat_completions(messages: list[dict[str, Any]]) -> None:
+    """The ordering rules of the Chat Completions API for tool turns."""
+    open_ids: set[str] = set()
+    for i, message in enumerate(messages):
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_ids, f"messages[{i}] answers no open call"
+            open_ids.discard(message["tool_call_id"])
+            continue
+        assert not open_ids, f"calls {open_ids} are not answered before messages[{i}]"
+        if message["role"] == "assistant":
+            assert message.get("content") or message.get("tool_calls"), f"messages[{i}] is empty"
+            open_ids = {c["id"] for c in message.get("tool_calls") or ()}
+    assert not open_ids
+
+
+async def test_a_tool_turn_is_sent_back_with_tool_calls_and_tool_messages(store: EventStore) -> None:
+    async with FakeOpenAIServer(TOOL_SCRIPT, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server), tools=[add, fail])
+        await branch.operate(instruction="What is 20 + 22?", actions=True)
+        assert await branch.communicate("And so?") == "The answer is 42."
+        sent = server.requests[-1]["body"]["messages"]
+    check_chat_completions(sent)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert sent[1]["content"] is None
+    assert sent[1]["tool_calls"] == [
+        {"id": "call_A1", "type": "function", "function": {"name": "add", "arguments": '{"a":20,"b":22}'}},
+        {
+            "id": "call_B2",
+            "type": "function",
+            "function": {"name": "fail", "arguments": '{"reason":"no disk"}'},
+        },
+    ]
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_A1", "content": "42"}
+    assert sent[3]["tool_call_id"] == "call_B2" and "no disk" in sent[3]["content"]
+
+
+async def test_calls_that_were_not_run_are_answered_so_the_history_stays_valid(store: EventStore) -> None:
+    async with FakeOpenAIServer(TOOL_SCRIPT, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server), tools=[add, fail])
+        await branch.operate(instruction="What is 20 + 22?", actions=True, invoke_actions=False)
+        await branch.communicate("And so?")
+        await branch.communicate("Once more?")
+        first, second = (r["body"]["messages"] for r in server.requests[1:])
+    for sent in (first, second):
+        check_chat_completions(sent)
+        assert [m["role"] for m in sent[:4]] == ["user", "assistant", "tool", "tool"]
+        assert "not run" in sent[2]["content"]
+    assert second[: len(first)] == first
+
+
+async def test_every_verb_after_a_tool_turn_sends_valid_tool_turns(store: EventStore) -> None:
+    async with FakeOpenAIServer(TOOL_SCRIPT, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server), tools=[add, fail])
+        await branch.operate(instruction="What is 20 + 22?", actions=True)
+        await branch.chat("Summarize.")
+        await branch.communicate("Again?")
+        for request in server.requests[1:]:
+            check_chat_completions(request["body"]["messages"])
