@@ -30,6 +30,7 @@ from ._retry import RetryPolicy, parse_retry_after
 from ._subprocess import CLIAgentModel, CLIEventParser, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
 from ._types import (
     ChatModel,
+    ChunkSink,
     ChunkType,
     ModelRequest,
     ModelResponse,
@@ -67,6 +68,7 @@ __all__ = [
     "CLIError",
     "CLINotFound",
     "ChatModel",
+    "ChunkSink",
     "ChunkType",
     "ContextLengthError",
     "ModelRequest",

@@ -34,7 +34,7 @@ from ._fingerprint import public_params, request_fingerprint
 from ._openai import DEFAULT_TIMEOUT, OPENAI_BASE_URL, OpenAIChatModel
 from ._retry import RetryPolicy
 from ._secrets import scrub_url
-from ._types import ModelRequest, ModelResponse, StreamChunk
+from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk
 
 __all__ = ["API_PROVIDERS", "CLI_PROVIDERS", "iModel"]
 
@@ -62,6 +62,9 @@ CLI_PROVIDERS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "gemini": ("turnlog.kernel.models._gemini", "GeminiModel"),
     }
 )
+
+#: Parameters that choose how a verb calls the model, not what is sent (see ``stream_defaults``).
+_STREAM_KEYS = ("stream", "stream_persist")
 
 _CONFIG_KEYS = frozenset({"provider", "model", "base_url", "params", "timeout", "retry"})
 
@@ -113,7 +116,9 @@ class iModel:
         retry: HTTP retry policy (default ``RetryPolicy()``).
         headers: Extra HTTP headers (never recorded).
         **params: Default request parameters (``temperature=0``, ``max_tokens=...``) for API
-            providers; constructor options of the agent for CLI providers.
+            providers; constructor options of the agent for CLI providers. For API providers
+            ``stream=True`` makes verbs stream by default, and ``stream_persist=True`` buffers
+            their chunks for ``recover`` (both are not sent as parameters).
 
     Example:
         ```python
@@ -198,6 +203,18 @@ class iModel:
         return None if self.is_cli else self._backend.base_url
 
     @property
+    def streams_chunks(self) -> bool:
+        """True when ``invoke(request, on_chunk=...)`` hands a streamed call's deltas over."""
+        return not self.is_cli and getattr(self._backend, "streams_chunks", False) is True
+
+    @property
+    def stream_defaults(self) -> dict[str, bool]:
+        """The verbs' default ``stream`` / ``stream_persist`` for this model (False unless given)."""
+        if self.is_cli:
+            return {}
+        return {key: bool(self._params[key]) for key in _STREAM_KEYS if key in self._params}
+
+    @property
     def params(self) -> Mapping[str, Any]:
         """The default request parameters (read-only)."""
         return MappingProxyType(self._params)
@@ -211,13 +228,14 @@ class iModel:
         """``request`` with the default parameters merged under its own."""
         if not self._params or self.is_cli:
             return request
-        return dataclasses.replace(request, params={**self._params, **request.params})
+        defaults = {k: v for k, v in self._params.items() if k not in _STREAM_KEYS}
+        return dataclasses.replace(request, params={**defaults, **request.params})
 
     def fingerprint(self, request: ModelRequest) -> str:
         """The fingerprint of what ``invoke(request)`` sends (defaults merged)."""
         return request_fingerprint(self.prepare(request), model=self.model)
 
-    async def invoke(self, request: ModelRequest) -> ModelResponse:
+    async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
         """Send one request to an API provider (defaults merged); see ``OpenAIChatModel.invoke``."""
         if self.is_cli and not hasattr(self._backend, "invoke"):
             raise ProviderError(
@@ -225,6 +243,8 @@ class iModel:
                 provider=self.provider,
                 model=self.model,
             )
+        if on_chunk is not None and self.streams_chunks:
+            return await self._backend.invoke(self.prepare(request), on_chunk=on_chunk)
         return await self._backend.invoke(self.prepare(request))
 
     def stream(

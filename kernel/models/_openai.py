@@ -45,7 +45,7 @@ from ._errors import (
 from ._fingerprint import sent_params
 from ._retry import RetryPolicy, parse_retry_after
 from ._secrets import REDACTED, Scrubber, scrub_url, url_secrets
-from ._types import ModelRequest, ModelResponse, ToolCall, Usage
+from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -169,6 +169,8 @@ class OpenAIChatModel:
     """
 
     endpoint = "chat/completions"
+    #: ``invoke(request, on_chunk=...)`` hands the SSE deltas of a streamed call to a sink.
+    streams_chunks = True
 
     def __init__(
         self,
@@ -288,8 +290,12 @@ class OpenAIChatModel:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    async def invoke(self, request: ModelRequest) -> ModelResponse:
+    async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
         """Send ``request``; retry per the policy; return the (assembled) response.
+
+        With ``request.stream`` and ``on_chunk``, every text delta is handed to ``on_chunk``
+        as it arrives (a ``text`` chunk with ``is_delta``), each tool call once complete (a
+        ``tool_use`` chunk), then a ``result`` chunk with the usage; see ``ChunkSink``.
 
         Raises:
             ModelRequestsBlocked: A non-loopback URL while model requests are disabled.
@@ -318,7 +324,9 @@ class OpenAIChatModel:
             while True:
                 attempt += 1
                 try:
-                    response = await self._attempt(client, payload, headers, request.stream, started, scrub)
+                    response = await self._attempt(
+                        client, payload, headers, request.stream, started, scrub, on_chunk
+                    )
                 except _Failure as failure:
                     if not failure.retryable or attempt >= self.retry.max_attempts:
                         error = failure.error
@@ -338,6 +346,7 @@ class OpenAIChatModel:
         stream: bool,
         started: float,
         scrub: Scrubber,
+        on_chunk: ChunkSink | None = None,
     ) -> ModelResponse:
         body_started = False
         try:
@@ -349,10 +358,13 @@ class OpenAIChatModel:
                 stream = stream and response.headers.get("content-type", "").startswith("text/event-stream")
                 body_started = stream
                 if stream:
-                    answer = await self._read_stream(response, started, scrub)
-                else:
-                    await response.aread()
-                    answer = self._from_completion(_decode_json(response.text, self, scrub), scrub)
+                    answer = await self._read_stream(response, started, scrub, on_chunk)
+                    answer = _with_reported(answer, response.headers)
+                    if on_chunk is not None:
+                        await on_chunk(_result_chunk(answer))
+                    return answer
+                await response.aread()
+                answer = self._from_completion(_decode_json(response.text, self, scrub), scrub)
                 return _with_reported(answer, response.headers)
         except httpx.TimeoutException as exc:
             _redact_request(exc, self._headers)
@@ -404,7 +416,9 @@ class OpenAIChatModel:
         retryable = self.retry.should_retry_status(status, response.headers)
         return _Failure(error, retryable=retryable, retry_after=retry_after)
 
-    async def _read_stream(self, response: httpx.Response, started: float, scrub: Scrubber) -> ModelResponse:
+    async def _read_stream(
+        self, response: httpx.Response, started: float, scrub: Scrubber, on_chunk: ChunkSink | None = None
+    ) -> ModelResponse:
         assembly = _StreamAssembly(self)
         ttft: float | None = None
         try:
@@ -416,6 +430,9 @@ class OpenAIChatModel:
                     raise _Failure(self._stream_error(chunk, scrub, assembly.chunks), retryable=False)
                 if assembly.add(chunk) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
+                if on_chunk is not None:
+                    for piece in assembly.take_pieces(scrub):
+                        await on_chunk(piece)
             else:
                 raise _Failure(
                     ProviderConnectionError(
@@ -505,6 +522,19 @@ class OpenAIChatModel:
         return ResponseFormatError(
             f"{self.provider} {self.model}: {scrub(what)}", provider=self.provider, model=self.model
         )
+
+
+def _result_chunk(answer: ModelResponse) -> StreamChunk:
+    """The closing ``result`` chunk of a streamed call: usage, finish reason, served model."""
+    return StreamChunk(
+        type="result",
+        content=answer.text,
+        metadata={
+            "usage": answer.usage.to_dict(),
+            "finish_reason": answer.finish_reason,
+            "model": answer.model,
+        },
+    )
 
 
 #: Headers in which proxies report the real cost and the deployment's model (LiteLLM).
@@ -651,6 +681,12 @@ async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             data.append(value[1:] if value.startswith(" ") else value)
 
 
+def _scrubbed(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
+    if chunk.type == "text":
+        return dataclasses.replace(chunk, content=scrub(chunk.content))
+    return dataclasses.replace(chunk, tool_input=scrub(chunk.tool_input))
+
+
 class _StreamAssembly:
     """Folds ``chat.completion.chunk`` objects into one ``chat.completion`` object."""
 
@@ -663,6 +699,8 @@ class _StreamAssembly:
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
         self._usage: Any = None
+        self._pieces: list[StreamChunk] = []
+        self._emitted_calls = 0
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk; True when it carried output (text, refusal or a tool-call fragment)."""
@@ -675,24 +713,51 @@ class _StreamAssembly:
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
             delta = choice.get("delta") or {}
             output = self._add_delta(delta) or output
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+                self._calls_done(len(self._calls))
         return output
+
+    def take_pieces(self, scrub: Scrubber) -> list[StreamChunk]:
+        """The chunks completed since the last call (text deltas, finished tool calls)."""
+        pieces, self._pieces = self._pieces, []
+        return [_scrubbed(p, scrub) for p in pieces]
+
+    def _calls_done(self, upto: int) -> None:
+        """Tool calls with an index below ``upto`` are complete: one ``tool_use`` chunk each."""
+        for index in sorted(self._calls)[self._emitted_calls : upto]:
+            call = self._calls[index]
+            text = "".join(call["arguments"])
+            try:
+                arguments = orjson.loads(text) if text.strip() else {}
+            except orjson.JSONDecodeError:
+                arguments = {"_raw": text}
+            self._pieces.append(
+                StreamChunk(
+                    type="tool_use",
+                    tool_name=call["name"],
+                    tool_id=call["id"] or None,
+                    tool_input=arguments if isinstance(arguments, dict) else {"_raw": text},
+                )
+            )
+            self._emitted_calls += 1
 
     def _add_delta(self, delta: dict[str, Any]) -> bool:
         output = False
         if delta.get("content"):
             self._text.append(delta["content"])
+            self._pieces.append(StreamChunk(type="text", content=delta["content"], is_delta=True))
             output = True
         if delta.get("refusal"):
             self._refusal.append(delta["refusal"])
             output = True
         for fragment in delta.get("tool_calls") or []:
-            call = self._calls.setdefault(
-                int(fragment.get("index", 0)), {"id": "", "type": "function", "name": "", "arguments": []}
-            )
+            index = int(fragment.get("index", 0))
+            if index not in self._calls:
+                self._calls_done(len(self._calls))  # a new call starts: the ones before it are complete
+            call = self._calls.setdefault(index, {"id": "", "type": "function", "name": "", "arguments": []})
             call["id"] = fragment.get("id") or call["id"]
             function = fragment.get("function") or {}
             call["name"] = function.get("name") or call["name"]

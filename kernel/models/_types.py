@@ -7,12 +7,13 @@ of ``turnlog.kernel.testing``) implements ``ChatModel`` (and, for streaming CLI 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "ChatModel",
+    "ChunkSink",
     "ChunkType",
     "ModelRequest",
     "ModelResponse",
@@ -181,6 +182,16 @@ class StreamChunk:
             is_delta=bool(data.get("is_delta", False)),
             metadata=dict(data.get("metadata") or {}),
         )
+
+
+ChunkSink = Callable[[StreamChunk], Awaitable[None]]
+"""Receives the chunks of a streamed HTTP call as they arrive (``invoke(request, on_chunk=...)``).
+
+An HTTP provider that can stream says so with ``streams_chunks = True`` and then calls the
+sink with ``text`` / ``thinking`` deltas (``is_delta=True``), one ``tool_use`` chunk per
+completed tool call, and a final ``result`` chunk whose metadata holds the usage, the
+finish reason and the served model: the same chunk types a CLI agent's stream has.
+"""
 
 
 @runtime_checkable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy
@@ -191,3 +192,65 @@ async def test_every_verb_after_a_tool_turn_sends_valid_tool_turns(store: EventS
         await branch.communicate("Again?")
         for request in server.requests[1:]:
             check_chat_completions(request["body"]["messages"])
+
+
+# -- 3. verbs stream over HTTP ---------------------------------------------------------------
+
+
+async def chunk_events(store: EventStore, call_id: str) -> list[Any]:
+    return [e async for e in store.read_stream(f"run-{call_id}")]
+
+
+@pytest.mark.parametrize("verb", ["chat", "communicate"])
+async def test_a_streamed_verb_records_chunks_ttft_and_the_same_response(
+    store: EventStore, verb: str
+) -> None:
+    script = [{"text": "one two three four", "times": 2, "usage": {"prompt_tokens": 5}}]
+    async with FakeOpenAIServer(script, api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server))
+        plain = await getattr(branch, verb)("count")
+        streamed = await getattr(branch, verb)("count", stream=True)
+        assert "stream" not in server.requests[0]["body"]
+        assert server.requests[1]["body"]["stream"] is True
+    assert plain == streamed == "one two three four"
+    first, second = await model_calls(branch)
+    assert (first.stream, second.stream) == (False, True)
+    assert first.ttft_ms is None and second.ttft_ms is not None and 0 < second.ttft_ms <= second.latency_ms
+    assert second.usage == first.usage
+    assert second.response["choices"][0]["message"] == first.response["choices"][0]["message"]
+    chunks = [e.data for e in await chunk_events(store, second.call_id)]
+    assert [c["content"] for c in chunks if c["type"] == "text"] == ["one", " two", " three", " four"]
+    assert all(c.get("is_delta") for c in chunks if c["type"] == "text")
+    assert chunks[-1]["type"] == "result"
+    assert chunks[-1]["metadata"]["usage"]["input_tokens"] == 5
+    assert [c["seq"] for c in chunks] == list(range(1, len(chunks) + 1))
+    assert await chunk_events(store, first.call_id) == []
+    if verb == "communicate":
+        one, two = [m for m in branch.messages if m.role == "assistant"]
+        assert one.content == two.content
+        assert set(one.metadata) == set(two.metadata) == {"model_call_id"}
+
+
+async def test_a_model_can_stream_by_default_and_a_call_can_say_no(store: EventStore) -> None:
+    async with FakeOpenAIServer([{"text": "hi", "times": None}], api_key=API_KEY) as server:
+        branch = Branch(store=store, chat_model=model_for(server, stream=True))
+        await branch.communicate("a")
+        await branch.communicate("b", stream=False)
+        assert [r["body"].get("stream", False) for r in server.requests] == [True, False]
+    assert [c.stream for c in await model_calls(branch)] == [True, False]
+    assert all("stream" not in c.params for c in await model_calls(branch))
+
+
+async def test_streamed_tool_calls_become_tool_use_chunks_and_the_same_metadata(store: EventStore) -> None:
+    async with FakeOpenAIServer(
+        [*TOOL_SCRIPT[:1], {**TOOL_SCRIPT[0], "times": 1}], api_key=API_KEY
+    ) as server:
+        branch = Branch(store=store, chat_model=model_for(server), tools=[add, fail])
+        await branch.operate(instruction="add", actions=True, invoke_actions=False)
+        await branch.operate(instruction="add", actions=True, invoke_actions=False, stream=True)
+    plain, streamed = [m for m in branch.messages if m.role == "assistant"]
+    assert plain.metadata["tool_calls"] == streamed.metadata["tool_calls"]
+    _, called = await model_calls(branch)
+    chunks = [e.data for e in await chunk_events(store, called.call_id)]
+    uses = [(c["tool_id"], c["tool_name"], c["tool_input"]) for c in chunks if c["type"] == "tool_use"]
+    assert uses == [("call_A1", "add", {"a": 20, "b": 22}), ("call_B2", "fail", {"reason": "no disk"})]
