@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install bench clean
+.PHONY: demo test lint install bench clean realcli
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: $(STAMP)
+# The pinned real Claude Code / Codex / Gemini CLIs (tests/realcli/package-lock.json), installed
+# into a cache outside the repository; without node/npm the real-CLI tests skip with a reason.
+realcli:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		tests/realcli/install.sh >/dev/null; \
+	else \
+		echo "realcli: node/npm not found: the real-CLI tests will be skipped"; \
+	fi
+
+test: $(STAMP) realcli
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -18,6 +18,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_run",
     "turnlog.tools._cmd_bench",
     "turnlog.tools._cmd_fake_openai",
+    "turnlog.tools._cmd_fake_upstream",
     "turnlog.tools._cmd_fake_cli",
     "turnlog.tools._cmd_branches",
     "turnlog.tools._cmd_log",

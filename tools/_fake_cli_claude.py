@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -21,13 +23,27 @@ __all__ = ["run_claude"]
 
 
 class _Claude(Renderer):
-    def __init__(self, ctx: Run, sid: str, fmt: str) -> None:
+    """Claude Code's stream-json: one ``assistant`` line per finished content block.
+
+    With ``--include-partial-messages`` each API message is also streamed as ``stream_event``
+    lines carrying the Messages API events (``message_start``, ``content_block_start``, the
+    ``*_delta`` events, ``content_block_stop`` after the block's ``assistant`` line,
+    ``message_delta``, ``message_stop``), after a ``system/status`` ``requesting`` line. The
+    script key ``chunk_lines`` restores the fake's former framing (one ``assistant`` line per
+    text part), which the real CLI never prints.
+    """
+
+    def __init__(self, ctx: Run, sid: str, fmt: str, partial: bool) -> None:
         super().__init__(ctx)
         self.sid = sid
         self.fmt = fmt
+        self.partial = partial
         self.msg_id = "msg_01" + random_token(22)
         self.turns = 1
         self.last_texts: list[str] = []
+        self.open_message = False
+        self.blocks = 0
+        self.used_tool = False
 
     def emit(self, obj: dict[str, Any]) -> None:
         if self.fmt == "stream-json":
@@ -47,16 +63,89 @@ class _Claude(Renderer):
             "service_tier": "standard",
         }
 
-    def _assistant(self, block: dict[str, Any]) -> None:
-        message = {
-            "model": self.ctx.model,
+    def _event(self, event: dict[str, Any]) -> None:
+        if self.partial:
+            self.emit(
+                {
+                    "type": "stream_event",
+                    "event": event,
+                    "session_id": self.sid,
+                    "parent_tool_use_id": None,
+                    "uuid": str(uuid.uuid4()),
+                }
+            )
+
+    def _begin_message(self) -> None:
+        if self.open_message:
+            return
+        self.open_message = True
+        self.blocks = 0
+        self.used_tool = False
+        if self.partial:
+            self.emit(
+                {
+                    "type": "system",
+                    "subtype": "status",
+                    "status": "requesting",
+                    "uuid": str(uuid.uuid4()),
+                    "session_id": self.sid,
+                }
+            )
+        start = {
             "id": self.msg_id,
             "type": "message",
             "role": "assistant",
+            "model": self.ctx.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**self._usage(), "output_tokens": 1},
+        }
+        self._event({"type": "message_start", "message": start})
+
+    def _end_message(self) -> None:
+        if not self.open_message:
+            return
+        self.open_message = False
+        stop = "tool_use" if self.used_tool else "end_turn"
+        self._event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": self.ctx.output_tokens},
+            }
+        )
+        self._event({"type": "message_stop"})
+
+    def _block(self, block: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+        """One content block: its stream events (when partial) around its ``assistant`` line."""
+        self._begin_message()
+        index = self.blocks
+        self.blocks += 1
+        empty = {
+            "text": {"type": "text", "text": ""},
+            "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+        }.get(block["type"], {**block, "input": {}})
+        self._event({"type": "content_block_start", "index": index, "content_block": empty})
+        for delta in deltas:
+            if self.partial:
+                self._event({"type": "content_block_delta", "index": index, "delta": delta})
+            elif self.out.delay > 0:
+                time.sleep(self.out.delay)  # the CLI receives the delta but prints nothing yet
+        self._assistant(block)
+        self._event({"type": "content_block_stop", "index": index})
+
+    def _assistant(self, block: dict[str, Any]) -> None:
+        message = {
+            "id": self.msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.ctx.model,
             "content": [block],
             "stop_reason": None,
             "stop_sequence": None,
             "usage": self._usage(),
+            "context_management": None,
         }
         self.emit(
             {
@@ -65,6 +154,7 @@ class _Claude(Renderer):
                 "parent_tool_use_id": None,
                 "session_id": self.sid,
                 "uuid": str(uuid.uuid4()),
+                "timestamp": now_iso(),
             }
         )
 
@@ -80,8 +170,8 @@ class _Claude(Renderer):
                 "model": self.ctx.model,
                 "permissionMode": self.ctx.script.get("_permission_mode", "default"),
                 "slash_commands": ["compact", "context", "cost", "init", "review"],
-                "apiKeySource": "none",
-                "claude_code_version": "2.1.109",
+                "apiKeySource": "ANTHROPIC_API_KEY",
+                "claude_code_version": "2.1.332",
                 "output_style": "default",
                 "agents": ["general-purpose", "Explore", "Plan"],
                 "skills": [],
@@ -91,19 +181,44 @@ class _Claude(Renderer):
         )
 
     def thinking(self, text: str) -> None:
-        self._assistant({"type": "thinking", "thinking": text, "signature": "Eq" + random_token(30)})
+        signature = "Eq" + random_token(30)
+        block = {"type": "thinking", "thinking": text, "signature": signature}
+        self._block(
+            block,
+            [
+                {"type": "thinking_delta", "thinking": text},
+                {"type": "signature_delta", "signature": signature},
+            ],
+        )
 
     def text(self, part: str) -> None:
-        self.last_texts.append(part)
-        self._assistant({"type": "text", "text": part})
+        self.text_block([part])
+
+    def text_block(self, parts: list[str]) -> None:
+        if self.ctx.script.get("chunk_lines"):
+            for part in parts:
+                self.last_texts.append(part)
+                self._begin_message()
+                self._assistant({"type": "text", "text": part})
+            return
+        whole = "".join(parts)
+        self.last_texts.append(whole)
+        self._block({"type": "text", "text": whole}, [{"type": "text_delta", "text": p} for p in parts if p])
 
     def tool_use(self, name: str, tool_input: dict[str, Any], tool_id: str | None) -> None:
         call = {"id": tool_id or "toolu_01" + random_token(22), "name": name, "input": tool_input}
         self.pending.append(call)
-        self._assistant({"type": "tool_use", **call})
+        arguments = json.dumps(tool_input, separators=(",", ":"))
+        pieces = [arguments[i : i + 12] for i in range(0, len(arguments), 12)]
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *pieces]]
+        self._block({"type": "tool_use", **call}, deltas)
+        self.used_tool = True
 
     def tool_result(self, call: dict[str, Any], output: Any, is_error: bool) -> None:
-        block = {"tool_use_id": call["id"], "type": "tool_result", "content": output, "is_error": is_error}
+        self._end_message()
+        block: dict[str, Any] = {"tool_use_id": call["id"], "type": "tool_result", "content": output}
+        if is_error:
+            block["is_error"] = True
         raw: Any = (
             {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
             if isinstance(output, str) and not is_error
@@ -137,6 +252,7 @@ class _Claude(Renderer):
             "type": "result",
             "subtype": "success",
             "is_error": False,
+            "api_error_status": None,
             "duration_ms": elapsed,
             "duration_api_ms": int(elapsed * 0.9),
             "num_turns": self.turns,
@@ -181,8 +297,18 @@ class _Claude(Renderer):
             )
             raise CLIExit(1)
         code, status, default = {
-            "auth": ("authentication_failed", 401, "Not logged in · Please run /login"),
-            "rate_limit": ("rate_limit", 429, "API Error: Rate limit reached"),
+            "auth": ("authentication_failed", 401, "Invalid API key · Fix external API key"),
+            "rate_limit": (
+                "rate_limit",
+                429,
+                "API Error: Request rejected (429) · This request would exceed your organization's rate limit.",
+            ),
+            "invalid_request": ("unknown", 400, "API Error: 400 Invalid request."),
+            "overloaded": (
+                "server_error",
+                529,
+                "API Error: 529 Overloaded. This is a server-side issue, usually temporary.",
+            ),
         }.get(kind, ("server_error", 500, "API Error: 500 Internal server error"))
         text = message or default
         self.emit(
@@ -201,7 +327,10 @@ class _Claude(Renderer):
                 "parent_tool_use_id": None,
                 "session_id": self.sid,
                 "uuid": str(uuid.uuid4()),
+                "timestamp": now_iso(),
                 "error": code,
+                "is_api_error_message": True,
+                "api_error_status": status,
             }
         )
         self.emit(
@@ -217,6 +346,7 @@ class _Claude(Renderer):
         raise CLIExit(1)
 
     def finish(self) -> int:
+        self._end_message()
         self.emit(self._result())
         return int(self.ctx.script.get("exit_code", 0))
 
@@ -308,4 +438,4 @@ def run_claude(argv: Sequence[str], run: Run) -> int:
     else:
         sid = str(opts.get("session_id") or run.script.get("session_id") or uuid.uuid4())
     run.open_session(sid, resumed=resume is not None and not opts.get("fork_session"))
-    return run.play(_Claude(run, sid, fmt))
+    return run.play(_Claude(run, sid, fmt, bool(opts.get("partial"))))

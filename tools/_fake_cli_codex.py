@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,6 +14,7 @@ from ._fake_cli_runner import (
     Renderer,
     Run,
     parse_argv,
+    random_token,
     uuid7_text,
 )
 
@@ -43,6 +45,12 @@ class _Codex(Renderer):
         self.emit(
             {"type": "item.completed", "item": {"id": self._item_id(), "type": "reasoning", "text": text}}
         )
+
+    def text_block(self, parts: list[str]) -> None:
+        # Codex prints an agent_message only when the item completes: one item per text step.
+        if self.out.delay > 0:
+            time.sleep(self.out.delay * max(len(parts) - 1, 0))
+        self.text("".join(parts))
 
     def text(self, part: str) -> None:
         self.last_message = part
@@ -101,32 +109,36 @@ class _Codex(Renderer):
         self.emit({"type": "error", "message": message})
 
     def fail(self, kind: str, message: str | None) -> NoReturn:
-        if kind == "rate_limit":
-            text = message or (
-                "You've hit your usage limit. "
-                "Visit https://chatgpt.com/codex/settings/usage to purchase more credits."
-            )
-            self.emit({"type": "error", "message": text})
-        elif kind == "auth":
-            text = (
-                message
-                or "unexpected status 401 Unauthorized: Missing bearer or basic authentication in header"
-            )
-        else:
-            text = message or "stream disconnected before completion: Internal server error"
+        request = f"request id: req_{random_token(24)}"
+        text = message or {
+            "rate_limit": f"exceeded retry limit, last status: 429 Too Many Requests, {request}",
+            "auth": "unexpected status 401 Unauthorized: Incorrect API key provided: sk-fa***key., "
+            f"url: http://127.0.0.1/v1/responses, {request}",
+            "invalid_request": '{"error": {"message": "Invalid request.", "type": "invalid_request_error", '
+            '"param": null, "code": null}}',
+        }.get(kind, "We\u2019re currently experiencing high demand, which may cause temporary errors.")
+        # Every upstream failure: an error event, then turn.failed with the same message.
+        self.emit({"type": "error", "message": text})
         self.emit({"type": "turn.failed", "error": {"message": text}})
         if not self.json_mode:
             self.out.err(f"ERROR: {text}")
         raise CLIExit(1)
 
     def finish(self) -> int:
+        # turn.completed usage is a running total for the whole session (resumed runs included).
+        totals = self.ctx.session.setdefault("usage_total", {"input_tokens": 0, "output_tokens": 0})
+        totals["input_tokens"] += self.ctx.input_tokens
+        totals["output_tokens"] += self.ctx.output_tokens
+        self.ctx.sessions.save(self.ctx.session)
         self.emit(
             {
                 "type": "turn.completed",
                 "usage": {
-                    "input_tokens": self.ctx.input_tokens,
+                    "input_tokens": totals["input_tokens"],
                     "cached_input_tokens": 0,
-                    "output_tokens": self.ctx.output_tokens,
+                    "cache_write_input_tokens": 0,
+                    "output_tokens": totals["output_tokens"],
+                    "reasoning_output_tokens": 0,
                 },
             }
         )

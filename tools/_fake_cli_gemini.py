@@ -74,6 +74,11 @@ class _Gemini(Renderer):
         self.emit({"type": "error", "severity": "warning", "message": message})
 
     def fail(self, kind: str, message: str | None) -> NoReturn:
+        """A fatal error: one ``result`` with ``status: "error"``, then the documented exit status.
+
+        Configuration errors exit with their own codes (41 auth, 53 turn limit); an API error
+        exits with its HTTP status mod 256 (400 -> 144, 401 -> 145, 429 -> 173, 500 -> 244).
+        """
         error_type, code, default = {
             "auth": (
                 "FatalAuthenticationError",
@@ -86,8 +91,40 @@ class _Gemini(Renderer):
                 "Reached max session turns for this session. Increase the number of turns by specifying "
                 "maxSessionTurns in settings.json.",
             ),
-            "rate_limit": ("Error", 1, "[API Error: Quota exceeded for quota metric (status 429)]"),
-        }.get(kind, ("Error", 1, "[API Error: 500 Internal error encountered.]"))
+            "rate_limit": (
+                "unknown",
+                429 % 256,
+                "[API Error: Resource has been exhausted (e.g. check quota).]\nPlease wait and try again "
+                "later. To increase your limits, request a quota increase through AI Studio, or switch to "
+                "another /auth method",
+            ),
+            "bad_key": (
+                "unknown",
+                400 % 256,
+                '[API Error: {"error":{"code":400,"message":"API key not valid. Please pass a valid API key.",'
+                '"status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo",'
+                '"reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}]',
+            ),
+            "unauthenticated": (
+                "unknown",
+                401 % 256,
+                '[API Error: {"error":{"code":401,"message":"Request had invalid authentication credentials.",'
+                '"status":"UNAUTHENTICATED"}}]',
+            ),
+            "invalid_request": (
+                "unknown",
+                400 % 256,
+                '[API Error: {"error":{"code":400,"message":"Request contains an invalid argument.",'
+                '"status":"INVALID_ARGUMENT"}}]',
+            ),
+        }.get(
+            kind,
+            (
+                "unknown",
+                500 % 256,
+                '[API Error: {"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}]',
+            ),
+        )
         text = message or default
         self.emit(
             {
@@ -97,8 +134,8 @@ class _Gemini(Renderer):
                 "stats": self._stats(zero=True),
             }
         )
-        if self.fmt != "stream-json":
-            self.out.err(text)
+        if self.fmt != "stream-json" or error_type == "unknown":
+            self.out.err(f"Error when talking to Gemini API {text}" if error_type == "unknown" else text)
         raise CLIExit(code)
 
     def finish(self) -> int:
@@ -165,10 +202,12 @@ def run_gemini(argv: Sequence[str], run: Run) -> int:
         else:
             found = run.sessions.get(str(resume))
         if found is None:
+            # FatalInputError: exit 42, before any model request.
             raise ArgvError(
-                f'Error resuming session: Invalid session identifier "{resume}". '
-                "Use --list-sessions to see available sessions.",
-                1,
+                f'Error resuming session: Invalid session identifier "{resume}".\n'
+                "  Use --list-sessions to see available sessions, then use --resume {number}, "
+                "--resume {uuid}, or --resume latest.",
+                42,
             )
     sid = found["id"] if found else str(run.script.get("session_id") or uuid.uuid4())
     run.open_session(sid, resumed=found is not None)

@@ -39,7 +39,17 @@ __all__ = [
 ]
 
 _SCRIPT_KEYS = frozenset(
-    {"model", "session_id", "delay", "usage", "cost_usd", "ignore_sigterm", "steps", "exit_code"}
+    {
+        "model",
+        "session_id",
+        "delay",
+        "usage",
+        "cost_usd",
+        "ignore_sigterm",
+        "steps",
+        "exit_code",
+        "chunk_lines",
+    }
 )
 _STEP_KEYS = frozenset(
     {
@@ -156,6 +166,12 @@ class Renderer:
     def start(self) -> None: ...
     def thinking(self, text: str) -> None: ...
     def text(self, part: str) -> None: ...
+
+    def text_block(self, parts: list[str]) -> None:
+        """One text step (a content block streamed in ``parts``); by default each part is printed."""
+        for part in parts:
+            self.text(part)
+
     def tool_use(self, name: str, tool_input: dict[str, Any], tool_id: str | None) -> None: ...
     def tool_result(self, call: dict[str, Any], output: Any, is_error: bool) -> None: ...
     def warning(self, message: str) -> None: ...
@@ -211,9 +227,10 @@ class Run:
         if "thinking" in step:
             r.thinking(str(step["thinking"]))
         elif "text" in step:
-            for part in _split(step["text"], step.get("chunks")):
+            parts = _split(step["text"], step.get("chunks"))
+            for part in parts:
                 self.output_tokens += max(1, len(part) // 4) if not self.script.get("usage") else 0
-                r.text(part)
+            r.text_block(parts)
         elif "tool_use" in step:
             spec = step["tool_use"]
             self.tool_calls += 1

@@ -191,13 +191,14 @@ async def test_killed_child_is_recovered_and_the_session_resumes(
 ) -> None:
     fake.script(
         {
+            "chunk_lines": True,  # the fake's former framing: one assistant line per text part
             "steps": [
                 {"thinking": "plan"},
                 {"text": ["a", "b", "c"]},
                 {"tool_use": {"name": "Bash", "input": {"command": "ls"}}},
                 {"text": ["t", "ail"]},
                 {"hang": True},
-            ]
+            ],
         }
     )
     persist = tmp_path / "runs"

@@ -34,6 +34,9 @@ from .streamkit import Child, make_fake
 CHILD = Path(__file__).parent / "_stream_workers" / "stream_child.py"
 KILLS = 10
 SCRIPT = {
+    # The fake's former framing (one assistant line per text part); real Claude Code prints a
+    # block only when it is finished, and streams deltas only with --include-partial-messages.
+    "chunk_lines": True,
     "delay": 0.004,
     "steps": [
         {"text": [f"a{i} " for i in range(60)]},

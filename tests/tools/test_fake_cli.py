@@ -84,38 +84,69 @@ def test_stdout_is_only_json_lines_and_the_record_has_every_line_in_order(
 
 def test_claude_stream_has_the_real_shapes(env: dict[str, str]) -> None:
     events = lines(fake("claude", CLAUDE, env, SCRIPT).stdout)
-    assert [e["type"] for e in events] == ["system", "assistant", "assistant", "assistant", "assistant",
-                                          "assistant", "user", "assistant", "result"]  # fmt: skip
+    # One assistant line per finished content block, never one per streamed part.
+    assert [e["type"] for e in events] == ["system", "assistant", "assistant", "assistant", "user",
+                                          "assistant", "result"]  # fmt: skip
     init, result = events[0], events[-1]
     assert init["subtype"] == "init" and init["session_id"] == result["session_id"]
     assert all(e["session_id"] == init["session_id"] for e in events)
     thinking = events[1]["message"]["content"][0]
     assert thinking["type"] == "thinking" and thinking["signature"]
-    tool_use = events[5]["message"]["content"][0]
-    tool_result = events[6]["message"]["content"][0]
-    assert tool_result == {
-        "tool_use_id": tool_use["id"],
-        "type": "tool_result",
-        "content": "a.txt",
-        "is_error": False,
-    }
+    assert events[2]["message"]["content"] == [{"type": "text", "text": "one two three"}]
+    tool_use = events[3]["message"]["content"][0]
+    tool_result = events[4]["message"]["content"][0]
+    assert tool_result == {"tool_use_id": tool_use["id"], "type": "tool_result", "content": "a.txt"}
     # One API message per turn: a new message id after the tool result.
-    assert events[1]["message"]["id"] == events[5]["message"]["id"] != events[7]["message"]["id"]
+    assert events[1]["message"]["id"] == events[3]["message"]["id"] != events[5]["message"]["id"]
     assert result["subtype"] == "success" and result["is_error"] is False
     assert result["result"] == "done" and result["num_turns"] == 2
+
+
+def test_claude_partial_messages_stream_the_deltas_of_each_block(env: dict[str, str]) -> None:
+    events = lines(fake("claude", [*CLAUDE, "--include-partial-messages"], env, SCRIPT).stdout)
+    kinds = [e["event"]["type"] if e["type"] == "stream_event" else e["type"] for e in events]
+    assert kinds[:4] == ["system", "system", "message_start", "content_block_start"]
+    deltas = [e["event"]["delta"] for e in events if e["type"] == "stream_event" and
+              e["event"]["type"] == "content_block_delta"]  # fmt: skip
+    text_deltas = [d["text"] for d in deltas if d["type"] == "text_delta"]
+    assert text_deltas == ["one t", "wo th", "ree", "done"]
+    # The block's assistant line comes after its deltas and before its content_block_stop.
+    first_text = next(i for i, e in enumerate(events) if e["type"] == "assistant" and
+                      e["message"]["content"][0]["type"] == "text")  # fmt: skip
+    assert kinds[first_text - 1] == "content_block_delta" and kinds[first_text + 1] == "content_block_stop"
+    assert kinds.count("message_start") == kinds.count("message_stop") == 2
+    assert kinds[-3:] == ["message_delta", "message_stop", "result"]
+
+
+def test_claude_chunk_lines_keeps_the_former_one_line_per_part_framing(env: dict[str, str]) -> None:
+    events = lines(fake("claude", CLAUDE, env, {**SCRIPT, "chunk_lines": True}).stdout)
+    texts = [e["message"]["content"][0].get("text") for e in events if e["type"] == "assistant"]
+    assert texts[1:4] == ["one t", "wo th", "ree"]
 
 
 def test_codex_stream_has_the_real_shapes(env: dict[str, str]) -> None:
     events = lines(fake("codex", CODEX, env, SCRIPT).stdout)
     assert [e["type"] for e in events] == [
-        "thread.started", "turn.started", "item.completed", "item.completed", "item.completed",
-        "item.completed", "item.started", "item.completed", "item.completed", "turn.completed",
+        "thread.started", "turn.started", "item.completed", "item.completed", "item.started",
+        "item.completed", "item.completed", "turn.completed",
     ]  # fmt: skip
-    started, completed = events[6]["item"], events[7]["item"]
-    assert started == {"id": "item_4", "type": "command_execution", "command": "ls", "aggregated_output": "",
+    assert events[3]["item"] == {"id": "item_1", "type": "agent_message", "text": "one two three"}
+    started, completed = events[4]["item"], events[5]["item"]
+    assert started == {"id": "item_2", "type": "command_execution", "command": "ls", "aggregated_output": "",
                        "exit_code": None, "status": "in_progress"}  # fmt: skip
-    assert completed["id"] == "item_4" and completed["exit_code"] == 0 and completed["status"] == "completed"
-    assert set(events[-1]["usage"]) == {"input_tokens", "cached_input_tokens", "output_tokens"}
+    assert completed["id"] == "item_2" and completed["exit_code"] == 0 and completed["status"] == "completed"
+    assert set(events[-1]["usage"]) == {"input_tokens", "cached_input_tokens", "cache_write_input_tokens",
+                                        "output_tokens", "reasoning_output_tokens"}  # fmt: skip
+
+
+def test_codex_usage_is_a_running_total_across_resumed_runs(env: dict[str, str]) -> None:
+    script = {"usage": {"input_tokens": 100, "output_tokens": 10}}
+    first = lines(fake("codex", CODEX, env, script).stdout)
+    thread = first[0]["thread_id"]
+    resumed = ["exec", "--json", "--skip-git-repo-check", "resume", thread, "--", "again"]
+    second = lines(fake("codex", resumed, env, {"usage": {"input_tokens": 30, "output_tokens": 3}}).stdout)
+    assert first[-1]["usage"]["input_tokens"] == 100
+    assert (second[-1]["usage"]["input_tokens"], second[-1]["usage"]["output_tokens"]) == (130, 13)
 
 
 def test_gemini_stream_has_the_real_shapes(env: dict[str, str]) -> None:
@@ -227,7 +258,7 @@ def test_gemini_resume_by_id_latest_and_index(env: dict[str, str]) -> None:
     )
     assert lines(fake("gemini", [*GEMINI, "-r", "1"], env).stdout)[0]["session_id"] == first
     missing = fake("gemini", [*GEMINI, "--resume", "nope"], env)
-    assert missing.returncode == 1 and 'Invalid session identifier "nope"' in missing.stderr
+    assert missing.returncode == 42 and 'Invalid session identifier "nope"' in missing.stderr
 
 
 # ------------------------------------------------------------------------------ failure modes
@@ -236,7 +267,9 @@ def test_gemini_resume_by_id_latest_and_index(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("cli", "kind", "code"),
     [("claude", "auth", 1), ("claude", "max_turns", 1), ("codex", "rate_limit", 1), ("codex", "auth", 1),
-     ("gemini", "auth", 41), ("gemini", "max_turns", 53), ("gemini", "api", 1)],
+     ("codex", "invalid_request", 1), ("gemini", "auth", 41), ("gemini", "max_turns", 53),
+     ("gemini", "api", 244), ("gemini", "rate_limit", 173), ("gemini", "bad_key", 144),
+     ("gemini", "unauthenticated", 145), ("claude", "invalid_request", 1), ("claude", "overloaded", 1)],
 )  # fmt: skip
 def test_failures_end_with_the_real_terminal_line_and_exit_code(
     cli: str, kind: str, code: int, env: dict[str, str]

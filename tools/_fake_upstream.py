@@ -1,0 +1,488 @@
+"""A loopback HTTP server speaking the Anthropic, OpenAI Responses and Gemini APIs from one script.
+
+``FakeUpstreamServer`` is what the real coding-agent CLIs (Claude Code, Codex, Gemini CLI) talk to
+in the tests: a real HTTP/1.1 server on 127.0.0.1 that routes each request by its path to the API
+module that speaks its wire format:
+
+- ``HEAD /`` (Claude Code's connectivity check) answers 200;
+- ``POST /v1/messages[?beta=true]`` and ``/v1/messages/count_tokens``: ``_fake_anthropic``;
+- ``POST /v1/responses``: ``_fake_responses``;
+- ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` / ``:generateContent`` /
+  ``:countTokens``: ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
+  ``model_choice``; unless a script entry with a ``match`` claims it, the server answers it
+  itself (``flash``) without using up an entry.
+
+For each model request the server takes the first unused entry whose ``match`` fits; when none
+does, the first unused entry without ``match``; when none is left, a 400 error in the API's shape
+naming the exhausted script. Every request is recorded (credentials reduced to a digest) in
+``server.requests``, at ``GET /_fake/requests`` and optionally in a JSONL file; ``POST
+/_fake/script`` replaces the script of a running server (a JSON list of entries).
+
+The server runs on the caller's event loop (``async with``) or on its own thread
+(``UpstreamThread``), so that synchronous test fixtures and subprocesses can use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import itertools
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import parse_qs, urlsplit
+
+from . import _fake_anthropic, _fake_gemini, _fake_responses
+from ._fake_openai import _head, _read_request, _Request
+from ._fake_upstream_script import (
+    Api,
+    RequestView,
+    ScriptError,
+    UpstreamEntry,
+    UpstreamError,
+    coerce_upstream_script,
+    matches,
+)
+from ._fake_upstream_wire import Reply
+
+__all__ = ["FakeUpstreamServer", "UpstreamThread"]
+
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+
+
+class _Slot:
+    def __init__(self, index: int, entry: UpstreamEntry) -> None:
+        self.index = index
+        self.entry = entry
+        self.left = entry.times
+
+    def usable(self) -> bool:
+        return self.left is None or self.left > 0
+
+    def take(self) -> UpstreamEntry:
+        if self.left is not None:
+            self.left -= 1
+        return self.entry
+
+
+def _route(method: str, path: str) -> tuple[Api, str] | None:
+    """(api, operation) of a model request path, or None."""
+    bare = path.split("?", 1)[0].rstrip("/")
+    if method != "POST":
+        return None
+    if bare == "/v1/messages":
+        return ("anthropic", "messages")
+    if bare == "/v1/messages/count_tokens":
+        return ("anthropic", "count_tokens")
+    if bare.endswith("/responses") and bare.startswith("/v1"):
+        return ("responses", "responses")
+    gemini = _fake_gemini.operation(bare)
+    if gemini is not None:
+        return ("gemini", gemini)
+    return None
+
+
+class FakeUpstreamServer:
+    """A scripted Anthropic / OpenAI Responses / Gemini API server on a loopback port.
+
+    Args:
+        script: Entries (dicts or ``UpstreamEntry``), or the path of a JSON/JSONL script file.
+        host: A loopback address to bind (default 127.0.0.1).
+        port: The port; 0 picks a free one.
+        api_key: When set, requests must carry this key (each API's own header) or get that
+            API's answer to a bad key (Gemini: 400 ``API_KEY_INVALID``, the others 401).
+        record_path: Also append every recorded request to this JSONL file.
+        log: Write one line per request (method, path, status, entry) to this stream.
+
+    Example:
+        ```python
+        async with FakeUpstreamServer([{"text": "Hello!"}]) as server:
+            env = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": "sk-test"}
+        ```
+    """
+
+    def __init__(
+        self,
+        script: str | Path | Sequence[Mapping[str, Any] | UpstreamEntry] = (),
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        record_path: str | Path | None = None,
+        log: TextIO | None = None,
+    ) -> None:
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise ValueError(f"the fake upstream only binds loopback addresses, not {host!r}")
+        self._slots = [_Slot(i, e) for i, e in enumerate(coerce_upstream_script(script))]
+        self._host = host
+        self._port = port
+        self._api_key = api_key
+        self._record_path = Path(record_path) if record_path else None
+        self._log = log
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._failures: list[BaseException] = []
+        self._ids = itertools.count(int(time.time() * 1000) % 10**9)
+        self._lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        """Every request received, in order."""
+
+    # -- addresses ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port (after start)."""
+        if self._server is None:
+            raise RuntimeError("the fake upstream is not running")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://<host>:<port>``: ``ANTHROPIC_BASE_URL`` and ``GOOGLE_GEMINI_BASE_URL``."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """``http://<host>:<port>/v1``: an OpenAI client's (and Codex's provider) ``base_url``."""
+        return f"{self.base_url}/v1"
+
+    # -- script ------------------------------------------------------------------------------
+
+    def set_script(self, script: str | Path | Sequence[Mapping[str, Any] | UpstreamEntry]) -> None:
+        """Replace the script (entries not yet used are dropped); the request record is kept."""
+        slots = [_Slot(i, e) for i, e in enumerate(coerce_upstream_script(script))]
+        with self._lock:
+            self._slots = slots
+
+    def unused(self) -> list[UpstreamEntry]:
+        """Entries with a finite ``times`` that were not used up."""
+        with self._lock:
+            return [slot.entry for slot in self._slots if slot.left]
+
+    def assert_complete(self) -> None:
+        """Raise ``AssertionError`` when some finite entry was not used up."""
+        with self._lock:
+            left = [slot.index for slot in self._slots if slot.left]
+        if left:
+            raise AssertionError(f"fake-upstream: script entries {left} were never served")
+
+    def model_requests(self, api: Api | None = None) -> list[dict[str, Any]]:
+        """Recorded requests that were answered from the script (not built-in ones), optionally of one API."""
+        return [r for r in list(self.requests) if r["entry"] is not None and (api is None or r["api"] == api)]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind and start serving (``async with`` calls it)."""
+        self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
+
+    async def stop(self) -> None:
+        """Stop accepting, cancel open connections and wait for them to finish."""
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers))
+        await server.wait_closed()
+        if self._failures:
+            raise RuntimeError("fake-upstream: a connection handler failed") from self._failures[0]
+
+    async def __aenter__(self) -> FakeUpstreamServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def serve_forever(self) -> None:
+        """Serve until cancelled (the ``turnlog fake-upstream`` command)."""
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        try:
+            await self._server.serve_forever()
+        finally:
+            await self.stop()
+
+    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.get_running_loop().create_task(self._connection(reader, writer))
+        self._handlers.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._handlers.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._failures.append(task.exception())  # type: ignore[arg-type]
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._serve_one(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away (a killed CLI, a read timeout): nothing left to answer
+        finally:
+            writer.close()
+
+    # -- one request -------------------------------------------------------------------------
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        request = await _read_request(reader)
+        if request is None:
+            return False
+        if isinstance(request, bytes):
+            await _write_json(writer, 400, {"error": "malformed HTTP request"}, {}, close=True)
+            return False
+        keep_alive = request.headers.get("connection", "").lower() != "close"
+        bare = request.path.split("?", 1)[0].rstrip("/")
+        if bare == "/_fake/requests" and request.method == "GET":
+            await _write_json(writer, 200, list(self.requests), {}, close=not keep_alive)
+            return keep_alive
+        if bare == "/_fake/script" and request.method == "POST":
+            try:
+                self.set_script(request.json if isinstance(request.json, list) else [])
+            except ScriptError as exc:
+                await _write_json(writer, 400, {"error": str(exc)}, {}, close=not keep_alive)
+                return keep_alive
+            await _write_json(writer, 200, {"entries": len(self._slots)}, {}, close=not keep_alive)
+            return keep_alive
+        route = _route(request.method, request.path)
+        record = self._record(request, route, writer.get_extra_info("peername"))
+        if route is None:
+            status, reply = self._other(request)
+            record["response_status"] = status
+            self._persist(record)
+            if request.method == "HEAD":
+                writer.write(
+                    _head(
+                        status, {"content-length": "0", **({"connection": "close"} if not keep_alive else {})}
+                    )
+                )
+                await writer.drain()
+                return keep_alive
+            await _write_json(writer, status, reply, {}, close=not keep_alive)
+            return keep_alive
+        api, operation = route
+        number = next(self._ids)
+        answer, entry = self._answer(api, operation, request, number, record)
+        record["response_status"] = answer.status
+        self._persist(record)
+        if entry is not None and entry.delay_ms:
+            await asyncio.sleep(entry.delay_ms / 1000.0)
+        if answer.frames is None:
+            await _write_json(writer, answer.status, answer.body, answer.headers, close=not keep_alive)
+            return keep_alive
+        return await _stream(writer, answer, entry, keep_alive)
+
+    def _other(self, request: _Request) -> tuple[int, Any]:
+        """Requests that are not model calls: the root check, model lists, unknown paths."""
+        bare = request.path.split("?", 1)[0].rstrip("/")
+        if request.method in ("HEAD", "GET") and bare == "":
+            return 200, {}
+        if request.method == "GET" and bare in ("/v1/models", "/v1beta/models"):
+            return 200, {"object": "list", "data": [], "models": []}
+        return 404, {
+            "error": {
+                "message": f"fake-upstream: no such endpoint: {request.method} {request.path}",
+                "type": "not_found_error",
+            }
+        }
+
+    def _answer(
+        self, api: Api, operation: str, request: _Request, number: int, record: dict[str, Any]
+    ) -> tuple[Reply, UpstreamEntry | None]:
+        """The reply to a model request and the script entry it came from (None: not scripted)."""
+        module = {"anthropic": _fake_anthropic, "responses": _fake_responses, "gemini": _fake_gemini}[api]
+        denied = self._check_key(api, request, number)
+        if denied is not None:
+            return denied, None
+        if operation == "count_tokens":
+            return Reply(200, body=_fake_anthropic.count_tokens(request.json)), None
+        if api == "gemini" and operation == "countTokens":
+            return Reply(200, body=_fake_gemini.count_tokens(request.json)), None
+        view: RequestView = (
+            module.view(request.json, request.path) if api == "gemini" else module.view(request.json)
+        )
+        record["model"] = view.model
+        slot = self._choose(
+            view, request.text, builtin=api == "gemini" and _fake_gemini.is_routing(request.json)
+        )
+        if slot is None:
+            if api == "gemini" and _fake_gemini.is_routing(request.json):
+                record["builtin"] = "routing"
+                return _fake_gemini.routing_reply(request.json, view, number), None
+            return module.error_reply(400, _exhausted(record["seq"]), number), None
+        entry = slot.take()
+        record["entry"] = slot.index
+        if entry.status != 200:
+            answer = module.error_reply(entry.status, entry.error, number, entry.retry_after)
+            answer.headers.update(entry.headers)
+            return answer, entry
+        return module.reply(entry, view, number), entry
+
+    def _choose(self, view: RequestView, body_text: str, *, builtin: bool) -> _Slot | None:
+        with self._lock:
+            for slot in self._slots:
+                if (
+                    slot.usable()
+                    and slot.entry.match is not None
+                    and matches(slot.entry.match, view, body_text)
+                ):
+                    return slot
+            if builtin:
+                return None
+            for slot in self._slots:
+                if slot.usable() and slot.entry.match is None:
+                    return slot
+        return None
+
+    def _check_key(self, api: Api, request: _Request, number: int) -> Reply | None:
+        if self._api_key is None:
+            return None
+        headers = request.headers
+        bearer = headers.get("authorization", "")
+        offered = {bearer.partition(" ")[2]} if bearer.lower().startswith("bearer ") else set()
+        if api == "anthropic":
+            offered.add(headers.get("x-api-key", ""))
+        if api == "gemini":
+            offered.add(headers.get("x-goog-api-key", ""))
+            offered.update(parse_qs(urlsplit(request.path).query).get("key", []))
+        if self._api_key in offered:
+            return None
+        if api == "anthropic":
+            return _fake_anthropic.error_reply(401, None, number)
+        if api == "responses":
+            return _fake_responses.error_reply(401, None, number)
+        return _fake_gemini.error_reply(400, _fake_gemini.BAD_KEY, number)
+
+    def _record(self, request: _Request, route: tuple[Api, str] | None, peer: Any) -> dict[str, Any]:
+        headers = {k: v for k, v in request.headers.items() if k not in _CREDENTIAL_HEADERS}
+        credentials = {
+            name: {"present": True, "sha256": hashlib.sha256(request.headers[name].encode()).hexdigest()}
+            for name in _CREDENTIAL_HEADERS
+            if name in request.headers
+        }
+        record: dict[str, Any] = {
+            "seq": len(self.requests) + 1,
+            "received_at": time.time(),
+            "monotonic": time.monotonic(),
+            "client_port": peer[1] if isinstance(peer, tuple) and len(peer) > 1 else None,
+            "method": request.method,
+            "path": request.path,
+            "api": route[0] if route else None,
+            "operation": route[1] if route else None,
+            "model": None,
+            "headers": headers,
+            "credentials": credentials,
+            "body": request.json,
+            "body_text": None if request.json is not None else request.text,
+            "entry": None,
+            "builtin": None,
+            "response_status": None,
+        }
+        self.requests.append(record)
+        return record
+
+    def _persist(self, record: dict[str, Any]) -> None:
+        if self._log is not None:
+            print(
+                f"fake-upstream: {record['method']} {record['path']} -> {record['response_status']}"
+                f" (entry {record['entry']}{', ' + record['builtin'] if record['builtin'] else ''})",
+                file=self._log,
+                flush=True,
+            )
+        if self._record_path is not None:
+            with self._record_path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+
+
+def _exhausted(seq: int) -> UpstreamError:
+    return UpstreamError(message=f"fake-upstream: no scripted response left for request {seq}")
+
+
+async def _write_json(
+    writer: asyncio.StreamWriter, status: int, body: Any, headers: Mapping[str, str], *, close: bool
+) -> None:
+    data = json.dumps(body).encode()
+    base = {"content-type": "application/json", "content-length": str(len(data))}
+    if close:
+        base["connection"] = "close"
+    base.update({k.lower(): v for k, v in headers.items()})
+    writer.write(_head(status, base) + data)
+    await writer.drain()
+
+
+async def _stream(
+    writer: asyncio.StreamWriter, answer: Reply, entry: UpstreamEntry | None, keep_alive: bool
+) -> bool:
+    assert answer.frames is not None
+    headers = {
+        "content-type": "text/event-stream; charset=utf-8",
+        "transfer-encoding": "chunked",
+        "cache-control": "no-cache",
+        **{k.lower(): v for k, v in answer.headers.items()},
+    }
+    if not keep_alive:
+        headers["connection"] = "close"
+    writer.write(_head(200, headers))
+    await writer.drain()
+    frames = list(answer.frames)
+    cut = entry.cut_after if entry is not None else None
+    if answer.error_frame is not None:
+        position = len(frames) - answer.tail
+        position = min(cut, position) if cut is not None else position
+        frames = [*frames[:position], answer.error_frame]
+        cut = None
+    delay = (entry.chunk_delay_ms if entry is not None else 0.0) / 1000.0
+    first_paced = True
+    for number, frame in enumerate(frames):
+        if cut is not None and number >= cut:
+            return False  # close without the closing events: a stream cut mid-way
+        if frame.paced:
+            if delay and not first_paced:
+                await asyncio.sleep(delay)
+            first_paced = False
+        writer.write(f"{len(frame.data):x}\r\n".encode() + frame.data + b"\r\n")
+        await writer.drain()
+    if cut is not None and cut < len(frames):
+        return False
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return keep_alive and answer.error_frame is None
+
+
+class UpstreamThread:
+    """Runs a ``FakeUpstreamServer`` on its own event loop in a daemon thread.
+
+    For synchronous code (pytest fixtures, subprocess-driven tests): ``with UpstreamThread(server)
+    as server: ...`` returns once the server listens and stops it on exit.
+    """
+
+    def __init__(self, server: FakeUpstreamServer) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-upstream", daemon=True)
+
+    def __enter__(self) -> FakeUpstreamServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(timeout=30)
+        return self.server
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+            self._loop.close()
