@@ -701,6 +701,7 @@ class _StreamAssembly:
         self._usage: Any = None
         self._pieces: list[StreamChunk] = []
         self._emitted_calls = 0
+        self._annotations: list[Any] = []
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk; True when it carried output (text, refusal or a tool-call fragment)."""
@@ -753,6 +754,8 @@ class _StreamAssembly:
         if delta.get("refusal"):
             self._refusal.append(delta["refusal"])
             output = True
+        if isinstance(delta.get("annotations"), list):
+            self._annotations.extend(delta["annotations"])
         for fragment in delta.get("tool_calls") or []:
             index = int(fragment.get("index", 0))
             if index not in self._calls:
@@ -771,6 +774,7 @@ class _StreamAssembly:
             "role": "assistant",
             "content": "".join(self._text) if self._text or not self._calls else None,
             "refusal": "".join(self._refusal) if self._refusal else None,
+            "annotations": self._annotations,
         }
         if self._calls:
             message["tool_calls"] = [

@@ -94,7 +94,10 @@ async def test_plain_answer_text_usage_and_request_on_the_wire() -> None:
     assert reply.text == "General Kenobi!"
     assert reply.finish_reason == "stop"
     assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cost_usd) == (11, 2, None)
-    assert (reply.provider, reply.model, reply.attempts, reply.ttft_ms) == ("fake", "gpt-4.1-mini", 1, None)
+    # the dated snapshot the server reports serving
+    assert (reply.provider, reply.model, reply.attempts, reply.ttft_ms) == (
+        "fake", "gpt-4.1-mini-2025-04-14", 1, None
+    )  # fmt: skip
     assert reply.latency_ms > 0
     assert reply.raw["object"] == "chat.completion"
     [sent] = server.requests
