@@ -1,5 +1,6 @@
-"""turnlog.kernel.models: providers (OpenAI-compatible HTTP, CLI agents) and iModel."""
+"""turnlog.kernel.models: providers (OpenAI-compatible HTTP, Anthropic, Gemini API, CLI agents) and iModel."""
 
+from ._anthropic import AnthropicModel
 from ._claude_code import ClaudeCodeModel
 from ._codex import CodexModel
 from ._errors import (
@@ -17,6 +18,7 @@ from ._errors import (
 )
 from ._fingerprint import canonical_request, public_params, request_fingerprint
 from ._gemini import GeminiModel
+from ._gemini_api import GeminiAPIModel
 from ._imodel import API_PROVIDERS, CLI_PROVIDERS, iModel
 from ._openai import (
     DEFAULT_TIMEOUT,
@@ -49,6 +51,8 @@ __all__ = [
     "Diagnostic",
     "ExitStatus",
     "GeminiModel",
+    "AnthropicModel",
+    "GeminiAPIModel",
     "NDJSONFramer",
     "API_PROVIDERS",
     "CLI_PROVIDERS",

@@ -11,6 +11,9 @@ Providers:
 
 - ``openai``: api.openai.com, key from ``$OPENAI_API_KEY``.
 - ``ollama``: ``http://127.0.0.1:11434/v1``, no key.
+- ``anthropic``: the Messages API (``AnthropicModel``), key from ``$ANTHROPIC_API_KEY``.
+- ``gemini_api`` (or ``google``): the Gemini API (``GeminiAPIModel``), key from
+  ``$GEMINI_API_KEY`` or ``$GOOGLE_API_KEY`` (``gemini`` names the Gemini CLI agent).
 - any other name with a ``base_url``: an OpenAI-compatible server; the key is optional and
   read from ``$<NAME>_API_KEY`` (e.g. ``$FAKE_API_KEY``) when not given.
 - ``claude_code``, ``codex``, ``gemini``: CLI agents, resolved lazily from the provider table
@@ -29,8 +32,10 @@ from typing import Any
 
 import httpx
 
+from ._anthropic import ANTHROPIC_BASE_URL, AnthropicModel
 from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
+from ._gemini_api import GEMINI_BASE_URL, GeminiAPIModel
 from ._openai import DEFAULT_TIMEOUT, OPENAI_BASE_URL, OpenAIChatModel
 from ._retry import RetryPolicy
 from ._secrets import scrub_url
@@ -44,13 +49,18 @@ class _APIProvider:
     base_url: str
     api_key_env: str | None
     require_api_key: bool
+    transport: type[OpenAIChatModel] = OpenAIChatModel
 
 
-#: Known OpenAI-compatible providers: default base URL, key variable, whether a key is required.
+#: Known HTTP providers: default base URL, key variable, whether a key is required, transport.
 API_PROVIDERS: Mapping[str, _APIProvider] = MappingProxyType(
     {
         "openai": _APIProvider(OPENAI_BASE_URL, "OPENAI_API_KEY", True),
         "ollama": _APIProvider("http://127.0.0.1:11434/v1", None, False),
+        "anthropic": _APIProvider(ANTHROPIC_BASE_URL, "ANTHROPIC_API_KEY", True, AnthropicModel),
+        # The Gemini API ("gemini" is the Gemini CLI agent); the key is $GEMINI_API_KEY or $GOOGLE_API_KEY.
+        "gemini_api": _APIProvider(GEMINI_BASE_URL, "GEMINI_API_KEY", True, GeminiAPIModel),
+        "google": _APIProvider(GEMINI_BASE_URL, "GEMINI_API_KEY", True, GeminiAPIModel),
     }
 )
 
@@ -172,7 +182,8 @@ class iModel:
             )
         env = known.api_key_env if known else re.sub(r"\W", "_", name.upper()) + "_API_KEY"
         self.model = model_name
-        self._backend = OpenAIChatModel(
+        transport = known.transport if known else OpenAIChatModel
+        self._backend = transport(
             model_name,
             provider=name,
             base_url=base_url or (known.base_url if known else None),
@@ -195,7 +206,7 @@ class iModel:
     @property
     def endpoint(self) -> str:
         """``chat/completions`` for API providers, ``cli`` for CLI agents."""
-        return "cli" if self.is_cli else OpenAIChatModel.endpoint
+        return "cli" if self.is_cli else str(self._backend.endpoint)
 
     @property
     def base_url(self) -> str | None:

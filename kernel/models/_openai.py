@@ -62,7 +62,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 
 _ALLOW_ENV = "TURNLOG_ALLOW_MODEL_REQUESTS"
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "response_format", "stream"})
-_CONTEXT_MESSAGE = re.compile(r"context[\s_-]?(length|window)|maximum context", re.IGNORECASE)
+_CONTEXT_MESSAGE = re.compile(
+    r"context[\s_-]?(length|window)|maximum context|prompt is too long|input token count", re.IGNORECASE
+)
 _REDACTED = REDACTED
 
 
@@ -350,7 +352,9 @@ class OpenAIChatModel:
     ) -> ModelResponse:
         body_started = False
         try:
-            async with client.stream("POST", self.url, content=payload, headers=headers) as response:
+            async with client.stream(
+                "POST", self._target(stream), content=payload, headers=headers
+            ) as response:
                 if not 200 <= response.status_code < 300:
                     await response.aread()
                     raise self._status_failure(response, scrub)
@@ -384,6 +388,10 @@ class OpenAIChatModel:
             )
             raise _Failure(error, retryable=self._retry_transport(body_started)) from exc
 
+    def _target(self, stream: bool) -> str:
+        """The URL one request is sent to (providers with a streaming endpoint of its own override it)."""
+        return self.url
+
     def _retry_transport(self, body_started: bool) -> bool:
         # A stream that already started may have delivered output: never replay it silently.
         return self.retry.retry_transport_errors and not body_started
@@ -397,14 +405,12 @@ class OpenAIChatModel:
         except orjson.JSONDecodeError:
             body = response.text
         body = scrub(body)
-        detail = body.get("error", body) if isinstance(body, dict) else body
-        message = detail.get("message") if isinstance(detail, dict) else None
-        code = detail.get("code") if isinstance(detail, dict) else None
-        text = str(message if message is not None else detail)[:1000]
+        message, code = self._error_parts(body)
+        text = message[:1000]
         # Some servers send the status again as the code ("code": "400" or 400): say it once.
         label = f" {code}" if code not in (None, "", status, str(status)) else ""
         summary = f"{self.provider} {self.model}: HTTP {status}{label}: {text}"
-        cls = _error_class(status, code, text)
+        cls = self._error_class(status, code, text, body)
         error = cls(
             summary,
             status_code=status,
@@ -415,6 +421,17 @@ class OpenAIChatModel:
         )
         retryable = self.retry.should_retry_status(status, response.headers)
         return _Failure(error, retryable=retryable, retry_after=retry_after)
+
+    def _error_parts(self, body: Any) -> tuple[str, Any]:
+        """The message and the code of an error body (``{"error": {"message", "code"}}`` here)."""
+        detail = body.get("error", body) if isinstance(body, dict) else body
+        message = detail.get("message") if isinstance(detail, dict) else None
+        code = detail.get("code") if isinstance(detail, dict) else None
+        return str(message if message is not None else detail), code
+
+    def _error_class(self, status: int, code: Any, message: str, body: Any) -> type[ProviderHTTPError]:
+        """The ``ProviderHTTPError`` subclass of an error answer."""
+        return _error_class(status, code, message)
 
     async def _read_stream(
         self, response: httpx.Response, started: float, scrub: Scrubber, on_chunk: ChunkSink | None = None
@@ -682,9 +699,8 @@ async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 def _scrubbed(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
-    if chunk.type == "text":
-        return dataclasses.replace(chunk, content=scrub(chunk.content))
-    return dataclasses.replace(chunk, tool_input=scrub(chunk.tool_input))
+    """A chunk without the credentials its text or tool input might carry."""
+    return dataclasses.replace(chunk, content=scrub(chunk.content), tool_input=scrub(chunk.tool_input))
 
 
 class _StreamAssembly:
