@@ -55,7 +55,9 @@ _chunks = st.lists(
         content=st.text(max_size=20),
         tool_name=st.none() | st.text(max_size=5),
         is_error=st.booleans(),
-        metadata=st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=2),
+        metadata=st.dictionaries(
+            st.text(max_size=4), st.integers(-(2**53), 2**53) | st.text(max_size=4), max_size=2
+        ),
     ),
     max_size=8,
 )
