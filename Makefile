@@ -27,7 +27,8 @@ lint: $(STAMP)
 # into a cache outside the repository; without node/npm the real-CLI tests skip with a reason.
 realcli:
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-		tests/realcli/install.sh >/dev/null; \
+		tests/realcli/install.sh >/dev/null || \
+			echo "realcli: install failed: the real-CLI tests will say why"; \
 	else \
 		echo "realcli: node/npm not found: the real-CLI tests will be skipped"; \
 	fi

@@ -43,6 +43,7 @@ _WORDS = (
 ).split(" ")
 _PARTS = [word + " " for word in _WORDS[:-1]] + _WORDS[-1:]
 _SLOW_SCRIPT: dict[str, Any] = {
+    "chunk_lines": True,  # one assistant line per word (real Claude Code prints whole blocks)
     "delay": 0.1,
     "usage": {"input_tokens": 1200, "output_tokens": 160},
     "cost_usd": 0.0061,

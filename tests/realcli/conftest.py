@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -197,7 +198,9 @@ class RealCLI:
         root = str(self.home.parent)
         TRANSCRIPTS.mkdir(exist_ok=True)
         stem = f"{self.name}.{name}"
-        text = run.stdout.replace(root, "/tmp/realcli")
+        # Claude also names directories by the path with every other character as "-".
+        munged = re.sub(r"[^A-Za-z0-9]", "-", root)
+        text = run.stdout.replace(root, "/tmp/realcli").replace(munged, "-tmp-realcli")
         (TRANSCRIPTS / f"{stem}.ndjson").write_text(text, encoding="utf-8")
         (TRANSCRIPTS / f"{stem}.exit").write_text(f"{run.returncode}\n", encoding="utf-8")
 
@@ -241,7 +244,7 @@ def write_codex_config(codex_home: Path, base_url: str) -> None:
         "\n".join(
             [
                 'model_provider = "fake"',
-                'model = "gpt-5-codex"',
+                'model = "gpt-5.5"',  # a model Codex has metadata for (no warning item)
                 "",
                 "[model_providers.fake]",
                 'name = "fake upstream"',

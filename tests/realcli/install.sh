@@ -14,6 +14,11 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     echo "realcli: node and npm are required to install the real CLIs" >&2
     exit 3
 fi
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 20 ]; then
+    echo "realcli: node $(node --version) is too old: @google/gemini-cli needs node 20 or later" >&2
+    exit 3
+fi
 hash="$(sha256sum "$here/package-lock.json" | cut -c1-16)"
 prefix="${TURNLOG_REALCLI_PREFIX:-${TURNLOG_CACHE:-$HOME/.cache/turnlog}/realcli/$hash}"
 if [ -f "$prefix/.complete" ]; then

@@ -40,7 +40,7 @@ OPAQUE = {"input", "parameters", "modelUsage", "models", "tool_use_result", "mod
 # Line kinds the fake does not print, and why.
 IGNORED = {
     "claude": {"system/thinking_tokens"},  # a running estimate while the model thinks
-    "codex": {"item.completed/error"},  # "Model metadata for `gpt-5-codex` not found": a config artifact
+    "codex": {"item.completed/error"},  # "Model metadata for `<model>` not found": a config artifact
     "gemini": set(),
 }
 # Fields turnlog reads: the fake must print them wherever the real line has them.

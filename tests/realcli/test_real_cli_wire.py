@@ -255,6 +255,19 @@ def test_codex_tool_call_runs_exec_command_and_usage_is_cumulative_on_resume(
     assert (usage["input_tokens"], usage["output_tokens"]) == (600, 60)
 
 
+def test_codex_reasoning_is_a_completed_reasoning_item_before_the_message(
+    codex_cli: Any, upstream: Any
+) -> None:
+    upstream.set_script([{"thinking": "Plan the answer.", "text": "Done."}])
+    run = codex_cli.run(_codex("hello"))
+    assert run.returncode == 0, run.stderr
+    items = [line["item"] for line in run.of_type("item.completed")]
+    assert [(i["type"], i["text"]) for i in items] == [
+        ("reasoning", "Plan the answer."),
+        ("agent_message", "Done."),
+    ]
+
+
 @pytest.mark.parametrize(
     ("status", "text"), [(401, "401 Unauthorized"), (429, "429"), (400, "Invalid request")]
 )
