@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from turnlog.eventstore import EventStore
+from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy
+from turnlog.projections import catalogue_upcasters
 from turnlog.tools._fake_openai import FakeOpenAIServer
 
 API_KEY = "sk-test-http-verbs-0123456789"
@@ -254,3 +256,29 @@ async def test_streamed_tool_calls_become_tool_use_chunks_and_the_same_metadata(
     chunks = [e.data for e in await chunk_events(store, called.call_id)]
     uses = [(c["tool_id"], c["tool_name"], c["tool_input"]) for c in chunks if c["type"] == "tool_use"]
     assert uses == [("call_A1", "add", {"a": 20, "b": 22}), ("call_B2", "fail", {"reason": "no disk"})]
+
+
+async def test_a_streamed_echo_of_the_credentials_reaches_neither_the_store_nor_the_buffer(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "echo.db"
+    async with FakeOpenAIServer([{"text": "x"}], echo=True) as server:
+        model = iModel(
+            provider="fake",
+            model="m",
+            base_url=server.base_url,
+            api_key=API_KEY,
+            headers={"X-Custom-Auth": "HEADERVAL-0123"},
+            retry=RetryPolicy(max_attempts=1),
+        )
+        async with open_store(f"sqlite:///{database}", upcasters=catalogue_upcasters()) as store:
+            branch = Branch(store=store, chat_model=model)
+            answer = await branch.communicate("echo", stream=True, stream_persist=True)
+            assert "x-custom-auth" in answer  # the server did echo, in many deltas
+            [called] = await model_calls(branch)
+            chunks = [e.data async for e in store.read_stream(f"run-{called.call_id}")]
+            assert len(chunks) > 10 and "<redacted>" in "".join(c["content"] for c in chunks)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert API_KEY.encode() not in data and b"HEADERVAL-0123" not in data, path
