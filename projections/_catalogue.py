@@ -211,9 +211,12 @@ class ModelCalled(EventData):
     provider: str
     """The provider name."""
     model: str
-    """The model name."""
+    """The model name as requested."""
     endpoint: str
     """The endpoint called, e.g. ``chat/completions`` or the CLI name."""
+    served_model: str | None = None
+    """The model the provider says it served, when it differs from ``model``: a dated
+    snapshot (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``) or a proxy's deployment."""
     verb: str | None = None
     """The verb that made the call."""
     run_id: str | None = None
