@@ -34,7 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from ._cli_errors import ExitStatus, classify_cli_failure, cli_failure
 from ._cli_sessions import cli_home
 from ._errors import CLIError, CLINotFound
 from ._orphans import GroupWatchdog, spawn, wait_process
+from ._secrets import Scrubber, is_secret_name
 from ._types import StreamChunk
 
 __all__ = [
@@ -635,6 +636,9 @@ class CLIAgentModel:
         argv = self.command(prompt, resume=resume, options=opts)
         model = str(opts.get("model") or self.model)
         env = self._child_env(opts)
+        # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
+        # one in its output or an error must not put it into the append-only log.
+        scrub = Scrubber(value for name, value in env.items() if is_secret_name(name))
         cwd = _absolute(opts.get("cwd") or self.cwd)
         home = cli_home(self.provider, env)
         started = time.monotonic()
@@ -654,11 +658,12 @@ class CLIAgentModel:
         async with proc:
             async for item in proc:
                 if isinstance(item, Diagnostic):
-                    diagnostics.append(item.line)
+                    line = scrub(item.line)
+                    diagnostics.append(line)
                     yield StreamChunk(
                         "system",
                         metadata={
-                            "diagnostic": item.line,
+                            "diagnostic": line,
                             "line_number": item.line_number,
                             "reason": item.reason,
                         },
@@ -670,13 +675,13 @@ class CLIAgentModel:
                         announced = True
                         chunk.metadata.setdefault("cwd", cwd)
                         chunk.metadata["cli_home"] = home
-                    yield chunk
+                    yield _scrub_chunk(chunk, scrub)
             status = await proc.wait_exit()
         if status.failed:
             raise cli_failure(
                 status,
-                proc.stderr,
-                texts=[*diagnostics, *parser.error_texts],
+                scrub(proc.stderr),
+                texts=[*diagnostics, *(scrub(t) for t in parser.error_texts)],
                 provider=self.provider,
                 model=model,
                 http_status=parser.http_status,
@@ -685,8 +690,21 @@ class CLIAgentModel:
             raise CLIError(
                 f"{self.provider} CLI exited 0 without its final event (output cut short)",
                 exit_code=0,
-                stderr=proc.stderr,
+                stderr=scrub(proc.stderr),
                 kind="stream",
                 provider=self.provider,
                 model=model,
             )
+
+
+def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
+    """``chunk`` with every secret value of ``scrub`` replaced (the same object when none is in it)."""
+    if not scrub.secrets:
+        return chunk
+    changed = {
+        name: scrub(value)
+        for name in ("content", "tool_input", "tool_output", "metadata")
+        if (value := getattr(chunk, name)) is not None
+    }
+    changed = {name: value for name, value in changed.items() if value != getattr(chunk, name)}
+    return replace(chunk, **changed) if changed else chunk
