@@ -1,13 +1,28 @@
 """The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
 
-Ordering. Every append transaction takes ``LOCK TABLE events IN EXCLUSIVE MODE`` before it
-reads anything. The lock serializes writers (it does not block readers: ``SELECT`` takes
-ACCESS SHARE) and is released only after the commit is visible, so the next writer starts
-after every earlier commit. Positions are assigned inside the lock as ``max(position) + 1``
-rather than from a sequence, which makes them gapless (a rolled-back append consumes nothing)
-as well as strictly increasing in commit order: a reader tailing by position can never see
-``k + 1`` and later find ``k``. The price is that appends to unrelated streams do not run in
-parallel; ``docs/postgres.md`` discusses it and ``docs/performance.md`` measures it.
+Ordering without serializing writers. Appends to different streams run in parallel: each
+transaction reads the heads of its streams, checks ``expected_version`` and inserts, and
+``UNIQUE (stream, version)`` settles a race on one stream (the loser re-reads and gets its
+``ConcurrencyError``, or a new version under ``ANY``). Positions come from a sequence, so
+transactions commit in any order and a rolled-back one leaves a gap. What keeps readers from
+skipping an event:
+
+1. Each transaction takes its transaction id (``pg_current_xact_id()``, stored in the row's
+   ``xid``) and its whole block of positions in one statement, under an advisory lock held
+   for that statement only (not through the commit). So between two append transactions,
+   the one with the higher id has the higher positions.
+2. Global readers (``read_all``, ``subscribe``, ``head``, ``raw_events``) only read rows whose
+   ``xid`` is below the oldest transaction still running in their snapshot
+   (``pg_snapshot_xmin(pg_current_snapshot())``). Such a row is committed, and so is every
+   row of a lower position (its transaction id is lower still): once a reader sees position
+   ``k + 1``, nothing at or below ``k`` can appear later.
+
+A store object also sees its own appends in global reads as soon as ``append`` returns: a
+global read first waits, when needed, until the transactions older than its last append have
+ended. ``docs/postgres.md`` discusses the choice and what it costs.
+
+Group commit: concurrent appends from one process share one transaction (``GroupCommit``);
+each is checked on its own before anything is inserted, so one that fails fails alone.
 
 URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``schema`` (default
 ``public``) names the PostgreSQL schema holding the tables and ``pool_size`` bounds the pool
@@ -16,11 +31,12 @@ URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``
 
 from __future__ import annotations
 
+import select
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import astuple
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import anyio
@@ -47,12 +63,14 @@ from ._encoding import (
 )
 from ._errors import (
     ConcurrencyError,
+    IdempotencyError,
     InvalidEventError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
 )
+from ._group_commit import GroupCommit
 from ._ids import uuid7
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_redact import redact_postgres, redaction_rows_query
@@ -93,14 +111,37 @@ from ._upcasting import Upcasters
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 
 _PAGE = 500
+_RACE_ATTEMPTS = 10
+"""How often an append that keeps losing the race for its stream version is retried (``ANY``)."""
+_OWN_WRITES_TIMEOUT = 30.0
+"""How long a global read waits for older transactions to end so that it sees this store's appends."""
+_POOL_TIMEOUT = 5.0
+"""How long a call waits for a pooled connection before ``StoreUnavailable``."""
+_SUBSCRIBE_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+"""The pauses of a subscriber between attempts when its query fails; then it raises."""
+
+
+class _Raced(Exception):
+    """Another transaction stored one of the group's (stream, version) pairs or ids first."""
+
+
+class _Plan(NamedTuple):
+    """What one group transaction inserts, and the outcome of every unit not inserted."""
+
+    outcomes: list[Any]
+    inserts: list[tuple[int, list[tuple[int, int, int]]]]
+    deferred: list[int]
+    columns: list[list[Any]]
+    count: int
 
 
 class PostgresEventStore(EventStore):
     """An event store in a PostgreSQL database, shared by any number of processes and hosts.
 
-    Positions are gapless and strictly increasing in commit order (see the module docstring).
-    Subscribers are woken by LISTEN/NOTIFY and re-query on a timer as well, so a lost
-    notification delays an event by at most ``poll_interval`` seconds and never loses it.
+    Positions are strictly increasing and a global reader never skips one, but they may have
+    gaps (see the module docstring). Subscribers are woken by LISTEN/NOTIFY and re-query on a
+    timer as well, so a lost notification delays an event by at most ``poll_interval`` seconds
+    and never loses it.
 
     Example::
 
@@ -118,9 +159,7 @@ class PostgresEventStore(EventStore):
             nothing is created.
     """
 
-    capabilities: frozenset[str] = frozenset(
-        {"gapless_positions", "cross_process_subscribe", "raw_copy", "redact"}
-    )
+    capabilities: frozenset[str] = frozenset({"cross_process_subscribe", "raw_copy", "redact"})
 
     def __init__(
         self,
@@ -141,6 +180,10 @@ class PostgresEventStore(EventStore):
         self._closed = False
         self.poll_interval = poll_interval
         self._create = create
+        self._group: GroupCommit[list[PreparedAppend], list[AppendResult]] = GroupCommit(self._commit_group)
+        self._reachable = True  # False after a connection failure, until a probe connects
+        self._own_xid = 0  # the newest transaction id of an append of this store object
+        self._xmin_seen = 0  # the highest snapshot xmin this store object has seen
 
     def __repr__(self) -> str:
         return f"PostgresEventStore({masked(self.url)!r})"
@@ -155,7 +198,12 @@ class PostgresEventStore(EventStore):
             yield
         except pg.errors.LockNotAvailable as exc:
             raise StoreUnavailable(
-                f"PostgreSQL: {action} timed out after {LOCK_TIMEOUT} waiting for the append lock"
+                f"PostgreSQL: {action} timed out after {LOCK_TIMEOUT} waiting for a lock"
+            ) from exc
+        except self._pgpool.PoolTimeout as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL: {action} got no connection from the pool within {_POOL_TIMEOUT:g} s "
+                f"({masked(self._conninfo)}): {exc}"
             ) from exc
         except (pg.OperationalError, pg.InterfaceError) as exc:
             raise StoreUnavailable(
@@ -183,10 +231,10 @@ class PostgresEventStore(EventStore):
                     min_size=1,
                     max_size=self._pool_size,
                     open=False,
-                    timeout=15.0,
-                    # An idle connection killed by the server is found and replaced here,
-                    # so only a call already running when it broke can fail.
-                    check=self._pgpool.AsyncConnectionPool.check_connection,
+                    timeout=_POOL_TIMEOUT,
+                    # After a failed attempt the pool retries with a growing pause; a short
+                    # ceiling keeps callers from waiting long once the server is back.
+                    reconnect_timeout=_POOL_TIMEOUT,
                     configure=_configure,
                     name=f"turnlog-{self.schema}",
                 )
@@ -213,7 +261,17 @@ class PostgresEventStore(EventStore):
             tables = {row[0] for row in await (await conn.execute(query, [sql.schema])).fetchall()}
             if "turnlog_meta" in tables:
                 row = await (await conn.execute(sql.format)).fetchone()
-                if self._check_format(None if row is None else row[0]) and len(tables) == 4:
+                found = self._check_format(None if row is None else row[0])
+                if found < FORMAT_VERSION:
+                    # Format 1: add the transaction ids and the position sequence (see Sql.upgrade).
+                    # Readers need it too, so it runs whatever ``create`` says.
+                    for statement in sql.upgrade:
+                        await conn.execute(statement)
+                    for statement in sql.create:  # all IF NOT EXISTS: fills in what format 1 lacked
+                        await conn.execute(statement)
+                    self._store_id = await self._read_store_id(conn)
+                    return
+                if len(tables) == 4:
                     # Nothing to create: no DDL, so no lock that would wait for writers.
                     self._store_id = await self._read_store_id(conn)
                     return
@@ -242,8 +300,8 @@ class PostgresEventStore(EventStore):
             row = await (await conn.execute(self._sql.store_id)).fetchone()
         return str(row[0])
 
-    def _check_format(self, value: str | None) -> bool:
-        """Refuse a store this code cannot read; True when it is exactly the current format."""
+    def _check_format(self, value: str | None) -> int:
+        """Refuse a store this code cannot read; return its format version."""
         if value is None:
             raise StoreFormatError(
                 f"schema {self.schema!r} has a turnlog_meta table without a format version: "
@@ -263,14 +321,51 @@ class PostgresEventStore(EventStore):
                 found=found,
                 supported=FORMAT_VERSION,
             )
-        return found == FORMAT_VERSION
+        return found
 
     @asynccontextmanager
     async def _connection(self, action: str) -> AsyncIterator[Any]:
         pool = await self._ensure_open()
+        pg = self._pg
+        if not self._reachable:
+            await self._probe(action)
         with self._errors(action):
-            async with pool.connection() as conn:
-                yield conn
+            try:
+                conn = await self._checkout(pool)
+                try:
+                    async with conn:
+                        yield conn
+                finally:
+                    await pool.putconn(conn)
+            except (pg.OperationalError, pg.InterfaceError, self._pgpool.PoolTimeout):
+                self._reachable = False
+                raise
+
+    async def _checkout(self, pool: Any) -> Any:
+        """A pooled connection that is still sound, closing the dead ones met on the way.
+
+        An idle connection killed by the server is found and replaced here, so only a call
+        already running when it broke can fail. (The pool's own ``check`` would send an empty
+        query on every checkout, and wait between attempts when several connections are dead.)
+        """
+        for _ in range(self._pool_size + 1):
+            conn = await pool.getconn()
+            if not _is_dead(conn):
+                return conn
+            await _close_quietly(self._pg, conn)
+            await pool.putconn(conn)  # a closed connection is discarded and replaced
+        return await pool.getconn()
+
+    async def _probe(self, action: str) -> None:
+        """After a connection failure: one direct connection attempt before using the pool.
+
+        While the server is down, calls then fail at once with libpq's own reason instead of
+        each waiting for the pool's timeout; once it is back, the pool is used again.
+        """
+        with self._errors(action):
+            conn = await self._pg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        await _close_quietly(self._pg, conn)
+        self._reachable = True
 
     async def __aenter__(self) -> PostgresEventStore:
         await self._ensure_open()
@@ -303,34 +398,107 @@ class PostgresEventStore(EventStore):
         return await self._append_prepared(prepare_batch(entries, self.max_event_bytes))
 
     async def _append_prepared(self, prepared: list[PreparedAppend]) -> list[AppendResult]:
-        """Append validated entries in one transaction (``append``, ``append_batch``, ``append_encoded``)."""
+        """Append validated entries atomically (``append``, ``append_batch``, ``append_encoded``)."""
         for entry in prepared:
             for index, event in enumerate(entry.events):
                 _check_uuid(event.id, entry.stream, index)
-        sql = self._sql
-        ids = [event.id for entry in prepared for event in entry.events]
-        streams = list(dict.fromkeys(entry.stream for entry in prepared))
-        # Pipelined: BEGIN, the lock and both reads go in one round trip, the insert and COMMIT
-        # in another, so the lock is held for little more than the commit itself.
-        async with self._connection("append") as conn, conn.pipeline() as pipe, conn.transaction():
-            await conn.execute(sql.lock)
-            found = await conn.execute(sql.by_ids, [ids])
-            heads = await conn.execute(sql.heads, [streams])
-            await pipe.sync()
-            stored = {
-                str(row[3]): (row[0], row[1], row[2], row[4], row[5], row[6], row[7])
-                for row in await found.fetchall()
-            }
-            if stored:
-                # A re-send of an acknowledged append (or a clash, which raises).
-                return match_resent(prepared, stored)
-            results, columns = _plan(prepared, await heads.fetchall())
-            await conn.execute(sql.insert, columns)
-            await self._before_commit(pipe)
-        return results
+        if self._closed:
+            raise StoreError("the store is closed")
+        return await self._group.submit(prepared)
 
-    async def _before_commit(self, pipeline: Any) -> None:
-        """A seam for tests that need long append transactions; does nothing here."""
+    async def _commit_group(self, units: list[list[PreparedAppend]]) -> list[Any]:
+        """Store concurrent appends in one transaction; one outcome (results or error) each."""
+        try:
+            outcomes, deferred = await self._commit_once(units)
+        except _Raced:
+            # Another connection stored one of these versions or ids first. Which unit lost
+            # is unknown, so each goes again in its own transaction.
+            return [await self._commit_alone(unit) for unit in units]
+        for index in deferred:
+            outcomes[index] = await self._commit_alone(units[index])
+        return outcomes
+
+    async def _commit_alone(self, unit: list[PreparedAppend]) -> Any:
+        for _ in range(_RACE_ATTEMPTS):
+            try:
+                outcomes, _deferred = await self._commit_once([unit])
+            except _Raced:
+                continue  # the next attempt reads the new heads: ConcurrencyError or a new version
+            return outcomes[0]
+        streams = ", ".join(repr(entry.stream) for entry in unit)
+        return StoreUnavailable(
+            f"PostgreSQL: the append to {streams} lost the race for the next version "
+            f"{_RACE_ATTEMPTS} times in a row to other writers"
+        )
+
+    async def _commit_once(self, units: list[list[PreparedAppend]]) -> tuple[list[Any], list[int]]:
+        """Read heads and stored ids, check each unit, insert the good ones: two statements.
+
+        The reads need no transaction of their own: what they find may change before the
+        insert, and then the insert fails on a unique constraint (``_Raced``) and the units
+        go again. The insert is one statement, so it commits in its own round trip.
+
+        Raises:
+            _Raced: a unique constraint on (stream, version) or the id failed at the insert.
+        """
+        sql = self._sql
+        ids = [event.id for unit in units for entry in unit for event in entry.events]
+        streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
+        errors = self._pg.errors
+        async with self._connection("append") as conn:
+            rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
+            stored = {
+                row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8])
+                for row in rows
+                if row[0] == "id"
+            }
+            tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
+            plan = _plan_group(units, stored, tips, to_micros(datetime.now(UTC)))
+            if not plan.count:
+                return plan.outcomes, plan.deferred
+            try:
+                reserved = await self._insert(conn, sql.insert, [plan.count, plan.count, *plan.columns])
+            except errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == "events_pkey":
+                    raise StoreError(
+                        "PostgreSQL: a reserved position is taken already: positions were written "
+                        f"without the sequence {sql.sequence} ({exc})"
+                    ) from exc
+                raise _Raced from exc
+            except BaseException:
+                # The statement may have failed holding the position lock, a session lock:
+                # drop the connection rather than return it to the pool with the lock.
+                await _close_quietly(self._pg, conn)
+                raise
+            await self._notify(conn, reserved[1])
+        xid_text, last = reserved[:2]
+        self._own_xid = max(self._own_xid, int(xid_text))
+        first = last - plan.count + 1
+        outcomes = plan.outcomes
+        for index, spans in plan.inserts:
+            outcomes[index] = [
+                AppendResult(tuple(range(first + offset, first + offset + count)), version)
+                for offset, count, version in spans
+            ]
+        return outcomes, plan.deferred
+
+    async def _notify(self, conn: Any, position: int) -> None:
+        """Wake subscribers after a commit; a lost notification only delays them (``poll_interval``)."""
+        try:
+            await conn.execute(self._sql.notify, [str(position)])
+        except self._pg.Error:
+            # The append is committed: its caller must learn that, not this failure. The
+            # connection, if broken, is discarded by the pool.
+            pass
+
+    async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
+        """Run the append statement (its own transaction in autocommit); return its row.
+
+        A seam for tests that hold append transactions open.
+        """
+        row = await (await conn.execute(query, params)).fetchone()
+        assert row is not None
+        return tuple(row)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -338,11 +506,41 @@ class PostgresEventStore(EventStore):
         async with self._connection(action) as conn:
             return await (await conn.execute(query, params)).fetchall()
 
+    async def _fetch_global(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run a read of the global log (rows filtered by ``Sql.settled``) that sees this store's appends."""
+        async with self._connection(action) as conn:
+            if self._own_xid and self._own_xid >= self._xmin_seen:
+                await self._await_own_writes(conn, action)
+            return await (await conn.execute(query, params)).fetchall()
+
+    async def _await_own_writes(self, conn: Any, action: str) -> None:
+        """Wait until no transaction older than this store's last append is running.
+
+        Global readers only see rows whose transaction is older than every running one, so
+        right after an append, an older transaction still in flight (of any client of the
+        server) would hide it. Usually no wait at all: one short query.
+        """
+        started = anyio.current_time()
+        pause = 0.001
+        while True:
+            xmin = int((await (await conn.execute(self._sql.xmin)).fetchone())[0])
+            self._xmin_seen = max(self._xmin_seen, xmin)
+            if xmin > self._own_xid:
+                return
+            if anyio.current_time() - started > _OWN_WRITES_TIMEOUT:
+                raise StoreUnavailable(
+                    f"PostgreSQL: {action} waited {_OWN_WRITES_TIMEOUT:g} s for transaction {xmin} "
+                    "to end (global reads show an event once every older transaction has ended; "
+                    "see pg_stat_activity.backend_xid)"
+                )
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
     async def _fetch_events(
-        self, action: str, query: str, params: Sequence[Any], count: int
+        self, action: str, query: str, params: Sequence[Any], count: int, *, log: bool = False
     ) -> tuple[list[RecordedEvent], bool]:
-        """One page of decoded events, and whether the range ran out of them."""
-        rows = await self._fetch(action, query, params)
+        """One page of decoded events (of the global ``log``?), and whether the range ran out of them."""
+        rows = await (self._fetch_global if log else self._fetch)(action, query, params)
         return [decode_event(self.upcasters, row) for row in rows], len(rows) < count
 
     async def read_stream(
@@ -393,7 +591,7 @@ class PostgresEventStore(EventStore):
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[RecordedEvent], bool]:
             query = self._range_query(low, high, type_list, stream_prefix, backwards, count)
-            return await self._fetch_events("read_all", *query, count)
+            return await self._fetch_events("read_all", *query, count, log=True)
 
         pages = read_pages(
             fetch, max(from_position, 1), to_position, key=BY_POSITION, limit=limit, backwards=backwards
@@ -411,7 +609,7 @@ class PostgresEventStore(EventStore):
         backwards: bool,
         page: int,
     ) -> tuple[str, list[Any]]:
-        where = ["position >= %s"]
+        where = ["position >= %s", self._sql.settled]
         params: list[Any] = [low]
         if high is not None:
             where.append("position <= %s")
@@ -435,7 +633,7 @@ class PostgresEventStore(EventStore):
         return int(rows[0][0])
 
     async def head(self) -> int:
-        rows = await self._fetch("head", self._sql.head, [])
+        rows = await self._fetch_global("head", self._sql.head, [])
         return int(rows[0][0])
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
@@ -466,8 +664,9 @@ class PostgresEventStore(EventStore):
             # LISTEN before catching up, so nothing committed after the catch-up query is missed.
             await listener.start()
             while True:
-                # Positions are gapless and in commit order, so "everything after the last one
-                # seen" never skips an event, whichever notification woke us (or none).
+                # Rows become visible to global reads in position order (see the module
+                # docstring), so "everything after the last one seen" never skips an event,
+                # whichever notification woke us (or none).
                 rows, head = await self._fetch_live(low, type_list, stream_prefix)
                 for row in rows:
                     low = row[0] + 1
@@ -484,20 +683,20 @@ class PostgresEventStore(EventStore):
         self, low: int, types: list[str] | None, prefix: str | None
     ) -> tuple[list[tuple[Any, ...]], int]:
         """Matching events from ``low`` up to the head read first, and that head."""
-        failures = 0
+        pauses = iter(_SUBSCRIBE_RETRIES)
         while True:
             try:
-                # Read before the events: everything at or below it is committed already.
-                head = int((await self._fetch("subscribe", self._sql.head, []))[0][0])
+                # Read before the events: everything at or below it is final already.
+                head = int((await self._fetch_global("subscribe", self._sql.head, []))[0][0])
                 query = self._range_query(low, head, types, prefix, False, _PAGE)
                 return await self._fetch("subscribe", *query), head
             except StoreUnavailable:
                 # The in-flight query broke; the pool replaces the connection. Give the server
-                # a few chances before telling the subscriber.
-                failures += 1
-                if failures >= 5:
+                # a few chances (about 3 s in all) before telling the subscriber.
+                pause = next(pauses, None)
+                if pause is None:
                     raise
-                await anyio.sleep(0.1 * 2**failures)
+                await anyio.sleep(pause)
 
     # -- verification ------------------------------------------------------------------
 
@@ -597,7 +796,7 @@ class PostgresEventStore(EventStore):
     ) -> list[RawEvent]:
         """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
         check_raw_range(after_position, to_position, limit)
-        where: list[str] = ["position > %s"]
+        where: list[str] = ["position > %s", self._sql.settled]
         params: list[Any] = [after_position]
         if to_position is not None:
             where.append("position <= %s")
@@ -610,7 +809,7 @@ class PostgresEventStore(EventStore):
             f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
             "ORDER BY position LIMIT %s"
         )
-        rows = await self._fetch("raw_events", query, [*params, limit])
+        rows = await self._fetch_global("raw_events", query, [*params, limit])
         return [raw_event((r[0], str(r[1]), r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10]))
                 for r in rows]  # fmt: skip
 
@@ -630,40 +829,79 @@ class PostgresEventStore(EventStore):
                 or its position is not after the head.
         """
         check_raw_events(events)
+        async with self._connection("import") as conn:
+            try:
+                async with conn.transaction():
+                    await self._import_events(conn, events)
+                    if snapshots:
+                        await self._import_snapshots(conn, snapshots)
+            except BaseException:
+                # The position lock may still be held by this session: never pool it again.
+                await _close_quietly(self._pg, conn)
+                raise
+
+    async def _import_events(self, conn: Any, events: Sequence[RawEvent]) -> None:
+        """Insert raw events after every position stored or handed out, under the position lock.
+
+        The lock is held from reading the highest position to moving the sequence past the
+        imported ones, so no append takes a position in between; the transaction id is taken
+        under it too, as an append's is (see the module docstring).
+        """
         sql = self._sql
-        async with self._connection("import") as conn, conn.transaction():
-            await conn.execute(sql.lock)
-            streams = list(dict.fromkeys(e.stream for e in events)) or [""]
-            rows = await (await conn.execute(sql.heads, [streams])).fetchall()
-            position = rows[0][0]
-            tips = {row[1]: (row[2] or 0, row[3] or "") for row in rows}
-            columns: list[list[Any]] = [[] for _ in range(11)]
-            for index, event in enumerate(events):
-                _check_uuid(event.id, event.stream, index)
-                check_continuation(event, tips[event.stream], position)
-                position = event.position
-                values = (
-                    event.position, event.stream, event.version, event.id, event.type, event.schema,
-                    event.data, event.meta, event.recorded_at_us, event.prev_hash, event.hash,
-                )  # fmt: skip
-                for column, value in zip(columns, values, strict=True):
-                    column.append(value)
-                tips[event.stream] = (event.version, event.hash)
-            if columns[0]:
-                await conn.execute(sql.insert, columns)
-            if snapshots:
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(
-                        f"""INSERT INTO {sql.snapshots} (stream, type, version, schema, data, meta,
-                            recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)
-                            ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
-                            data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
-                        [astuple(snap) for snap in snapshots],
-                    )
+        await conn.execute(sql.take_lock)
+        xid_text, position = await (await conn.execute(sql.reserved_high)).fetchone()
+        streams = list(dict.fromkeys(e.stream for e in events)) or [""]
+        rows = await (await conn.execute(sql.heads, [streams])).fetchall()
+        tips = {row[0]: (row[1] or 0, row[2] or "") for row in rows}
+        columns: list[list[Any]] = [[] for _ in range(11)]
+        for index, event in enumerate(events):
+            _check_uuid(event.id, event.stream, index)
+            check_continuation(event, tips[event.stream], position)
+            position = event.position
+            values = (
+                event.position, event.stream, event.version, event.id, event.type, event.schema,
+                event.data, event.meta, event.recorded_at_us, event.prev_hash, event.hash,
+            )  # fmt: skip
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+            tips[event.stream] = (event.version, event.hash)
+        if columns[0]:
+            await conn.execute(sql.advance, [position, True])
+        await conn.execute(sql.release_lock)
+        if columns[0]:
+            await conn.execute(sql.insert_raw, columns)
+            self._own_xid = max(self._own_xid, int(xid_text))
+
+    async def _import_snapshots(self, conn: Any, snapshots: Sequence[RawSnapshot]) -> None:
+        async with conn.cursor() as cursor:
+            await cursor.executemany(
+                f"""INSERT INTO {self._sql.snapshots} (stream, type, version, schema, data, meta,
+                    recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)
+                    ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
+                    data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
+                [astuple(snap) for snap in snapshots],
+            )
+
+
+def _is_dead(conn: Any) -> bool:
+    """Whether an idle connection is closed, or the server has closed or written to it.
+
+    An idle connection has nothing to read: a terminated backend leaves its last message and
+    the end of the stream. Looking at the socket costs no round trip.
+    """
+    if conn.closed or conn.broken:
+        return True
+    fd = conn.pgconn.socket
+    if hasattr(select, "poll"):  # no limit on the descriptor's number, unlike select()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 async def _configure(conn: Any) -> None:
-    # A writer waiting this long for the append lock gives up with StoreUnavailable.
+    # A statement waiting this long for a lock gives up with StoreUnavailable.
     await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
 
 
@@ -716,34 +954,70 @@ class _Listener:
                 pass  # closing a connection the server already dropped
 
 
-def _plan(
-    entries: list[PreparedAppend], heads: list[tuple[Any, ...]]
-) -> tuple[list[AppendResult], list[list[Any]]]:
-    """Check expected versions and chain the new events; return the results and insert columns."""
-    position = heads[0][0]
-    tips: dict[str, tuple[int, str]] = {row[1]: (row[2] or 0, row[3] or "") for row in heads}
-    now = to_micros(datetime.now(UTC))
-    results: list[AppendResult] = []
-    columns: list[list[Any]] = [[] for _ in range(11)]
-    for entry in entries:
-        name = entry.stream
-        version, prev = tips[name]
-        if not version_matches(entry.expected, version):
-            raise ConcurrencyError(name, entry.expected, version)
-        first = position + 1
-        for event, digest in zip(
-            entry.events, chain_hashes(name, version, prev, entry.events, now), strict=True
-        ):
-            version += 1
-            position += 1
-            values = (position, name, version, event.id, event.type, event.schema, event.data,
-                      event.meta, now, prev, digest)  # fmt: skip
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
-            prev = digest
-        tips[name] = (version, prev)
-        results.append(AppendResult(tuple(range(first, position + 1)), version))
-    return results, columns
+def _plan_group(
+    units: list[list[PreparedAppend]],
+    stored: dict[str, tuple[Any, ...]],
+    tips: dict[str, tuple[int, str]],
+    now: int,
+) -> _Plan:
+    """Check each unit against the heads (and the units before it); chain and lay out the good ones.
+
+    A unit whose ids are stored is a re-send (its original results) or an ``IdempotencyError``;
+    one whose ``expected_version`` fails gets its ``ConcurrencyError``; one sharing a new id
+    with an earlier unit of the group waits (``deferred``) until that one is stored. Rows of
+    the others follow each other in the insert; their positions are known after the reservation.
+    """
+    outcomes: list[Any] = [None] * len(units)
+    inserts: list[tuple[int, list[tuple[int, int, int]]]] = []
+    deferred: list[int] = []
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    planned: set[str] = set()
+    row = 0
+    for index, unit in enumerate(units):
+        unit_ids = [event.id for entry in unit for event in entry.events]
+        if any(event_id in stored for event_id in unit_ids):
+            try:
+                outcomes[index] = match_resent(unit, stored)
+            except IdempotencyError as exc:
+                outcomes[index] = exc
+            continue
+        if not planned.isdisjoint(unit_ids):
+            deferred.append(index)
+            continue
+        local: dict[str, tuple[int, str]] = {}
+        chained: list[tuple[PreparedAppend, int, str, list[str]]] = []
+        for entry in unit:
+            version, prev = local.get(entry.stream) or tips[entry.stream]
+            if not version_matches(entry.expected, version):
+                outcomes[index] = ConcurrencyError(entry.stream, entry.expected, version)
+                break
+            hashes = chain_hashes(entry.stream, version, prev, entry.events, now)
+            chained.append((entry, version, prev, hashes))
+            local[entry.stream] = (version + len(hashes), hashes[-1])
+        if outcomes[index] is not None:
+            continue
+        tips.update(local)
+        planned.update(unit_ids)
+        spans: list[tuple[int, int, int]] = []
+        for entry, version, prev, hashes in chained:
+            spans.append((row, len(hashes), version + len(hashes)))
+            for event, digest in zip(entry.events, hashes, strict=True):
+                version += 1
+                values = (entry.stream, version, event.id, event.type, event.schema, event.data,
+                          event.meta, now, prev, digest)  # fmt: skip
+                for column, value in zip(columns, values, strict=True):
+                    column.append(value)
+                prev = digest
+                row += 1
+        inserts.append((index, spans))
+    return _Plan(outcomes, inserts, deferred, columns, row)
+
+
+async def _close_quietly(pg: Any, conn: Any) -> None:
+    try:
+        await conn.close()
+    except pg.Error:
+        pass  # a connection the server dropped already
 
 
 def _check_uuid(event_id: str, stream: str, index: int) -> None:

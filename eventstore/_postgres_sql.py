@@ -1,15 +1,21 @@
 """The PostgreSQL store's settings and statements: URL parsing, the driver import, every SQL text.
 
 Tables (in the schema named by ``?schema=``, default ``public``): ``turnlog_meta`` (the format
-version), ``events``, ``snapshots`` and ``tracking``; ``Sql.create`` spells them out.
+version), ``events``, ``snapshots`` and ``tracking``, and the sequence ``events_position``;
+``Sql.create`` spells them out and ``Sql.upgrade`` lifts a format-1 schema to format 2.
+
+Format 2 (this code) adds ``events.xid``, the writing transaction's id, and takes positions
+from the sequence (format 1 took ``max(position) + 1`` under a table lock); see
+``_postgres`` for why global readers then never skip an event.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from types import ModuleType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ._errors import StoreError, UnsupportedStoreURL
 
@@ -26,13 +32,13 @@ __all__ = [
     "parse_url",
 ]
 
-FORMAT_VERSION = 1
-"""The newest table layout this code reads and writes."""
+FORMAT_VERSION = 2
+"""The newest table layout this code reads and writes (format 1 is upgraded on open)."""
 
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _OUR_PARAMS = ("schema", "pool_size")
 LOCK_TIMEOUT = "30s"
-"""How long a writer waits for the append lock before giving up with ``StoreUnavailable``."""
+"""How long a statement waits for a lock (the position lock, a row) before ``StoreUnavailable``."""
 EVENT_COLUMNS = "position, stream, version, event_id, type, schema, data, meta, recorded_at, prev_hash, hash"
 """The columns in table order (inserts and the idempotency lookup)."""
 ROW_COLUMNS = "position, event_id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
@@ -50,6 +56,13 @@ def import_psycopg() -> tuple[ModuleType, ModuleType]:
         raise StoreError(
             "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'turnlog[postgres]'"
         ) from exc
+    # The pool logs each connection it discards or fails to open (at WARNING); the store
+    # reports what matters as StoreUnavailable. Without a handler of its own anywhere above it,
+    # a record would go to stderr through logging's last resort; with this one it reaches only
+    # the handlers the application configured.
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     return psycopg, psycopg_pool
 
 
@@ -72,7 +85,10 @@ def parse_url(url: str) -> tuple[str, str, int]:
         pool_size = 0
     if pool_size < 1:
         raise UnsupportedStoreURL(f"pool_size={ours['pool_size']!r} in the store URL must be an int >= 1")
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    # quote, not quote_plus: libpq decodes %20 in a URI but keeps "+" as it is.
+    conninfo = urlunsplit(
+        (parts.scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), parts.fragment)
+    )
     return conninfo, schema, pool_size
 
 
@@ -94,6 +110,8 @@ class Sql:
         self.events = f"{s}.events"
         self.snapshots = f"{s}.snapshots"
         self.channel = "turnlog_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+        self.position_lock = advisory_key(f"turnlog-positions:{schema}")
+        self.sequence = f"{s}.events_position"
         self.create = [
             f"CREATE SCHEMA IF NOT EXISTS {s}",
             f"CREATE TABLE IF NOT EXISTS {s}.turnlog_meta (key text PRIMARY KEY, value text NOT NULL)",
@@ -109,9 +127,11 @@ class Sql:
                 recorded_at bigint NOT NULL,
                 prev_hash text NOT NULL,
                 hash text NOT NULL,
+                xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
                 UNIQUE (stream, version)
             ) WITH (autovacuum_vacuum_threshold = 100000000, autovacuum_analyze_scale_factor = 0.01)""",
             f"CREATE INDEX IF NOT EXISTS events_type_position ON {s}.events (type, position)",
+            f"CREATE SEQUENCE IF NOT EXISTS {self.sequence} AS bigint",
             f"""CREATE TABLE IF NOT EXISTS {s}.snapshots (
                 stream text NOT NULL,
                 type text NOT NULL,
@@ -129,20 +149,80 @@ class Sql:
             f"INSERT INTO {s}.turnlog_meta (key, value) VALUES ('format_version', '{FORMAT_VERSION}') "
             "ON CONFLICT (key) DO NOTHING",
         ]
+        self.upgrade = [
+            # Format 1 writers hold this lock until they commit: wait for them, keep them out.
+            f"LOCK TABLE {s}.events IN EXCLUSIVE MODE",
+            # Every existing row is committed: xid 0 makes it visible to global readers at once
+            # (a constant default adds the column without rewriting the table).
+            f"ALTER TABLE {s}.events ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT '0'",
+            f"ALTER TABLE {s}.events ALTER COLUMN xid SET DEFAULT pg_current_xact_id()",
+            f"CREATE SEQUENCE IF NOT EXISTS {self.sequence} AS bigint",
+            f"SELECT setval('{self.sequence}', coalesce(max(position), 0) + 1, false) FROM {s}.events",
+            f"UPDATE {s}.turnlog_meta SET value = '{FORMAT_VERSION}' WHERE key = 'format_version'",
+        ]
         self.format = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'format_version'"
         self.store_id = f"SELECT value FROM {s}.turnlog_meta WHERE key = 'store_id'"
         self.store_id_insert = (
             f"INSERT INTO {s}.turnlog_meta (key, value) VALUES ('store_id', %s) ON CONFLICT (key) DO NOTHING"
         )
         self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
-        self.heads = f"""
-            SELECT (SELECT coalesce(max(position), 0) FROM {s}.events), q.stream, e.version, e.hash
+        # What an append reads first, in one statement: its ids already stored ('id' rows) and
+        # the head of each of its streams ('head' rows).
+        self.lookup = f"""
+            SELECT 'id', position, stream, version, event_id::text, type, schema, data, meta, NULL::text
+            FROM {s}.events WHERE event_id = ANY(%s::uuid[])
+            UNION ALL
+            SELECT 'head', NULL, q.stream, e.version, NULL, NULL, NULL, NULL, NULL, e.hash
             FROM unnest(%s::text[]) AS q(stream)
             LEFT JOIN LATERAL (
                 SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
             ) AS e ON true"""
-        self.by_ids = f"SELECT {EVENT_COLUMNS} FROM {s}.events WHERE event_id = ANY(%s::uuid[])"
+        self.heads = f"""
+            SELECT q.stream, e.version, e.hash
+            FROM unnest(%s::text[]) AS q(stream)
+            LEFT JOIN LATERAL (
+                SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
+            ) AS e ON true"""
+        # The append itself: one statement, so in autocommit it is its own transaction and
+        # commits in the same round trip (the notification follows, see ``notify``). ``r`` takes the session-level advisory lock, then the
+        # transaction's id (assigning it) and a block of positions from the sequence, then
+        # releases the lock: subqueries with volatile functions (and OFFSET 0) are evaluated
+        # inside out, once, and a data-modifying CTE reads r after it is complete. So the lock
+        # is held for the reservation only, not through the insert or the commit, and between
+        # appenders a higher transaction id always comes with higher positions.
         self.insert = f"""
+            WITH r AS MATERIALIZED (
+                SELECT x.xid, x.last, pg_advisory_unlock({self.position_lock}) AS unlocked
+                FROM (
+                    SELECT pg_current_xact_id()::text AS xid,
+                           setval('{self.sequence}', nextval('{self.sequence}') + %s - 1) AS last
+                    FROM (SELECT pg_advisory_lock({self.position_lock}) OFFSET 0) AS l
+                    OFFSET 0
+                ) AS x
+            ), ins AS (
+                INSERT INTO {s}.events ({EVENT_COLUMNS})
+                SELECT r.last - %s + u.n, u.stream, u.version, u.event_id, u.type, u.schema, u.data,
+                       u.meta, u.recorded_at, u.prev_hash, u.hash
+                FROM r, unnest(%s::text[], %s::bigint[], %s::uuid[], %s::text[], %s::integer[],
+                               %s::bytea[], %s::bytea[], %s::bigint[], %s::text[], %s::text[])
+                     WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
+                                          recorded_at, prev_hash, hash, n)
+            )
+            SELECT r.xid, r.last, r.unlocked FROM r"""
+        # Sent after the append has committed, in a transaction of its own: a transaction that
+        # notifies holds a database-wide lock from before its commit until after it (so that
+        # notifications queue in commit order), which would make appends commit, WAL flush
+        # included, one at a time. A notification-only transaction writes no WAL to flush.
+        self.notify = f"SELECT pg_notify('{self.channel}', %s)"
+        self.take_lock = f"SELECT pg_advisory_lock({self.position_lock})"
+        self.release_lock = f"SELECT pg_advisory_unlock({self.position_lock})"
+        # What import_raw must stay above: every position stored or handed out so far.
+        self.reserved_high = f"""
+            SELECT pg_current_xact_id()::text, greatest(
+                (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {self.sequence}),
+                (SELECT coalesce(max(position), 0) FROM {s}.events))"""
+        self.advance = f"SELECT setval('{self.sequence}', greatest(%s, 1), %s)"
+        self.insert_raw = f"""
             WITH ins AS (
                 INSERT INTO {s}.events ({EVENT_COLUMNS})
                 SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::uuid[], %s::text[],
@@ -151,7 +231,15 @@ class Sql:
                 RETURNING position
             )
             SELECT pg_notify('{self.channel}', max(position)::text) FROM ins"""
-        self.head = f"SELECT coalesce(max(position), 0) FROM {s}.events"
+        # A row is visible to global readers (read_all, subscribe, head, raw_events) once no
+        # transaction older than the one that wrote it is still running: nothing before it in
+        # the log can appear any more. The snapshot is the statement's own.
+        self.settled = "xid < pg_snapshot_xmin(pg_current_snapshot())"
+        self.xmin = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
+        self.head = (
+            f"SELECT coalesce((SELECT position FROM {s}.events WHERE {self.settled} "
+            "ORDER BY position DESC LIMIT 1), 0)"
+        )
         self.stream_version = f"SELECT coalesce(max(version), 0) FROM {s}.events WHERE stream = %s"
         self.listen = f'LISTEN "{self.channel}"'
 

@@ -81,6 +81,7 @@ from ._errors import (
     StoreNotFound,
     StoreUnavailable,
 )
+from ._group_commit import GroupCommit
 from ._paging import read_pages
 from ._raw import (
     RAW_PAGE,
@@ -358,6 +359,9 @@ class SQLiteEventStore(EventStore):
         self._check_open()
         return await self._write(prepare_batch(entries, self.max_event_bytes))
 
+    _group: GroupCommit[list[PreparedAppend], list[AppendResult]] | None = None
+    """Combines the appends that go to the worker thread (see ``_write``); made on first use."""
+
     async def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
         count = 0
         size = 0
@@ -366,9 +370,39 @@ class SQLiteEventStore(EventStore):
             for ev in entry.events:
                 size += len(ev.data) + len(ev.meta)
         inline = self.durability == "normal" and count <= _INLINE_MAX_EVENTS and size <= _INLINE_MAX_BYTES
-        results = await self._run(lambda blocking: self._write_sync(entries, blocking), inline=inline)
+        if inline:
+            results = await self._run(lambda blocking: self._write_sync(entries, blocking), inline=True)
+        else:
+            # A write that goes to the worker thread waits there anyway (under "full" for its
+            # fsync): the appends queued meanwhile share one transaction and one commit.
+            if self._group is None:
+                self._group = GroupCommit(self._commit_group)
+            results = await self._group.submit(entries)
         self._written(count, size)
         return results
+
+    async def _commit_group(
+        self, units: list[list[PreparedAppend]]
+    ) -> list[list[AppendResult] | BaseException]:
+        return await self._run(lambda blocking: self._write_group_sync(units), inline=False)
+
+    def _write_group_sync(
+        self, units: list[list[PreparedAppend]]
+    ) -> list[list[AppendResult] | BaseException]:
+        """Write each unit under its own savepoint in one transaction: one fails alone."""
+        outcomes: list[list[AppendResult] | BaseException] = []
+        with write_transaction(self._conn) as conn:
+            if self._store_id is None or self._old_format:  # a store made by an older turnlog
+                self._first_write(conn)
+            for unit in units:
+                conn.execute("SAVEPOINT turnlog_unit")
+                try:
+                    outcomes.append(self._insert_entries(conn, unit, savepoint="turnlog_unit"))
+                except StoreError as exc:
+                    conn.execute("ROLLBACK TO turnlog_unit")
+                    outcomes.append(exc)
+                conn.execute("RELEASE turnlog_unit")
+        return outcomes
 
     def _written(self, count: int, size: int) -> None:
         """After a commit of ``count`` events: wake subscribers, checkpoint the WAL now and then."""
@@ -392,7 +426,10 @@ class SQLiteEventStore(EventStore):
             bump_format(conn)
             self._old_format = False
 
-    def _insert_entries(self, conn: sqlite3.Connection, entries: list[PreparedAppend]) -> list[AppendResult]:
+    def _insert_entries(
+        self, conn: sqlite3.Connection, entries: list[PreparedAppend], *, savepoint: str | None = None
+    ) -> list[AppendResult]:
+        """Check and insert ``entries`` in the open transaction (or in its ``savepoint``)."""
         now = time.time_ns() // 1000
         plans: list[tuple[str, int, str, Sequence[EncodedEvent], list[str]]] = []
         heads: dict[str, tuple[int, str]] = {}
@@ -421,8 +458,11 @@ class SQLiteEventStore(EventStore):
                 results.append(AppendResult(tuple(range(last - count + 1, last + 1)), version + count))
         except sqlite3.IntegrityError as exc:
             # A stored event id: either a re-send of an acknowledged append or a clash.
-            rollback(conn)
-            conn.execute("BEGIN IMMEDIATE")
+            if savepoint is None:
+                rollback(conn)
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                conn.execute(f"ROLLBACK TO {savepoint}")
             original = self._find_resent(conn, entries)
             if original is not None:
                 return original

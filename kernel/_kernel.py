@@ -195,6 +195,7 @@ class BindProviderSession:
     provider: str
     model: str
     session_id: str
+    cwd: str | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
         return (_payload(ProviderSessionBound, self),)
@@ -210,6 +211,7 @@ class StartRun:
     parent_run_id: str | None = None
     provider: str | None = None
     model: str | None = None
+    cwd: str | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
         return (_payload(RunStarted, self),)

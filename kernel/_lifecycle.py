@@ -202,19 +202,27 @@ class observed_run:
         verb: The owning verb's name.
         provider: The provider used, when known (recorded in ``run.started``).
         model: The model used, when known.
+        cwd: The working directory of a CLI agent run (recorded in ``run.started``).
 
     ``observed_run.using(branch, verb, chat_model)`` takes both from the model in use.
     """
 
-    __slots__ = ("_branch", "_model", "_provider", "_scope", "_tokens", "_verb")
+    __slots__ = ("_branch", "_cwd", "_model", "_provider", "_scope", "_tokens", "_verb")
 
     def __init__(
-        self, branch: Branch, verb: str, *, provider: str | None = None, model: str | None = None
+        self,
+        branch: Branch,
+        verb: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        cwd: str | None = None,
     ) -> None:
         self._branch = branch
         self._verb = verb
         self._provider = provider
         self._model = model
+        self._cwd = cwd
         self._scope: RunScope | None = None
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
 
@@ -249,7 +257,7 @@ class observed_run:
             branch.id, str(uuid7()), self._verb, parent_run_id=parent.run_id if parent is not None else None
         )
         await branch._execute(
-            StartRun(scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model),
+            StartRun(scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model, self._cwd),
             run_id=scope.run_id,
         )
         scope.started = time.perf_counter()

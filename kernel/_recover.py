@@ -22,7 +22,9 @@ Steps (each idempotent, so running ``recover`` twice changes nothing the second 
    ``metadata["interrupted"] = True``; a tool call without its result gets an error
    ``ActionResponse``; the provider session is bound if it was not; and the run gets
    ``run.failed`` with reason ``crashed`` and the counts in ``recovered``. All of this is
-   one atomic append per run.
+   one atomic append per run. Before the replay, a CLI run is reconciled with the CLI's own
+   session record (``_cli_reconcile``): what only the CLI persisted is appended to the run
+   stream, source-marked, and ``recovered["cli_session"]`` says how that went.
 5. A buffer whose chunks are all stored is removed; one with problems is kept, renamed
    ``*.jsonl.corrupt``, for inspection.
 
@@ -46,6 +48,7 @@ from uuid import UUID
 
 import anyio
 from turnlog.eventstore import EventEncoder, EventStore, TurnlogError
+from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
     ActionResponse,
@@ -466,10 +469,13 @@ def _range(message: AnyMessage) -> tuple[int, int] | None:
     return None
 
 
-async def _close_run(store: EventStore, run: _Open, chunks: _Chunks) -> RecoveredRun:
+async def _close_run(
+    store: EventStore, run: _Open, chunks: _Chunks, cli: Reconciliation | None = None
+) -> RecoveredRun:
     """Replay the chunk rules over the run's chunks; record what is missing and close the run."""
+    from turnlog.kernel._assembler import StreamAssembler
     from turnlog.kernel._branch import Branch
-    from turnlog.kernel.operations.run import StreamAssembler, _Append
+    from turnlog.kernel._kernel import AddMessages
 
     branch = await Branch.load(store, run.branch_id)
     existing: dict[tuple[str, int, int], AnyMessage] = {}
@@ -518,11 +524,12 @@ async def _close_run(store: EventStore, run: _Open, chunks: _Chunks) -> Recovere
                     "interrupted_text": interrupted_text,
                     "closed_tools": len(closed),
                     "session_id": session,
+                    **(cli.recovered() if cli is not None else {}),
                 },
             )
         )
     if items:
-        await branch._execute(_Append(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
+        await branch._execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
     return RecoveredRun(
         branch.id,
         run.run_id,
@@ -562,8 +569,8 @@ async def _recover_run(
     """Recover one run, step by step: each step takes what the one before it established.
 
     1. ``_complete_stream``: the run stream, read once and completed from the buffer;
-    2. (a provider whose CLI keeps its own session record can reconcile it with ``chunks``
-       here, before anything is materialized);
+    2. ``reconcile_with_cli``: a CLI run whose CLI kept its own session record gets what only
+       that record holds appended to its stream (source-marked), before anything is materialized;
     3. ``_close_run``: the chunk rules replayed, what is missing recorded, the run closed.
     """
     chunks = await _complete_stream(store, run.run_id, buffer)
@@ -574,7 +581,14 @@ async def _recover_run(
         return RecoveredRun(
             run.branch_id, run.run_id, run.verb, len(chunks.items), chunks.imported, 0, 0, 0, None, False
         )
-    return await _close_run(store, run, chunks)
+    cli: Reconciliation | None = None
+    if run.lifecycle:
+        cli = await reconcile_with_cli(
+            store, run.run_id, run.provider, run.started_at, [c for c, _ in chunks.items]
+        )
+        if cli is not None:
+            chunks.items.extend((c, None) for c in cli.appended)
+    return await _close_run(store, run, chunks, cli)
 
 
 # -------------------------------------------------------------------------------------- recover

@@ -200,6 +200,8 @@ class ProviderSessionBound(EventData):
     """The model."""
     session_id: str
     """The provider's session id."""
+    cwd: str | None = None
+    """The working directory the session belongs to (CLIs keep sessions per directory)."""
 
 
 class ModelCalled(EventData):
@@ -211,9 +213,12 @@ class ModelCalled(EventData):
     provider: str
     """The provider name."""
     model: str
-    """The model name."""
+    """The model name as requested."""
     endpoint: str
     """The endpoint called, e.g. ``chat/completions`` or the CLI name."""
+    served_model: str | None = None
+    """The model the provider says it served, when it differs from ``model``: a dated
+    snapshot (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``) or a proxy's deployment."""
     verb: str | None = None
     """The verb that made the call."""
     run_id: str | None = None
@@ -273,6 +278,8 @@ class RunStarted(EventData):
     """The provider used."""
     model: str | None = None
     """The model used."""
+    cwd: str | None = None
+    """The working directory of a CLI agent run."""
 
 
 class RunEnded(EventData):

@@ -189,6 +189,7 @@ class _Builder:
         "own_sessions",
         "parse_model",
         "position",
+        "provider_cwds",
         "provider_sessions",
         "runs",
         "session_id",
@@ -210,6 +211,7 @@ class _Builder:
             self.metadata: Mapping[str, Any] = {}
             self.runs: dict[str, RunInfo] = {}
             self.provider_sessions: dict[tuple[str, str], str] = {}
+            self.provider_cwds: dict[tuple[str, str], str] = {}
             self.action_links: dict[str, str] = {}
             self.forked_from = None
             self.version = self.position = self.model_calls = 0
@@ -227,6 +229,7 @@ class _Builder:
         self.chat_model, self.parse_model, self.metadata = state.chat_model, state.parse_model, state.metadata
         self.runs = state.runs  # type: ignore[assignment]  # read-only until copied
         self.provider_sessions = state.provider_sessions  # type: ignore[assignment]
+        self.provider_cwds = state.provider_cwds  # type: ignore[assignment]
         self.action_links = state.action_links  # type: ignore[assignment]
         self.forked_from = state.forked_from
         self.version, self.position, self.model_calls = state.version, state.position, state.model_calls
@@ -251,6 +254,7 @@ class _Builder:
         setter(state, "metadata", self.metadata)
         setter(state, "runs", _freeze_map(self.runs))
         setter(state, "provider_sessions", _freeze_map(self.provider_sessions))
+        setter(state, "provider_cwds", _freeze_map(self.provider_cwds))
         setter(state, "action_links", _freeze_map(self.action_links))
         setter(state, "forked_from", self.forked_from)
         setter(state, "version", self.version)
@@ -348,7 +352,7 @@ class _Builder:
             self.name = data.name
         # a provider session carries the provider's own transcript, which may hold turns after
         # the fork point: a fork starts without one
-        self.provider_sessions, self.own_sessions = {}, True
+        self.provider_sessions, self.provider_cwds, self.own_sessions = {}, {}, True
         self.created_at = event.recorded_at
         self.version = 0
 
@@ -443,8 +447,14 @@ class _Builder:
     def session_bound(self, data: ProviderSessionBound, event: RecordedEvent) -> None:
         if not self.own_sessions:
             self.provider_sessions = dict(self.provider_sessions)
+            self.provider_cwds = dict(self.provider_cwds)
             self.own_sessions = True
-        self.provider_sessions[(data.provider, data.model)] = data.session_id
+        key = (data.provider, data.model)
+        self.provider_sessions[key] = data.session_id
+        if data.cwd is not None:
+            self.provider_cwds[key] = data.cwd
+        else:
+            self.provider_cwds.pop(key, None)
 
     def model_called(self, data: ModelCalled, event: RecordedEvent) -> None:
         self.model_calls += 1

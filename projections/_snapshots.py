@@ -264,7 +264,10 @@ def snapshot_records(
         "parse_model": dict(state.parse_model) if state.parse_model is not None else None,
         "metadata": dict(state.metadata),
         "runs": [_run_to_dict(r) for r in runs],
-        "provider_sessions": [[p, m, s] for (p, m), s in state.provider_sessions.items()],
+        "provider_sessions": [
+            [p, m, s, *([state.provider_cwds[(p, m)]] if (p, m) in state.provider_cwds else [])]
+            for (p, m), s in state.provider_sessions.items()
+        ],
         "action_links": links,
         "forked_from": _fork_to_dict(state.forked_from),
         "version": state.version,
@@ -629,7 +632,8 @@ def _state_from(
         parse_model=MappingProxyType(d["parse_model"]) if d["parse_model"] is not None else None,
         metadata=d["metadata"],
         runs=maps.runs,
-        provider_sessions={(p, m): s for p, m, s in d["provider_sessions"]},
+        provider_sessions={(e[0], e[1]): e[2] for e in d["provider_sessions"]},
+        provider_cwds={(e[0], e[1]): e[3] for e in d["provider_sessions"] if len(e) > 3},
         action_links=maps.links,
         forked_from=ForkOrigin(**d["forked_from"]) if d["forked_from"] is not None else None,
         version=int(d["version"]),

@@ -102,6 +102,8 @@ class BranchState:
         metadata: Branch metadata from ``branch.created``.
         runs: Run id -> RunInfo, in start order.
         provider_sessions: ``(provider, model)`` -> provider session id to resume.
+        provider_cwds: ``(provider, model)`` -> working directory the bound session belongs
+            to (only for bindings that recorded one).
         action_links: ActionRequest id -> id of the ActionResponse answering it.
         forked_from: Fork origin, None for a branch made by ``branch.created``.
         version: Version of the last folded event of this branch's own stream.
@@ -128,6 +130,7 @@ class BranchState:
         "name",
         "parse_model",
         "position",
+        "provider_cwds",
         "provider_sessions",
         "runs",
         "session_id",
@@ -147,6 +150,7 @@ class BranchState:
     metadata: Mapping[str, Any]
     runs: Mapping[str, RunInfo]
     provider_sessions: Mapping[tuple[str, str], str]
+    provider_cwds: Mapping[tuple[str, str], str]
     action_links: Mapping[str, str]
     forked_from: ForkOrigin | None
     version: int
@@ -174,6 +178,7 @@ class BranchState:
             "metadata": _EMPTY,
             "runs": _EMPTY,
             "provider_sessions": _EMPTY,
+            "provider_cwds": _EMPTY,
             "action_links": _EMPTY,
             "forked_from": None,
             "version": 0,
@@ -186,7 +191,7 @@ class BranchState:
         if unknown:
             raise TypeError(f"BranchState has no field(s) {sorted(unknown)}")
         values.update(fields)
-        for key in ("metadata", "runs", "provider_sessions", "action_links"):
+        for key in ("metadata", "runs", "provider_sessions", "provider_cwds", "action_links"):
             values[key] = MappingProxyType(dict(values[key]))
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -242,6 +247,10 @@ class BranchState:
         """The provider session id to resume for ``provider``/``model``, if one is bound."""
         return self.provider_sessions.get((provider, model))
 
+    def provider_cwd(self, provider: str, model: str) -> str | None:
+        """The working directory the bound session of ``provider``/``model`` belongs to, if recorded."""
+        return self.provider_cwds.get((provider, model))
+
     @property
     def last_response(self) -> AssistantResponse | None:
         """The last AssistantResponse in the view."""
@@ -280,7 +289,7 @@ class BranchState:
         for name in BranchState.__slots__:
             object.__setattr__(new, name, getattr(self, name))
         for name, value in changes.items():
-            if name in ("metadata", "runs", "provider_sessions", "action_links"):
+            if name in ("metadata", "runs", "provider_sessions", "provider_cwds", "action_links"):
                 value = MappingProxyType(dict(value))
             object.__setattr__(new, name, value)
         object.__setattr__(new, "_cache", self._cache)
@@ -300,6 +309,7 @@ class BranchState:
             dict(self.metadata),
             list(self.runs.items()),
             dict(self.provider_sessions),
+            dict(self.provider_cwds),
             dict(self.action_links),
             self.forked_from,
             self.version,

@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "analytics": "turnlog.tools.bench._analytics",
     "subscribe": "turnlog.tools.bench._subscribe",
     "ui": "turnlog.tools.bench._ui",
+    "writers": "turnlog.tools.bench._writers",
 }
 
 
@@ -50,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, projections, kernel, stream, analytics)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

@@ -116,6 +116,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "finish the run if this process is killed",
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole turn")
+    parser.add_argument(
+        "--cwd",
+        default=None,
+        help="the agent's working directory (default: the directory the branch's session is bound "
+        "with, else the current one; another directory than the bound one starts a new session)",
+    )
     add_store_argument(parser)
 
 
@@ -150,8 +156,13 @@ async def _turn(args: argparse.Namespace, echo: _Terminal | None) -> tuple[Branc
             branch = Branch(store=store, name=args.new, user="you", chat_model=inner)
         messages: list[Any] = []
         try:
+            extra = {"cwd": args.cwd} if args.cwd is not None else {}
             run = branch.run(
-                args.message, chat_model=model, stream_persist=args.stream_persist, timeout=args.timeout
+                args.message,
+                chat_model=model,
+                stream_persist=args.stream_persist,
+                timeout=args.timeout,
+                **extra,
             )
             async with contextlib.aclosing(run) as stream:
                 async for message in stream:

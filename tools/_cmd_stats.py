@@ -30,7 +30,7 @@ from ._output import print_table
 
 __all__ = ["COMMAND", "add_analytics_arguments", "open_projection_args"]
 
-_BY = ("model", "provider", "day", "tool", "branch", "session", "verb")
+_BY = ("model", "served_model", "provider", "day", "tool", "branch", "session", "verb")
 
 
 def add_analytics_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,13 @@ with chunked transfer encoding. Error answers carry the ``{"error": {...}}`` env
 ``retry-after`` / ``retry-after-ms`` headers; a script can also cut a stream mid-way, send
 an error event inside a stream, or delay the first byte.
 
+Like the real API it refuses, with the real API's 400 answer and before using up a script
+entry, what api.openai.com refuses (``_fake_openai_checks``: no model, no messages, tool
+turns out of order, a strict JSON schema that is not closed). It reports the dated snapshot
+of a model alias (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``), ``service_tier``,
+``message.annotations``, the usage detail objects, ``n`` choices, the ``openai-version`` and
+``Date`` headers, and random ``chatcmpl-...`` / ``call_...`` ids.
+
 The script is a list of entries (see ``ScriptEntry`` in ``_fake_openai_script``, which also has
 the loader; docs/providers.md has the file format).
 For each request the server takes the first unused entry whose ``match`` fits the request;
@@ -25,16 +32,20 @@ different tasks; connection handlers are tracked and cancelled when the server s
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import hashlib
 import ipaddress
 import itertools
 import json
 import re
+import secrets
+import string
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._fake_openai_checks import request_problem
 from ._fake_openai_script import (
     ErrorBody,
     ScriptEntry,
@@ -74,6 +85,25 @@ _STATUS_TEXT = {
     504: "Gateway Timeout",
 }
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
+OPENAI_VERSION = "2020-10-01"
+"""The ``openai-version`` header the real API sends."""
+SNAPSHOTS = {
+    "gpt-4o-mini": "gpt-4o-mini-2024-07-18",
+    "gpt-4o": "gpt-4o-2024-08-06",
+    "gpt-4.1": "gpt-4.1-2025-04-14",
+    "gpt-4.1-mini": "gpt-4.1-mini-2025-04-14",
+    "gpt-4.1-nano": "gpt-4.1-nano-2025-04-14",
+    "o3-mini": "o3-mini-2025-01-31",
+}
+"""Model aliases and the dated snapshot the real API reports serving for each."""
+_ID_CHARS = string.ascii_letters + string.digits
+
+
+def _random_id(length: int) -> str:
+    """Random letters and digits, like the ids of the real API (unique across server starts)."""
+    return "".join(secrets.choice(_ID_CHARS) for _ in range(length))
+
+
 _MAX_HEADER_BYTES = 64 * 1024
 _MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -281,6 +311,11 @@ class FakeOpenAIServer:
         denied = self._check_key(request)
         if denied is not None:
             return await self._reply(writer, record, 401, denied, keep_alive)
+        problem = request_problem(request.json)
+        if problem is not None:
+            message, param, code = problem
+            body = _error_json(message, "invalid_request_error", code=code, param=param)
+            return await self._reply(writer, record, 400, body, keep_alive)
         slot = self._choose(request)
         if slot is None:
             body = _error_json(
@@ -347,8 +382,12 @@ class FakeOpenAIServer:
         if not value:
             message = (
                 "You didn't provide an API key. You need to provide your API key in an Authorization "
-                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password "
+                "field (with blank username) if you're accessing the API from your browser and are "
+                "prompted for a username and password. You can obtain an API key from "
+                "https://platform.openai.com/account/api-keys."
             )
+            return _error_json(message, "invalid_request_error")  # the real API sends code null here
         else:
             shown = f"{token[:3]}*****{token[-4:]}" if len(token) > 8 else "*****"
             message = f"Incorrect API key provided: {shown}."
@@ -433,9 +472,11 @@ async def _send(
     headers: Mapping[str, str] | None = None,
 ) -> None:
     base = {
+        "date": email.utils.formatdate(usegmt=True),
         "content-type": "application/json",
         "content-length": str(len(body)),
         "x-request-id": f"req_{hashlib.sha256(body).hexdigest()[:24]}",
+        "openai-version": OPENAI_VERSION,
     }
     if close:
         base["connection"] = "close"
@@ -470,12 +511,15 @@ class _Answer:
         self.request = request
         body = request.json if isinstance(request.json, dict) else {}
         self.body = body
-        self.model = entry.model or str(body.get("model") or "gpt-fake")
-        self.id = f"chatcmpl-fake{number:08d}"
+        requested = str(body.get("model") or "gpt-fake")
+        self.model = entry.model or SNAPSHOTS.get(requested, requested)
+        self.id = f"chatcmpl-{_random_id(29)}"
         self.created = int(time.time())
+        n = body.get("n")
+        self.n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
         self.calls = [
             {
-                "id": call.id or f"call_fake{number:04d}{i}",
+                "id": call.id or f"call_{_random_id(24)}",
                 "name": call.name,
                 "arguments": call.arguments
                 if isinstance(call.arguments, str)
@@ -487,7 +531,7 @@ class _Answer:
         self.finish = entry.finish_reason or ("tool_calls" if self.calls else "stop")
 
     def _headers(self) -> dict[str, str]:
-        headers = {"openai-processing-ms": "1"}
+        headers = {"openai-processing-ms": "1", "openai-version": OPENAI_VERSION}
         if self.entry.retry_after is not None:
             headers["retry-after"] = f"{self.entry.retry_after:g}"
         if self.entry.retry_after_ms is not None:
@@ -501,9 +545,15 @@ class _Answer:
         completion = _words(self.text) + sum(len(c["arguments"]) // 4 + 1 for c in self.calls)
         usage: dict[str, Any] = {
             "prompt_tokens": max(prompt, 1),
-            "completion_tokens": completion,
+            "completion_tokens": completion * self.n,
             "total_tokens": 0,
-            "completion_tokens_details": {"reasoning_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
         usage.update(self.entry.usage or {})
         if not (self.entry.usage and "total_tokens" in self.entry.usage):
@@ -552,6 +602,7 @@ class _Answer:
             "role": "assistant",
             "content": None if (self.calls or self.entry.refusal) and not self.text else self.text,
             "refusal": self.entry.refusal,
+            "annotations": [],
         }
         if self.calls:
             message["tool_calls"] = [
@@ -567,8 +618,12 @@ class _Answer:
             "object": "chat.completion",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish}],
+            "choices": [
+                {"index": i, "message": message, "logprobs": None, "finish_reason": self.finish}
+                for i in range(self.n)
+            ],
             "usage": self.usage(),
+            "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
 
@@ -602,11 +657,14 @@ class _Answer:
         deltas.append(({}, self.finish))
         out = []
         for delta, finish in deltas:
-            chunk = self._chunk_head()
-            chunk["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-            if include_usage:
-                chunk["usage"] = None
-            out.append(chunk)
+            for index in range(self.n):
+                chunk = self._chunk_head()
+                chunk["choices"] = [
+                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ]
+                if include_usage:
+                    chunk["usage"] = None
+                out.append(chunk)
         if include_usage:
             chunk = self._chunk_head()
             chunk["choices"] = []
@@ -629,6 +687,7 @@ class _Answer:
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
+            "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
 

@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from turnlog.eventstore import EventStore, StoreNotFound, open_store
 from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
 from turnlog.projections import (
+    ActionResponse,
     AnyMessage,
     BranchState,
     RunInfo,
@@ -177,8 +179,15 @@ def parse_time(text: str, option: str = "--at-time") -> datetime:
 
 
 def message_line(message: AnyMessage) -> str:
-    """One line per message, as ``turnlog log`` summarizes it (``user: ...``, ``tool call ...``)."""
-    return message_summary(message)
+    """One line per message, as ``turnlog log`` summarizes it (``user: ...``, ``tool call ...``).
+
+    A successful tool result also shows its value (``tool result lookup: ok -> {...}``).
+    """
+    line = message_summary(message)
+    if isinstance(message, ActionResponse) and message.content.error is None:
+        value = " ".join(orjson.dumps(message.content.output).decode().split())
+        line += f" -> {value if len(value) <= 72 else value[:71] + '…'}"
+    return line
 
 
 def message_view(message: AnyMessage) -> dict[str, Any]:

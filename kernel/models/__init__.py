@@ -1,5 +1,6 @@
-"""turnlog.kernel.models: providers (OpenAI-compatible HTTP, CLI agents) and iModel."""
+"""turnlog.kernel.models: providers (OpenAI-compatible HTTP, Anthropic, Gemini API, CLI agents) and iModel."""
 
+from ._anthropic import AnthropicModel
 from ._claude_code import ClaudeCodeModel
 from ._codex import CodexModel
 from ._errors import (
@@ -17,6 +18,7 @@ from ._errors import (
 )
 from ._fingerprint import canonical_request, public_params, request_fingerprint
 from ._gemini import GeminiModel
+from ._gemini_api import GeminiAPIModel
 from ._imodel import API_PROVIDERS, CLI_PROVIDERS, iModel
 from ._openai import (
     DEFAULT_TIMEOUT,
@@ -30,6 +32,7 @@ from ._retry import RetryPolicy, parse_retry_after
 from ._subprocess import CLIAgentModel, CLIEventParser, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
 from ._types import (
     ChatModel,
+    ChunkSink,
     ChunkType,
     ModelRequest,
     ModelResponse,
@@ -48,6 +51,8 @@ __all__ = [
     "Diagnostic",
     "ExitStatus",
     "GeminiModel",
+    "AnthropicModel",
+    "GeminiAPIModel",
     "NDJSONFramer",
     "API_PROVIDERS",
     "CLI_PROVIDERS",
@@ -67,6 +72,7 @@ __all__ = [
     "CLIError",
     "CLINotFound",
     "ChatModel",
+    "ChunkSink",
     "ChunkType",
     "ContextLengthError",
     "ModelRequest",

@@ -1,22 +1,39 @@
 """Claude Code as a streaming model: ``claude -p PROMPT --output-format stream-json --verbose``.
 
+Runs with ``--include-partial-messages`` (unless ``partial_messages=False``): Claude Code
+prints one ``assistant`` line per *finished* content block, so without the partial
+messages a crash mid-block would lose the whole block; with them, every text and thinking
+delta is a chunk the moment the CLI prints it.
+
 Line types and what they become:
 
-- ``system`` ``init`` -> ``system`` chunk with ``session_id``, ``model``, ``tools``;
-  other ``system`` subtypes -> ``system`` chunk with ``subtype`` and the raw ``event``
-  (no ``session_id`` key, so only ``init`` binds a session).
-- ``assistant`` -> one chunk per content block: ``thinking``, ``text``, ``tool_use``
-  (a ``tool_result`` block -> ``tool_result``). A synthetic assistant line carrying
-  ``error`` (the CLI's own API error prose) is not text: its message is kept for the error.
+- ``system`` ``init`` -> ``system`` chunk with ``session_id``, ``model``, ``tools``, ``cwd``;
+  other ``system`` subtypes (``api_retry``, ...) -> ``system`` chunk with ``subtype`` and the
+  raw ``event`` (no ``session_id`` key, so only ``init`` binds a session); ``status`` lines
+  (``requesting`` before each API request) are skipped.
+- ``stream_event`` (partial messages): ``text_delta`` -> ``text`` chunk and ``thinking_delta``
+  -> ``thinking`` chunk, with ``is_delta`` (and no metadata: deltas are the hot path); the other Messages-API
+  events (block starts and stops, ``input_json_delta``, ``message_delta``) make no chunk.
+- ``assistant`` -> one chunk per content block, *reconciled* with the deltas streamed for the
+  same message and block kind: when the block's text is exactly the deltas, nothing more is
+  emitted (no duplicated text); when the deltas are a prefix of it, the rest is a ``text``
+  chunk with ``metadata["reconciled"] = "suffix"``; when they disagree, a ``text`` chunk
+  holding the whole final block with ``metadata["reconciled"] = "replace"`` and
+  ``metadata["streamed"]`` (what the deltas said) -- the assembler then replaces the
+  streamed text and records the mismatch on the response. ``tool_use`` blocks come from
+  here (their input complete). A synthetic assistant line carrying ``error`` (the CLI's own
+  API error prose) is not text: its message is kept for the error.
 - ``user`` -> ``tool_result`` chunks for its tool_result blocks.
 - ``result`` -> ``result`` chunk (usage, cost, duration, turns, session id); when
-  ``is_error`` is true it is followed by an ``error`` chunk with the classified ``kind``.
-- ``rate_limit_event`` and ``stream_event`` lines, and unknown types, are skipped.
+  ``is_error`` is true (Claude reports API errors as subtype ``success`` with ``is_error``)
+  it is followed by an ``error`` chunk classified from its text and ``api_error_status``.
+- ``rate_limit_event`` lines and unknown types are skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._subprocess import CLIAgentModel, CLIEventParser, usage_dict
@@ -28,9 +45,14 @@ __all__ = ["ClaudeCodeModel"]
 class ClaudeCodeModel(CLIAgentModel):
     """Claude Code (the ``claude`` CLI) in print mode with streamed JSON output.
 
+    Args:
+        model: The model (``--model``); "" leaves the CLI's default.
+        partial_messages: Pass ``--include-partial-messages`` so that text arrives as deltas.
+        **kwargs: The ``CLIAgentModel`` arguments.
+
     Extra per-call options: ``max_turns`` (``--max-turns``, passed as given),
     ``permission_mode`` (``--permission-mode``), ``append_system_prompt``
-    (``--append-system-prompt``).
+    (``--append-system-prompt``: guidance added to Claude Code's own system prompt).
 
     Example::
 
@@ -45,17 +67,27 @@ class ClaudeCodeModel(CLIAgentModel):
     option_keys = frozenset(
         {"cwd", "env", "extra_args", "model", "max_turns", "permission_mode", "append_system_prompt"}
     )
+    system_prompt_option = "append_system_prompt"
+
+    def __init__(self, model: str = "", *, partial_messages: bool = True, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.partial_messages = partial_messages
 
     def build_args(
         self, prompt: str, *, resume: str | None, model: str, options: Mapping[str, Any]
     ) -> list[str]:
-        """``-p PROMPT --output-format stream-json --verbose [--model M] [--resume ID] [extra]``.
+        """``-p PROMPT --output-format stream-json --verbose [--include-partial-messages] [...]``.
+
+        Then ``[--model M] [--resume ID] [--max-turns N] [--permission-mode P]
+        [--append-system-prompt TEXT] [extra]``.
 
         A prompt that starts with ``-`` is passed after ``--`` so it is not read as an option.
         """
         dash = prompt.startswith("-")
         args = ["-p"] if dash else ["-p", prompt]
         args += ["--output-format", "stream-json", "--verbose"]
+        if self.partial_messages:
+            args.append("--include-partial-messages")
         if model:
             args += ["--model", model]
         if resume:
@@ -76,15 +108,30 @@ class ClaudeCodeModel(CLIAgentModel):
         return _ClaudeParser(self.provider, started)
 
 
+@dataclass(slots=True)
+class _Streamed:
+    """The deltas of one content block (by message id and block index)."""
+
+    kind: str  # "text" or "thinking"
+    parts: list[str] = field(default_factory=list)
+
+
 class _ClaudeParser(CLIEventParser):
     def __init__(self, provider: str, started: float) -> None:
         super().__init__(provider, started)
         self.model: str | None = None
         self.api_error: str | None = None
+        self.message_id: str | None = None
+        # Streamed blocks not yet matched with their final assistant line, in block order.
+        self.streamed: dict[str, dict[int, _Streamed]] = {}
 
     def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
         kind = event.get("type")
+        if kind == "stream_event":
+            return self._stream_event(event)
         if kind == "system":
+            if event.get("subtype") == "status":
+                return []  # "requesting" before each API request: progress, not content
             return [self._system(event)]
         if kind == "assistant":
             return self._assistant(event)
@@ -96,6 +143,8 @@ class _ClaudeParser(CLIEventParser):
 
     def _system(self, event: dict[str, Any]) -> StreamChunk:
         if event.get("subtype") != "init":
+            if event.get("subtype") == "api_retry" and isinstance(event.get("error_status"), int):
+                self.http_status = event["error_status"]
             return StreamChunk("system", metadata={"subtype": event.get("subtype"), "event": event})
         self.session_id = event.get("session_id") or self.session_id
         self.model = event.get("model") or self.model
@@ -110,6 +159,61 @@ class _ClaudeParser(CLIEventParser):
                 "cli_version": event.get("claude_code_version"),
             },
         )
+
+    def _stream_event(self, event: dict[str, Any]) -> list[StreamChunk]:
+        raw = event.get("event")
+        if not isinstance(raw, dict):
+            return []
+        etype = raw.get("type")
+        if etype == "message_start":
+            message = raw.get("message") or {}
+            self.message_id = message.get("id") if isinstance(message, dict) else None
+            return []
+        if etype != "content_block_delta":
+            return []
+        delta = raw.get("delta") or {}
+        dtype = delta.get("type") if isinstance(delta, dict) else None
+        if dtype == "text_delta":
+            kind, text = "text", delta.get("text")
+        elif dtype == "thinking_delta":
+            kind, text = "thinking", delta.get("thinking")
+        else:
+            return []  # input_json_delta, signature_delta, citations: the final block has them
+        if not isinstance(text, str) or not text:
+            return []
+        index = raw.get("index") if isinstance(raw.get("index"), int) else -1
+        blocks = self.streamed.setdefault(self.message_id or "", {})
+        block = blocks.setdefault(index, _Streamed(kind))
+        block.parts.append(text)
+        # A delta is the hot path of a stream: no metadata unless it belongs to a subagent.
+        if event.get("parent_tool_use_id"):
+            meta = {"parent_tool_use_id": event["parent_tool_use_id"]}
+            return [StreamChunk(kind, content=text, is_delta=True, metadata=meta)]  # type: ignore[arg-type]
+        return [StreamChunk(kind, content=text, is_delta=True)]  # type: ignore[arg-type]
+
+    def _take_streamed(self, message_id: str, kind: str) -> _Streamed | None:
+        """The first streamed block of ``kind`` of the message not yet reconciled."""
+        blocks = self.streamed.get(message_id)
+        if not blocks:
+            return None
+        for index in sorted(blocks):
+            if blocks[index].kind == kind:
+                return blocks.pop(index)
+        return None
+
+    def _reconciled(self, kind: str, final: str, meta: dict[str, Any]) -> list[StreamChunk]:
+        """The chunks a finished text/thinking block adds to what its deltas said."""
+        streamed = self._take_streamed(str(meta.get("message_id") or ""), kind)
+        if streamed is None:
+            return [StreamChunk(kind, content=final, metadata=meta)]  # type: ignore[arg-type]
+        said = "".join(streamed.parts)
+        if said == final:
+            return []
+        if final.startswith(said):
+            rest = {**meta, "reconciled": "suffix"}
+            return [StreamChunk(kind, content=final[len(said) :], metadata=rest)]  # type: ignore[arg-type]
+        replace = {**meta, "reconciled": "replace", "streamed": said}
+        return [StreamChunk(kind, content=final, metadata=replace)]  # type: ignore[arg-type]
 
     def _assistant(self, event: dict[str, Any]) -> list[StreamChunk]:
         message = event.get("message") or {}
@@ -129,15 +233,10 @@ class _ClaudeParser(CLIEventParser):
                 continue
             btype = block.get("type")
             if btype == "text":
-                chunks.append(StreamChunk("text", content=block.get("text") or "", metadata=dict(meta)))
+                chunks += self._reconciled("text", block.get("text") or "", dict(meta))
             elif btype == "thinking":
-                chunks.append(
-                    StreamChunk(
-                        "thinking",
-                        content=block.get("thinking") or "",
-                        metadata={**meta, "signature": block.get("signature")},
-                    )
-                )
+                thinking_meta = {**meta, "signature": block.get("signature")}
+                chunks += self._reconciled("thinking", block.get("thinking") or "", thinking_meta)
             elif btype == "tool_use":
                 chunks.append(
                     StreamChunk(
@@ -168,6 +267,8 @@ class _ClaudeParser(CLIEventParser):
         self.session_id = event.get("session_id") or self.session_id
         usage = event.get("usage") or {}
         is_error = bool(event.get("is_error"))
+        if isinstance(event.get("api_error_status"), int):
+            self.http_status = event["api_error_status"]
         meta = {
             "session_id": self.session_id,
             "usage": usage_dict(
@@ -180,6 +281,7 @@ class _ClaudeParser(CLIEventParser):
             "subtype": event.get("subtype"),
             "stop_reason": event.get("stop_reason"),
             "terminal_reason": event.get("terminal_reason"),
+            "api_error_status": event.get("api_error_status"),
             "model": self.model,
             "raw_usage": usage,
             "model_usage": event.get("modelUsage"),

@@ -15,6 +15,19 @@ Events and what they become:
   The shape ``{"type": "error", "error": {}}`` is an ``error`` chunk with ``benign_eos``.
 - ``turn.completed`` -> ``result`` chunk (usage, turns, wall-clock duration, session id,
   the last agent message as content); ``turn.failed`` -> ``error`` chunk.
+
+Usage: ``turn.completed`` reports the *running total of the session*, not of the turn. The
+usage of a run is that total minus the total the session's rollout file recorded before the
+run started (read from ``CODEX_HOME/sessions`` when resuming); ``raw_usage`` keeps the
+running total and ``usage_baseline`` the total subtracted (``None`` with
+``usage_basis: "cumulative"`` when a resumed session's baseline could not be read).
+
+Granularity: ``exec --json`` prints an ``agent_message`` or ``reasoning`` item only when it
+is complete (no text deltas exist in this mode; ``item.updated`` is only used for to-do
+lists), and a tool item when it starts and when it completes. A crash of this process
+therefore loses at most the agent message or reasoning item in progress, which the CLI has
+not printed yet either; the parent-death guard stops the CLI with this process, so it does
+not finish the message behind the log's back.
 """
 
 from __future__ import annotations
@@ -22,6 +35,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+import orjson
+
+from ._cli_sessions import codex_usage_total
 from ._subprocess import CLIAgentModel, CLIEventParser, usage_dict
 from ._types import StreamChunk
 
@@ -41,7 +58,9 @@ class CodexModel(CLIAgentModel):
             outside a git repository).
         **kwargs: The ``CLIAgentModel`` arguments.
 
-    Extra per-call option: ``sandbox`` (``-s``: read-only, workspace-write, danger-full-access).
+    Extra per-call options: ``sandbox`` (``-s``: read-only, workspace-write, danger-full-access),
+    ``developer_instructions`` (``-c developer_instructions=...``: guidance added to Codex's own
+    instructions).
 
     Example::
 
@@ -53,7 +72,8 @@ class CodexModel(CLIAgentModel):
     provider = "codex"
     env_var = "TURNLOG_CODEX_BIN"
     default_executable = "codex"
-    option_keys = frozenset({"cwd", "env", "extra_args", "model", "sandbox"})
+    option_keys = frozenset({"cwd", "env", "extra_args", "model", "sandbox", "developer_instructions"})
+    system_prompt_option = "developer_instructions"
 
     def __init__(self, model: str = "", *, skip_git_repo_check: bool = True, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -70,6 +90,9 @@ class CodexModel(CLIAgentModel):
             args.append("--skip-git-repo-check")
         if options.get("sandbox"):
             args += ["-s", str(options["sandbox"])]
+        if options.get("developer_instructions"):
+            value = orjson.dumps(str(options["developer_instructions"])).decode()
+            args += ["-c", f"developer_instructions={value}"]
         args += list(options.get("extra_args", ()))
         if resume:
             args += ["resume", resume]
@@ -79,6 +102,13 @@ class CodexModel(CLIAgentModel):
         """A parser for one Codex run."""
         return _CodexParser(self.provider, started)
 
+    async def before_spawn(self, parser: CLIEventParser, *, resume: str | None, home: str | None) -> None:
+        """On resume, read the session's running usage total so the run's own can be derived."""
+        assert isinstance(parser, _CodexParser)
+        parser.resumed = resume is not None
+        if resume is not None and home is not None:
+            parser.baseline = await anyio.to_thread.run_sync(codex_usage_total, home, resume)
+
 
 class _CodexParser(CLIEventParser):
     def __init__(self, provider: str, started: float) -> None:
@@ -86,6 +116,8 @@ class _CodexParser(CLIEventParser):
         self.turns = 0
         self.last_text = ""
         self.open_tools: set[str] = set()
+        self.resumed = False
+        self.baseline: dict[str, int] | None = None
 
     def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
         kind = event.get("type")
@@ -146,18 +178,33 @@ class _CodexParser(CLIEventParser):
     def _turn_completed(self, event: dict[str, Any]) -> StreamChunk:
         self.finished = True
         usage = event.get("usage") or {}
-        return StreamChunk(
-            "result",
-            content=self.last_text,
-            metadata={
-                "session_id": self.session_id,
-                "usage": usage_dict(usage.get("input_tokens"), usage.get("output_tokens"), None),
+        meta: dict[str, Any] = {"session_id": self.session_id}
+        if self.resumed and self.baseline is None:
+            run_in, run_out = usage.get("input_tokens"), usage.get("output_tokens")
+            meta["usage_basis"] = "cumulative"  # the session's earlier runs are included
+        else:
+            base = self.baseline or {}
+            run_in = _minus(usage.get("input_tokens"), base.get("input_tokens"))
+            run_out = _minus(usage.get("output_tokens"), base.get("output_tokens"))
+        meta.update(
+            {
+                "usage": usage_dict(run_in, run_out, None),
                 "cost_usd": None,
                 "duration_ms": self.elapsed_ms(),
                 "num_turns": max(self.turns, 1),
                 "raw_usage": usage,
-            },
+                "usage_baseline": self.baseline,
+            }
         )
+        return StreamChunk("result", content=self.last_text, metadata=meta)
+
+
+def _minus(total: Any, base: Any) -> int | None:
+    if not isinstance(total, int) or isinstance(total, bool):
+        return None
+    if isinstance(base, int) and not isinstance(base, bool) and 0 <= base <= total:
+        return total - base
+    return total
 
 
 def _tool_name(item: dict[str, Any]) -> str:

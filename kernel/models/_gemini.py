@@ -6,12 +6,16 @@ Events and what they become:
 - ``message`` from the assistant -> ``text`` chunk with ``is_delta``; the echo of the user
   prompt is skipped.
 - ``tool_use`` -> ``tool_use``; ``tool_result`` -> ``tool_result`` (``status: "error"`` sets
-  ``is_error``; the error message becomes the output when there is no output).
+  ``is_error``; the error message becomes the output when there is no output). The CLI
+  reports some successful results with ``"output": ""`` (``read_file`` does): such a result
+  is recorded as empty and says so (``metadata["empty_output"]``), it is not the file's text.
 - ``error`` (non-fatal: loop detected, blocked, ...) -> ``system`` chunk with
   ``metadata["notice"]`` and ``severity``.
 - ``result`` -> ``result`` chunk (usage from ``stats``, duration, tool calls, session id; its
   content is the assistant text after the last tool call); ``status: "error"`` adds an
-  ``error`` chunk with the classified ``kind``.
+  ``error`` chunk with the classified ``kind``. The exit status is read by its documented
+  meaning (41 auth, 42 input, 53 turn limit, the HTTP status modulo 256 for API errors:
+  see ``_cli_errors``).
 """
 
 from __future__ import annotations
@@ -143,10 +147,14 @@ def _tool_result(event: dict[str, Any]) -> StreamChunk:
     output = event.get("output")
     if output is None and isinstance(error, dict):
         output = error.get("message")
+    meta: dict[str, Any] = {"status": event.get("status"), "error": error}
+    if output == "" and event.get("status") != "error":
+        meta["empty_output"] = True
+        meta["note"] = "the CLI reported this tool result with an empty output"
     return StreamChunk(
         "tool_result",
         tool_id=event.get("tool_id"),
         tool_output=output,
         is_error=event.get("status") == "error",
-        metadata={"status": event.get("status"), "error": error},
+        metadata=meta,
     )

@@ -11,6 +11,9 @@ Providers:
 
 - ``openai``: api.openai.com, key from ``$OPENAI_API_KEY``.
 - ``ollama``: ``http://127.0.0.1:11434/v1``, no key.
+- ``anthropic``: the Messages API (``AnthropicModel``), key from ``$ANTHROPIC_API_KEY``.
+- ``gemini_api`` (or ``google``): the Gemini API (``GeminiAPIModel``), key from
+  ``$GEMINI_API_KEY`` or ``$GOOGLE_API_KEY`` (``gemini`` names the Gemini CLI agent).
 - any other name with a ``base_url``: an OpenAI-compatible server; the key is optional and
   read from ``$<NAME>_API_KEY`` (e.g. ``$FAKE_API_KEY``) when not given.
 - ``claude_code``, ``codex``, ``gemini``: CLI agents, resolved lazily from the provider table
@@ -29,12 +32,14 @@ from typing import Any
 
 import httpx
 
+from ._anthropic import ANTHROPIC_BASE_URL, AnthropicModel
 from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
+from ._gemini_api import GEMINI_BASE_URL, GeminiAPIModel
 from ._openai import DEFAULT_TIMEOUT, OPENAI_BASE_URL, OpenAIChatModel
 from ._retry import RetryPolicy
 from ._secrets import scrub_url
-from ._types import ModelRequest, ModelResponse, StreamChunk
+from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk
 
 __all__ = ["API_PROVIDERS", "CLI_PROVIDERS", "iModel"]
 
@@ -44,13 +49,18 @@ class _APIProvider:
     base_url: str
     api_key_env: str | None
     require_api_key: bool
+    transport: type[OpenAIChatModel] = OpenAIChatModel
 
 
-#: Known OpenAI-compatible providers: default base URL, key variable, whether a key is required.
+#: Known HTTP providers: default base URL, key variable, whether a key is required, transport.
 API_PROVIDERS: Mapping[str, _APIProvider] = MappingProxyType(
     {
         "openai": _APIProvider(OPENAI_BASE_URL, "OPENAI_API_KEY", True),
         "ollama": _APIProvider("http://127.0.0.1:11434/v1", None, False),
+        "anthropic": _APIProvider(ANTHROPIC_BASE_URL, "ANTHROPIC_API_KEY", True, AnthropicModel),
+        # The Gemini API ("gemini" is the Gemini CLI agent); the key is $GEMINI_API_KEY or $GOOGLE_API_KEY.
+        "gemini_api": _APIProvider(GEMINI_BASE_URL, "GEMINI_API_KEY", True, GeminiAPIModel),
+        "google": _APIProvider(GEMINI_BASE_URL, "GEMINI_API_KEY", True, GeminiAPIModel),
     }
 )
 
@@ -62,6 +72,9 @@ CLI_PROVIDERS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "gemini": ("turnlog.kernel.models._gemini", "GeminiModel"),
     }
 )
+
+#: Parameters that choose how a verb calls the model, not what is sent (see ``stream_defaults``).
+_STREAM_KEYS = ("stream", "stream_persist")
 
 _CONFIG_KEYS = frozenset({"provider", "model", "base_url", "params", "timeout", "retry"})
 
@@ -113,7 +126,9 @@ class iModel:
         retry: HTTP retry policy (default ``RetryPolicy()``).
         headers: Extra HTTP headers (never recorded).
         **params: Default request parameters (``temperature=0``, ``max_tokens=...``) for API
-            providers; constructor options of the agent for CLI providers.
+            providers; constructor options of the agent for CLI providers. For API providers
+            ``stream=True`` makes verbs stream by default, and ``stream_persist=True`` buffers
+            their chunks for ``recover`` (both are not sent as parameters).
 
     Example:
         ```python
@@ -167,7 +182,8 @@ class iModel:
             )
         env = known.api_key_env if known else re.sub(r"\W", "_", name.upper()) + "_API_KEY"
         self.model = model_name
-        self._backend = OpenAIChatModel(
+        transport = known.transport if known else OpenAIChatModel
+        self._backend = transport(
             model_name,
             provider=name,
             base_url=base_url or (known.base_url if known else None),
@@ -190,12 +206,24 @@ class iModel:
     @property
     def endpoint(self) -> str:
         """``chat/completions`` for API providers, ``cli`` for CLI agents."""
-        return "cli" if self.is_cli else OpenAIChatModel.endpoint
+        return "cli" if self.is_cli else str(self._backend.endpoint)
 
     @property
     def base_url(self) -> str | None:
         """The API root of an HTTP provider (None for CLI agents)."""
         return None if self.is_cli else self._backend.base_url
+
+    @property
+    def streams_chunks(self) -> bool:
+        """True when ``invoke(request, on_chunk=...)`` hands a streamed call's deltas over."""
+        return not self.is_cli and getattr(self._backend, "streams_chunks", False) is True
+
+    @property
+    def stream_defaults(self) -> dict[str, bool]:
+        """The verbs' default ``stream`` / ``stream_persist`` for this model (False unless given)."""
+        if self.is_cli:
+            return {}
+        return {key: bool(self._params[key]) for key in _STREAM_KEYS if key in self._params}
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -211,13 +239,14 @@ class iModel:
         """``request`` with the default parameters merged under its own."""
         if not self._params or self.is_cli:
             return request
-        return dataclasses.replace(request, params={**self._params, **request.params})
+        defaults = {k: v for k, v in self._params.items() if k not in _STREAM_KEYS}
+        return dataclasses.replace(request, params={**defaults, **request.params})
 
     def fingerprint(self, request: ModelRequest) -> str:
         """The fingerprint of what ``invoke(request)`` sends (defaults merged)."""
         return request_fingerprint(self.prepare(request), model=self.model)
 
-    async def invoke(self, request: ModelRequest) -> ModelResponse:
+    async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
         """Send one request to an API provider (defaults merged); see ``OpenAIChatModel.invoke``."""
         if self.is_cli and not hasattr(self._backend, "invoke"):
             raise ProviderError(
@@ -225,6 +254,8 @@ class iModel:
                 provider=self.provider,
                 model=self.model,
             )
+        if on_chunk is not None and self.streams_chunks:
+            return await self._backend.invoke(self.prepare(request), on_chunk=on_chunk)
         return await self._backend.invoke(self.prepare(request))
 
     def stream(

@@ -45,7 +45,7 @@ from ._errors import (
 from ._fingerprint import sent_params
 from ._retry import RetryPolicy, parse_retry_after
 from ._secrets import REDACTED, Scrubber, scrub_url, url_secrets
-from ._types import ModelRequest, ModelResponse, ToolCall, Usage
+from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -62,7 +62,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 
 _ALLOW_ENV = "TURNLOG_ALLOW_MODEL_REQUESTS"
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "response_format", "stream"})
-_CONTEXT_MESSAGE = re.compile(r"context[\s_-]?(length|window)|maximum context", re.IGNORECASE)
+_CONTEXT_MESSAGE = re.compile(
+    r"context[\s_-]?(length|window)|maximum context|prompt is too long|input token count", re.IGNORECASE
+)
 _REDACTED = REDACTED
 
 
@@ -169,6 +171,8 @@ class OpenAIChatModel:
     """
 
     endpoint = "chat/completions"
+    #: ``invoke(request, on_chunk=...)`` hands the SSE deltas of a streamed call to a sink.
+    streams_chunks = True
 
     def __init__(
         self,
@@ -288,8 +292,12 @@ class OpenAIChatModel:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    async def invoke(self, request: ModelRequest) -> ModelResponse:
+    async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
         """Send ``request``; retry per the policy; return the (assembled) response.
+
+        With ``request.stream`` and ``on_chunk``, every text delta is handed to ``on_chunk``
+        as it arrives (a ``text`` chunk with ``is_delta``), each tool call once complete (a
+        ``tool_use`` chunk), then a ``result`` chunk with the usage; see ``ChunkSink``.
 
         Raises:
             ModelRequestsBlocked: A non-loopback URL while model requests are disabled.
@@ -318,7 +326,9 @@ class OpenAIChatModel:
             while True:
                 attempt += 1
                 try:
-                    response = await self._attempt(client, payload, headers, request.stream, started, scrub)
+                    response = await self._attempt(
+                        client, payload, headers, request.stream, started, scrub, on_chunk
+                    )
                 except _Failure as failure:
                     if not failure.retryable or attempt >= self.retry.max_attempts:
                         error = failure.error
@@ -338,10 +348,13 @@ class OpenAIChatModel:
         stream: bool,
         started: float,
         scrub: Scrubber,
+        on_chunk: ChunkSink | None = None,
     ) -> ModelResponse:
         body_started = False
         try:
-            async with client.stream("POST", self.url, content=payload, headers=headers) as response:
+            async with client.stream(
+                "POST", self._target(stream), content=payload, headers=headers
+            ) as response:
                 if not 200 <= response.status_code < 300:
                     await response.aread()
                     raise self._status_failure(response, scrub)
@@ -349,9 +362,14 @@ class OpenAIChatModel:
                 stream = stream and response.headers.get("content-type", "").startswith("text/event-stream")
                 body_started = stream
                 if stream:
-                    return await self._read_stream(response, started, scrub)
+                    answer = await self._read_stream(response, started, scrub, on_chunk)
+                    answer = _with_reported(answer, response.headers)
+                    if on_chunk is not None:
+                        await on_chunk(_result_chunk(answer))
+                    return answer
                 await response.aread()
-                return self._from_completion(_decode_json(response.text, self, scrub), scrub)
+                answer = self._from_completion(_decode_json(response.text, self, scrub), scrub)
+                return _with_reported(answer, response.headers)
         except httpx.TimeoutException as exc:
             _redact_request(exc, self._headers)
             error = ProviderTimeout(
@@ -370,6 +388,10 @@ class OpenAIChatModel:
             )
             raise _Failure(error, retryable=self._retry_transport(body_started)) from exc
 
+    def _target(self, stream: bool) -> str:
+        """The URL one request is sent to (providers with a streaming endpoint of its own override it)."""
+        return self.url
+
     def _retry_transport(self, body_started: bool) -> bool:
         # A stream that already started may have delivered output: never replay it silently.
         return self.retry.retry_transport_errors and not body_started
@@ -383,13 +405,12 @@ class OpenAIChatModel:
         except orjson.JSONDecodeError:
             body = response.text
         body = scrub(body)
-        detail = body.get("error", body) if isinstance(body, dict) else body
-        message = detail.get("message") if isinstance(detail, dict) else None
-        code = detail.get("code") if isinstance(detail, dict) else None
-        text = str(message if message is not None else detail)[:1000]
-        label = f" {code}" if code else ""
+        message, code = self._error_parts(body)
+        text = message[:1000]
+        # Some servers send the status again as the code ("code": "400" or 400): say it once.
+        label = f" {code}" if code not in (None, "", status, str(status)) else ""
         summary = f"{self.provider} {self.model}: HTTP {status}{label}: {text}"
-        cls = _error_class(status, code, text)
+        cls = self._error_class(status, code, text, body)
         error = cls(
             summary,
             status_code=status,
@@ -401,7 +422,20 @@ class OpenAIChatModel:
         retryable = self.retry.should_retry_status(status, response.headers)
         return _Failure(error, retryable=retryable, retry_after=retry_after)
 
-    async def _read_stream(self, response: httpx.Response, started: float, scrub: Scrubber) -> ModelResponse:
+    def _error_parts(self, body: Any) -> tuple[str, Any]:
+        """The message and the code of an error body (``{"error": {"message", "code"}}`` here)."""
+        detail = body.get("error", body) if isinstance(body, dict) else body
+        message = detail.get("message") if isinstance(detail, dict) else None
+        code = detail.get("code") if isinstance(detail, dict) else None
+        return str(message if message is not None else detail), code
+
+    def _error_class(self, status: int, code: Any, message: str, body: Any) -> type[ProviderHTTPError]:
+        """The ``ProviderHTTPError`` subclass of an error answer."""
+        return _error_class(status, code, message)
+
+    async def _read_stream(
+        self, response: httpx.Response, started: float, scrub: Scrubber, on_chunk: ChunkSink | None = None
+    ) -> ModelResponse:
         assembly = _StreamAssembly(self)
         ttft: float | None = None
         try:
@@ -413,6 +447,9 @@ class OpenAIChatModel:
                     raise _Failure(self._stream_error(chunk, scrub, assembly.chunks), retryable=False)
                 if assembly.add(chunk) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
+                if on_chunk is not None:
+                    for piece in assembly.take_pieces(scrub):
+                        await on_chunk(piece)
             else:
                 raise _Failure(
                     ProviderConnectionError(
@@ -504,6 +541,54 @@ class OpenAIChatModel:
         )
 
 
+def _result_chunk(answer: ModelResponse) -> StreamChunk:
+    """The closing ``result`` chunk of a streamed call: usage, finish reason, served model."""
+    return StreamChunk(
+        type="result",
+        content=answer.text,
+        metadata={
+            "usage": answer.usage.to_dict(),
+            "finish_reason": answer.finish_reason,
+            "model": answer.model,
+        },
+    )
+
+
+#: Headers in which proxies report the real cost and the deployment's model (LiteLLM).
+COST_HEADERS = ("x-litellm-response-cost",)
+SERVED_MODEL_HEADERS = ("x-litellm-model-name",)
+
+
+def _with_reported(answer: ModelResponse, headers: httpx.Headers) -> ModelResponse:
+    """The answer with the cost and model a proxy reported in its headers (they win)."""
+    changes: dict[str, Any] = {}
+    for name in COST_HEADERS:
+        cost = _number(headers.get(name))
+        if cost is not None:
+            changes["usage"] = dataclasses.replace(answer.usage, cost_usd=cost)
+            break
+    for name in SERVED_MODEL_HEADERS:
+        served = (headers.get(name) or "").strip()
+        if served:
+            changes["model"] = served
+            break
+    return dataclasses.replace(answer, **changes) if changes else answer
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if number >= 0 and number != float("inf") else None
+    return None
+
+
 def _error_class(status: int, code: Any, message: str) -> type[ProviderHTTPError]:
     if status in (401, 403):
         return AuthenticationError
@@ -533,6 +618,8 @@ def _usage(raw: Any) -> Usage:
     return Usage(
         input_tokens=prompt if isinstance(prompt, int) else None,
         output_tokens=completion if isinstance(completion, int) else None,
+        # OpenRouter and LiteLLM report the billed cost in the usage object.
+        cost_usd=_number(raw.get("cost")),
     )
 
 
@@ -611,6 +698,11 @@ async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             data.append(value[1:] if value.startswith(" ") else value)
 
 
+def _scrubbed(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
+    """A chunk without the credentials its text or tool input might carry."""
+    return dataclasses.replace(chunk, content=scrub(chunk.content), tool_input=scrub(chunk.tool_input))
+
+
 class _StreamAssembly:
     """Folds ``chat.completion.chunk`` objects into one ``chat.completion`` object."""
 
@@ -623,6 +715,9 @@ class _StreamAssembly:
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
         self._usage: Any = None
+        self._pieces: list[StreamChunk] = []
+        self._emitted_calls = 0
+        self._annotations: list[Any] = []
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk; True when it carried output (text, refusal or a tool-call fragment)."""
@@ -635,24 +730,53 @@ class _StreamAssembly:
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
             delta = choice.get("delta") or {}
             output = self._add_delta(delta) or output
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+                self._calls_done(len(self._calls))
         return output
+
+    def take_pieces(self, scrub: Scrubber) -> list[StreamChunk]:
+        """The chunks completed since the last call (text deltas, finished tool calls)."""
+        pieces, self._pieces = self._pieces, []
+        return [_scrubbed(p, scrub) for p in pieces]
+
+    def _calls_done(self, upto: int) -> None:
+        """Tool calls with an index below ``upto`` are complete: one ``tool_use`` chunk each."""
+        for index in sorted(self._calls)[self._emitted_calls : upto]:
+            call = self._calls[index]
+            text = "".join(call["arguments"])
+            try:
+                arguments = orjson.loads(text) if text.strip() else {}
+            except orjson.JSONDecodeError:
+                arguments = {"_raw": text}
+            self._pieces.append(
+                StreamChunk(
+                    type="tool_use",
+                    tool_name=call["name"],
+                    tool_id=call["id"] or None,
+                    tool_input=arguments if isinstance(arguments, dict) else {"_raw": text},
+                )
+            )
+            self._emitted_calls += 1
 
     def _add_delta(self, delta: dict[str, Any]) -> bool:
         output = False
         if delta.get("content"):
             self._text.append(delta["content"])
+            self._pieces.append(StreamChunk(type="text", content=delta["content"], is_delta=True))
             output = True
         if delta.get("refusal"):
             self._refusal.append(delta["refusal"])
             output = True
+        if isinstance(delta.get("annotations"), list):
+            self._annotations.extend(delta["annotations"])
         for fragment in delta.get("tool_calls") or []:
-            call = self._calls.setdefault(
-                int(fragment.get("index", 0)), {"id": "", "type": "function", "name": "", "arguments": []}
-            )
+            index = int(fragment.get("index", 0))
+            if index not in self._calls:
+                self._calls_done(len(self._calls))  # a new call starts: the ones before it are complete
+            call = self._calls.setdefault(index, {"id": "", "type": "function", "name": "", "arguments": []})
             call["id"] = fragment.get("id") or call["id"]
             function = fragment.get("function") or {}
             call["name"] = function.get("name") or call["name"]
@@ -666,6 +790,7 @@ class _StreamAssembly:
             "role": "assistant",
             "content": "".join(self._text) if self._text or not self._calls else None,
             "refusal": "".join(self._refusal) if self._refusal else None,
+            "annotations": self._annotations,
         }
         if self._calls:
             message["tool_calls"] = [

@@ -3,11 +3,14 @@
 The policy mirrors what the official OpenAI client does, so that a turnlog process behaves
 towards a provider exactly like the provider's own SDK would:
 
-- retry on 408, 429 and 5xx answers and on transport failures (connect errors, timeouts);
-- honour the server's wish first: ``x-should-retry: true|false`` overrides everything, then
-  ``retry-after-ms`` (milliseconds), then ``retry-after`` (seconds, or an HTTP date);
-- a server delay above ``max_retry_after`` means "do not retry now" (the caller gets the error
-  with ``retry_after`` set and decides);
+- retry on 408, 409 (lock timeout), 429 and 5xx answers and on transport failures (connect
+  errors, timeouts);
+- a server delay above ``max_retry_after`` (120 s, the client's ``MAX_RETRY_AFTER_DELAY``)
+  means "do not retry now", even with ``x-should-retry: true`` (the caller gets the error with
+  ``retry_after`` set and decides);
+- otherwise honour the server's wish: ``x-should-retry: true|false`` overrides the status;
+  the wait is ``retry-after-ms`` (milliseconds), else ``retry-after`` (seconds, or an HTTP
+  date);
 - otherwise wait ``min(initial_delay * 2**n, max_delay)`` scaled by a jitter factor in
   ``(1 - jitter, 1]`` so that many clients do not retry in lockstep.
 """
@@ -24,7 +27,7 @@ __all__ = ["RetryPolicy", "parse_retry_after"]
 
 
 def _default_retry_statuses() -> frozenset[int]:
-    return frozenset({408, 429, *range(500, 600)})
+    return frozenset({408, 409, 429, *range(500, 600)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +76,13 @@ class RetryPolicy:
 
     def should_retry_status(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether an answer with ``status`` and ``headers`` may be retried at all."""
-        override = _header(headers, "x-should-retry")
-        if override is not None:
-            return override.strip().lower() == "true"
-        if status not in self.retry_statuses:
-            return False
         delay = parse_retry_after(headers)
-        return delay is None or delay <= self.max_retry_after
+        if delay is not None and delay > self.max_retry_after:
+            return False
+        override = _header(headers, "x-should-retry")
+        if override is not None and override.strip().lower() in ("true", "false"):
+            return override.strip().lower() == "true"
+        return status in self.retry_statuses
 
     def delay(self, retry_index: int, retry_after: float | None) -> float:
         """The wait before retry ``retry_index``: the server's wish when usable, else backoff."""

@@ -4,7 +4,9 @@ A ``CLIProcess`` spawns the executable in its own session (so in its own process
 which it leads), reads standard output as newline-delimited JSON, captures standard error
 in a background thread with a cap (the tail is kept), and on every way out of its
 ``async with`` block terminates the whole process group: SIGTERM, a short grace period,
-then SIGKILL. Grandchildren the agent started (shells, dev servers) go with it.
+then SIGKILL. Grandchildren the agent started (shells, dev servers) go with it. The CLI
+never outlives this process either: it is spawned with a parent-death signal and watched
+by a group watchdog (``_orphans``), so a kill -9 of this process takes the whole group down.
 
 Framing is line-based and tolerant: a read may end in the middle of a line, a line that is
 not a JSON object becomes a ``Diagnostic`` (it never blocks the lines after it), and a last
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -33,15 +34,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
-from anyio.abc import Process
 
+from ._cli_errors import ExitStatus, classify_cli_failure, cli_failure
+from ._cli_sessions import cli_home
 from ._errors import CLIError, CLINotFound
+from ._orphans import GroupWatchdog, spawn, wait_process
+from ._secrets import Scrubber, is_secret_name
 from ._types import StreamChunk
 
 __all__ = [
@@ -74,39 +78,6 @@ class Diagnostic:
     line: str
     line_number: int
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExitStatus:
-    """How the child process ended.
-
-    Attributes:
-        returncode: The exit status, or None when a signal ended it.
-        signal: The number of the signal that ended it, or None.
-        terminated_by_us: True when the process had to be stopped after it closed its output
-            without exiting in time.
-    """
-
-    returncode: int | None
-    signal: int | None = None
-    terminated_by_us: bool = False
-
-    @property
-    def failed(self) -> bool:
-        """True unless the process exited on its own with status 0."""
-        return self.returncode != 0 or self.signal is not None or self.terminated_by_us
-
-    def describe(self) -> str:
-        """A short human description (``exit status 1``, ``killed by SIGKILL``)."""
-        if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            return f"killed by {name}"
-        if self.terminated_by_us:
-            return "closed its output but did not exit"
-        return f"exit status {self.returncode}"
 
 
 def resolve_executable(
@@ -277,6 +248,9 @@ class CLIProcess:
         exit_timeout: Seconds to wait for the child to exit after it closed its output.
         max_line_bytes: Longer stdout lines are dropped and reported as a ``too_long`` diagnostic.
         provider: Provider name used in errors.
+        pdeathsig: Ask for SIGKILL of the child when this process dies (Linux).
+        watchdog: Start a watchdog process that kills the child's whole process group when
+            this process dies (see ``_orphans``).
     """
 
     def __init__(
@@ -290,6 +264,8 @@ class CLIProcess:
         exit_timeout: float = 10.0,
         max_line_bytes: int = 16 * 1024 * 1024,
         provider: str = "",
+        pdeathsig: bool = True,
+        watchdog: bool = True,
     ) -> None:
         self.argv = list(argv)
         self._env = dict(env) if env is not None else None
@@ -298,7 +274,10 @@ class CLIProcess:
         self._grace = terminate_grace
         self._exit_timeout = exit_timeout
         self._provider = provider
-        self._proc: Process | None = None
+        self._pdeathsig = pdeathsig
+        self._watchdog_on = watchdog
+        self._watchdog: GroupWatchdog | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: _StderrTail | None = None
         self._framer = NDJSONFramer(max_line_bytes)
         self._pending: deque[dict[str, Any] | Diagnostic] = deque()
@@ -321,14 +300,8 @@ class CLIProcess:
     async def __aenter__(self) -> CLIProcess:
         read_fd, write_fd = os.pipe()
         try:
-            self._proc = await anyio.open_process(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=write_fd,
-                cwd=self._cwd,
-                env=self._env,
-                start_new_session=True,
+            self._proc = await spawn(
+                self.argv, cwd=self._cwd, env=self._env, stderr_fd=write_fd, pdeathsig=self._pdeathsig
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             os.close(read_fd)
@@ -343,6 +316,13 @@ class CLIProcess:
         finally:
             os.close(write_fd)
         self._stderr = _StderrTail(read_fd, self._stderr_cap)
+        if self._watchdog_on:
+            try:
+                self._watchdog = await GroupWatchdog.start(self._proc.pid)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown()
+                raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -360,18 +340,28 @@ class CLIProcess:
         return item
 
     async def _next_item(self) -> dict[str, Any] | Diagnostic | None:
-        assert self._proc is not None and self._proc.stdout is not None
         while not self._pending:
             if self._eof:
                 return None
-            try:
-                data = await self._proc.stdout.receive(_READ_SIZE)
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            data = await self._read()
+            if not data:
                 self._eof = True
                 self._pending.extend(self._framer.end())
                 continue
             self._pending.extend(self._framer.feed(data))
         return self._pending.popleft()
+
+    async def _read(self) -> bytes:
+        """The next bytes of standard output (b"" at end of file)."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while True:
+            try:
+                return os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+            except OSError:
+                return b""
 
     async def wait_exit(self) -> ExitStatus:
         """Wait (at most ``exit_timeout`` seconds) for the child to exit after its output ended.
@@ -381,7 +371,7 @@ class CLIProcess:
         """
         assert self._proc is not None
         with anyio.move_on_after(self._exit_timeout):
-            await self._proc.wait()
+            await wait_process(self._proc)
         if self._proc.returncode is None:
             self._terminated_by_us = True
             with anyio.CancelScope(shield=True):
@@ -402,7 +392,7 @@ class CLIProcess:
         pgid = proc.pid
         _signal_group(pgid, signal.SIGTERM)
         with anyio.move_on_after(self._grace):
-            await proc.wait()
+            await wait_process(proc)
             # Grandchildren are not our children, so nothing can be awaited: poll the group.
             while _group_alive(pgid):  # noqa: ASYNC110
                 await anyio.sleep(0.02)
@@ -412,8 +402,11 @@ class CLIProcess:
             with anyio.move_on_after(max(self._grace, 1.0)):
                 while _group_alive(pgid):  # noqa: ASYNC110
                     await anyio.sleep(0.01)
-        await proc.wait()
-        await proc.aclose()
+        await wait_process(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._watchdog is not None:
+            await self._watchdog.release()
         if self._stderr is not None:
             await self._stderr.join(2.0)
         self._status = self._exit_status()
@@ -453,95 +446,6 @@ def _live_group_members(pgid: int) -> list[int]:
     return members
 
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "session_not_found",
-        re.compile(
-            r"no conversation found|no saved session found|no rollout found|invalid session identifier"
-            r"|session (?:id )?not found|thread (?:id )?not found",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "auth",
-        re.compile(
-            r"not logged in|/login|invalid[\s._-]?api[\s._-]?key|\b401\b|unauthori[sz]ed|authentication"
-            r"|api key (?:is )?(?:missing|not (?:set|found))|access token could not be refreshed",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "rate_limit",
-        re.compile(
-            r"rate[\s._-]?limit|usage limit|\b429\b|quota|too many requests|try again at"
-            r"|resource[\s_]exhausted",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "usage",
-        re.compile(
-            r"unknown option|unexpected argument|unknown argument|requires --verbose|requires --print"
-            r"|requires a session id|invalid value|not inside a trusted directory|untrusted|usage: ",
-            re.IGNORECASE,
-        ),
-    ),
-)
-
-# Exit statuses that name the failure on their own (gemini-cli's exit codes; codex/clap's 2).
-_EXIT_KINDS: Mapping[str, Mapping[int, str]] = {
-    "gemini": {41: "auth", 42: "usage", 52: "usage", 55: "usage"},
-    "codex": {2: "usage"},
-}
-
-
-def classify_cli_failure(
-    texts: Sequence[str], status: ExitStatus | None = None, *, provider: str = ""
-) -> str:
-    """Classify a CLI failure: auth, rate_limit, usage, session_not_found, crash or unknown.
-
-    ``usage`` means the CLI rejected how it was invoked (argv, configuration, workspace);
-    a spent quota is ``rate_limit``. The error texts (error lines of the stream, then the
-    captured stderr) are searched first; the exit status decides when they say nothing.
-    """
-    joined = "\n".join(t for t in texts if t)
-    for kind, pattern in _PATTERNS:
-        if pattern.search(joined):
-            return kind
-    if status is not None:
-        if status.returncode is not None and status.returncode in _EXIT_KINDS.get(provider, {}):
-            return _EXIT_KINDS[provider][status.returncode]
-        if status.signal is not None or status.terminated_by_us:
-            return "crash"
-        if status.returncode is not None and status.returncode >= 128:
-            return "crash"  # 128 + signal: the CLI was told to stop (143 = SIGTERM) or died
-    return "unknown"
-
-
-def cli_failure(
-    status: ExitStatus,
-    stderr: str,
-    *,
-    texts: Sequence[str] = (),
-    provider: str,
-    model: str,
-) -> CLIError:
-    """The ``CLIError`` for a failed run: classified, with the exit code, stderr and the error text."""
-    kind = classify_cli_failure([*texts, stderr], status, provider=provider)
-    detail = next((t for t in reversed(texts) if t), "") or _last_line(stderr)
-    message = f"{provider} CLI failed ({status.describe()}, {kind})"
-    if detail:
-        message += f": {detail}"
-    return CLIError(
-        message, exit_code=status.returncode, stderr=stderr, kind=kind, provider=provider, model=model
-    )
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
-
-
 class CLIEventParser:
     """Turns one CLI's NDJSON events into ``StreamChunk`` objects (one parser per run).
 
@@ -553,6 +457,7 @@ class CLIEventParser:
         started: ``time.monotonic()`` when the process was started.
         session_id: The provider session id once the stream announced it.
         error_texts: Error messages of the stream, oldest first.
+        http_status: An upstream HTTP error status the CLI reported, if any.
         finished: True once the CLI's terminal event (result / turn end) arrived.
     """
 
@@ -561,6 +466,7 @@ class CLIEventParser:
         self.started = started
         self.session_id: str | None = None
         self.error_texts: list[str] = []
+        self.http_status: int | None = None
         self.finished = False
 
     def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
@@ -574,7 +480,11 @@ class CLIEventParser:
     def error_chunk(self, text: str, **metadata: Any) -> StreamChunk:
         """An ``error`` chunk for ``text``, its ``kind`` classified, the text remembered."""
         self.error_texts.append(text)
-        kind = classify_cli_failure([text, *(str(v) for v in metadata.values() if v)], provider=self.provider)
+        kind = classify_cli_failure(
+            [text, *(str(v) for v in metadata.values() if v)],
+            provider=self.provider,
+            http_status=self.http_status,
+        )
         return StreamChunk("error", content=text, is_error=True, metadata={"kind": kind, **metadata})
 
 
@@ -585,6 +495,11 @@ def usage_dict(input_tokens: Any, output_tokens: Any, cost_usd: Any) -> dict[str
         "output_tokens": output_tokens if isinstance(output_tokens, int) else None,
         "cost_usd": float(cost_usd) if isinstance(cost_usd, int | float) else None,
     }
+
+
+def _absolute(path: str | os.PathLike[str] | None) -> str:
+    """``path`` made absolute (default: the current directory); nothing is looked up on disk."""
+    return os.path.abspath(path if path is not None else os.getcwd())
 
 
 _COMMON_OPTIONS = frozenset({"cwd", "env", "extra_args", "model"})
@@ -616,6 +531,8 @@ class CLIAgentModel:
     env_var: str = ""
     default_executable: str = ""
     option_keys: frozenset[str] = _COMMON_OPTIONS
+    system_prompt_option: str | None = None
+    """The per-call option that adds to the CLI's own system prompt (None: the CLI has none)."""
 
     def __init__(
         self,
@@ -654,6 +571,9 @@ class CLIAgentModel:
     def default_env(self) -> dict[str, str]:
         """Variables the provider sets unless the caller did (none by default)."""
         return {}
+
+    async def before_spawn(self, parser: CLIEventParser, *, resume: str | None, home: str | None) -> None:
+        """Prepare ``parser`` before the CLI starts (Codex reads its usage baseline here)."""
 
     def command(
         self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
@@ -715,13 +635,21 @@ class CLIAgentModel:
         opts = self._check(prompt, resume, options)
         argv = self.command(prompt, resume=resume, options=opts)
         model = str(opts.get("model") or self.model)
+        env = self._child_env(opts)
+        # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
+        # one in its output or an error must not put it into the append-only log.
+        scrub = Scrubber(value for name, value in env.items() if is_secret_name(name))
+        cwd = _absolute(opts.get("cwd") or self.cwd)
+        home = cli_home(self.provider, env)
         started = time.monotonic()
         parser = self.new_parser(started)
+        await self.before_spawn(parser, resume=resume, home=home)
         diagnostics: list[str] = []
+        announced = False
         proc = CLIProcess(
             argv,
-            env=self._child_env(opts),
-            cwd=opts.get("cwd") or self.cwd,
+            env=env,
+            cwd=cwd,
             stderr_cap=self.stderr_cap,
             terminate_grace=self.terminate_grace,
             exit_timeout=self.exit_timeout,
@@ -730,33 +658,53 @@ class CLIAgentModel:
         async with proc:
             async for item in proc:
                 if isinstance(item, Diagnostic):
-                    diagnostics.append(item.line)
+                    line = scrub(item.line)
+                    diagnostics.append(line)
                     yield StreamChunk(
                         "system",
                         metadata={
-                            "diagnostic": item.line,
+                            "diagnostic": line,
                             "line_number": item.line_number,
                             "reason": item.reason,
                         },
                     )
                     continue
                 for chunk in parser.feed(item):
-                    yield chunk
+                    if not announced and chunk.type == "system" and chunk.metadata.get("session_id"):
+                        # Where the CLI keeps this session: what recover reconciles with.
+                        announced = True
+                        chunk.metadata.setdefault("cwd", cwd)
+                        chunk.metadata["cli_home"] = home
+                    yield _scrub_chunk(chunk, scrub)
             status = await proc.wait_exit()
         if status.failed:
             raise cli_failure(
                 status,
-                proc.stderr,
-                texts=[*diagnostics, *parser.error_texts],
+                scrub(proc.stderr),
+                texts=[*diagnostics, *(scrub(t) for t in parser.error_texts)],
                 provider=self.provider,
                 model=model,
+                http_status=parser.http_status,
             )
         if not parser.finished:
             raise CLIError(
                 f"{self.provider} CLI exited 0 without its final event (output cut short)",
                 exit_code=0,
-                stderr=proc.stderr,
+                stderr=scrub(proc.stderr),
                 kind="stream",
                 provider=self.provider,
                 model=model,
             )
+
+
+def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
+    """``chunk`` with every secret value of ``scrub`` replaced (the same object when none is in it)."""
+    if not scrub.secrets:
+        return chunk
+    changed = {
+        name: scrub(value)
+        for name in ("content", "tool_input", "tool_output", "metadata")
+        if (value := getattr(chunk, name)) is not None
+    }
+    changed = {name: value for name, value in changed.items() if value != getattr(chunk, name)}
+    return replace(chunk, **changed) if changed else chunk

@@ -7,12 +7,13 @@ of ``turnlog.kernel.testing``) implements ``ChatModel`` (and, for streaming CLI 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "ChatModel",
+    "ChunkSink",
     "ChunkType",
     "ModelRequest",
     "ModelResponse",
@@ -102,7 +103,8 @@ class ModelResponse:
         tool_calls: Tool calls the model asked for.
         raw: The provider's raw response body (for streams: the assembled final object).
         usage: Tokens and cost.
-        model: The model name the provider reported (or was asked for).
+        model: The model the provider says it served (a dated snapshot such as
+            ``gpt-4o-mini-2024-07-18``, a proxy's deployment), else the one asked for.
         provider: The provider name, e.g. ``openai``.
         finish_reason: The provider's finish reason, when it gave one.
         latency_ms: Wall time of the whole call including retries.
@@ -180,6 +182,16 @@ class StreamChunk:
             is_delta=bool(data.get("is_delta", False)),
             metadata=dict(data.get("metadata") or {}),
         )
+
+
+ChunkSink = Callable[[StreamChunk], Awaitable[None]]
+"""Receives the chunks of a streamed HTTP call as they arrive (``invoke(request, on_chunk=...)``).
+
+An HTTP provider that can stream says so with ``streams_chunks = True`` and then calls the
+sink with ``text`` / ``thinking`` deltas (``is_delta=True``), one ``tool_use`` chunk per
+completed tool call, and a final ``result`` chunk whose metadata holds the usage, the
+finish reason and the served model: the same chunk types a CLI agent's stream has.
+"""
 
 
 @runtime_checkable

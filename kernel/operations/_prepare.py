@@ -3,8 +3,14 @@
 The assembly is a function of the branch's messages, done the same way for every verb:
 
 - history is walked in progression order; System and ActionRequest messages are not sent;
-- ActionResponses are folded into the context of the next Instruction (or of the new one)
-  as ``{"function", "arguments", "output"}`` items;
+- an assistant turn that called tools natively (its ``metadata["tool_calls"]`` have ids) is
+  sent as Chat Completions defines it: ``{"role": "assistant", "content": <text or null>,
+  "tool_calls": [...]}`` followed by one ``{"role": "tool", "tool_call_id": ...}`` message
+  per call; a call with no recorded result is answered with a "not run" tool message so
+  that every call id has its answer, as the API requires;
+- other ActionResponses (tools run by ``act`` without a native call) are folded into the
+  context of the next Instruction (or of the new one) as ``{"function", "arguments",
+  "output"}`` items;
 - past Instructions are sent without their tool schemas and response schema;
 - consecutive assistant texts are joined with a blank line;
 - the system text (and the text of context providers) is put in front of the guidance of
@@ -150,6 +156,39 @@ def _fold_system(ins: Instruction, prefix: Sequence[str]) -> dict[str, Any]:
     return folded.to_chat()
 
 
+_NOT_RUN = "The tool call {name} was not run: no result was recorded."
+
+
+def _native_calls(message: AssistantResponse) -> list[dict[str, Any]]:
+    """The Chat Completions ``tool_calls`` of an assistant turn (calls without an id are left out)."""
+    out: list[dict[str, Any]] = []
+    for call in message.metadata.get("tool_calls") or []:
+        if not isinstance(call, Mapping) or not call.get("id") or not call.get("name"):
+            continue
+        arguments = call.get("arguments")
+        text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
+        out.append(
+            {
+                "id": str(call["id"]),
+                "type": "function",
+                "function": {"name": str(call["name"]), "arguments": text},
+            }
+        )
+    return out
+
+
+def _tool_message(call_id: str, response: ActionResponse) -> dict[str, Any]:
+    """The ``tool`` message answering ``call_id`` with a recorded result (its error when it failed)."""
+    c = response.content
+    if c.error is not None:
+        content = orjson.dumps({"error": c.error}).decode()
+    elif isinstance(c.output, str):
+        content = c.output
+    else:
+        content = orjson.dumps(c.output).decode()
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
 @dataclass(slots=True)
 class _History:
     """The rendered history of a branch, extended as messages are appended."""
@@ -161,6 +200,10 @@ class _History:
     first_is_instruction: bool = True
     pending: list[ActionResponse] = field(default_factory=list)
     folded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    open_calls: dict[str, str] = field(default_factory=dict)
+    """Call ids of the last native tool-calling turn not answered yet -> function name."""
+    call_of: dict[str, str] = field(default_factory=dict)
+    """ActionRequest id -> the native call id it carries out."""
 
     def extends(self, messages: Sequence[AnyMessage]) -> bool:
         n = len(self.ids)
@@ -170,15 +213,32 @@ class _History:
 
     def feed(self, message: AnyMessage) -> None:
         self.ids.append(message.id)
-        if isinstance(message, System | ActionRequest):
+        if isinstance(message, System):
+            return
+        if isinstance(message, ActionRequest):
+            call_id = message.content.call_id
+            if call_id is not None and call_id in self.open_calls:
+                self.call_of[message.id] = call_id
             return
         if isinstance(message, ActionResponse):
-            self.pending.append(message)
+            call_id = self.call_of.pop(message.content.action_request_id or "", None)
+            if call_id is not None and self.open_calls.pop(call_id, None) is not None:
+                self._push(_tool_message(call_id, message), message.id, None)
+            else:
+                self.pending.append(message)
             return
+        self._close()
         if isinstance(message, AssistantResponse):
-            text = message.rendered
-            if self.out and self.out[-1]["role"] == "assistant":
-                self.out[-1] = {"role": "assistant", "content": f"{self.out[-1]['content']}\n\n{text}"}
+            calls = _native_calls(message)
+            last = self.out[-1] if self.out else None
+            if calls:
+                chat = {"role": "assistant", "content": message.rendered or None, "tool_calls": calls}
+                self._push(chat, message.id, None)
+                self.open_calls = {c["id"]: c["function"]["name"] for c in calls}
+                self.call_of = {}
+            elif last is not None and last["role"] == "assistant" and "tool_calls" not in last:
+                text = message.rendered
+                self.out[-1] = {"role": "assistant", "content": f"{last['content']}\n\n{text}"}
             else:
                 self._push(message.to_chat(), message.id, None)
             return
@@ -187,7 +247,21 @@ class _History:
             self.pending = []
             self._push(ins.to_chat(), message.id, ins)
             return
-        self._push(message.to_chat(), message.id, None)
+        self._push(message.to_chat(), message.id, None)  # pragma: no cover - the union is closed
+
+    def closing(self) -> list[dict[str, Any]]:
+        """The tool messages that answer the open native calls which have no recorded result."""
+        return [
+            {"role": "tool", "tool_call_id": call_id, "content": _NOT_RUN.format(name=name)}
+            for call_id, name in self.open_calls.items()
+        ]
+
+    def _close(self) -> None:
+        for chat in self.closing():
+            self.out.append(chat)
+            self.out_ids.append(self.ids[-1])
+        self.open_calls = {}
+        self.call_of = {}
 
     def _push(self, chat: dict[str, Any], message_id: str, ins: Instruction | None) -> None:
         if not self.out:
@@ -245,7 +319,7 @@ def assemble(
     """
     history = _history_for(cache, messages, cached=cached)
     new = _with_actions(ins, history.pending, history=False)
-    out = list(history.out)
+    out = [*history.out, *history.closing()]
     prefix = [system.rendered] if system is not None else []
     prefix.extend(blocks)
     if not out:

@@ -2,21 +2,41 @@
 
 Also the shared core of every API verb: build the instruction, gather context providers,
 assemble the prompt, call the model and describe the call as a ``model.called`` payload.
+
+Streaming: ``stream=True`` among a verb's keyword arguments (or ``iModel(..., stream=True)``
+as the model's default; the default default is not to stream) asks an HTTP provider for a
+stream. When the provider can hand over its deltas (``streams_chunks``), each one becomes a
+``stream.chunk`` event of the stream ``run-<call_id>`` (``call_id`` of the ``model.called``
+event), committed in batches like a CLI run's chunks; with ``stream_persist=True`` each is
+first written to the run buffer, so that ``recover`` can record the text of a call cut by a
+crash as an interrupted response. The recorded response is the one a plain call records.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+import anyio
 import orjson
 from turnlog.eventstore import uuid7
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._kernel import AddMessages
 from turnlog.kernel._lifecycle import current_run
 from turnlog.kernel._params import ChatParam
-from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, public_params, request_fingerprint
+from turnlog.kernel.models import (
+    ChatModel,
+    ChunkSink,
+    ModelRequest,
+    ModelResponse,
+    StreamChunk,
+    public_params,
+    request_fingerprint,
+)
 from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
 from turnlog.projections import AssistantResponse, Instruction, ModelCalled, UsageData
 
@@ -94,12 +114,15 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
     prompt = assemble(branch._live.cache, history, branch.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
     tools = [dict(t) for t in param.tool_schemas] or None
+    params = dict(param.imodel_kw)
+    stream, persist = _stream_options(model, params)
     request = ModelRequest(
         messages=prompt.messages,
-        params=dict(param.imodel_kw),
+        params=params,
         tools=tools,
         response_format=wire_format,
         message_ids=prompt.message_ids,
+        stream=stream,
     )
     sent = _prepared(model, request)
     run = current_run(branch.id)
@@ -108,7 +131,11 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
     error: Exception | None = None
     response: ModelResponse | None = None
     try:
-        response = await model.invoke(request)
+        if stream and getattr(model, "streams_chunks", False) is True:
+            async with _chunk_sink(branch, call_id, persist) as sink:
+                response = await model.invoke(request, on_chunk=sink)  # type: ignore[call-arg]
+        else:
+            response = await model.invoke(request)
     except Exception as exc:
         error = exc
     latency = (time.perf_counter() - started) * 1000
@@ -117,6 +144,7 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         provider=str(getattr(model, "provider", "") or ""),
         model=str(getattr(model, "model", "") or ""),
         endpoint=str(getattr(model, "endpoint", "chat/completions")),
+        served_model=_served(response, str(getattr(model, "model", "") or "")),
         verb=verb,
         run_id=run.run_id if run is not None else None,
         message_ids=prompt.message_ids if history_version is None else [],
@@ -135,7 +163,7 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         status="ok" if error is None else "error",
         error_type=type(error).__name__ if error is not None else None,
         error_message=str(error) if error is not None else None,
-        stream=False,
+        stream=stream,
     )
     if response is None:
         return Exchange(ins, None, called, error, None)
@@ -150,6 +178,51 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         response.text, sender=branch.id, recipient=branch.user or "user", metadata=metadata
     )
     return Exchange(ins, res, called, None, response)
+
+
+def _stream_options(model: Any, params: dict[str, Any]) -> tuple[bool, bool]:
+    """``stream`` and ``stream_persist`` taken out of the call's parameters (else the model's defaults)."""
+    defaults = getattr(model, "stream_defaults", None)
+    defaults = defaults if isinstance(defaults, dict) else {}
+    stream = params.pop("stream", defaults.get("stream", False))
+    persist = params.pop("stream_persist", defaults.get("stream_persist", False))
+    for name, value in (("stream", stream), ("stream_persist", persist)):
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be True or False, not {value!r}")
+    return stream, persist
+
+
+@contextlib.asynccontextmanager
+async def _chunk_sink(branch: Branch, call_id: str, persist: bool) -> AsyncIterator[ChunkSink]:
+    """A sink recording each chunk as a ``stream.chunk`` event of ``run-<call_id>``.
+
+    With ``persist`` each chunk's line reaches the run buffer before the sink returns; the
+    chunks are committed in batches and all of them before the call is described.
+    """
+    from turnlog.kernel._persist import ChunkLog, RunBuffer, buffer_path, default_persist_dir
+
+    buffer = None
+    if persist:
+        buffer = RunBuffer(buffer_path(Path(default_persist_dir(branch.store)), branch.id, call_id))
+    session = branch.session
+    meta = {"branch_id": branch.id, "run_id": call_id, "session_id": session.id if session else None}
+    log = ChunkLog(branch.store, call_id, meta, buffer=buffer)
+
+    async def sink(chunk: StreamChunk) -> None:
+        log.add(chunk)
+        if log.due():
+            await log.commit()
+
+    try:
+        yield sink
+    finally:
+        with anyio.CancelScope(shield=True):
+            await log.finish()
+
+
+def _served(response: ModelResponse | None, requested: str) -> str | None:
+    served = response.model if response is not None else ""
+    return served if served and served != requested else None
 
 
 def _usage(response: ModelResponse | None) -> UsageData:

@@ -39,6 +39,10 @@ def target_name(fmt: Any) -> str:
         return fmt.__name__
     if isinstance(fmt, BaseModel):
         return type(fmt).__name__
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        inner = fmt.get("json_schema")
+        name = inner.get("name") if isinstance(inner, Mapping) else None
+        return str(name or "json_schema")
     return type(fmt).__name__
 
 
@@ -119,18 +123,25 @@ def parse_direct(text: str, fmt: Any, *, fuzzy_match: bool = True, threshold: fl
     """Parse ``text`` into ``fmt`` without any model call.
 
     ``fmt`` is a pydantic model class (an instance of it is returned), ``dict`` (the JSON
-    object as it is), or a field spec such as ``{"name": str, "age": int}`` (a dict of those
-    fields, validated and converted; keys are matched approximately like a model's).
+    object as it is), a field spec such as ``{"name": str, "age": int}`` (a dict of those
+    fields, validated and converted; keys are matched approximately like a model's), or a
+    format dict: an OpenAI ``response_format`` (``json_schema``, ``json_object``, ``text``),
+    a bare JSON schema or an example object (the JSON object, its required properties and
+    their JSON types checked).
 
     Raises:
         ValueError: no JSON object, or it does not validate (pydantic's ValidationError is one).
     """
+    if isinstance(fmt, Mapping) and fmt.get("type") == "text" and not is_field_spec(fmt):
+        return text
     data = extract_json(text)
     if fmt is dict or fmt is None:
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return data
     spec = is_field_spec(fmt)
+    if isinstance(fmt, Mapping) and not spec:
+        return _parse_format_dict(data, fmt, fuzzy_match=fuzzy_match, threshold=threshold)
     model = spec_model(fmt) if spec else type(fmt) if isinstance(fmt, BaseModel) else fmt
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise ValueError(f"cannot parse into {target_name(fmt)}")
@@ -140,6 +151,79 @@ def parse_direct(text: str, fmt: Any, *, fuzzy_match: bool = True, threshold: fl
         data = {**{k: v for k, v in data.items() if k in names}, **matched}
     value = model.model_validate(data)
     return value.model_dump() if spec else value
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def _format_schema(fmt: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The JSON schema a format dict asks for (None for ``json_object`` or an example object)."""
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        inner = fmt.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, Mapping) else None
+        return schema if isinstance(schema, Mapping) else None
+    if kind == "json_object":
+        return None
+    if kind == "object" and isinstance(fmt.get("properties"), Mapping):
+        return fmt  # a bare JSON schema
+    return None
+
+
+def _type_ok(value: Any, expected: Any) -> bool:
+    kinds = expected if isinstance(expected, list) else [expected]
+    known = [k for k in kinds if k in _JSON_TYPES]
+    if not known:
+        return True
+    for kind in known:
+        if isinstance(value, bool) and kind in ("integer", "number"):
+            continue
+        if isinstance(value, _JSON_TYPES[kind]):
+            return True
+    return False
+
+
+def _parse_format_dict(
+    data: Any, fmt: Mapping[str, Any], *, fuzzy_match: bool, threshold: float
+) -> dict[str, Any]:
+    """The JSON object of an answer to a format dict, checked against its schema's top level.
+
+    A format dict is an OpenAI ``response_format`` (``json_schema`` or ``json_object``), a
+    bare JSON schema, or an example object. The object must have every required property
+    with the declared JSON type; keys are matched to the properties approximately (as for a
+    model) unless the schema forbids other keys.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    schema = _format_schema(fmt)
+    if schema is None:
+        if fmt.get("type") in ("json_object", "json_schema"):
+            return data
+        names = [str(k) for k in fmt]  # an example object: its keys are the fields
+        return {**data, **_match_keys(data, names, threshold)} if fuzzy_match else data
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    if fuzzy_match and properties:
+        names = [str(k) for k in properties]
+        matched = _match_keys(data, names, threshold)
+        rest = {} if schema.get("additionalProperties") is False else data
+        data = {**{k: v for k, v in rest.items() if k not in matched}, **matched}
+    required = schema.get("required")
+    missing = [str(k) for k in required or () if k not in data] if isinstance(required, list) else []
+    if missing:
+        raise ValueError(f"the JSON object lacks the required properties {missing}")
+    for name, prop in properties.items():
+        if name in data and isinstance(prop, Mapping) and not _type_ok(data[name], prop.get("type")):
+            raise ValueError(f"property {name!r} should be of JSON type {prop.get('type')}")
+    return data
 
 
 async def parse(

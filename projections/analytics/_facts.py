@@ -172,6 +172,11 @@ MODEL_CALLS = FactTable(
         _c("turnlog.status", "text", "'ok' or 'error'"),
         _c("error.type", "text", "error class name when the call failed"),
         _c("turnlog.attempts", "int", "attempts made, retries included"),
+        _c(
+            "gen_ai.response.model",
+            "text",
+            "model the provider says it served (a dated snapshot, a proxy's deployment), else the requested one",
+        ),
     ),
 )
 
@@ -393,7 +398,14 @@ def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf)
     if latency is None:
         raise _bad(event, "latency_ms must be a number")
     tokens_in, tokens_out, reported = _usage(event, data)
+    served = get("served_model")
+    if served is not None and served.__class__ is not str:
+        _text(event, served, "served_model")
+    served = served or model
+    # A proxy alias is priced as the model it served when the table does not know the alias.
     cost, source = priced(prices, model, tokens_in, tokens_out, reported)
+    if cost is None and served != model:
+        cost, source = priced(prices, served, tokens_in, tokens_out, reported)
     when, day = _when(event)
     branch, session, run_id = _where(event, session_of, run_id)
     ttft = get("ttft_ms")
@@ -404,7 +416,7 @@ def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf)
         event.position, when, day, provider, model, endpoint, branch, session, run_id, verb,
         call_id, get("stream") is True, tokens_in, tokens_out, cost, source, latency,
         ttft, status, error_type,
-        attempts if attempts.__class__ is int else _count(event, attempts, "attempts"),
+        attempts if attempts.__class__ is int else _count(event, attempts, "attempts"), served,
     )  # fmt: skip
 
 

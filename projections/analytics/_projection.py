@@ -66,7 +66,7 @@ __all__ = ["CONSUMER", "SCHEMA_VERSION", "AnalyticsProjection", "UpdateReport", 
 CONSUMER = "analytics"
 """The projection's row in the ``tracking`` table."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the fact tables' layout; a database with another version is rebuilt."""
 
 _T = TypeVar("_T")

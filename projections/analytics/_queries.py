@@ -41,12 +41,13 @@ __all__ = [
     "usage",
 ]
 
-Grouping = Literal["model", "provider", "day", "branch", "session", "tool", "verb"]
+Grouping = Literal["model", "served_model", "provider", "day", "branch", "session", "tool", "verb"]
 GROUPINGS: tuple[str, ...] = get_args(Grouping)
 """Every dimension a query can group by."""
 
 _COLUMN = {
     "model": '"gen_ai.request.model"',
+    "served_model": '"gen_ai.response.model"',
     "provider": '"gen_ai.provider.name"',
     "day": "day",
     "branch": '"gen_ai.conversation.id"',
@@ -55,7 +56,7 @@ _COLUMN = {
     "verb": '"turnlog.verb"',
 }
 _ALLOWED = {
-    MODEL_CALLS.name: ("model", "provider", "day", "branch", "session", "verb"),
+    MODEL_CALLS.name: ("model", "served_model", "provider", "day", "branch", "session", "verb"),
     TOOL_CALLS.name: ("tool", "day", "branch", "session"),
     RUNS.name: ("verb", "model", "provider", "day", "branch", "session"),
 }

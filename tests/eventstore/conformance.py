@@ -263,6 +263,39 @@ class StoreConformance(EncodedAppendConformance, RedactionConformance):
         assert acked == sorted(acked) and len(set(acked)) == 20
         assert await positions(store) == acked
 
+    async def test_a_tailing_reader_never_skips_a_position(self, store: EventStore) -> None:
+        """Concurrent appenders and a reader tailing by position: it sees every event once, in order.
+
+        Positions may have gaps on some backends; what every backend promises is that a reader
+        reading "after the last position seen" ends up with exactly the stored positions.
+        """
+        seen: list[int] = []
+        done = anyio.Event()
+
+        async def tail() -> None:
+            while True:
+                finished = done.is_set()
+                async for event in store.read_all((seen[-1] if seen else 0) + 1):
+                    assert not seen or event.position > seen[-1]
+                    seen.append(event.position)
+                if finished:
+                    return
+                await anyio.sleep(0.001)
+
+        async def write(n: int) -> None:
+            for i in range(10):
+                await store.append(f"s-{n}", [ev(i=i) for _ in range(1 + i % 3)])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tail)
+            async with anyio.create_task_group() as writers:
+                for n in range(6):
+                    writers.start_soon(write, n)
+            done.set()
+        stored = await positions(store)
+        assert len(stored) == 6 * sum(1 + i % 3 for i in range(10))
+        assert seen == stored == sorted(set(stored))
+
     async def test_positions_are_gapless_after_failures(self, store: EventStore) -> None:
         """Failed appends leave no hole in the global positions."""
         if "gapless_positions" not in store.capabilities:

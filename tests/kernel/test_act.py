@@ -279,10 +279,14 @@ async def test_openai_tool_calls_run_through_act(store: EventStore, server: Fake
     assert [r.function for r in result.action_requests] == ["add", "add"]
     requests = [m for m in branch.messages if isinstance(m, ActionRequest)]
     assert [r.content.call_id for r in requests] == ["call_a", "call_b"]
-    # the next turn sends the tool outputs as context of the new instruction
+    # the next turn sends the tool turn as Chat Completions defines it
     assert await branch.communicate("And so?") == "The answer is 42."
-    last = server.requests[1]["body"]["messages"][-1]["content"]
-    assert "output: 42" in last
+    sent = server.requests[1]["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert sent[1]["content"] is None
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ["call_a", "call_b"]
+    assert [(m["tool_call_id"], m["content"]) for m in sent[2:4]] == [("call_a", "42"), ("call_b", "2")]
+    assert "output" not in sent[-1]["content"]
     assert isinstance(branch.messages[-2], Instruction)
     server.assert_complete()
     await assert_rebuilds(branch)

@@ -79,3 +79,45 @@ async def test_the_recorded_config_is_an_allow_list(tmp_path: Path) -> None:
             }
 
     assert model_config(Odd()) == {"provider": "x", "model": "y", "params": {"n": 1}}
+
+
+_ECHOING_CLI = r"""
+import json, os, sys
+key = os.environ["ANTHROPIC_API_KEY"]
+sid = "5f59393c-9c56-4ffa-aae8-6be1559ce352"
+print(json.dumps({"type": "system", "subtype": "init", "cwd": os.getcwd(), "session_id": sid}), flush=True)
+block = {"type": "text", "text": "your key is " + key}
+message = {"id": "msg_1", "role": "assistant", "content": [block], "usage": {"input_tokens": 1, "output_tokens": 1}}
+print(json.dumps({"type": "assistant", "message": message, "session_id": sid}), flush=True)
+print("stderr noise with " + key, file=sys.stderr, flush=True)
+print(json.dumps({"type": "result", "subtype": "success", "is_error": True, "result": "bad key " + key,
+                  "session_id": sid, "api_error_status": 401}), flush=True)
+sys.exit(1)
+"""
+
+
+async def test_a_cli_that_echoes_its_key_leaves_no_trace_in_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CLI agent's credential (from its environment) is scrubbed from chunks, messages and errors."""
+    import sys
+
+    from turnlog.kernel.models import CLIError
+
+    secret = "sk-ant-ECHOED-0123456789"
+    script = tmp_path / "claude.py"
+    script.write_text(_ECHOING_CLI)
+    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} {script}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    model = iModel("claude_code/sonnet")
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}", upcasters=catalogue_upcasters()) as store:
+        branch = Branch(store=store, chat_model=model)
+        with pytest.raises(CLIError) as info:
+            await branch.run_and_collect("what is my key?", stream_persist=True)
+        assert secret not in str(info.value) and secret not in (info.value.stderr or "")
+        assert "<redacted>" in str(info.value)
+        texts = [str(m.content) for m in branch.messages]
+        assert any("your key is <redacted>" in t for t in texts)
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path != script:
+            assert secret.encode() not in path.read_bytes(), path

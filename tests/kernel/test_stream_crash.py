@@ -9,11 +9,14 @@ the kill. After ``recover``:
   lines the fake CLI recorded as flushed (nothing invented, nothing reordered);
 - the run is ``run.failed`` with reason ``crashed``, every text chunk's content is in the
   run's assistant responses exactly once (the partial text is recorded, marked interrupted);
+- the CLI's process group is gone within 5 s of the kill, without anyone killing it (it
+  must not finish the reply behind the log's back);
 - a new run resumes the same provider session (the fake receives ``--resume ID``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -29,6 +32,7 @@ from turnlog.kernel import Branch, iModel, recover
 from turnlog.projections import AssistantResponse, catalogue_upcasters
 
 from .conftest import assert_rebuilds
+from .models.test_subprocess import live_members
 from .streamkit import Child, make_fake
 
 CHILD = Path(__file__).parent / "_stream_workers" / "stream_child.py"
@@ -76,13 +80,25 @@ def flushed_texts(record: Path) -> list[str]:
     return texts
 
 
-def kill_group_of(record: Path) -> None:
-    for entry in (json.loads(line) for line in record.read_text().splitlines()):
-        if entry["event"] == "start":
-            try:
-                os.killpg(entry["pgid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+def groups_of(record: Path) -> list[int]:
+    return [
+        entry["pgid"]
+        for entry in (json.loads(line) for line in record.read_text().splitlines())
+        if entry["event"] == "start"
+    ]
+
+
+async def assert_cli_dies_with_its_runner(record: Path) -> None:
+    """The fake CLI's process group is gone within a bounded time after the kill -9."""
+    pgids = groups_of(record)
+    with anyio.move_on_after(5.0):
+        while any(live_members(g) for g in pgids):  # noqa: ASYNC110 - no event for another process's exit
+            await anyio.sleep(0.02)
+    survivors = [pid for g in pgids for pid in live_members(g)]
+    for g in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(g, signal.SIGKILL)
+    assert survivors == [], f"the CLI outlived the killed process: {survivors}"
 
 
 async def crash_once(
@@ -96,9 +112,10 @@ async def crash_once(
         await anyio.sleep(rng.uniform(0.1, 1.0))  # the random kill point
     finally:
         await child.kill()
-        if record.exists():
-            kill_group_of(record)
-    return branch_id, read_buffer(persist)
+    received = read_buffer(persist)
+    if record.exists():
+        await assert_cli_dies_with_its_runner(record)
+    return branch_id, received
 
 
 async def check_recovered(

@@ -18,6 +18,7 @@ SMALL = {
     "kernel": ["--turns", "5", "--blocks", "1", "--no-lionagi"],
     "stream": ["--chunks", "300", "--repeat", "1"],
     "analytics": ["--events", "2000", "--new", "100", "--repeat", "1"],
+    "writers": ["--events", "24", "--procs", "1,2", "--tasks", "1,8", "--pg", ""],
 }
 
 

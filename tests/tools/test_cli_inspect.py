@@ -133,3 +133,18 @@ def test_verify_clean_then_tampered(store_path: str) -> None:
 def test_tail_prints_the_last_events(store_path: str) -> None:
     lines = turnlog("tail", "-n", "2", "--store", store_path, "--json").stdout.splitlines()
     assert [json.loads(line)["version"] for line in lines] == [8, 9]
+
+
+async def test_show_prints_the_value_a_tool_returned(tmp_path: Path) -> None:
+    path = tmp_path / "tools.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        branch = Branch(store=store, name="tools", chat_model=ScriptedModel("x"))
+
+        def lookup(city: str) -> dict[str, object]:
+            """Look a city up."""
+            return {"city": city, "population": 700000}
+
+        branch.register_tools([lookup])
+        await branch.act({"function": "lookup", "arguments": {"city": "Oslo"}})
+    out = turnlog("show", "tools", "--store", str(path)).stdout
+    assert 'tool result lookup: ok -> {"city":"Oslo","population":700000}' in out

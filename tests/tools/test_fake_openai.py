@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,13 +46,15 @@ async def test_plain_answer_is_a_chat_completion_object() -> None:
     assert response.headers["content-type"] == "application/json"
     assert response.headers["x-request-id"].startswith("req_")
     data = response.json()
-    assert list(data) == ["id", "object", "created", "model", "choices", "usage", "system_fingerprint"]
+    assert list(data) == [
+        "id", "object", "created", "model", "choices", "usage", "service_tier", "system_fingerprint"
+    ]  # fmt: skip
     assert data["object"] == "chat.completion" and data["id"].startswith("chatcmpl-")
     assert data["model"] == "gpt-4o-2024-08-06"
     assert data["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "Sunny.", "refusal": None},
+            "message": {"role": "assistant", "content": "Sunny.", "refusal": None, "annotations": []},
             "logprobs": None,
             "finish_reason": "stop",
         }
@@ -303,3 +307,115 @@ async def test_chunked_request_bodies_are_read() -> None:
     assert server.requests[0]["headers"]["transfer-encoding"] == "chunked"
     assert server.requests[0]["body"] == body()
     assert response.json()["choices"][0]["message"]["content"] == "ok"
+
+
+# -- what the real API refuses, and what it returns -------------------------------------------
+
+
+STRICT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "city",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+            "required": ["name", "population"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def with_schema(**changes: Any) -> dict[str, Any]:
+    schema = {**STRICT["json_schema"]["schema"], **changes}
+    return {**STRICT, "json_schema": {**STRICT["json_schema"], "schema": schema}}
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "says"),
+    [
+        ({"model": None}, None, "you must provide a model parameter"),
+        ({"messages": []}, "messages", "empty array"),
+        (
+            {"response_format": with_schema(additionalProperties=True)},
+            "response_format",
+            "'additionalProperties'",
+        ),
+        ({"response_format": with_schema(required=["name"])}, "response_format", "Missing 'population'"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "tool", "tool_call_id": "x", "content": "1"},
+                ]
+            },
+            "messages.[1].role",
+            "preceeding message with 'tool_calls'",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        ],
+                    },
+                    {"role": "user", "content": "and?"},
+                ]
+            },
+            "messages.[1].role",
+            "did not have response messages: call_1",
+        ),
+        ({"messages": [{"role": "assistant", "content": None}]}, "messages.[0].content", "got null"),
+    ],
+    ids=["no-model", "no-messages", "open-schema", "optional-property", "orphan-tool", "unanswered", "empty"],
+)
+async def test_requests_the_real_api_refuses_get_its_400(
+    change: dict[str, Any], param: str | None, says: str
+) -> None:
+    request = {**body(response_format=STRICT), **change}
+    request = {k: v for k, v in request.items() if v is not None}
+    async with FakeOpenAIServer([{"text": "never sent"}]) as server:
+        response = await post(server, request)
+        assert server.unused  # the script entry was not used up
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert says in error["message"]
+
+
+async def test_a_strict_schema_that_follows_the_rules_is_accepted() -> None:
+    async with FakeOpenAIServer([{"text": '{"name": "Oslo", "population": 1}'}]) as server:
+        response = await post(server, body(response_format=STRICT))
+    assert response.status_code == 200
+
+
+async def test_ids_snapshot_headers_and_n_choices_look_like_the_real_api() -> None:
+    script = [{"text": "a", "times": None, "tool_calls": [{"name": "f"}]}]
+    async with FakeOpenAIServer(script) as one, FakeOpenAIServer(script) as two:
+        first = (await post(one, body(model="gpt-4o-mini", n=2))).json()
+        again = await post(two, body(model="gpt-4o-mini"))
+    second = again.json()
+    assert first["id"] != second["id"] and re.fullmatch(r"chatcmpl-[A-Za-z0-9]{29}", first["id"])
+    call_ids = {c["message"]["tool_calls"][0]["id"] for c in (*first["choices"], *second["choices"])}
+    assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", i) for i in call_ids) and len(call_ids) == 2
+    assert first["model"] == "gpt-4o-mini-2024-07-18" and first["service_tier"] == "default"
+    assert [c["index"] for c in first["choices"]] == [0, 1]
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 0}
+    assert set(first["usage"]["completion_tokens_details"]) >= {
+        "reasoning_tokens",
+        "accepted_prediction_tokens",
+    }
+    assert again.headers["openai-version"] == "2020-10-01"
+    assert email.utils.parsedate_to_datetime(again.headers["date"]).tzinfo is not None
+
+
+async def test_a_missing_key_is_refused_with_code_null() -> None:
+    async with FakeOpenAIServer([{"text": "a"}], api_key="sk-right") as server:
+        response = await post(server, body())
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] is None

@@ -105,7 +105,8 @@ async def _turnlog(
     from turnlog.kernel.models import StreamChunk
     from turnlog.projections import catalogue_upcasters
 
-    model = PrebuiltStream([StreamChunk("text", content=t) for t in texts])
+    # Text deltas as the CLI parsers emit them (Claude Code's partial messages, Gemini).
+    model = PrebuiltStream([StreamChunk("text", content=t, is_delta=True) for t in texts])
     _settle()
     url = f"sqlite:///{directory / 'bench.db'}"
     options = PersistOptions(batch_chunks=batch_chunks, batch_ms=batch_ms)
@@ -148,7 +149,7 @@ def _buffer_only(directory: Path, texts: list[str], buffered: bool = True) -> tu
     from turnlog.kernel._persist import ChunkLog, RunBuffer
     from turnlog.kernel.models import StreamChunk
 
-    chunks = [StreamChunk("text", content=t) for t in texts]
+    chunks = [StreamChunk("text", content=t, is_delta=True) for t in texts]
     _settle()
     buffer = RunBuffer(directory / "raw.jsonl") if buffered else None
     # numbering, event ids, encoding and envelope lines as a run makes them; nothing is committed

@@ -113,7 +113,8 @@ async def test_claude_chunks(fake: Fake) -> None:
     system, thinking, text1, text2, use1, res1, use2, res2, text3, result = chunks
     session = system.metadata["session_id"]
     assert session and system.metadata["model"] == "sonnet"
-    assert thinking.content == "plan the listing" and thinking.metadata["signature"]
+    # With partial messages the thinking arrives as a delta; its final block adds nothing new.
+    assert thinking.content == "plan the listing" and thinking.is_delta
     assert (text1.content, text2.content, text3.content) == ("Listing ", "files.", "done")
     assert (use1.tool_name, use1.tool_input) == ("Bash", {"command": "ls"})
     assert use1.tool_id.startswith("toolu_") and res1.tool_id == use1.tool_id
@@ -130,7 +131,8 @@ async def test_claude_chunks(fake: Fake) -> None:
     assert meta["usage"] == {"input_tokens": 21, "output_tokens": 13, "cost_usd": 0.0042}
     assert meta["num_turns"] == 3 and isinstance(meta["duration_ms"], int)
     assert fake.starts()[0]["argv"] == [
-        "-p", "List the files", "--output-format", "stream-json", "--verbose", "--model", "sonnet",
+        "-p", "List the files", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
+        "--model", "sonnet",
     ]  # fmt: skip
     assert fake.starts()[0]["stdin"] == os.devnull
 
@@ -170,7 +172,12 @@ async def test_gemini_chunks(fake: Fake) -> None:
         "system", "text", "text", "tool_use", "tool_result", "tool_use", "tool_result", "text", "result",
     ]  # fmt: skip
     system, text1, _, use1, res1, use2, res2, _, result = chunks
-    assert system.metadata == {"session_id": system.metadata["session_id"], "model": "gemini-2.5-pro"}
+    assert system.metadata == {
+        "session_id": system.metadata["session_id"],
+        "model": "gemini-2.5-pro",
+        "cwd": os.getcwd(),
+        "cli_home": os.path.join(os.environ.get("HOME", ""), ".gemini"),
+    }
     assert text1.is_delta and text1.content == "Listing "
     assert (use1.tool_name, use1.tool_input, res1.tool_id, res1.tool_output) == (
         "Bash",
@@ -297,7 +304,8 @@ async def test_a_non_json_stdout_line_is_a_diagnostic_and_later_events_still_arr
     fake.script({"steps": [{"text": "a"}, {"raw": "Debugger attached."}, {"text": "b"}]})
     chunks = await collect(ClaudeCodeModel().stream("hi"))
     assert kinds(chunks) == ["system", "text", "system", "text", "result"]
-    assert chunks[2].metadata == {"diagnostic": "Debugger attached.", "line_number": 3, "reason": "not_json"}
+    assert chunks[2].metadata["diagnostic"] == "Debugger attached."
+    assert chunks[2].metadata["reason"] == "not_json" and chunks[2].metadata["line_number"] > 1
     assert chunks[-1].content == "ab"  # both blocks belong to the last assistant message
 
 
@@ -404,7 +412,7 @@ async def test_missing_executable_is_cli_not_found(
 def test_command_lines(fake: Fake) -> None:
     exe = [sys.executable, "-m", "turnlog.tools._fake_cli"]
     assert ClaudeCodeModel("opus").command("hi", resume="s1", options={"max_turns": 3}) == [
-        *exe, "claude", "-p", "hi", "--output-format", "stream-json", "--verbose",
+        *exe, "claude", "-p", "hi", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
         "--model", "opus", "--resume", "s1", "--max-turns", "3",
     ]  # fmt: skip
     assert CodexModel("gpt-5-codex").command("hi", resume="t1", options={"sandbox": "read-only"}) == [

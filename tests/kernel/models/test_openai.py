@@ -94,7 +94,10 @@ async def test_plain_answer_text_usage_and_request_on_the_wire() -> None:
     assert reply.text == "General Kenobi!"
     assert reply.finish_reason == "stop"
     assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cost_usd) == (11, 2, None)
-    assert (reply.provider, reply.model, reply.attempts, reply.ttft_ms) == ("fake", "gpt-4.1-mini", 1, None)
+    # the dated snapshot the server reports serving
+    assert (reply.provider, reply.model, reply.attempts, reply.ttft_ms) == (
+        "fake", "gpt-4.1-mini-2025-04-14", 1, None
+    )  # fmt: skip
     assert reply.latency_ms > 0
     assert reply.raw["object"] == "chat.completion"
     [sent] = server.requests
@@ -285,8 +288,32 @@ async def test_errors_that_must_not_be_retried(entry: dict[str, Any]) -> None:
     assert len(server.requests) == 1
 
 
+async def test_a_409_is_retried_like_the_official_client() -> None:
+    async with FakeOpenAIServer([{"status": 409}, {"text": "ok"}]) as server:
+        reply = await client_for(server).invoke(HELLO)
+    assert (reply.text, reply.attempts) == ("ok", 2)
+
+
+async def test_a_wait_beyond_two_minutes_is_refused_even_with_x_should_retry() -> None:
+    script = [{"status": 503, "retry_after": 200, "headers": {"x-should-retry": "true"}}, {"text": "ok"}]
+    async with FakeOpenAIServer(script) as server:
+        with pytest.raises(ServerError) as caught:
+            await client_for(server).invoke(HELLO)
+    assert (caught.value.attempts, caught.value.retry_after) == (1, 200.0)
+    assert len(server.requests) == 1
+
+
+async def test_a_code_that_repeats_the_status_is_not_printed_twice() -> None:
+    body = '{"error": {"message": "bad things", "type": "invalid_request_error", "code": "400"}}'
+    script = [{"status": 400, "raw_body": body}]
+    async with FakeOpenAIServer(script) as server:
+        with pytest.raises(ProviderHTTPError) as caught:
+            await client_for(server).invoke(HELLO)
+    assert str(caught.value) == "fake gpt-4.1-mini: HTTP 400: bad things"
+
+
 async def test_x_should_retry_true_retries_a_4xx() -> None:
-    script = [{"status": 409, "headers": {"x-should-retry": "true"}}, {"text": "ok"}]
+    script = [{"status": 404, "headers": {"x-should-retry": "true"}}, {"text": "ok"}]
     async with FakeOpenAIServer(script) as server:
         reply = await client_for(server).invoke(HELLO)
     assert (reply.text, reply.attempts) == ("ok", 2)

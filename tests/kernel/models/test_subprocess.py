@@ -210,7 +210,15 @@ def test_resolve_executable_names_the_variable_when_the_cli_is_missing(tmp_path:
         ([""], ExitStatus(2), "codex", "usage"),
         ([""], ExitStatus(41), "gemini", "auth"),
         ([""], ExitStatus(None, 9), "claude_code", "crash"),
-        ([""], ExitStatus(143), "codex", "crash"),
+        ([""], ExitStatus(143), "codex", "unknown"),  # a value >= 128 is not a signal
+        ([""], ExitStatus(144), "gemini", "bad_request"),  # HTTP 400 mod 256
+        ([""], ExitStatus(173), "gemini", "rate_limit"),  # HTTP 429 mod 256
+        ([""], ExitStatus(145), "gemini", "auth"),  # HTTP 401 mod 256
+        ([""], ExitStatus(42), "gemini", "usage"),
+        ([""], ExitStatus(53), "gemini", "turn_limit"),
+        (['{"error":{"code":400,"message":"API key not valid."}}'], ExitStatus(144), "gemini", "auth"),
+        (["Invalid API key · Fix external API key"], ExitStatus(1), "claude_code", "auth"),
+        (["exceeded retry limit, last status: 429 Too Many Requests"], ExitStatus(1), "codex", "rate_limit"),
         (["something odd"], ExitStatus(1), "claude_code", "unknown"),
     ],
 )
@@ -234,6 +242,26 @@ def test_cli_failure_carries_exit_code_stderr_kind_and_the_error_text() -> None:
         "m",
     )
     assert "exit status 1" in str(err) and "No conversation found" in str(err)
+
+
+def test_error_messages_come_from_the_stream_and_stderr_noise_is_only_a_fallback() -> None:
+    noise = "WARNING: proceeding, even though ...\nReading additional input from stdin...\n"
+    err = cli_failure(ExitStatus(1), noise, texts=["turn failed: boom"], provider="codex", model="m")
+    assert str(err).endswith(": turn failed: boom")
+    err = cli_failure(
+        ExitStatus(1), noise + "the real reason\n[STARTUP] Phase x\n", provider="codex", model="m"
+    )
+    assert str(err).endswith(": the real reason")
+    assert "Reading additional input" not in str(
+        cli_failure(ExitStatus(1), noise, provider="codex", model="m")
+    )
+
+
+def test_an_http_status_the_cli_reported_classifies_when_the_text_does_not() -> None:
+    assert classify_cli_failure(["something"], ExitStatus(1), provider="claude_code", http_status=429) == (
+        "rate_limit"
+    )
+    assert classify_cli_failure(["odd"], ExitStatus(1), provider="claude_code", http_status=500) == "server"
 
 
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=8)

@@ -1,0 +1,151 @@
+"""Group commit: concurrent appends of one process combined into one transaction and one commit.
+
+A server hosting many conversations appends single events from many tasks at once. Committed
+one by one, each append pays a whole commit (an fsync on SQLite at ``durability="full"``, a
+round trip and a WAL flush on PostgreSQL). ``GroupCommit`` lets them share it:
+
+- a caller that finds no commit running becomes the *leader*: it takes every append queued
+  so far (up to ``max_units``) and hands them to the backend's ``commit`` in one call;
+- callers arriving while a commit runs queue up; when it ends, the first of them leads the
+  next group. Nothing waits on a timer: a lone caller commits at once, and groups grow by
+  themselves with the number of callers (while one commit runs, the next group gathers).
+
+Each queued item is one caller's atomic unit (an ``append`` or a whole ``append_batch``).
+``commit`` returns one outcome per unit, a result or an exception, so a unit that fails
+(``ConcurrencyError``, ``IdempotencyError``) fails alone; the backend keeps the others'
+writes (savepoints on SQLite, validate-then-insert on PostgreSQL). Only a failure of the
+transaction itself (the commit, the connection) reaches every caller of the group, since
+then none of it was stored or the outcome is unknown to all of them alike.
+
+The leader runs ``commit`` shielded from cancellation: the group's other callers depend on
+it, and a commit abandoned half-way would leave them without an outcome. A cancelled caller
+whose unit is already in a running group stops waiting, but its unit may still be stored
+(as with any append cancelled while its commit is in flight); one still queued is dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from ._errors import StoreError
+
+__all__ = ["GroupCommit"]
+
+U = TypeVar("U")
+R = TypeVar("R")
+
+
+@dataclass(eq=False)
+class _Waiter(Generic[U]):
+    unit: U
+    woken: anyio.Event = field(default_factory=anyio.Event)
+    lead: bool = False
+    taken: bool = False
+    outcome: Any = None
+    failed: bool = False
+
+
+class GroupCommit(Generic[U, R]):
+    """Combine units submitted concurrently into calls of ``commit`` (see the module docstring).
+
+    Args:
+        commit: Stores a group of units in one transaction; returns one outcome per unit, in
+            order: its result, or the exception that unit alone raises. An exception raised by
+            ``commit`` itself is every unit's outcome.
+        max_units: The largest group handed to ``commit``.
+    """
+
+    def __init__(
+        self, commit: Callable[[list[U]], Awaitable[Sequence[R | BaseException]]], *, max_units: int = 256
+    ) -> None:
+        if max_units < 1:
+            raise ValueError(f"max_units must be >= 1, not {max_units}")
+        self._commit = commit
+        self._max_units = max_units
+        self._queue: list[_Waiter[U]] = []
+        self._busy = False
+        self.groups = 0
+        """How many groups were committed (for tests and benchmarks)."""
+        self.units = 0
+        """How many units they held."""
+
+    async def submit(self, unit: U) -> R:
+        """Store ``unit`` with whatever else is queued; return its own result or raise its own error."""
+        waiter: _Waiter[U] = _Waiter(unit)
+        self._queue.append(waiter)
+        if self._busy:
+            try:
+                await waiter.woken.wait()
+            except BaseException:
+                if not waiter.taken:
+                    self._queue.remove(waiter)
+                    if waiter.lead:
+                        self._hand_over()
+                raise
+            if waiter.taken:
+                return self._unwrap(waiter)
+        self._busy = True
+        try:
+            await self._run_group()
+        finally:
+            self._hand_over()
+        return self._unwrap(waiter)
+
+    async def _run_group(self) -> None:
+        group = self._queue[: self._max_units]
+        del self._queue[: len(group)]
+        for waiter in group:
+            waiter.taken = True
+        outcomes: Sequence[Any]
+        try:
+            with anyio.CancelScope(shield=True):
+                outcomes = await self._commit([waiter.unit for waiter in group])
+            if len(outcomes) != len(group):
+                raise StoreError(f"group commit: {len(outcomes)} outcomes for {len(group)} appends")
+        except Exception as exc:
+            outcomes = [exc, *(_copy_error(exc) for _ in group[1:])]
+        except BaseException as exc:
+            # The leader is interrupted (KeyboardInterrupt, ...): the others learn that the
+            # outcome of their append is unknown, and the interruption goes on up.
+            for waiter in group:
+                waiter.outcome = StoreError(f"the commit of this append was interrupted: {exc!r}")
+                waiter.failed = True
+                waiter.woken.set()
+            raise
+        self.groups += 1
+        self.units += len(group)
+        for waiter, outcome in zip(group, outcomes, strict=True):
+            waiter.outcome = outcome
+            waiter.failed = isinstance(outcome, BaseException)
+            waiter.woken.set()
+
+    def _hand_over(self) -> None:
+        """Wake the first queued caller to lead the next group, or mark the committer idle."""
+        if self._queue:
+            first = self._queue[0]
+            first.lead = True
+            first.woken.set()
+        else:
+            self._busy = False
+
+    @staticmethod
+    def _unwrap(waiter: _Waiter[Any]) -> Any:
+        if waiter.failed:
+            raise waiter.outcome
+        return waiter.outcome
+
+
+def _copy_error(exc: Exception) -> Exception:
+    """A copy of a failure shared by a group, so each caller raises its own exception object."""
+    try:
+        twin = copy.copy(exc)
+    except Exception:
+        return exc
+    twin.__cause__ = exc.__cause__
+    twin.__traceback__ = None
+    return twin

@@ -1,0 +1,229 @@
+"""The Anthropic Messages and Gemini API providers against the loopback fake upstream, through verbs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from turnlog.eventstore import EventStore, open_store
+from turnlog.kernel import Branch, iModel
+from turnlog.kernel.models import (
+    AnthropicModel,
+    AuthenticationError,
+    GeminiAPIModel,
+    ModelRequest,
+    ProviderConnectionError,
+    RateLimitError,
+    RetryPolicy,
+    ServerError,
+)
+from turnlog.projections import catalogue_upcasters
+from turnlog.tools._fake_upstream import FakeUpstreamServer
+
+KEY = "sk-native-provider-test-0123456789"
+FAST = RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0)
+PROVIDERS = {"anthropic": "claude-sonnet-4-5", "gemini_api": "gemini-2.5-flash"}
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    async with open_store(f"sqlite:///{tmp_path / 'native.db'}", upcasters=catalogue_upcasters()) as s:
+        yield s
+
+
+def model(provider: str, server: FakeUpstreamServer, **kw: Any) -> iModel:
+    kw.setdefault("retry", FAST)
+    return iModel(provider=provider, model=PROVIDERS[provider], base_url=server.base_url, api_key=KEY, **kw)
+
+
+async def calls(branch: Branch) -> list[Any]:
+    return [d for e, d in await branch.events() if e.type == "model.called"]
+
+
+def test_imodel_names_the_native_transports() -> None:
+    assert isinstance(iModel("anthropic/claude-sonnet-4-5").backend, AnthropicModel)
+    assert isinstance(iModel("gemini_api/gemini-2.5-flash").backend, GeminiAPIModel)
+    assert isinstance(iModel("google/gemini-2.5-flash").backend, GeminiAPIModel)
+    assert iModel("anthropic/claude-sonnet-4-5").backend.url == "https://api.anthropic.com/v1/messages"
+    gemini = iModel("gemini_api/gemini-2.5-flash").backend
+    assert (
+        gemini.url
+        == "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+    )
+
+
+async def test_keys_come_from_the_environment_variables_users_have(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    async with FakeUpstreamServer([{"text": "a"}, {"text": "b"}], api_key=KEY) as server:
+        for provider in PROVIDERS:
+            m = iModel(provider=provider, model=PROVIDERS[provider], base_url=server.base_url)
+            await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    anthropic, gemini = server.requests
+    assert anthropic["credentials"]["x-api-key"]["sha256"] == digest
+    assert gemini["credentials"]["x-goog-api-key"]["sha256"] == digest
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_communicate_records_usage_model_and_no_key(
+    provider: str, store: EventStore, tmp_path: Path
+) -> None:
+    script = [
+        {
+            "text": "Hello from the API.",
+            "usage": {"input_tokens": 30, "output_tokens": 5, "cached_tokens": 10},
+        }
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, system="Be brief.", chat_model=model(provider, server, temperature=0))
+        assert await branch.communicate("hi") == "Hello from the API."
+        [request] = server.requests
+    [called] = await calls(branch)
+    assert (called.provider, called.status, called.stream) == (provider, "ok", False)
+    # Anthropic counts cache reads apart from input_tokens; Gemini's promptTokenCount includes them
+    assert (called.usage.input_tokens, called.usage.output_tokens) == (
+        40 if provider == "anthropic" else 30,
+        5,
+    )
+    assert called.params == {"temperature": 0}
+    body = request["body"]
+    if provider == "anthropic":
+        assert called.endpoint == "v1/messages"
+        assert request["headers"]["anthropic-version"] == "2023-06-01"
+        assert body["max_tokens"] == 4096 and body["temperature"] == 0
+        assert body["messages"] == [
+            {"role": "user", "content": [{"type": "text", "text": body["messages"][0]["content"][0]["text"]}]}
+        ]
+        assert "Be brief." in body["messages"][0]["content"][0]["text"]
+    else:
+        assert request["path"].endswith("/models/gemini-2.5-flash:generateContent")
+        assert body["generationConfig"] == {"temperature": 0}
+        assert (
+            body["contents"][0]["role"] == "user" and "Be brief." in body["contents"][0]["parts"][0]["text"]
+        )
+    await store.close()
+    for path in tmp_path.glob("native.db*"):
+        assert KEY.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_streaming_records_chunks_ttft_and_the_same_answer(provider: str, store: EventStore) -> None:
+    script = [{"text": "one two three", "thinking": "let me think", "times": 2}]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model(provider, server))
+        plain = await branch.communicate("count")
+        streamed = await branch.communicate("count", stream=True)
+        assert "stream" in server.requests[1]["path"] or server.requests[1]["body"].get("stream") is True
+    assert plain == streamed == "one two three"
+    first, second = await calls(branch)
+    assert (first.stream, second.stream) == (False, True)
+    assert second.ttft_ms is not None and 0 < second.ttft_ms <= second.latency_ms
+    assert second.usage.output_tokens == first.usage.output_tokens  # the inputs differ: one more turn
+    chunks = [e.data async for e in store.read_stream(f"run-{second.call_id}")]
+    kinds = [c["type"] for c in chunks]
+    assert "thinking" in kinds and kinds[-1] == "result"
+    assert "".join(c["content"] for c in chunks if c["type"] == "text") == "one two three"
+    assert "".join(c["content"] for c in chunks if c["type"] == "thinking") == "let me think"
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_tool_turn_goes_back_in_the_api_s_own_form(
+    provider: str, stream: bool, store: EventStore
+) -> None:
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model(provider, server), tools=[add])
+        result = await branch.operate(instruction="What is 20 + 22?", actions=True, stream=stream)
+        assert [r.output for r in result.action_responses] == [42]
+        assert await branch.communicate("So?") == "It is 42."
+        first, second = (r["body"] for r in server.requests)
+    [call] = next(m for m in branch.messages if m.role == "assistant").metadata["tool_calls"]
+    if provider == "anthropic":
+        assert first["tools"][0]["name"] == "add" and "input_schema" in first["tools"][0]
+        roles = [m["role"] for m in second["messages"]]
+        assert roles == ["user", "assistant", "user"]
+        use = second["messages"][1]["content"]
+        assert use == [{"type": "tool_use", "id": call["id"], "name": "add", "input": {"a": 20, "b": 22}}]
+        result_block, text_block = second["messages"][2]["content"]
+        assert result_block == {"type": "tool_result", "tool_use_id": call["id"], "content": "42"}
+        assert text_block["type"] == "text" and "So?" in text_block["text"]
+    else:
+        assert first["tools"][0]["functionDeclarations"][0]["name"] == "add"
+        roles = [c["role"] for c in second["contents"]]
+        assert roles == ["user", "model", "user"]
+        [function_call] = second["contents"][1]["parts"]
+        assert function_call["functionCall"]["name"] == "add"
+        assert function_call["functionCall"]["args"] == {"a": 20, "b": 22}
+        response, text = second["contents"][2]["parts"]
+        assert response["functionResponse"]["name"] == "add"
+        assert response["functionResponse"]["response"] == {"output": 42}
+        assert "So?" in text["text"]
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_errors_are_classified_and_retried(provider: str) -> None:
+    script = [
+        {"status": 429, "retry_after": 0.01},
+        {"status": 500},
+        {"text": "finally"},
+        {"status": 500, "times": None},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        m = model(provider, server)
+        reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+        assert (reply.text, reply.attempts) == ("finally", 3)
+        with pytest.raises(ServerError) as caught:
+            await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert caught.value.attempts == 3
+    assert "HTTP 500" in str(caught.value)
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_a_wrong_key_is_an_authentication_error(provider: str) -> None:
+    async with FakeUpstreamServer([{"text": "never"}], api_key="sk-the-right-one") as server:
+        with pytest.raises(AuthenticationError) as caught:
+            await model(provider, server).invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert caught.value.attempts == 1 and KEY not in str(caught.value)
+
+
+async def test_an_overloaded_anthropic_answer_is_retried_then_a_server_error() -> None:
+    async with FakeUpstreamServer([{"status": 529, "times": None}], api_key=KEY) as server:
+        with pytest.raises(ServerError) as caught:
+            await model("anthropic", server).invoke(
+                ModelRequest(messages=[{"role": "user", "content": "hi"}])
+            )
+    assert caught.value.status_code == 529 and caught.value.attempts == 3
+
+
+async def test_a_rate_limited_gemini_answer_is_a_rate_limit_error() -> None:
+    async with FakeUpstreamServer([{"status": 429}], api_key=KEY) as server:
+        m = model("gemini_api", server, retry=RetryPolicy(max_attempts=1))
+        with pytest.raises(RateLimitError):
+            await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+async def test_a_stream_cut_mid_way_is_an_error_not_a_short_answer(provider: str) -> None:
+    async with FakeUpstreamServer(
+        [{"text": "a long answer that never ends", "cut_after": 3}], api_key=KEY
+    ) as server:
+        request = ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
+        with pytest.raises(ProviderConnectionError):
+            await model(provider, server).invoke(request)
