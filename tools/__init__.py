@@ -1,17 +1,26 @@
 """turnlog.tools: the turnlog command, loopback fake providers, demo and benchmarks.
 
-``FakeOpenAIServer`` (the loopback Chat Completions server, for tests and examples) is
-importable from here; it is loaded on first use, so the command starts without it.
+The loopback fakes are importable from here, for tests and examples: ``FakeOpenAIServer``
+(Chat Completions), ``FakeUpstreamServer`` (the Anthropic Messages, OpenAI Responses and
+Gemini APIs in one server) and ``UpstreamThread`` (that server in a thread of its own, for
+code that is not async). Each is loaded on first use, so the command starts without them.
 """
 
 from typing import Any
 
-__all__ = ["FakeOpenAIServer"]
+__all__ = ["FakeOpenAIServer", "FakeUpstreamServer", "UpstreamThread"]
+
+_LAZY = {
+    "FakeOpenAIServer": "turnlog.tools._fake_openai",
+    "FakeUpstreamServer": "turnlog.tools._fake_upstream",
+    "UpstreamThread": "turnlog.tools._fake_upstream",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "FakeOpenAIServer":
-        from turnlog.tools._fake_openai import FakeOpenAIServer
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return FakeOpenAIServer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -149,7 +149,10 @@ def buffered_text(persist: Path) -> str:
     for path in persist.glob("*.jsonl"):
         raw = path.read_bytes()
         for line in raw[: raw.rfind(b"\n") + 1].splitlines():
-            data = json.loads(line)["data"]
+            record = json.loads(line)
+            if "data" not in record:
+                continue  # the header line naming the store, branch and run
+            data = record["data"]
             if data["type"] == "text":
                 text.append(data.get("content", ""))
     return "".join(text)
