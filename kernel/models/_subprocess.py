@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,7 +46,7 @@ from ._cli_errors import ExitStatus, classify_cli_failure, cli_failure
 from ._cli_sessions import cli_home
 from ._errors import CLIError, CLINotFound
 from ._orphans import GroupWatchdog, spawn, wait_process
-from ._secrets import Scrubber, is_secret_name
+from ._secrets import Scrubber
 from ._types import StreamChunk
 
 __all__ = [
@@ -638,7 +639,7 @@ class CLIAgentModel:
         env = self._child_env(opts)
         # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
         # one in its output or an error must not put it into the append-only log.
-        scrub = Scrubber(value for name, value in env.items() if is_secret_name(name))
+        scrub = Scrubber(value for name, value in env.items() if _env_secret(name, value))
         cwd = _absolute(opts.get("cwd") or self.cwd)
         home = cli_home(self.provider, env)
         started = time.monotonic()
@@ -695,6 +696,22 @@ class CLIAgentModel:
                 provider=self.provider,
                 model=model,
             )
+
+
+_ENV_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "auth"}
+)
+
+
+def _env_secret(name: str, value: str) -> bool:
+    """True for an environment variable that holds a credential (``ANTHROPIC_API_KEY``, ...).
+
+    Stricter than ``is_secret_name``: ``PWD`` is the working directory here, and a value
+    that is a path (``SSH_AUTH_SOCK``, ``GOOGLE_APPLICATION_CREDENTIALS``) names where a
+    secret is, not the secret.
+    """
+    words = set(re.split(r"[-_.]+", name.lower()))
+    return bool(words & _ENV_SECRET_WORDS) and not value.startswith(("/", "~", "."))
 
 
 def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
