@@ -382,8 +382,12 @@ class TestPostgresServer:
         app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
         async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
             await store.append("s", [NewEvent("a.b", {})])
+            # With a timeout, pg_terminate_backend returns once the backend has exited (not
+            # when the signal is sent), so the connections are really dead, not dying, when
+            # the next append checks one out.
             killed = await raw_sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", [app]
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = %s",
+                [app],
             )
             assert killed and all(row[0] for row in killed)
             assert (await store.append("s", [NewEvent("a.b", {})])).version == 2
