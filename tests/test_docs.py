@@ -108,6 +108,7 @@ def test_cli_error_examples_print_what_cli_md_shows(tmp_path: Path) -> None:
     import shlex
 
     import anyio
+
     from turnlog.eventstore import open_store
 
     async def empty_store() -> None:

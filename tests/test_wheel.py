@@ -57,10 +57,10 @@ def _source_packages() -> list[str]:
     """``turnlog.<dotted folder>`` for every folder with an ``__init__.py`` under a layer folder."""
     found = []
     for layer in LAYER_FOLDERS:
-        for init in sorted((ROOT / layer).rglob("__init__.py")):
+        for init in sorted((ROOT / "turnlog" / layer).rglob("__init__.py")):
             relative = init.parent.relative_to(ROOT)
             if "__pycache__" not in relative.parts:
-                found.append("turnlog." + ".".join(relative.parts))
+                found.append(".".join(relative.parts))
     return found
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import orjson
+
 from turnlog.eventstore import ConcurrencyError, NewEvent, RecordedEvent, open_store
 
 

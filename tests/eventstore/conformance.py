@@ -26,6 +26,7 @@ import anyio
 import pytest
 from encoded_conformance import EncodedAppendConformance
 from redaction_conformance import RedactionConformance
+
 from turnlog.eventstore import (
     ANY,
     NO_STREAM,

@@ -10,6 +10,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+
 from turnlog.eventstore import (
     ANY,
     NO_STREAM,

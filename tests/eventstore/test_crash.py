@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+
 from turnlog.eventstore import RecordedEvent, open_store
 
 WORKER = Path(__file__).with_name("_workers.py")

@@ -10,6 +10,7 @@ from uuid import UUID
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from turnlog.eventstore import (
     EncodedEvent,
     EventEncoder,

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from turnlog.eventstore import (
     ANY,
     STREAM_EXISTS,

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import anyio
 import pytest
 from conformance import StoreConformance, ev
+
 from turnlog.eventstore import (
     AppendResult,
     ConcurrencyError,

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from conformance import StoreConformance, collect, ev
 from freezegun import freeze_time
+
 from turnlog.eventstore import EventStore, MemoryEventStore, open_store
 
 

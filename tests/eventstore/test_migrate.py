@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+
 from turnlog.eventstore import (
     ANY,
     EventStore,

@@ -18,6 +18,7 @@ import anyio
 import pytest
 from conformance import StoreConformance
 from test_stateful import SETTINGS, StoreMachine
+
 from turnlog.eventstore import (
     EventStore,
     InvalidEventError,

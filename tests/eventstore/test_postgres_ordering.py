@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import anyio
 import orjson
 import pytest
+
 from turnlog.eventstore import ANY, NewEvent, RecordedEvent, VerifyReport
 from turnlog.eventstore._postgres import PostgresEventStore
 

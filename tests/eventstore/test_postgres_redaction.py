@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 import anyio
 import pytest
+
 from turnlog.eventstore import NewEvent, NewSnapshot, Redaction, open_store
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from turnlog.eventstore import CorruptEventError, InvalidEventError, RawEvent, Upcasters
 from turnlog.eventstore._raw import check_raw_range, raw_event
 

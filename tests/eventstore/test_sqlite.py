@@ -15,6 +15,7 @@ import anyio
 import pytest
 from conformance import StoreConformance, collect, ev
 from freezegun import freeze_time
+
 from turnlog.eventstore import (
     EventStore,
     MemoryEventStore,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_postgres import needs_pg, pg_schema, pg_url  # noqa: F401  (fixtures)
+
 from turnlog.eventstore import MemoryEventStore, NewEvent, open_store
 
 pytestmark = pytest.mark.anyio

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from turnlog.eventstore import CorruptEventError, NewEvent, VerifyReport, open_store
 from turnlog.eventstore._encoding import event_hash
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore, RecordedEvent, open_store
 from turnlog.kernel import Branch
 from turnlog.projections import catalogue_upcasters

@@ -22,6 +22,7 @@ import anyio
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
+
 from turnlog.kernel.models import StreamChunk
 
 BIN_VARS = {"claude": "TURNLOG_CLAUDE_BIN", "codex": "TURNLOG_CODEX_BIN", "gemini": "TURNLOG_GEMINI_BIN"}

@@ -9,6 +9,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, ToolInvocation, UnknownTool, UsageError, iModel
 from turnlog.kernel.models import ToolCall

@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import AmbiguousBranch, Branch, Kernel, UnknownBranch, UsageError
 from turnlog.kernel.testing import ScriptedModel

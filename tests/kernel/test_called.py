@@ -6,6 +6,7 @@ import anyio
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import EventStore, NewEvent, RecordedEvent, open_store
 from turnlog.kernel import Branch, called_message_ids
 from turnlog.kernel.testing import ScriptedModel

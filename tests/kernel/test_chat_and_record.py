@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, MessageAdded, RunStart
 from turnlog.kernel.models import ProviderConnectionError

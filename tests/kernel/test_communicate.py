@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ResponseParseError
 from turnlog.kernel.models import ServerError

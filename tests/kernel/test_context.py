@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ContextProviderRegistry
 from turnlog.kernel.testing import ScriptedModel

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import AuthenticationError, ModelRequest, RetryPolicy, ServerError

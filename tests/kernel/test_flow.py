@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, Graph, GraphCycleError, Operation, OperationError, Session, UsageError
 from turnlog.kernel.testing import ScriptedModel

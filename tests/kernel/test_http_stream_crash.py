@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, recover
 from turnlog.projections import AssistantResponse, catalogue_upcasters

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import ConcurrencyError, open_store
 from turnlog.kernel import Branch, Kernel
 from turnlog.kernel.models import ServerError

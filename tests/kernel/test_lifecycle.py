@@ -6,6 +6,7 @@ import logging
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import (
     Branch,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import (
     Branch,

@@ -7,6 +7,7 @@ import json
 import anyio
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ExecutionError, Operation, OperationError, Session, UsageError
 from turnlog.kernel.testing import ScriptedModel

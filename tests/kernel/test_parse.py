@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, UsageError
 from turnlog.kernel.testing import ScriptedModel

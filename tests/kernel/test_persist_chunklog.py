@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import EventStore, EventTooLarge, MemoryEventStore, encode_json
 from turnlog.kernel._persist import CHUNK_TYPE, ChunkLog, PersistOptions, RunBuffer
 from turnlog.kernel.models import StreamChunk

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ResponseParseError, RunEnd, RunFailed, RunStart, Signal
 from turnlog.kernel.models import ModelRequest

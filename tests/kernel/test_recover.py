@@ -13,6 +13,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import EventStore, NewEvent, open_store, uuid7
 from turnlog.kernel import Branch, PersistOptions, StartRun, iModel, recover
 from turnlog.kernel._run_buffer import BufferHeader, store_location

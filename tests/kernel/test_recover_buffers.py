@@ -11,6 +11,7 @@ from uuid import UUID
 
 import anyio
 import pytest
+
 from turnlog.eventstore import (
     ANY,
     EventStore,

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, audit_replay, execute_replay
 from turnlog.kernel.testing import ScriptedModel

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, MessageAdded, RunEnd, RunFailed, RunStart, Signal, iModel, observed_run
 from turnlog.kernel.models import CLIError, ProviderError, StreamChunk

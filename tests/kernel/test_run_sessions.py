@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore, NewEvent
 from turnlog.kernel import Branch, iModel, recover
 from turnlog.kernel.models import StreamChunk

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy

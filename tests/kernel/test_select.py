@@ -6,6 +6,7 @@ import enum
 import functools
 
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, Graph, Session, UsageError
 from turnlog.kernel.operations.select import Selection, SelectionModel, select

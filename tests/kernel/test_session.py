@@ -7,6 +7,7 @@ import textwrap
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import (
     AmbiguousSession,

@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, iModel, recover
 from turnlog.projections import AssistantResponse, catalogue_upcasters

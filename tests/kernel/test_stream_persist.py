@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, PersistOptions, SnapshotFileError
 from turnlog.kernel.models import StreamChunk

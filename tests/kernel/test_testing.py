@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from turnlog.kernel import ScriptExhaustedError
 from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, RateLimitError, Usage
 from turnlog.kernel.testing import FunctionModel, ScriptedModel

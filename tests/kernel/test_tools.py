@@ -7,6 +7,7 @@ from typing import Literal
 
 import pytest
 from pydantic import BaseModel
+
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, Tool, ToolArgumentsError, ToolRegistry, UnknownTool, UsageError
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
+
 from turnlog.eventstore import EventStore, RecordedEvent
 from turnlog.projections import (
     ActionRequest,

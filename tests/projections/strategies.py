@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
+
 from turnlog.projections import (
     ActionRequest,
     ActionResponse,

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
+
 from turnlog.eventstore import NewEvent, NewSnapshot, open_store
 from turnlog.projections import (
     PROJECTION_VERSION,
@@ -242,6 +243,7 @@ async def test_snapshot_messages_in_another_offset_load_the_general_way(store) -
 def test_a_model_with_more_than_fields_is_not_built_in_bulk() -> None:
     """A model validator, private attribute or other extra would be skipped: such models are refused."""
     from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+
     from turnlog.projections._bulk import _check_plain, _Unsupported
 
     class Plain(BaseModel):

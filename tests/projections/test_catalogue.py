@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import NewEvent, RecordedEvent, TurnlogError, Upcaster, uuid7
 from turnlog.projections import (
     CATALOGUE,

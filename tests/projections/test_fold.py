@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
+
 from turnlog.eventstore import NewEvent, open_store
 from turnlog.projections import (
     ActionRequest,

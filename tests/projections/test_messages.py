@@ -8,6 +8,7 @@ import orjson
 import pytest
 from freezegun import freeze_time
 from hypothesis import given, settings
+
 from turnlog.eventstore import TurnlogError
 from turnlog.projections import (
     ActionRequest,

@@ -10,6 +10,7 @@ import pytest
 from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import NewEvent, NewSnapshot, open_store
 from turnlog.projections import (
     PROJECTION_VERSION,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import MemoryEventStore
 from turnlog.projections import ActionRequest, ActionResponse, Instruction, MessageAdded
 from turnlog.projections._rebuild import rebuild
@@ -77,6 +78,7 @@ def test_random_logs_and_redactions_rebuild_and_verify(op_list, data) -> None:
 
 async def test_the_catalogue_decodes_a_redacted_event_or_says_why_not() -> None:
     import pytest
+
     from turnlog.eventstore import NewEvent
     from turnlog.projections import EventDecodeError, decode_event
 

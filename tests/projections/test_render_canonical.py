@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
+
 from turnlog.projections import Instruction, message_from_dict, render_yaml
 
 json_values = st.recursive(

@@ -13,6 +13,7 @@ import json
 import sys
 
 import anyio
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, PersistOptions
 from turnlog.kernel.models import ClaudeCodeModel, CodexModel, GeminiModel

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
+
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, recover
 from turnlog.kernel.models import ClaudeCodeModel, CLIError, CodexModel, GeminiModel, StreamChunk

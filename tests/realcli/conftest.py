@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.tools._fake_upstream import FakeUpstreamServer, UpstreamThread
 
 HERE = Path(__file__).parent

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import EventStore, open_store
 from turnlog.projections import catalogue_upcasters
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
 from turnlog.kernel.testing import ScriptedModel

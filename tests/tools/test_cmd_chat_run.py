@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.projections import catalogue_upcasters, rebuild
 

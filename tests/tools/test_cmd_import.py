@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
 from turnlog.kernel.testing import ScriptedModel

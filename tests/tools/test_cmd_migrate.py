@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import anyio
 import orjson
 import pytest
+
 from turnlog.eventstore import NewEvent, NewSnapshot, RecordedEvent, open_store
 from turnlog.tools._cli import main
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from turnlog.eventstore import NewEvent, NewSnapshot, SQLiteEventStore, is_redacted, uuid7
 from turnlog.projections import (
     ActionRequest,

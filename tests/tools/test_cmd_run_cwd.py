@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import anyio
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import find_branch
 from turnlog.projections import BranchState, catalogue_upcasters, rebuild

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.projections import ActionRequest, ActionResponse, MessageAdded, ModelCalled, UsageData, new_event
 

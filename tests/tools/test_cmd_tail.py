@@ -10,6 +10,7 @@ from pathlib import Path
 from queue import Empty, Queue
 
 import anyio
+
 from turnlog.eventstore import NewEvent, open_store
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+
 from turnlog.tools._fake_openai import FakeOpenAIServer, ScriptError, load_script
 
 USER = {"role": "user", "content": "what's the weather in NYC?"}

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+
 from turnlog.tools._fake_openai import FakeOpenAIServer
 
 openai = pytest.importorskip("openai")

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from turnlog.tools._fake_upstream import FakeUpstreamServer, UpstreamThread
 from turnlog.tools._fake_upstream_script import ScriptError, load_upstream_script
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from turnlog.tools._fake_upstream import FakeUpstreamServer
 
 anthropic = pytest.importorskip("anthropic")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from turnlog.tools import _output
 
 BRANCH = "01a23ad3-c558-7a11-8f2b-0123456789ab"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import anyio
+
 from turnlog.kernel.models import CLIProcess
 
 CLI = (

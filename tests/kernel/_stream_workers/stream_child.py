@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import anyio
+
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, PersistOptions, iModel
 from turnlog.projections import catalogue_upcasters

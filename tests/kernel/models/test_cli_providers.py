@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from turnlog.kernel.models import (
     ClaudeCodeModel,
     CLIAgentModel,

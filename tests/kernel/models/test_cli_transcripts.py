@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.kernel._assembler import StreamAssembler
 from turnlog.kernel.models import ExitStatus, StreamChunk
 from turnlog.kernel.models._claude_code import ClaudeCodeModel

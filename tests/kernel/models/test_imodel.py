@@ -13,6 +13,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from turnlog.kernel.models import (
     ChatModel,
     MissingAPIKey,

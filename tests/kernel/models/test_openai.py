@@ -14,6 +14,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from turnlog.kernel.models import (
     AuthenticationError,
     ContextLengthError,

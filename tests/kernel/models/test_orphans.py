@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from turnlog.kernel.models._orphans import pdeathsig_available
 
 from ..streamkit import Child

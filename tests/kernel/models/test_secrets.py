@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+
 from turnlog.kernel.models._secrets import (
     REDACTED,
     Scrubber,

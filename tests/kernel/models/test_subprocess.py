@@ -13,6 +13,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from turnlog.kernel.models import CLINotFound, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
 from turnlog.kernel.models._subprocess import classify_cli_failure, cli_failure, resolve_executable
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from freezegun import freeze_time
+
 from turnlog.eventstore import EventStore, NewEvent, open_store
 from turnlog.projections import (
     ActionRequest,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from turnlog.eventstore._sqlite import SQLiteEventStore
 from turnlog.projections.analytics import CONSUMER, AnalyticsProjection
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import anyio
 import orjson
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.projections.analytics import (
     AnalyticsProjection,

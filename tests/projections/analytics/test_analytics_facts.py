@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import RecordedEvent
 from turnlog.projections import EventDecodeError
 from turnlog.projections.analytics import PriceTable

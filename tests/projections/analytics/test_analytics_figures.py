@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from turnlog.eventstore import EventStore, NewEvent, open_store
 from turnlog.projections import EventDecodeError
 from turnlog.projections.analytics import (

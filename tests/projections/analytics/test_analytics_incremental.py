@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from turnlog.eventstore import ANY, NewEvent, uuid7
 from turnlog.eventstore._sqlite import SQLiteEventStore
 from turnlog.projections import BranchCreated, BranchIncluded, new_event

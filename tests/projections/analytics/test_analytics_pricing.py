@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from turnlog.projections.analytics import PRICES_ENV, Price, PriceTable, PriceTableError, load_price_table
 
 

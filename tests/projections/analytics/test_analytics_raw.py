@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
 from turnlog.projections import BranchCreated, new_event
 from turnlog.projections.analytics import FACT_TABLES, AnalyticsProjection

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from turnlog.eventstore import EventStore
 from turnlog.projections import BranchCreated, ModelCalled, UsageData, new_event
 from turnlog.projections.analytics import AnalyticsProjection

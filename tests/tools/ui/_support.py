@@ -14,6 +14,7 @@ from queue import Empty, Queue
 from typing import Any
 
 import anyio
+
 from turnlog.eventstore import open_store
 from turnlog.projections import (
     AssistantResponse,

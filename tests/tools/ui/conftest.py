@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from turnlog.eventstore import open_store
 from turnlog.projections import Instruction
 

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+
 from turnlog.tools import _cli
 from turnlog.tools.ui import display_url
 

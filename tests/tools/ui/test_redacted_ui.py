@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import anyio
+
 from turnlog.eventstore import NewEvent, SQLiteEventStore, uuid7
 from turnlog.projections import BranchCreated, Instruction, MessageAdded, new_event
 

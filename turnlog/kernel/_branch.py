@@ -1,0 +1,555 @@
+"""Branch: the public facade of one conversation, recorded in the stream ``branch-<id>``.
+
+Verbs build parameter objects and delegate to ``turnlog.kernel.operations.<verb>`` through
+imports inside the methods (importing Branch loads no verb). A verb never touches the store:
+it issues commands, which the Kernel validates, appends, folds and announces.
+
+Example::
+
+    branch = Branch(store=store, system="Be brief.", chat_model=ScriptedModel("Paris."))
+    assert await branch.communicate("Capital of France?") == "Paris."
+    again = await Branch.load(store, branch.id, chat_model=...)   # same state, from the log
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from turnlog.eventstore import EventStore, RecordedEvent, uuid7
+from turnlog.kernel._composed import ComposedVerbs
+from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
+from turnlog.kernel._control import LoopControls
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel._kernel import (
+    AddMessages,
+    AnnotateMessage,
+    BindProviderSession,
+    ClearMessages,
+    Command,
+    CreateBranch,
+    Kernel,
+    LiveBranch,
+    Observable,
+    Observer,
+)
+from turnlog.kernel._lifecycle import Signal
+from turnlog.kernel._lookup import find_branch
+from turnlog.kernel._model_config import default_store, model_config, rebuild_model, resolve_model
+from turnlog.kernel._streams import StreamVerbs
+from turnlog.kernel._verbs import ApiVerbs
+from turnlog.kernel.models import ChatModel
+from turnlog.projections import (
+    AnyMessage,
+    BranchCreated,
+    BranchForked,
+    EventData,
+    HistoryRow,
+    Instruction,
+    MessageAdded,
+    System,
+    history,
+)
+
+if TYPE_CHECKING:
+    from turnlog.kernel._session import OperationManager, Session
+
+__all__ = ["MAX_BRANCH_NAME", "Branch", "check_branch_name", "default_store", "model_config", "resolve_model"]
+
+
+def _model_from_config(config: Mapping[str, Any] | None) -> ChatModel | None:
+    """Rebuild a model from a recorded config; None when it cannot be (see ``rebuild_model``)."""
+    return rebuild_model(config)[0]
+
+
+def _system_message(system: Any) -> System | None:
+    if system is None or isinstance(system, System):
+        return system
+    if isinstance(system, str):
+        return System.create(system)
+    raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
+
+
+class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
+    """One conversation: its state is the projection of its own stream.
+
+    The constructor does no I/O: ``branch.created`` is appended before the first command, or
+    by ``await branch.save()``.
+
+    Args:
+        store: An open store (``open_store(...)``); None opens the default store on first use.
+        name: A human name (``Branch.load`` finds a branch by it).
+        user: Who the branch talks for (the default sender of instructions).
+        system: The system prompt (a string or a ``System`` message).
+        chat_model: A chat model, ``"provider/model"`` or a model config dict.
+        parse_model: The model used to reformat answers for parsing (default: chat_model).
+        tools: Callables the branch may offer as tools, by name.
+        metadata: Free-form JSON facts about the branch.
+
+    Attributes:
+        unrestored_models: After ``load``: why a recorded model config could not be rebuilt
+            (say, a provider this installation does not know), by role (``chat_model``,
+            ``parse_model``); that model is None and verbs that need it raise ``UsageError``.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: EventStore | None = None,
+        name: str | None = None,
+        user: str | None = None,
+        system: str | System | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        check_branch_name(name)
+        self._setup(str(uuid7()), store, readonly_at=None)
+        self._chat_model = resolve_model(chat_model)
+        self._parse_model = resolve_model(parse_model)
+        self._pending: BranchCreated | BranchForked | None = BranchCreated(
+            branch_id=self.id,
+            name=name,
+            user=user,
+            system=_system_message(system),
+            chat_model=model_config(self._chat_model),
+            parse_model=model_config(self._parse_model),
+            metadata=dict(metadata or {}),
+        )
+        if tools:
+            self.register_tools(tools)
+
+    def _setup(self, branch_id: str, store: EventStore | None, *, readonly_at: int | None) -> None:
+        from turnlog.kernel._session import OperationManager
+
+        self.id = branch_id
+        self._store = store
+        self._readonly_at = readonly_at
+        self._live = LiveBranch(branch_id, listeners=self._listeners)
+        self._pending = None
+        self._preview: Any = None
+        self._create_lock = anyio.Lock()
+        self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
+        self._session: Session | None = None
+        self._operation_manager: OperationManager = OperationManager()
+        self._providers: ContextProviderRegistry | None = None
+        self._tools: dict[str, Callable[..., Any]] = {}
+        self._chat_model: ChatModel | None = None
+        self._parse_model: ChatModel | None = None
+        self.unrestored_models: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------- loading
+
+    @classmethod
+    async def load(
+        cls,
+        store: EventStore,
+        ref: str,
+        *,
+        at_version: int | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+    ) -> Branch:
+        """Open a recorded branch by id, unique id prefix or name.
+
+        Args:
+            store: The store holding the branch.
+            ref: A branch id, a unique prefix of one, or a branch name.
+            at_version: Open the branch as it was at this version, read-only.
+            chat_model: The chat model to use (default: rebuilt from the recorded config,
+                which test models cannot be).
+            parse_model: The parse model to use (default: likewise, else the chat model).
+
+        Raises:
+            UnknownBranch: nothing matches ``ref`` (``candidates`` lists close names).
+            AmbiguousBranch: several branches match ``ref``.
+        """
+        branch_id = await find_branch(store, ref)
+        kernel = Kernel.for_store(store)
+        state = await kernel.load(branch_id, at_version)
+        branch = cls.__new__(cls)
+        branch._setup(branch_id, store, readonly_at=at_version)
+        branch._live.state = state
+        for role, given, config in (
+            ("chat_model", chat_model, state.chat_model),
+            ("parse_model", parse_model, state.parse_model),
+        ):
+            model = resolve_model(given)
+            if model is None:
+                model, reason = rebuild_model(config)
+                if reason is not None:
+                    branch.unrestored_models[role] = reason
+            setattr(branch, f"_{role}", model)
+        return branch
+
+    async def save(self) -> Branch:
+        """Record ``branch.created`` now (otherwise it is recorded before the first command)."""
+        await self._ensure_created()
+        return self
+
+    async def _ensure_created(self) -> None:
+        if self._pending is None:
+            return
+        async with self._create_lock:
+            if self._pending is None:
+                return
+            pending = self._pending
+            if isinstance(pending, BranchCreated) and self._session is not None:
+                # an included branch talks for its session (the seed's branch.user = session.id)
+                session_id = self._session.id
+                pending = pending.model_copy(update={"session_id": session_id, "user": session_id})
+            await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
+            self._pending = None
+            self._preview = None
+        if self._session is not None:
+            await self._session._branch_recorded(self)
+
+    # ----------------------------------------------------------------------------- properties
+
+    @property
+    def store(self) -> EventStore:
+        """The store the branch records to (the default store is opened on first access)."""
+        if self._store is None:
+            self._store = default_store()
+        return self._store
+
+    @property
+    def kernel(self) -> Kernel:
+        """The Kernel of the branch's store."""
+        return Kernel.for_store(self.store)
+
+    @property
+    def stream(self) -> str:
+        """The branch's stream name, ``branch-<id>``."""
+        return f"branch-{self.id}"
+
+    @property
+    def state(self) -> Any:
+        """The folded state (``BranchState``); before the first write, what it will be."""
+        if self._live.state is not None:
+            return self._live.state
+        if self._preview is None:
+            assert self._pending is not None
+            self._preview = preview_state(self.id, self._pending)
+        return self._preview
+
+    @property
+    def version(self) -> int:
+        """The stream version the state is at (0 before the first write)."""
+        return self._live.version
+
+    @property
+    def read_only(self) -> bool:
+        """True for a view of the past (``at``, ``load(at_version=...)``): verbs raise."""
+        return self._readonly_at is not None
+
+    @property
+    def name(self) -> str | None:
+        """The branch's name."""
+        return self.state.name
+
+    @property
+    def user(self) -> str | None:
+        """The user the branch talks for."""
+        return self.state.user
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Free-form facts about the branch."""
+        return dict(self.state.metadata)
+
+    @property
+    def messages(self) -> Sequence[AnyMessage]:
+        """The messages in progression order."""
+        return self.state.messages
+
+    @property
+    def progression(self) -> list[str]:
+        """The ids of the messages, in order."""
+        return [m.id for m in self.messages]
+
+    @property
+    def system(self) -> System | None:
+        """The current system message."""
+        return self.state.system
+
+    @property
+    def provider_sessions(self) -> dict[tuple[str, str], str]:
+        """Provider session ids to resume, by ``(provider, model)``."""
+        return dict(self.state.provider_sessions)
+
+    def provider_session(self, provider: str, model: str | None = None) -> str | None:
+        """The provider session to resume for ``provider`` (and ``model``), if one is bound.
+
+        Without ``model``, the most recently bound session of the provider.
+        """
+        sessions = self.state.provider_sessions
+        if model is not None:
+            return sessions.get((provider, model))
+        found = [sid for (p, _), sid in sessions.items() if p == provider]
+        return found[-1] if found else None
+
+    @property
+    def chat_model(self) -> ChatModel | None:
+        """The default model of the verbs."""
+        return self._chat_model
+
+    @chat_model.setter
+    def chat_model(self, value: Any) -> None:
+        self._chat_model = resolve_model(value)
+        self.unrestored_models.pop("chat_model", None)
+
+    @property
+    def parse_model(self) -> ChatModel | None:
+        """The model that reformats answers for parsing (default: the chat model)."""
+        return self._parse_model if self._parse_model is not None else self._chat_model
+
+    @parse_model.setter
+    def parse_model(self, value: Any) -> None:
+        self._parse_model = resolve_model(value)
+        self.unrestored_models.pop("parse_model", None)
+
+    @property
+    def providers(self) -> ContextProviderRegistry:
+        """The context providers of this branch."""
+        if self._providers is None:
+            self._providers = ContextProviderRegistry()
+        return self._providers
+
+    @property
+    def session(self) -> Session | None:
+        """The session that includes the branch, if any."""
+        return self._session
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        """The tools of the branch, by name."""
+        return dict(self._tools)
+
+    def register_tools(
+        self, tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]], *, update: bool = False
+    ) -> None:
+        """Add tools by name; a taken name raises ``UsageError`` unless ``update``."""
+        items = tools.items() if isinstance(tools, Mapping) else ((t.__name__, t) for t in tools)
+        for name, tool in items:
+            if name in self._tools and not update:
+                raise UsageError(f"tool {name!r} is registered already")
+            self._tools[name] = tool
+
+    def __repr__(self) -> str:
+        past = f" at v{self._readonly_at}" if self._readonly_at is not None else ""
+        return f"<Branch {self.id} name={self.name!r} v{self.version}{past}>"
+
+    # ------------------------------------------------------------------------------- commands
+
+    def _check_writable(self) -> None:
+        if self._readonly_at is not None:
+            raise UsageError(f"branch {self.id} is a read-only view at version {self._readonly_at}")
+
+    def _meta(self, run_id: str | None) -> dict[str, Any]:
+        return {
+            "branch_id": self.id,
+            "run_id": run_id,
+            "session_id": self._session.id if self._session is not None else None,
+        }
+
+    async def _execute(
+        self,
+        command: Command,
+        *,
+        run_id: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+        terminal: bool = False,
+    ) -> list[RecordedEvent]:
+        """Run a command on this branch (creating its stream first when needed)."""
+        self._check_writable()
+        await self._ensure_created()
+        return await self.kernel.execute(
+            self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
+        )
+
+    async def execute(
+        self,
+        command: Command,
+        *,
+        run_id: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+        terminal: bool = False,
+    ) -> list[RecordedEvent]:
+        """Run a kernel command on this branch (verbs built on the kernel use this).
+
+        Args:
+            command: One of the commands of ``turnlog.kernel`` (``AddMessages``, ``FailRun``...).
+            run_id: The run the events belong to (recorded in their meta).
+            extras: In-process values handed to the observer signals.
+            terminal: The command closes a run (the snapshot policy may write a snapshot).
+        """
+        return await self._execute(command, run_id=run_id, extras=extras, terminal=terminal)
+
+    async def add_message(self, message: AnyMessage, *, run_id: str | None = None) -> AnyMessage:
+        """Record one message (``message.added``)."""
+        await self.add_messages([message], run_id=run_id)
+        return message
+
+    async def add_messages(self, messages: Sequence[AnyMessage], *, run_id: str | None = None) -> None:
+        """Record messages in one atomic append, in order."""
+        items = tuple(MessageAdded(message=m, run_id=run_id) for m in messages)
+        await self._execute(AddMessages(items), run_id=run_id)
+
+    async def annotate(
+        self, message_id: str, metadata: Mapping[str, Any], *, reason: str | None = None
+    ) -> None:
+        """Merge ``metadata`` into a message's view (``message.annotated``)."""
+        await self._execute(AnnotateMessage(message_id, metadata, reason))
+
+    async def clear_messages(self) -> None:
+        """Remove every message from the view except the system message (``messages.cleared``)."""
+        await self._execute(ClearMessages())
+
+    async def set_system(self, system: str | System) -> System:
+        """Replace the system message (a ``System`` message is recorded)."""
+        message = _system_message(system)
+        assert message is not None
+        await self.add_message(message)
+        return message
+
+    async def bind_provider_session(self, provider: str, model: str, session_id: str) -> None:
+        """Remember a provider session id so a later run (in any process) resumes it."""
+        await self._execute(BindProviderSession(provider, model, session_id))
+
+    async def refresh(self) -> Branch:
+        """Fold events that other writers appended since the state was read."""
+        await self.kernel.catch_up(self._live)
+        return self
+
+    def _messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
+        by_id = {m.id: m for m in self.messages}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise UsageError(f"progression names messages that are not in branch {self.id}: {missing}")
+        return [by_id[i] for i in ids]
+
+    async def _gather_context(self, instruction: Instruction) -> ProviderReport:
+        if self._providers is None or not len(self._providers):
+            return ProviderReport()
+        if self.system is None:
+            return self._providers.skip_all()
+        return await self._providers.gather(self, instruction)
+
+    # ------------------------------------------------------------------------------ observers
+
+    def _listeners(self) -> list[tuple[tuple[type[Signal], ...], Observer]]:
+        if self._session is None:
+            return self._observers
+        return self._observers + self._session._observers
+
+    # ----------------------------------------------------------------------------- operations
+
+    def get_operation(self, operation: str) -> Callable[..., Any] | None:
+        """A built-in verb by name, else an operation registered in the branch's registry."""
+        if not operation.startswith("_") and callable(getattr(type(self), operation, None)):
+            return getattr(self, operation)
+        return self._operation_manager.registry.get(operation)
+
+    # ----------------------------------------------------------------------------- time travel
+
+    async def history(self) -> list[HistoryRow]:
+        """One row per event of the branch's own stream: version, position, time, type, summary."""
+        if self._readonly_at is None:
+            await self._ensure_created()
+        return await history(self.store, self.id, to_version=self._readonly_at)
+
+    async def events(self) -> list[tuple[RecordedEvent, EventData]]:
+        """Every event of the branch's own stream with its decoded payload, in order."""
+        from turnlog.kernel._kernel import branch_events
+
+        if self._readonly_at is None:
+            await self._ensure_created()
+        return await branch_events(self.store, self.id, self._readonly_at)
+
+    async def at(self, version: int) -> Branch:
+        """A read-only view of the branch as it was at ``version``; verbs on it raise."""
+        await self._ensure_created()
+        view = await Branch.load(self.store, self.id, at_version=version)
+        view._chat_model = self._chat_model
+        view._parse_model = self._parse_model
+        return view
+
+    async def fork(self, at_version: int | None = None, *, name: str | None = None) -> Branch:
+        """A new branch that starts with this branch's state at ``at_version`` (default: now).
+
+        The new stream begins with ``branch.forked``, which references the parent prefix.
+        """
+        check_branch_name(name)
+        if self._readonly_at is None:
+            await self._ensure_created()
+        version = at_version if at_version is not None else (self._readonly_at or self.version)
+        if not 1 <= version <= max(self.version, self._readonly_at or 0):
+            raise UsageError(f"cannot fork branch {self.id} at version {version}: it has {self.version}")
+        child = Branch.__new__(Branch)
+        child._setup(str(uuid7()), self.store, readonly_at=None)
+        child._chat_model = self._chat_model
+        child._parse_model = self._parse_model
+        child._tools = dict(self._tools)
+        data = BranchForked(
+            branch_id=child.id,
+            parent_branch_id=self.id,
+            parent_stream=self.stream,
+            parent_version=version,
+            name=name,
+        )
+        await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
+        return child
+
+
+MAX_BRANCH_NAME = 200
+"""The longest branch name, in characters."""
+
+
+def check_branch_name(name: object) -> None:
+    """Refuse a branch name a person could not type back: empty, blank, control characters, too long.
+
+    None (no name) is allowed. Names need not be unique to the API; a lookup by a name that
+    several branches share reports them all (the ``turnlog`` command refuses a name in use).
+
+    Raises:
+        UsageError: naming what is wrong with the name.
+    """
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise UsageError(f"a branch name must be a str, not {type(name).__name__}")
+    if not name.strip():
+        raise UsageError("a branch name must not be empty or only spaces")
+    if len(name) > MAX_BRANCH_NAME:
+        raise UsageError(f"a branch name has at most {MAX_BRANCH_NAME} characters, not {len(name)}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise UsageError(f"a branch name must not contain control characters: {name!r:.80}")
+
+
+def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:
+    """The state a branch will have once its first event is recorded (nothing is written)."""
+    from datetime import UTC, datetime
+
+    from turnlog.kernel._kernel import fold_one
+    from turnlog.projections import new_event
+
+    event = new_event(data)
+    recorded = RecordedEvent(
+        id=event.id,
+        stream=f"branch-{branch_id}",
+        version=1,
+        position=0,
+        type=event.type,
+        schema=event.schema,
+        data=dict(event.data),
+        meta={},
+        recorded_at=datetime.now(UTC),
+        prev_hash="",
+        hash="",
+    )
+    return fold_one(None, recorded)

@@ -1,0 +1,343 @@
+"""Run lifecycle: ``run.started`` then exactly one of ``run.ended`` / ``run.failed``.
+
+The wrapper that owns an exchange owns its lifecycle (``communicate``, later ``operate`` and
+``ReAct``); ``chat`` and ``chat_and_record`` own none. ``observed_run(branch, verb)`` is that
+wrapper, as an async context manager::
+
+    async with observed_run(branch, "communicate") as run:
+        ...                      # model calls made here carry run.run_id
+        run.result = value       # delivered with the RunEnd signal
+
+A run nested inside another run of the same branch in the same task is suppressed: it
+records no lifecycle of its own and its model calls count towards the enclosing run. The
+suppression lives in a ContextVar, so concurrent tasks never suppress each other.
+
+Observers receive typed signals, built from the recorded events in log order:
+``RunStart``, ``RunEnd``, ``RunFailed`` and ``MessageAdded``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+
+import anyio
+
+from turnlog.eventstore import RecordedEvent
+from turnlog.kernel.models import Usage
+from turnlog.projections import AnyMessage
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = [
+    "MessageAdded",
+    "RunEnd",
+    "RunFailed",
+    "RunScope",
+    "RunStart",
+    "Signal",
+    "current_run",
+    "failure_reason",
+    "lifecycle",
+    "observed_run",
+]
+
+FailureReason = Literal["error", "cancelled", "timeout", "crashed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Something observers are told about, made from one recorded event.
+
+    Attributes:
+        branch_id: The branch whose stream holds the event.
+        event: The recorded event behind the signal (version, position, meta...).
+    """
+
+    branch_id: str
+    event: RecordedEvent
+
+
+@dataclass(frozen=True, slots=True)
+class _RunSignal(Signal):
+    run_id: str
+    verb: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart(_RunSignal):
+    """A run began (``run.started``).
+
+    Attributes:
+        run_id: The run id.
+        verb: The verb that owns the run.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class _RunOutcome(_RunSignal):
+    duration_ms: float
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd(_RunOutcome):
+    """A run finished normally (``run.ended``).
+
+    Attributes:
+        run_id: The run id.
+        verb: The verb that owned the run.
+        duration_ms: Wall time of the run.
+        usage: Tokens and cost of this run only.
+        result: What the verb returned (only in the process that ran it).
+    """
+
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed(_RunOutcome):
+    """A run ended with an error, a cancellation or a timeout (``run.failed``).
+
+    Attributes:
+        run_id: The run id.
+        verb: The verb that owned the run.
+        duration_ms: Wall time until the failure.
+        usage: Tokens and cost of this run only.
+        error_type: The exception's class name.
+        error_message: The exception's message.
+        reason: ``error``, ``cancelled``, ``timeout`` or ``crashed``.
+        error: The exception itself (only in the process that ran it).
+    """
+
+    error_type: str
+    error_message: str
+    reason: FailureReason
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAdded(Signal):
+    """A message was appended (``message.added``).
+
+    Attributes:
+        message: The message.
+        run_id: The run that produced it, if any.
+    """
+
+    message: AnyMessage
+    run_id: str | None = None
+
+
+@dataclass(slots=True, eq=False)
+class RunScope:
+    """The run a block of work belongs to.
+
+    Attributes:
+        branch_id: The branch that owns the run.
+        run_id: The run id (model calls and messages of the run carry it).
+        verb: The owning verb.
+        usage: Usage accumulated by the model calls of this run so far.
+        result: Set it to deliver a value with the ``RunEnd`` signal.
+        chunks: For streamed runs, how many chunks were recorded (goes into ``run.ended``).
+        suppressed: True for a nested run that records no lifecycle of its own.
+        parent_run_id: The enclosing run, for a run started inside another branch's run.
+    """
+
+    branch_id: str
+    run_id: str
+    verb: str
+    started: float = field(default_factory=time.perf_counter)
+    usage: Usage = field(default_factory=Usage)
+    result: Any = None
+    chunks: int | None = None
+    suppressed: bool = False
+    parent_run_id: str | None = None
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count ``usage`` towards this run."""
+        self.usage = self.usage + usage
+
+    @property
+    def duration_ms(self) -> float:
+        """Milliseconds since the run started."""
+        return (time.perf_counter() - self.started) * 1000
+
+
+# The runs open in the current task, one per branch id (a task-scoped stack through copies).
+_open_runs: contextvars.ContextVar[dict[str, RunScope] | None] = contextvars.ContextVar(
+    "turnlog_open_runs", default=None
+)
+# The innermost run of any branch in the current task (to link parent runs).
+_innermost: contextvars.ContextVar[RunScope | None] = contextvars.ContextVar(
+    "turnlog_innermost", default=None
+)
+
+
+def current_run(branch_id: str) -> RunScope | None:
+    """The run of ``branch_id`` open in the current task, if any."""
+    runs = _open_runs.get()
+    return runs.get(branch_id) if runs else None
+
+
+def failure_reason(exc: BaseException) -> FailureReason:
+    """How a run that raised ``exc`` is classified in ``run.failed``."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "cancelled"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "error"
+
+
+class observed_run:
+    """Own the lifecycle of one run of ``verb`` on ``branch`` (see the module docstring).
+
+    Args:
+        branch: The branch the run records to.
+        verb: The owning verb's name.
+        provider: The provider used, when known (recorded in ``run.started``).
+        model: The model used, when known.
+        cwd: The working directory of a CLI agent run (recorded in ``run.started``).
+
+    ``observed_run.using(branch, verb, chat_model)`` takes both from the model in use.
+    """
+
+    __slots__ = ("_branch", "_cwd", "_model", "_provider", "_scope", "_tokens", "_verb")
+
+    def __init__(
+        self,
+        branch: Branch,
+        verb: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self._branch = branch
+        self._verb = verb
+        self._provider = provider
+        self._model = model
+        self._cwd = cwd
+        self._scope: RunScope | None = None
+        self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
+
+    @classmethod
+    def using(cls, branch: Branch, verb: str, chat_model: Any = None) -> observed_run:
+        """A run that records the provider and model of ``chat_model`` (default: the branch's).
+
+        Analytics attributes a run's cost by them, so every verb owning a run passes its model.
+        """
+        used = chat_model if chat_model is not None else branch.chat_model
+        return cls(
+            branch,
+            verb,
+            provider=str(getattr(used, "provider", "") or "") or None,
+            model=str(getattr(used, "model", "") or "") or None,
+        )
+
+    async def __aenter__(self) -> RunScope:
+        from turnlog.kernel._kernel import StartRun
+
+        branch = self._branch
+        outer = current_run(branch.id)
+        if outer is not None:
+            # Nested in a run of the same branch: no lifecycle of its own.
+            # Its model calls find the outer run through current_run() and count there.
+            self._scope = RunScope(branch.id, outer.run_id, self._verb, suppressed=True)
+            return self._scope
+        from turnlog.eventstore import uuid7
+
+        parent = _innermost.get()
+        scope = RunScope(
+            branch.id, str(uuid7()), self._verb, parent_run_id=parent.run_id if parent is not None else None
+        )
+        await branch._execute(
+            StartRun(scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model, self._cwd),
+            run_id=scope.run_id,
+        )
+        scope.started = time.perf_counter()
+        runs = dict(_open_runs.get() or {})
+        runs[branch.id] = scope
+        self._tokens = (_open_runs.set(runs), _innermost.set(scope))
+        self._scope = scope
+        return scope
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        scope = self._scope
+        assert scope is not None, "observed_run exited without being entered"
+        if scope.suppressed:
+            return
+        self._reset()
+        from turnlog.kernel._kernel import EndRun, FailRun
+
+        # The terminal event must be written even when the task is being cancelled. A stream
+        # closed by its consumer (GeneratorExit) ends cleanly: abandonment is not a failure.
+        with anyio.CancelScope(shield=True):
+            if exc is None or isinstance(exc, GeneratorExit):
+                await self._branch._execute(
+                    EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage, scope.chunks),
+                    run_id=scope.run_id,
+                    extras={"result": scope.result},
+                    terminal=True,
+                )
+            else:
+                await self._branch._execute(
+                    FailRun(
+                        scope.run_id,
+                        scope.verb,
+                        scope.duration_ms,
+                        scope.usage,
+                        type(exc).__name__,
+                        str(exc),
+                        failure_reason(exc),
+                    ),
+                    run_id=scope.run_id,
+                    extras={"error": exc},
+                    terminal=True,
+                )
+
+    def _reset(self) -> None:
+        if self._tokens is None:
+            return
+        runs_token, inner_token = self._tokens
+        self._tokens = None
+        try:
+            _open_runs.reset(runs_token)
+            _innermost.reset(inner_token)
+        except ValueError:
+            # Exited in another context (an async generator closed elsewhere): drop the entry.
+            runs = dict(_open_runs.get() or {})
+            runs.pop(self._branch.id, None)
+            _open_runs.set(runs)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def lifecycle(verb: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Decorate ``async def f(branch, ...)`` so that each call runs inside ``observed_run``.
+
+    The value returned by ``f`` is delivered with the ``RunEnd`` signal.
+    """
+
+    def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            branch = args[0] if args else kwargs["branch"]
+            async with observed_run.using(branch, verb) as run:  # type: ignore[arg-type]
+                result = await func(*args, **kwargs)
+                run.result = result
+                return result
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,460 @@
+"""``stream_persist``: branch snapshot files, the live JSONL buffer and batched chunk commits.
+
+Files of one run, under ``persist_dir`` (default: a directory of the store's own,
+``<store file>.runs/`` next to a SQLite store file, else ``./runs/<store_id>/``), all private
+to their user (files 0600, directories 0700, or stricter under the umask):
+
+- ``<snapshot_dir or persist_dir>/<branch_id>.json``: the branch projection, written
+  atomically (a temporary file of an unpredictable name opened with ``O_EXCL | O_NOFOLLOW``,
+  fsync, rename) before the stream starts and again at cleanup;
+  ``Branch.from_snapshot(path, store=...)`` opens it.
+- ``<persist_dir>/<branch_id>.<run_id>.jsonl``: the live buffer (format in
+  ``turnlog.kernel._run_buffer``): a header naming the store, then one line per chunk, its
+  ``stream.chunk`` event written with one ``os.write`` *before* the chunk is processed, so a
+  chunk that reached the process survives its crash. The store receives the same events
+  (same ids) in batches; the buffer is removed once every one of them is committed, and
+  ``recover`` imports what a crash left in it.
+
+Branch and run ids name these files, so they must be canonical UUIDs: anything else raises
+``UnsafePathError`` before a file is written.
+
+Example::
+
+    log = ChunkLog(store, run_id, meta, buffer=RunBuffer(path), options=PersistOptions())
+    event = log.add(chunk)          # line written to the buffer, event queued
+    await log.maybe_commit()        # a batch is appended when it is due
+    await log.commit()              # everything queued is in the store
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore
+from turnlog.kernel.models import StreamChunk
+from turnlog.projections import (
+    PROJECTION_VERSION,
+    SNAPSHOT_TYPE,
+    BranchState,
+    ChunkReceived,
+    load_snapshot_state,
+    snapshot_records,
+)
+
+from ._errors import KernelError
+from ._run_buffer import (
+    CHUNK_TYPE,
+    BufferHeader,
+    ChunkLine,
+    RunBuffer,
+    UnsafePathError,
+    buffer_path,
+    default_persist_dir,
+    make_private_dir,
+    snapshot_path,
+    store_location,
+)
+
+__all__ = [
+    "CHUNK_TYPE",
+    "SNAPSHOT_FORMAT",
+    "ChunkLog",
+    "PersistOptions",
+    "RunBuffer",
+    "SnapshotFileError",
+    "UnsafePathError",
+    "buffer_path",
+    "chunk_payload",
+    "default_persist_dir",
+    "read_snapshot_file",
+    "snapshot_path",
+    "write_snapshot_file",
+]
+
+SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
+"""The ``format`` field of snapshot files."""
+
+_SNAPSHOT_FILE_VERSION = 1
+
+
+class SnapshotFileError(KernelError, ValueError):
+    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class PersistOptions:
+    """How a streamed run hands its chunks to the store.
+
+    Attributes:
+        batch_chunks: Commit when this many chunks are waiting.
+        batch_ms: Commit when this many milliseconds passed since the last commit (checked as
+            chunks arrive; the rest is committed at the end of the run).
+        fsync: With ``stream_persist``, fsync the buffer after every line (survives power
+            loss, much slower); without it a line is handed to the operating system, which
+            survives a crash of the process.
+    """
+
+    batch_chunks: int = 1024
+    batch_ms: float = 50.0
+    fsync: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_chunks < 1:
+            raise ValueError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
+        if self.batch_ms < 0:
+            raise ValueError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
+
+
+# ----------------------------------------------------------------------------------- snapshots
+
+
+def _snapshot_bytes(state: BranchState) -> bytes:
+    records = snapshot_records(state, None)
+    body = {
+        "format": SNAPSHOT_FORMAT,
+        "format_version": _SNAPSHOT_FILE_VERSION,
+        "projection_version": PROJECTION_VERSION,
+        "branch_id": state.branch_id,
+        "stream": f"branch-{state.branch_id}",
+        "version": state.version,
+        "written_at": datetime.now(UTC).isoformat(),
+        "records": [
+            {"type": r.type, "version": r.version, "schema": r.schema, "data": dict(r.data)} for r in records
+        ],
+    }
+    return orjson.dumps(body)
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    make_private_dir(path.parent)
+    # An unpredictable name, opened exclusively and never through a link: nothing planted in
+    # the directory can redirect the write.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # The rename itself must survive too: fsync the directory.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState) -> Path:
+    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename); return the path."""
+    target = Path(path)
+    payload = _snapshot_bytes(state)
+    await anyio.to_thread.run_sync(_write_atomic, target, payload)
+    return target
+
+
+async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
+    """The branch state a snapshot file holds.
+
+    Raises:
+        SnapshotFileError: the file is missing, not JSON, not a turnlog snapshot, or written by
+            another projection version.
+    """
+    try:
+        raw = await anyio.Path(path).read_bytes()
+    except OSError as exc:
+        raise SnapshotFileError(path, f"cannot read the snapshot: {exc}") from exc
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SnapshotFileError(path, f"not JSON: {exc}") from exc
+    if not isinstance(body, dict) or body.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotFileError(path, f"not a {SNAPSHOT_FORMAT} file")
+    if body.get("projection_version") != PROJECTION_VERSION:
+        raise SnapshotFileError(
+            path,
+            f"written by projection version {body.get('projection_version')}, this code is "
+            f"{PROJECTION_VERSION}; rebuild the branch from the store instead",
+        )
+    # The state is decoded by the same loader as store snapshots, from a private in-memory store.
+    from turnlog.eventstore import NewSnapshot
+
+    scratch = MemoryEventStore()
+    stream = str(body["stream"])
+    try:
+        for record in body["records"]:
+            await scratch.save_snapshot(
+                NewSnapshot(
+                    stream,
+                    int(record["version"]),
+                    str(record["type"]),
+                    record["data"],
+                    int(record["schema"]),
+                    {"projection_version": PROJECTION_VERSION},
+                )
+            )
+        state = await load_snapshot_state(scratch, stream, int(body["version"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SnapshotFileError(path, f"malformed snapshot: {exc}") from exc
+    finally:
+        await scratch.close()
+    if state is None:
+        raise SnapshotFileError(path, f"no {SNAPSHOT_TYPE} record in the file")
+    return state
+
+
+# -------------------------------------------------------------------------------------- buffer
+
+
+def chunk_payload(chunk: StreamChunk, seq: int) -> dict[str, Any]:
+    """The ``stream.chunk`` payload of a chunk: ``seq``, ``type``, ``content`` and the fields set.
+
+    Fields at their default (no tool, not an error, not a delta, no metadata) are left out;
+    decoding (``ChunkReceived``) restores them, so the stored bytes stay small.
+    """
+    data: dict[str, Any] = {"seq": seq, "type": chunk.type, "content": chunk.content or ""}
+    if chunk.tool_name is not None:
+        data["tool_name"] = chunk.tool_name
+    if chunk.tool_id is not None:
+        data["tool_id"] = chunk.tool_id
+    if chunk.tool_input is not None:
+        data["tool_input"] = chunk.tool_input
+    if chunk.tool_output is not None:
+        data["tool_output"] = chunk.tool_output
+    if chunk.is_error:
+        data["is_error"] = True
+    if chunk.is_delta:
+        data["is_delta"] = True
+    if chunk.metadata:
+        data["metadata"] = chunk.metadata
+    return data
+
+
+class _ChunkIds:
+    """UUIDv7 ids (as ints) for the chunks of one run, increasing, with random bits drawn in bulk.
+
+    The same layout as ``turnlog.eventstore.uuid7`` (48-bit milliseconds, version 7, a 12-bit
+    counter, variant, 62 random bits); a run makes thousands of ids per second, and one
+    ``os.urandom`` call per 4096 ids instead of one per id is a visible part of a chunk's cost.
+    The encoder takes the ints as they are, so no ``UUID`` object is made per chunk.
+    """
+
+    __slots__ = ("_counter", "_ms", "_pool", "_pos")
+
+    def __init__(self) -> None:
+        self._ms = 0
+        self._counter = 0
+        self._pool: tuple[int, ...] = ()
+        self._pos = 0
+
+    def __call__(self, ms: int) -> int:
+        """The next id at ``ms`` milliseconds since the epoch (never below the previous one)."""
+        if ms > self._ms:
+            self._ms = ms
+            self._counter = 0
+        else:
+            self._counter += 1
+            if self._counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                self._ms += 1
+                self._counter = 0
+            ms = self._ms
+        pos = self._pos
+        if pos >= len(self._pool):
+            self._pool = _RANDOM(os.urandom(8 * 4096))
+            pos = 0
+        self._pos = pos + 1
+        return (
+            (ms & 0xFFFF_FFFF_FFFF) << 80
+            | 0x7 << 76
+            | self._counter << 64
+            | 0b10 << 62
+            | (self._pool[pos] & 0x3FFF_FFFF_FFFF_FFFF)
+        )
+
+
+_RANDOM = struct.Struct(">4096Q").unpack
+
+
+class ChunkLog:
+    """Numbers the chunks of one run, writes them to the buffer and commits them in batches.
+
+    The run stream ``run-<run_id>`` holds only this run's chunks, so chunk ``seq`` k is stream
+    version k; a batch is appended with ``expected_version`` = the last committed seq.
+
+    Args:
+        store: The event store.
+        run_id: The run (stream ``run-<run_id>``).
+        meta: Event meta of every chunk (branch_id, run_id, session_id).
+        buffer: The live buffer, or None without ``stream_persist``.
+        options: Batching and fsync.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        run_id: str,
+        meta: Mapping[str, Any],
+        *,
+        buffer: RunBuffer | None = None,
+        options: PersistOptions | None = None,
+    ) -> None:
+        self.store = store
+        self.stream = f"run-{run_id}"
+        self.meta = {k: v for k, v in meta.items() if v is not None}
+        self.buffer = buffer
+        self.options = options or PersistOptions()
+        self.seq = 0
+        self.committed = 0
+        self._pending: list[EncodedEvent] = []
+        self._last_commit = time.monotonic()
+        self._batch_s = self.options.batch_ms / 1000.0
+        self._schema = ChunkReceived.schema_version
+        self._stamp_ms = -1
+        self._stamp = b""
+        self._sent = 0
+        self._uncertain = False
+        self._ids = _ChunkIds()
+        # Each chunk is validated and encoded once, here: the canonical bytes serve the buffer
+        # line and the store, which takes them without encoding them again (append_encoded).
+        self._encode = EventEncoder(
+            CHUNK_TYPE, schema=self._schema, meta=self.meta, max_event_bytes=store.max_event_bytes
+        ).encode
+        # The line format is defined once, in _run_buffer; a new buffer starts with its header.
+        self._line = ChunkLine(run_id, self.meta, self._schema).template
+        if buffer is not None and buffer.lines == 0:
+            branch_id = str(self.meta.get("branch_id", ""))
+            buffer.write(BufferHeader(store.store_id, store_location(store), branch_id, run_id).encode())
+
+    @property
+    def pending(self) -> int:
+        """Chunks recorded (and buffered) but not yet committed."""
+        return len(self._pending)
+
+    @property
+    def handed_out(self) -> int:
+        """Chunks handed out by ``take`` and not yet stored."""
+        return self._sent
+
+    def add(self, chunk: StreamChunk) -> EncodedEvent:
+        """Number one chunk, buffer its event, and queue the event for the store.
+
+        The buffer line is written before this returns, hence before the chunk is processed.
+
+        Raises:
+            EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
+        """
+        seq = self.seq + 1
+        ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
+        event = self._encode(chunk_payload(chunk, seq), self._ids(ms))
+        self.seq = seq  # counted once it is an event: seq k stays stream version k
+        if self.buffer is not None:
+            if ms != self._stamp_ms:
+                # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
+                self._stamp_ms = ms
+                self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
+            # The line holds the very id and data bytes the store gets.
+            self.buffer.write(self._line % (event.id.encode(), seq, event.data, self._stamp))
+        self._pending.append(event)
+        return event
+
+    def due(self) -> bool:
+        """True when the waiting chunks should be committed now."""
+        pending = self._pending
+        return bool(pending) and (
+            len(pending) >= self.options.batch_chunks or time.monotonic() - self._last_commit >= self._batch_s
+        )
+
+    async def maybe_commit(self) -> None:
+        """Commit when a batch is due."""
+        if self.due():
+            await self.commit()
+
+    def take(self) -> list[EncodedEvent]:
+        """The waiting chunks not yet handed out, for ``commit_batch``.
+
+        They stay waiting until ``commit_batch`` stored them, so nothing is lost when a commit
+        is cancelled or fails: ``release`` makes them all waiting again.
+        """
+        batch = self._pending[self._sent :]
+        self._sent = len(self._pending)
+        self._last_commit = time.monotonic()
+        return batch
+
+    def release(self) -> None:
+        """Forget what was handed out and not committed (call when no commit is running)."""
+        self._sent = 0
+
+    async def commit_batch(self, batch: list[EncodedEvent]) -> None:
+        """Store one batch from ``take``; batches must be committed in the order taken."""
+        if not batch:
+            return
+        if self._uncertain:
+            await self._resync()
+        try:
+            await self.store.append_encoded(self.stream, batch, self.committed)
+        except BaseException:
+            # Maybe stored, maybe not (a cancelled append may still commit): check next time.
+            self._uncertain = True
+            self._sent = 0
+            raise
+        del self._pending[: len(batch)]
+        self._sent -= len(batch)
+        self.committed += len(batch)
+
+    async def _resync(self) -> None:
+        # The run stream holds only this run's chunks, in order: its version is the count stored.
+        stored = await self.store.stream_version(self.stream)
+        done = stored - self.committed
+        if done > 0:
+            del self._pending[:done]
+            self._sent = max(0, self._sent - done)
+            self.committed = stored
+        self._uncertain = False
+
+    async def commit(self) -> None:
+        """Append every waiting chunk to the run stream (one atomic append)."""
+        self.release()
+        await self.commit_batch(self.take())
+
+    async def finish(self) -> bool:
+        """Commit what is waiting and, when all is committed, remove the buffer.
+
+        Returns:
+            True when every chunk is in the store (the buffer, if any, is gone).
+        """
+        await self.commit()
+        if self.buffer is not None:
+            if self.committed == self.seq:
+                await anyio.to_thread.run_sync(self.buffer.remove)
+            else:
+                self.buffer.close()
+        return self.committed == self.seq

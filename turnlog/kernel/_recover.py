@@ -1,0 +1,683 @@
+"""``recover``: close the runs a crashed process left open, losing no chunk that reached it.
+
+Steps (each idempotent, so running ``recover`` twice changes nothing the second time):
+
+1. Every buffer ``<persist_dir>/<branch_id>.<run_id>.jsonl`` is locked (as its writer locks it)
+   and read. A buffer is skipped, reported and left untouched when it is in use (a live run,
+   or another ``recover``), when its name or header is not a buffer's, when it was written by
+   a newer turnlog, for another store (another ``store_id``, or the store file it names still
+   exists elsewhere: this store is a copy of that one), or for a branch this store does not
+   hold. A torn last line (a write cut by the crash) is tolerated; any other line that is not
+   a chunk event of the run is reported with its line number.
+2. Per run, the run stream is read once and completed from the buffer so that chunk ``seq`` k
+   stays stream version k: chunks are appended (same ids, through ``append_encoded``) from the
+   version after the stored ones up to the first gap; a missing or unreadable line, or one
+   seq on two lines with different ids, stops the import there and is reported, and a buffer
+   line whose id differs from the stored chunk at its seq makes the whole buffer refused.
+3. Runs that started and never ended are found from the run lifecycle events of the branch
+   streams (one filtered scan of the log, no fold of everything).
+4. For each such run (and each buffered run), the chunk rules of ``run`` are replayed over
+   its chunks against what is already recorded. Missing messages are recorded; text received
+   after the last recorded response becomes an ``AssistantResponse`` marked
+   ``metadata["interrupted"] = True``; a tool call without its result gets an error
+   ``ActionResponse``; the provider session is bound if it was not; and the run gets
+   ``run.failed`` with reason ``crashed`` and the counts in ``recovered``. All of this is
+   one atomic append per run. Before the replay, a CLI run is reconciled with the CLI's own
+   session record (``_cli_reconcile``): what only the CLI persisted is appended to the run
+   stream, source-marked, and ``recovered["cli_session"]`` says how that went.
+5. A buffer whose chunks are all stored is removed; one with problems is kept, renamed
+   ``*.jsonl.corrupt``, for inspection.
+
+One run's failure (the store unreachable half-way, a race with another ``recover``, a chunk
+the store refuses) is reported in ``RecoveryReport.failed`` and the other runs go on.
+
+Run it when no process is streaming into the same store without ``stream_persist`` (at
+start-up, or from the ``turnlog recover`` command): an open run without a locked buffer is
+closed as crashed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import anyio
+
+from turnlog.eventstore import EventEncoder, EventStore, TurnlogError
+from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
+from turnlog.kernel.models import StreamChunk
+from turnlog.projections import (
+    ActionResponse,
+    AnyMessage,
+    ChunkReceived,
+    EventData,
+    MessageAdded,
+    ProviderSessionBound,
+    RunFailed,
+    RunStarted,
+    UsageData,
+)
+
+from ._run_buffer import (
+    CHUNK_TYPE,
+    BufferedChunk,
+    BufferHeader,
+    ChunkLine,
+    default_persist_dir,
+    lock_buffer,
+    parse_buffer_name,
+    store_location,
+)
+
+__all__ = ["BufferProblem", "RecoveredRun", "RecoveryReport", "RunRecoveryError", "recover"]
+
+_LIFECYCLE = ("run.started", "run.ended", "run.failed")
+_CRASH_TYPE = "ProcessCrashed"
+_CRASH_MESSAGE = "the process streaming this run ended before closing it; closed by recovery"
+_TOOL_LOST = "interrupted: the run crashed before the tool result arrived"
+_IN_USE = "in use by a running process (a live run, or another recover): left alone"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferProblem:
+    """A buffer, or a line of one, that could not be used.
+
+    Attributes:
+        path: The buffer file.
+        line_number: 1-based line number; 0 when the whole buffer is concerned.
+        what: What is wrong with it.
+    """
+
+    path: str
+    line_number: int
+    what: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}:{self.line_number}: {self.what}"
+            if self.line_number
+            else f"{self.path}: {self.what}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecoveryError:
+    """A run whose recovery failed; the others went on.
+
+    Attributes:
+        branch_id: The branch.
+        run_id: The run.
+        error_type: The exception's class name.
+        message: What went wrong.
+    """
+
+    branch_id: str
+    run_id: str
+    error_type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} (branch {self.branch_id}): {self.error_type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredRun:
+    """What recovery did for one run.
+
+    Attributes:
+        branch_id: The branch.
+        run_id: The run (its chunks are in ``run-<run_id>``).
+        verb: The verb that started it.
+        chunks: Chunks the run stream holds after recovery.
+        imported: Chunks imported from the buffer.
+        messages: Messages recorded by recovery.
+        interrupted_text: Characters of text materialized as an interrupted response.
+        closed_tools: Tool calls closed with an error response.
+        session_id: The provider session to resume, if the stream announced one.
+        closed: True when recovery appended ``run.failed`` (crashed).
+    """
+
+    branch_id: str
+    run_id: str
+    verb: str
+    chunks: int
+    imported: int
+    messages: int
+    interrupted_text: int
+    closed_tools: int
+    session_id: str | None
+    closed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON object of the fields."""
+        return {
+            "branch_id": self.branch_id,
+            "run_id": self.run_id,
+            "verb": self.verb,
+            "chunks": self.chunks,
+            "imported": self.imported,
+            "messages": self.messages,
+            "interrupted_text": self.interrupted_text,
+            "closed_tools": self.closed_tools,
+            "session_id": self.session_id,
+            "closed": self.closed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """The outcome of ``recover``.
+
+    Attributes:
+        persist_dir: The directory searched for buffers.
+        runs: One entry per run that was closed or had chunks imported.
+        buffers: Buffer files read.
+        removed: Buffer files removed (every chunk stored).
+        kept: Buffer files kept (renamed ``*.corrupt``) because some lines were bad or not imported.
+        imported: Chunk events imported from buffers, in total.
+        problems: Bad buffer lines, gaps, and buffers skipped (line 0) with the reason; a torn
+            last line is not one.
+        torn: Buffers whose last line was torn (tolerated).
+        skipped: Buffer files left untouched (their reasons are in ``problems``).
+        failed: Runs whose recovery failed.
+    """
+
+    persist_dir: str
+    runs: tuple[RecoveredRun, ...] = ()
+    buffers: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    imported: int = 0
+    problems: tuple[BufferProblem, ...] = ()
+    torn: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    failed: tuple[RunRecoveryError, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """True when recovery wrote to the store or touched a file."""
+        return bool(
+            self.imported or self.removed or self.kept or any(r.closed or r.messages for r in self.runs)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON object of the report."""
+        return {
+            "persist_dir": self.persist_dir,
+            "runs": [r.to_dict() for r in self.runs],
+            "buffers": list(self.buffers),
+            "removed": list(self.removed),
+            "kept": list(self.kept),
+            "imported": self.imported,
+            "problems": [
+                {"path": p.path, "line_number": p.line_number, "what": p.what} for p in self.problems
+            ],
+            "torn": list(self.torn),
+            "skipped": list(self.skipped),
+            "failed": [
+                {
+                    "branch_id": f.branch_id,
+                    "run_id": f.run_id,
+                    "error_type": f.error_type,
+                    "message": f.message,
+                }
+                for f in self.failed
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------------- buffers
+
+
+@dataclass(slots=True)
+class _Buffer:
+    """A buffer read under its lock (held until ``release``)."""
+
+    path: Path
+    branch_id: str
+    run_id: str
+    fd: int
+    header: BufferHeader | None = None
+    chunks: list[BufferedChunk] = field(default_factory=list)
+    problems: list[BufferProblem] = field(default_factory=list)
+    torn: bool = False
+    refused: str | None = None
+    complete: bool = False
+
+    def problem(self, line_number: int, what: str) -> None:
+        self.problems.append(BufferProblem(str(self.path), line_number, what))
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    parts: list[bytes] = []
+    while part := os.read(fd, 1 << 20):
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _open_buffer(path: Path, store_id: str | None, here: str | None) -> _Buffer | str:
+    """The buffer at ``path``, locked, parsed and checked against the store; or why it is skipped."""
+    names = parse_buffer_name(path)
+    if names is None:
+        return "not a run buffer: the name is not <branch_id>.<run_id>.jsonl with canonical UUIDs"
+    try:
+        fd = lock_buffer(path)
+    except OSError as exc:
+        return f"cannot open it: {exc.strerror or exc}"
+    if fd is None:
+        return _IN_USE
+    buffer = _Buffer(path, *names, fd=fd)
+    try:
+        _parse(buffer, _read_all(fd))
+    except OSError as exc:
+        buffer.refused = f"cannot read it: {exc.strerror or exc}"
+    _check_identity(buffer, store_id, here)
+    return buffer
+
+
+def _parse(buffer: _Buffer, raw: bytes) -> None:
+    lines = raw.split(b"\n")
+    last_index = len(lines) - 1  # the piece after the final newline ("" when the file ends cleanly)
+    codec = ChunkLine(buffer.run_id)
+    meta: dict[str, Any] | None = None
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        number = index + 1
+        if buffer.header is None:
+            try:
+                header = BufferHeader.decode(line)
+            except ValueError as exc:
+                buffer.refused = str(exc)
+                return
+            if (header.branch_id, header.run_id) != (buffer.branch_id, buffer.run_id):
+                buffer.refused = f"the header names branch {header.branch_id}, run {header.run_id}"
+                return
+            buffer.header = header
+            continue
+        try:
+            chunk = codec.decode(line, number)
+            if meta is not None and chunk.meta != meta:
+                raise ValueError(f"meta {chunk.meta!r} differs from the first line's")
+            if chunk.meta.get("branch_id") != buffer.branch_id:
+                raise ValueError(f"meta names branch {chunk.meta.get('branch_id')!r}")
+        except ValueError as exc:
+            if index == last_index:
+                buffer.torn = True  # cut off by the crash: tolerated
+            else:
+                buffer.problem(number, str(exc))
+            continue
+        meta = chunk.meta
+        buffer.chunks.append(chunk)
+    if buffer.header is None:
+        buffer.refused = "no buffer header: the file is empty or was cut before its first line"
+
+
+def _check_identity(buffer: _Buffer, store_id: str | None, here: str | None) -> None:
+    """Refuse a buffer written for another store, or for the original of this copy."""
+    header = buffer.header
+    if buffer.refused is not None or header is None:
+        return
+    if header.store_id is None or header.store_id != store_id:
+        buffer.refused = f"written for another store (store id {header.store_id}; this one is {store_id})"
+    elif header.store and here and header.store != here and Path(header.store).exists():
+        buffer.refused = (
+            f"written for the store at {header.store}, which still exists "
+            f"({here} has the same store id: it is a copy)"
+        )
+
+
+async def _check_branch(store: EventStore, buffer: _Buffer) -> None:
+    """Refuse a buffer of a branch this store does not hold."""
+    if buffer.refused is None and await store.stream_version(f"branch-{buffer.branch_id}") == 0:
+        buffer.refused = f"branch {buffer.branch_id} is not in this store"
+
+
+def _plan_import(buffer: _Buffer, stored_ids: Sequence[str]) -> list[BufferedChunk]:
+    """The buffered chunks to append after the stored ones, keeping seq == version; problems noted."""
+    by_seq: dict[int, BufferedChunk] = {}
+    conflicts: set[int] = set()
+    for chunk in buffer.chunks:
+        seen = by_seq.get(chunk.seq)
+        if seen is None:
+            by_seq[chunk.seq] = chunk
+        elif seen.id != chunk.id or seen.data != chunk.data:
+            conflicts.add(chunk.seq)
+            buffer.problem(
+                chunk.line_number, f"seq {chunk.seq} again (line {seen.line_number}) with another id"
+            )
+    count = len(stored_ids)
+    for seq, chunk in sorted(by_seq.items()):
+        if seq <= count and stored_ids[seq - 1] != chunk.id:
+            buffer.problem(
+                chunk.line_number,
+                f"seq {seq} has id {chunk.id}, the store holds {stored_ids[seq - 1]}: "
+                "the buffer is not this run's, nothing imported",
+            )
+            return []
+    new: list[BufferedChunk] = []
+    seq = count + 1
+    while seq in by_seq and seq not in conflicts:
+        new.append(by_seq[seq])
+        seq += 1
+    beyond = sorted(s for s in by_seq if s >= seq)
+    if beyond:
+        why = f"seq {seq} is on two lines with different ids" if seq in conflicts else f"seq {seq} is missing"
+        buffer.problem(
+            by_seq[beyond[0]].line_number,
+            f"{why}: import stopped there, chunks {beyond[0]}..{beyond[-1]} ({len(beyond)}) not imported",
+        )
+    buffer.complete = not beyond
+    return new
+
+
+def _dispose(buffer: _Buffer) -> str:
+    """Remove a fully stored buffer, or rename one with problems ``*.corrupt``; the path it left."""
+    try:
+        if buffer.problems or not buffer.complete:
+            target = buffer.path.with_name(buffer.path.name + ".corrupt")
+            os.replace(buffer.path, target)
+            return str(target)
+        buffer.path.unlink()
+        return ""
+    finally:
+        buffer.release()
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+
+@dataclass(slots=True)
+class _Open:
+    branch_id: str
+    run_id: str
+    verb: str
+    provider: str
+    model: str
+    started_at: datetime | None
+    lifecycle: bool
+
+
+@dataclass(slots=True)
+class _Chunks:
+    """The chunks of one run's stream after the buffer was imported."""
+
+    items: list[tuple[ChunkReceived, datetime | None]]
+    imported: int
+
+
+async def _open_runs(store: EventStore) -> tuple[dict[str, _Open], set[str]]:
+    started: dict[str, _Open] = {}
+    ended: set[str] = set()
+    async for event in store.read_all(types=_LIFECYCLE, stream_prefix="branch-"):
+        run_id = event.data.get("run_id")
+        if not isinstance(run_id, str):
+            continue
+        if event.type == "run.started":
+            data = RunStarted.model_validate(event.data)
+            started[run_id] = _Open(
+                event.stream.removeprefix("branch-"),
+                run_id,
+                data.verb,
+                data.provider or "",
+                data.model or "",
+                event.recorded_at,
+                True,
+            )
+            ended.discard(run_id)
+        else:
+            ended.add(run_id)
+    return {k: v for k, v in started.items() if k not in ended}, ended
+
+
+async def _complete_stream(store: EventStore, run_id: str, buffer: _Buffer | None) -> _Chunks:
+    """Read the run stream once and append what the buffer holds beyond it (same ids, seq == version)."""
+    stream = f"run-{run_id}"
+    stored = [event async for event in store.read_stream(stream)]
+    items: list[tuple[ChunkReceived, datetime | None]] = [
+        (ChunkReceived.model_validate(event.data), event.recorded_at) for event in stored
+    ]
+    if buffer is None:
+        return _Chunks(items, 0)
+    new = _plan_import(buffer, [str(event.id) for event in stored])
+    if new:
+        encoder = EventEncoder(
+            CHUNK_TYPE,
+            schema=ChunkReceived.schema_version,
+            meta=new[0].meta,
+            max_event_bytes=store.max_event_bytes,
+        )
+        batch = [encoder.encode(chunk.data, UUID(chunk.id)) for chunk in new]
+        await store.append_encoded(stream, batch, len(stored))
+        items.extend((chunk.chunk, chunk.received) for chunk in new)
+    return _Chunks(items, len(new))
+
+
+def _range(message: AnyMessage) -> tuple[int, int] | None:
+    value = message.metadata.get("chunk_range")
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+async def _close_run(
+    store: EventStore, run: _Open, chunks: _Chunks, cli: Reconciliation | None = None
+) -> RecoveredRun:
+    """Replay the chunk rules over the run's chunks; record what is missing and close the run."""
+    from turnlog.kernel._assembler import StreamAssembler
+    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._kernel import AddMessages
+
+    branch = await Branch.load(store, run.branch_id)
+    existing: dict[tuple[str, int, int], AnyMessage] = {}
+    for message in branch.messages:
+        if message.metadata.get("run_id") == run.run_id and (span := _range(message)) is not None:
+            existing[(message.kind, *span)] = message
+    assembler = StreamAssembler(branch_id=branch.id, user=branch.user, run_id=run.run_id, existing=existing)
+    known = {m.id for m in existing.values()}
+    produced: list[AnyMessage] = []
+    last_seen = run.started_at
+    for data, seen_at in chunks.items:
+        if seen_at is not None and (last_seen is None or seen_at > last_seen):
+            last_seen = seen_at
+        if assembler.finished or assembler.error is not None:
+            continue  # the live run stopped reading here
+        chunk = StreamChunk.from_dict(data.model_dump())
+        produced.extend(m for m in assembler.feed(data.seq, chunk) if m.id not in known)
+    trailing = [m for m in assembler.flush(interrupted=True) if m.id not in known]
+    interrupted_text = sum(len(m.content.text) for m in trailing if hasattr(m.content, "text"))
+    produced.extend(trailing)
+    closed = _close_tools(branch, run, assembler.unanswered.values(), assembler.user)
+    items: list[EventData] = [MessageAdded(message=m, run_id=run.run_id) for m in (*produced, *closed)]
+    session = assembler.session_id
+    if session is not None and run.provider and branch.provider_session(run.provider, run.model) != session:
+        items.append(ProviderSessionBound(provider=run.provider, model=run.model, session_id=session))
+    if run.lifecycle:
+        duration = (
+            (last_seen - run.started_at).total_seconds() * 1000 if last_seen and run.started_at else 0.0
+        )
+        u = assembler.usage
+        items.append(
+            RunFailed(
+                run_id=run.run_id,
+                verb=run.verb,
+                duration_ms=max(0.0, duration),
+                usage=UsageData(
+                    input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd
+                ),
+                error_type=_CRASH_TYPE,
+                error_message=_CRASH_MESSAGE,
+                reason="crashed",
+                recovered={
+                    "chunks": len(chunks.items),
+                    "imported": chunks.imported,
+                    "messages": len(produced) + len(closed),
+                    "interrupted_text": interrupted_text,
+                    "closed_tools": len(closed),
+                    "session_id": session,
+                    **(cli.recovered() if cli is not None else {}),
+                },
+            )
+        )
+    if items:
+        await branch._execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
+    return RecoveredRun(
+        branch.id,
+        run.run_id,
+        run.verb,
+        len(chunks.items),
+        chunks.imported,
+        len(produced) + len(closed),
+        interrupted_text,
+        len(closed),
+        session,
+        run.lifecycle,
+    )
+
+
+def _close_tools(branch: Any, run: _Open, unanswered: Iterable[Any], user: str) -> list[AnyMessage]:
+    """An error ``ActionResponse`` for every tool call of the run left without its result."""
+    closed: list[AnyMessage] = []
+    for request in unanswered:
+        if branch.state.response_for(request.id) is not None:
+            continue
+        span = _range(request) or (0, 0)
+        closed.append(
+            ActionResponse.create(
+                request,
+                error=_TOOL_LOST,
+                sender=user,
+                recipient=branch.id,
+                metadata={"run_id": run.run_id, "chunk_range": list(span), "interrupted": True},
+            )
+        )
+    return closed
+
+
+async def _recover_run(
+    store: EventStore, run: _Open, buffer: _Buffer | None, ended: bool
+) -> RecoveredRun | None:
+    """Recover one run, step by step: each step takes what the one before it established.
+
+    1. ``_complete_stream``: the run stream, read once and completed from the buffer;
+    2. ``reconcile_with_cli``: a CLI run whose CLI kept its own session record gets what only
+       that record holds appended to its stream (source-marked), before anything is materialized;
+    3. ``_close_run``: the chunk rules replayed, what is missing recorded, the run closed.
+    """
+    chunks = await _complete_stream(store, run.run_id, buffer)
+    if ended:
+        # It ended (only its buffer outlived it): the chunks were all it lacked.
+        if not chunks.imported:
+            return None
+        return RecoveredRun(
+            run.branch_id, run.run_id, run.verb, len(chunks.items), chunks.imported, 0, 0, 0, None, False
+        )
+    cli: Reconciliation | None = None
+    if run.lifecycle:
+        cli = await reconcile_with_cli(
+            store, run.run_id, run.provider, run.started_at, [c for c, _ in chunks.items]
+        )
+        if cli is not None:
+            chunks.items.extend((c, None) for c in cli.appended)
+    return await _close_run(store, run, chunks, cli)
+
+
+# -------------------------------------------------------------------------------------- recover
+
+
+async def recover(store: EventStore, persist_dir: str | os.PathLike[str] | None = None) -> RecoveryReport:
+    """Import leftover stream buffers and close every run a crash left open.
+
+    Args:
+        store: The store (opened with ``catalogue_upcasters()`` ideally).
+        persist_dir: Where ``stream_persist`` buffers are (default: as ``run`` chooses it).
+
+    Returns:
+        What was imported, recorded, removed, skipped and reported; a run whose recovery
+        failed is in ``failed``, and the others are recovered all the same.
+
+    Raises:
+        StoreError: the store cannot be read at all (the scan for open runs failed).
+    """
+    await store.head()  # opens a lazily opened store, so that its store_id is known
+    directory = Path(persist_dir) if persist_dir is not None else default_persist_dir(store)
+    paths = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+    here = store_location(store)
+    problems: list[BufferProblem] = []
+    skipped: list[str] = []
+    buffers: dict[str, _Buffer] = {}
+    live: set[str] = set()
+    try:
+        for path in paths:
+            opened = await anyio.to_thread.run_sync(_open_buffer, path, store.store_id, here)
+            if opened == _IN_USE and (names := parse_buffer_name(path)) is not None:
+                live.add(names[1])  # its run is streaming: not crashed
+            if isinstance(opened, _Buffer):
+                await _check_branch(store, opened)
+                if opened.refused is None and opened.run_id not in buffers:
+                    buffers[opened.run_id] = opened
+                    continue
+                opened.release()
+                opened = opened.refused or "a second buffer of the same run"
+            problems.append(BufferProblem(str(path), 0, opened))
+            skipped.append(str(path))
+        return await _recover_all(store, directory, buffers, live, problems, skipped, [str(p) for p in paths])
+    finally:
+        for buffer in buffers.values():
+            buffer.release()
+
+
+async def _recover_all(
+    store: EventStore,
+    directory: Path,
+    buffers: dict[str, _Buffer],
+    live: set[str],
+    problems: list[BufferProblem],
+    skipped: list[str],
+    paths: list[str],
+) -> RecoveryReport:
+    open_runs, ended = await _open_runs(store)
+    for run_id in live:
+        open_runs.pop(run_id, None)
+    for run_id, buffer in buffers.items():
+        if run_id not in open_runs:
+            # Ended, or without a lifecycle of its own (nested in another run): chunks and messages only.
+            open_runs[run_id] = _Open(buffer.branch_id, run_id, "run", "", "", None, False)
+    runs: list[RecoveredRun] = []
+    failed: list[RunRecoveryError] = []
+    removed: list[str] = []
+    kept: list[str] = []
+    for run in open_runs.values():
+        buffer = buffers.get(run.run_id)
+        try:
+            done = await _recover_run(store, run, buffer, run.run_id in ended)
+            if buffer is not None:
+                left = await anyio.to_thread.run_sync(_dispose, buffer)
+                (kept if left else removed).append(left or str(buffer.path))
+        except (TurnlogError, OSError, ValueError) as exc:
+            failed.append(RunRecoveryError(run.branch_id, run.run_id, type(exc).__name__, str(exc)))
+            continue
+        if done is not None:
+            runs.append(done)
+    return RecoveryReport(
+        persist_dir=str(directory),
+        runs=tuple(runs),
+        buffers=tuple(paths),
+        removed=tuple(removed),
+        kept=tuple(kept),
+        imported=sum(r.imported for r in runs),
+        problems=tuple([*problems, *(p for b in buffers.values() for p in b.problems)]),
+        torn=tuple(str(b.path) for b in buffers.values() if b.torn),
+        skipped=tuple(skipped),
+        failed=tuple(failed),
+    )

@@ -1,0 +1,179 @@
+"""What one CLI run holds while it streams, and how it records messages, bindings and the call.
+
+``run`` (``operations/run.py``) drives the stream; ``_Run`` is its state: the session plan,
+the prompt, the chunk log and the assembler, and the commands it issues (``AddMessages``,
+``BindProviderSession``) so that every record of a run is made in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from turnlog.eventstore import uuid7
+from turnlog.kernel._assembler import StreamAssembler
+from turnlog.kernel._context import PromptContext
+from turnlog.kernel._kernel import AddMessages, BindProviderSession
+from turnlog.kernel._lifecycle import RunScope, current_run
+from turnlog.kernel._persist import ChunkLog
+from turnlog.kernel.models import ModelRequest, public_params, request_fingerprint
+from turnlog.kernel.operations._cli_prompt import CLIPrompt
+from turnlog.kernel.operations._cli_session import SessionPlan
+from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled, UsageData
+
+if TYPE_CHECKING:
+    from turnlog.kernel._branch import Branch
+
+__all__ = ["VERB", "RunState", "model_cwd", "system_option"]
+
+_log = logging.getLogger("turnlog.kernel.run")
+
+VERB = "run"
+
+
+def _json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value, default=str))
+
+
+def _attribute(model: Any, name: str) -> Any:
+    """``name`` of the CLI model behind ``model``: itself, a wrapper's ``inner``, an iModel's backend."""
+    for outer in (model, getattr(model, "inner", None)):
+        for candidate in (outer, getattr(outer, "_backend", None)):
+            value = getattr(candidate, name, None)
+            if value is not None:
+                return value
+    return None
+
+
+def system_option(model: Any) -> str | None:
+    """The model's system-prompt option (see ``CLIAgentModel.system_prompt_option``), if any."""
+    option = _attribute(model, "system_prompt_option")
+    return option if isinstance(option, str) else None
+
+
+def model_cwd(model: Any) -> Any:
+    """The working directory the model was made with, if any."""
+    return _attribute(model, "cwd")
+
+
+@dataclass(slots=True)
+class RunState:
+    """One run: what it sends, what it has received, and how it records both."""
+
+    branch: Branch
+    model: Any
+    run_id: str
+    scope: RunScope
+    provider: str
+    model_name: str
+    ins: Instruction
+    plan: SessionPlan
+    prompt: CLIPrompt
+    options: dict[str, Any]
+    assembler: StreamAssembler
+    started: float
+    response_format: str | None = None
+    log: ChunkLog | None = None
+    first_chunk_at: float | None = None
+    bound: str | None = None
+    fallback: str | None = None
+    context: PromptContext = field(default_factory=PromptContext)
+    completed: bool = False
+
+    @property
+    def lifecycle_id(self) -> str:
+        return self.scope.run_id
+
+    def stream_options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        option = system_option(self.model)
+        if self.prompt.system and option and option not in options:
+            options[option] = self.prompt.system
+        return options
+
+    async def record(self, messages: Sequence[AnyMessage]) -> None:
+        if self.log is not None:
+            await self.log.commit()  # a message never names chunks the store has not got
+        items = tuple(MessageAdded(message=m, run_id=self.lifecycle_id) for m in messages)
+        await self.branch._execute(AddMessages(items), run_id=self.lifecycle_id)
+
+    async def bind_session(self) -> None:
+        sid = self.assembler.session_id
+        if sid is None or sid == self.bound:
+            return
+        self.bound = sid
+        state = self.branch.state
+        cwd = self.plan.cwd
+        key = (self.provider, self.model_name)
+        if state.provider_sessions.get(key) != sid or state.provider_cwds.get(key) != cwd:
+            await self.branch._execute(
+                BindProviderSession(self.provider, self.model_name, sid, cwd), run_id=self.lifecycle_id
+            )
+
+    def called(self, error: BaseException | None, duration_ms: float) -> ModelCalled:
+        params: dict[str, Any] = {"resume": self.plan.resume, **self.stream_options()}
+        if self.fallback is not None:
+            params["resume_fallback"] = self.fallback
+        if self.plan.note is not None:
+            params["session_note"] = self.plan.note
+        request = ModelRequest(messages=[{"role": "user", "content": self.prompt.text}], params=params)
+        usage = self.assembler.usage
+        return ModelCalled(
+            call_id=str(uuid7()),
+            provider=self.provider,
+            model=self.model_name,
+            endpoint="cli",
+            verb=VERB,
+            run_id=self.lifecycle_id,
+            message_ids=[self.ins.id],
+            params=_json(public_params(params)),
+            response_format=self.response_format,
+            context_providers=list(self.context.fired),
+            fingerprint=request_fingerprint(request, model=self.model_name),
+            response=_json(self.assembler.last_result) if self.assembler.last_result else None,
+            usage=UsageData(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
+            ),
+            latency_ms=duration_ms,
+            ttft_ms=(self.first_chunk_at - self.started) * 1000 if self.first_chunk_at is not None else None,
+            status="ok" if error is None else "error",
+            error_type=type(error).__name__ if error is not None else None,
+            error_message=str(error) if error is not None else None,
+            stream=True,
+        )
+
+    async def finish(self, error: BaseException | None) -> None:
+        """Record what is left and the call; runs shielded, on every way out of the stream."""
+        duration = (time.perf_counter() - self.started) * 1000
+        steps: list[Any] = []
+        if error is not None or self.assembler.has_pending_text:
+            leftover = self.assembler.flush(interrupted=not self.completed)
+            if leftover:
+                steps.append(lambda: self.record(leftover))
+        if self.log is not None:
+            steps.append(self.log.finish)
+        steps.append(
+            lambda: self.branch._execute(
+                AddMessages((self.called(error, duration),)), run_id=self.lifecycle_id
+            )
+        )
+        for step in steps:
+            try:
+                await step()
+            except Exception as exc:
+                if error is None:
+                    raise
+                _log.warning("run %s: cleanup step failed while %r propagated: %r", self.run_id, error, exc)
+        usage = self.assembler.usage
+        if self.scope.suppressed:
+            outer = current_run(self.branch.id)
+            if outer is not None:
+                outer.add_usage(usage)
+        else:
+            self.scope.add_usage(usage)
+            self.scope.chunks = self.log.seq if self.log is not None else 0

@@ -1,0 +1,84 @@
+"""``turnlog diff BRANCH A B``: what changed in a branch between two versions."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+
+from turnlog.projections import BranchDiff, StateCache, diff, rebuild
+
+from ._command import Command, UserError, add_store_argument, emit_json
+from ._inspect import branch_id_of, check_version, message_line, message_view, opened_store, run_view
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    parser.add_argument("a", type=int, help="the earlier version")
+    parser.add_argument("b", type=int, help="the later version")
+    add_store_argument(parser)
+
+
+async def _diff(args: argparse.Namespace) -> BranchDiff:
+    if args.a < 1 or args.b < 1:
+        raise UserError(f"versions start at 1, not {min(args.a, args.b)}")
+    async with opened_store(args.store) as store:
+        branch_id = await branch_id_of(store, args.branch)
+        await check_version(store, branch_id, args.a, "version")
+        await check_version(store, branch_id, args.b, "version")
+        # the later state first: the earlier one then borrows its messages from the cache
+        # (see StateCache) instead of reading and validating them a second time
+        cache = StateCache(store)
+        states = {
+            v: await rebuild(store, branch_id, at_version=v, cache=cache)
+            for v in sorted({args.a, args.b}, reverse=True)
+        }
+    return diff(states[args.a], states[args.b])
+
+
+def _run(args: argparse.Namespace) -> int:
+    d = anyio.run(_diff, args)
+    if args.json:
+        emit_json(
+            {
+                "added": [message_view(m) for m in d.added],
+                "removed": [message_view(m) for m in d.removed],
+                "changed": [[message_view(x), message_view(y)] for x, y in d.changed],
+                "runs": {
+                    rid: [run_view(x) if x else None, run_view(y) if y else None]
+                    for rid, (x, y) in d.runs.items()
+                },
+                "provider_sessions": [
+                    {"provider": p, "model": m, "before": x, "after": y}
+                    for (p, m), (x, y) in d.provider_sessions.items()
+                ],
+            }
+        )
+        return 0
+    if not d:
+        print(f"no difference between versions {args.a} and {args.b}")
+        return 0
+    for m in d.removed:
+        print(f"- {message_line(m)}")
+    for m in d.added:
+        print(f"+ {message_line(m)}")
+    for before, after in d.changed:
+        print(f"~ {message_line(after)} (metadata {before.metadata} -> {after.metadata})")
+    if d.system:
+        print(f"~ system: {d.system[1].rendered if d.system[1] else None}")
+    for rid, (x, y) in d.runs.items():
+        print(f"~ run {rid[:13]}: {x.status if x else 'absent'} -> {y.status if y else 'absent'}")
+    for (p, m), (x, y) in d.provider_sessions.items():
+        print(f"~ provider session {p}/{m}: {x} -> {y}")
+    return 0
+
+
+COMMAND = Command(
+    name="diff",
+    help="show messages added/removed, runs and provider sessions changed between two versions",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog diff my-branch 3 9",
+)

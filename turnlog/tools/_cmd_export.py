@@ -1,0 +1,105 @@
+"""``turnlog export``: the log as JSON Lines (the native envelope) or flat Parquet tables.
+
+The output is never the store (its file, ``-wal`` or ``-shm``, also through a symbolic link
+or ``$TURNLOG_STORE``) and never replaces an existing file unless ``--force`` is given. It
+is written to a private temporary file next to the destination and moved into place only
+when complete, so a failed export leaves no partial file and an earlier export untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import anyio
+
+from turnlog.projections.analytics import (
+    FACT_TABLES,
+    AnalyticsError,
+    AnalyticsProjection,
+    export_jsonl,
+    export_parquet,
+)
+
+from ._cmd_stats import add_analytics_arguments, open_projection_args
+from ._command import Command, UserError, add_store_argument
+from ._inspect import branch_id_of, opened_store
+from ._outfile import store_files, written_directory_files, written_file
+from ._output import busy
+
+__all__ = ["COMMAND"]
+
+_PARQUET_FILES = ("events.parquet", *(f"{t.name.removeprefix('analytics_')}.parquet" for t in FACT_TABLES))
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser, json_flag=False)
+    parser.add_argument(
+        "--branch",
+        default=None,
+        help="only this branch (id, unique id prefix or name): its stream and its runs' streams",
+    )
+    parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="default: jsonl")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="jsonl: the file to write ('-' for stdout); parquet: the directory to write the tables into",
+    )
+    parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    add_analytics_arguments(parser)
+
+
+async def _export(args: argparse.Namespace) -> str:
+    url, options = open_projection_args(args)
+    protected = store_files(url)
+    if options.get("database"):
+        protected.append(Path(options["database"]))
+    async with opened_store(args.store, upcast=False) as store:
+        branch = await branch_id_of(store, args.branch) if args.branch is not None else None
+        if args.format == "jsonl":
+            if args.out == "-":
+                await export_jsonl(store, sys.stdout.buffer, branch=branch)
+                sys.stdout.flush()
+                return ""
+            out = Path(args.out)
+            with written_file(out, force=args.force, protected=protected) as handle:
+                count = await export_jsonl(store, handle, branch=branch)
+            return f"{count} events written to {out}"
+        directory = Path(args.out)
+        with written_directory_files(
+            directory, _PARQUET_FILES, force=args.force, protected=protected
+        ) as scratch:
+            async with AnalyticsProjection(store, **options) as analytics:
+                written = await export_parquet(store, analytics, scratch, branch=branch)
+        return "; ".join(f"{name}: {rows} rows" for name, rows in written.items()) + f" (in {directory})"
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        with busy(f"exporting {args.format}"):
+            summary = anyio.run(_export, args)
+    except AnalyticsError as exc:  # a price file, a missing extra, where the analytics tables go
+        raise UserError(str(exc)) from exc
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+    if summary:
+        print(summary, file=sys.stderr)
+    return 0
+
+
+COMMAND = Command(
+    name="export",
+    help="write the log as JSON Lines (every envelope field) or Parquet event and fact tables",
+    description="jsonl writes one recorded event per line with every field (id, stream, version, position,\n"
+    "type, schema, data, meta, recorded_at, prev_hash, hash). parquet (pip install 'turnlog[analytics]')\n"
+    "writes events.parquet, model_calls.parquet, tool_calls.parquet and runs.parquet into --out.\n"
+    "The output is never the store, and an existing file is replaced only with --force; it is\n"
+    "written to a private temporary file and moved into place when complete.",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog export --format parquet --out ./export --store turnlog.db",
+)

@@ -1,0 +1,50 @@
+"""``turnlog fork BRANCH --at V``: start a new branch from a past version."""
+
+from __future__ import annotations
+
+import argparse
+
+import anyio
+
+from turnlog.projections import fork
+
+from ._command import Command, UserError, add_store_argument, emit_json
+from ._inspect import branch_id_of, check_new_name, opened_store
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    parser.add_argument("--at", dest="at_version", type=int, required=True, help="fork after this version")
+    parser.add_argument("--name", default=None, help="name of the new branch (one no other branch has)")
+    add_store_argument(parser)
+
+
+async def _fork(args: argparse.Namespace) -> tuple[str, str]:
+    await check_new_name(None, args.name)
+    async with opened_store(args.store) as store:
+        parent = await branch_id_of(store, args.branch)
+        await check_new_name(store, args.name)
+        version = await store.stream_version(f"branch-{parent}")
+        if not 1 <= args.at_version <= version:
+            raise UserError(f"--at {args.at_version}: the branch has versions 1 to {version}")
+        return parent, await fork(store, parent, args.at_version, args.name)
+
+
+def _run(args: argparse.Namespace) -> int:
+    parent, child = anyio.run(_fork, args)
+    if args.json:
+        emit_json({"branch_id": child, "parent_branch_id": parent, "parent_version": args.at_version})
+    else:
+        print(f"forked {parent} at version {args.at_version} -> new branch {child}")
+    return 0
+
+
+COMMAND = Command(
+    name="fork",
+    help="start a new branch from a branch as it was at a version (the prefix is referenced, not copied)",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog fork my-branch --at 4 --name what-if",
+)

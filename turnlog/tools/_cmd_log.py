@@ -1,0 +1,83 @@
+"""``turnlog log BRANCH``: the timeline of a branch, one line per event."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+
+import anyio
+
+from turnlog.projections import HistoryRow, history
+
+from ._command import Command, UserError, add_store_argument, emit_json
+from ._inspect import branch_id_of, opened_store
+from ._output import print_table
+
+__all__ = ["COMMAND"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    parser.add_argument("--from", dest="from_version", type=int, default=1, help="first version")
+    parser.add_argument("--to", dest="to_version", type=int, default=None, help="last version")
+    parser.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
+    add_store_argument(parser)
+
+
+async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
+    if args.from_version < 1:
+        raise UserError(f"--from {args.from_version}: versions start at 1")
+    if args.to_version is not None and args.to_version < args.from_version:
+        raise UserError(f"--to {args.to_version} is before --from {args.from_version}: nothing to show")
+    async with opened_store(args.store) as store:
+        branch_id = await branch_id_of(store, args.branch)
+        last = await store.stream_version(f"branch-{branch_id}")
+        if args.from_version > last:
+            raise UserError(f"--from {args.from_version}: the branch has versions 1 to {last}")
+        rows = await history(store, branch_id, from_version=args.from_version, to_version=args.to_version)
+    if args.types:
+        rows = [r for r in rows if r.type in args.types]
+    return branch_id, rows
+
+
+def _stamp(moment: datetime) -> str:
+    """Date, time to the millisecond and zone: ``2026-12-02 12:19:36.071Z`` (UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _run(args: argparse.Namespace) -> int:
+    branch_id, rows = anyio.run(_log, args)
+    if args.json:
+        emit_json(
+            {
+                "branch_id": branch_id,
+                "events": [
+                    {
+                        "version": r.version,
+                        "position": r.position,
+                        "recorded_at": r.recorded_at.isoformat(),
+                        "type": r.type,
+                        "summary": r.summary,
+                    }
+                    for r in rows
+                ],
+            }
+        )
+        return 0
+    print_table(
+        ["v", "pos", "time", "type", "what"],
+        [[r.version, r.position, _stamp(r.recorded_at), r.type, r.summary] for r in rows],
+        title=f"branch {branch_id}",
+    )
+    if not rows:
+        print(f"(no event of type {', '.join(args.types)} in these versions)" if args.types else "(no event)")
+    return 0
+
+
+COMMAND = Command(
+    name="log",
+    help="show a branch's timeline: version, position, time, type, summary",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog log my-branch --from 3 --type message.added",
+)

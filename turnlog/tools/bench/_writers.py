@@ -1,0 +1,370 @@
+"""``turnlog bench writers``: single-event appends by many writers at once, checked end to end.
+
+For each backend (SQLite at ``--sqlite-durability``, ``full`` by default, and PostgreSQL when
+``--pg URL`` is given or ``TURNLOG_TEST_PG_DSN`` is set), in one run:
+
+- **processes**: 1, 4 and 16 writer processes (``--procs``), each appending single events to
+  its own stream as fast as it can: how appends scale with writers on other connections;
+- **tasks**: 1 and 64 concurrent tasks in this process (``--tasks``), each appending single
+  events to its own stream (many conversations in one server): what group commit gives.
+
+Every scenario appends ``--events`` events in all, split evenly among its writers. Meanwhile a
+subscriber and a reader polling ``read_all`` (on their own store objects in this process)
+check that every event is seen exactly once and in increasing position order; skipped or
+duplicated events are counted and reported. Throughput is events per second from the start
+signal to the last acknowledgement. The machine's load average is printed with the figures:
+on a shared machine, other work takes its share of the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+
+from turnlog.eventstore import EventStore, NewEvent, RecordedEvent, open_store
+
+from .._command import emit_json
+
+__all__ = ["add_arguments", "run"]
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, anyio
+    from turnlog.eventstore import NewEvent, open_store
+
+    async def main(url, stream, count):
+        async with open_store(url) as store:
+            await store.stream_version(stream)  # connect before the start signal
+            print("ready", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.readline)
+            for i in range(count):
+                await store.append(stream, [NewEvent("bench.appended", {"s": stream, "i": i})])
+            print("done", flush=True)
+
+    anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    """
+)
+
+_TARGETS = {
+    # (backend, ratio name) -> the least ratio wanted
+    ("postgresql", "procs_4_over_1"): 3.0,
+    ("postgresql", "tasks_64_over_1"): 10.0,
+    ("sqlite", "tasks_64_over_1"): 5.0,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--events", type=int, default=2000, help="events per scenario, split among its writers (default 2000)"
+    )
+    parser.add_argument("--procs", default="1,4,16", help="writer process counts (default 1,4,16)")
+    parser.add_argument(
+        "--tasks", default="1,64", help="concurrent task counts in one process (default 1,64)"
+    )
+    parser.add_argument(
+        "--sqlite-durability",
+        choices=("normal", "full"),
+        default="full",
+        help="durability of the SQLite store (default full: an fsync per commit)",
+    )
+    parser.add_argument(
+        "--pg",
+        default=None,
+        help="PostgreSQL URL (default: $TURNLOG_TEST_PG_DSN; skipped when neither is set or empty)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+@dataclass
+class Check:
+    """What a subscriber or a reader saw: each event once, positions increasing."""
+
+    seen: set[tuple[str, int]] = field(default_factory=set)
+    last: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+
+    def add(self, event: RecordedEvent) -> None:
+        key = (event.data["s"], event.data["i"])
+        if key in self.seen:
+            self.duplicated += 1
+        self.seen.add(key)
+        if event.position <= self.last:
+            self.out_of_order += 1
+        self.last = max(self.last, event.position)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One scenario's figures."""
+
+    name: str
+    writers: int
+    events: int
+    seconds: float
+    skipped: int
+    duplicated: int
+    out_of_order: int
+    group_size: float | None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"not a comma-separated list of counts: {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"counts must be >= 1: {text!r}")
+    return values
+
+
+async def _observe(url: str, prefix: str, expected: int, run_writers: Any) -> tuple[float, Check, Check]:
+    """Run the writers while a subscriber and a reader check what they see; return the seconds."""
+    subscribed, polled = Check(), Check()
+    seconds = 0.0
+    async with open_store(url) as observer:
+        await observer.head()
+        with anyio.fail_after(600):
+            async with anyio.create_task_group() as tg:
+
+                async def subscribe() -> None:
+                    async for event in observer.subscribe(stream_prefix=prefix):
+                        subscribed.add(event)
+                        if len(subscribed.seen) >= expected:
+                            return
+
+                async def poll() -> None:
+                    while len(polled.seen) < expected:
+                        async for event in observer.read_all(polled.last + 1, stream_prefix=prefix):
+                            polled.add(event)
+                        await anyio.sleep(0.01)
+
+                async def write() -> None:
+                    nonlocal seconds
+                    seconds = await run_writers()
+
+                tg.start_soon(subscribe)
+                tg.start_soon(poll)
+                tg.start_soon(write)
+        stored = [event.position async for event in observer.read_all(stream_prefix=prefix)]
+    if len(stored) != expected or stored != sorted(set(stored)):
+        raise SystemExit(f"{prefix}: {len(stored)} events stored, {expected} appended")
+    return seconds, subscribed, polled
+
+
+async def _processes(url: str, prefix: str, writers: int, each: int) -> float:
+    procs = []
+    try:
+        for w in range(writers):
+            args = [sys.executable, "-c", _WRITER, url, f"{prefix}w{w}", str(each)]
+            procs.append(await anyio.open_process(args))
+        for proc in procs:
+            if await _readline(proc) != b"ready":
+                raise SystemExit("a writer process did not start")
+        start = time.perf_counter()
+        for proc in procs:
+            await proc.stdin.send(b"go\n")
+        for proc in procs:
+            if await _readline(proc) != b"done":
+                raise SystemExit("a writer process did not finish")
+        return time.perf_counter() - start
+    finally:
+        for proc in procs:
+            await proc.wait()
+            await proc.aclose()
+
+
+async def _readline(proc: Any) -> bytes:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = await proc.stdout.receive(1)
+        if not chunk:
+            err = b"".join([c async for c in proc.stderr]) if proc.stderr else b""
+            raise SystemExit(f"a writer process exited early: {err.decode(errors='replace')[-2000:]}")
+        buf += chunk
+    return buf.strip()
+
+
+async def _tasks(store: EventStore, prefix: str, tasks: int, each: int) -> float:
+    async def write(t: int) -> None:
+        stream = f"{prefix}t{t}"
+        for i in range(each):
+            await store.append(stream, [NewEvent("bench.appended", {"s": stream, "i": i})])
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for t in range(tasks):
+            tg.start_soon(write, t)
+    return time.perf_counter() - start
+
+
+async def _scenario(url: str, kind: str, writers: int, total: int) -> Scenario:
+    each = max(1, total // writers)
+    expected = each * writers
+    prefix = f"{kind}{writers}-{uuid.uuid4().hex[:6]}-"
+    group_size: float | None = None
+    if kind == "procs":
+
+        async def run_writers() -> float:
+            return await _processes(url, prefix, writers, each)
+
+        seconds, subscribed, polled = await _observe(url, prefix, expected, run_writers)
+    else:
+        async with open_store(url) as store:
+            await store.head()
+
+            async def run_writers() -> float:
+                return await _tasks(store, prefix, writers, each)
+
+            seconds, subscribed, polled = await _observe(url, prefix, expected, run_writers)
+            group = getattr(store, "_group", None)
+            if group is not None and group.groups:
+                group_size = round(group.units / group.groups, 1)
+    skipped = max(expected - len(subscribed.seen), 0) + max(expected - len(polled.seen), 0)
+    return Scenario(
+        f"{kind}-{writers}",
+        writers,
+        expected,
+        seconds,
+        skipped,
+        subscribed.duplicated + polled.duplicated,
+        subscribed.out_of_order + polled.out_of_order,
+        group_size,
+    )
+
+
+async def _backend(url: str, args: argparse.Namespace) -> list[Scenario]:
+    results = []
+    for writers in _counts(args.procs):
+        results.append(await _scenario(url, "procs", writers, args.events))
+    for tasks in _counts(args.tasks):
+        results.append(await _scenario(url, "tasks", tasks, args.events))
+    return results
+
+
+def _pg_url(args: argparse.Namespace) -> tuple[str, str] | None:
+    base = os.environ.get("TURNLOG_TEST_PG_DSN") if args.pg is None else args.pg
+    if not base:
+        return None
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    return base + ("&" if "?" in base else "?") + urlencode({"schema": schema}), schema
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(url.split("?", 1)[0], autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def _run_all(args: argparse.Namespace, workdir: Path) -> dict[str, list[Scenario]]:
+    sqlite_url = f"sqlite:///{workdir / 'bench.db'}?durability={args.sqlite_durability}"
+    results = {"sqlite": await _backend(sqlite_url, args)}
+    pg = _pg_url(args)
+    if pg is not None:
+        url, schema = pg
+        try:
+            results["postgresql"] = await _backend(url, args)
+        finally:
+            await _drop_schema(url, schema)
+    return results
+
+
+def _ratios(scenarios: list[Scenario]) -> dict[str, float]:
+    by = {s.name: s.events_per_s for s in scenarios}
+    ratios = {}
+    for kind in ("procs", "tasks"):
+        one = by.get(f"{kind}-1")
+        if one is None:
+            continue
+        for s in scenarios:
+            if s.name.startswith(f"{kind}-") and s.writers > 1:
+                ratios[f"{kind}_{s.writers}_over_1"] = round(s.events_per_s / one, 2)
+    return ratios
+
+
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return "n/a"
+
+
+def run(args: argparse.Namespace) -> int:
+    load_before = _loadavg()
+    with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
+        results = anyio.run(_run_all, args, Path(tmp))
+    load_after = _loadavg()
+    report: dict[str, Any] = {
+        "benchmark": "writers",
+        "cpus": os.cpu_count(),
+        "events_per_scenario": args.events,
+        "sqlite_durability": args.sqlite_durability,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "results": {},
+    }
+    for backend, scenarios in results.items():
+        ratios = _ratios(scenarios)
+        report["results"][backend] = {
+            "scenarios": {
+                s.name: {
+                    "events": s.events,
+                    "events_per_s": round(s.events_per_s),
+                    "skipped": s.skipped,
+                    "duplicated": s.duplicated,
+                    "out_of_order": s.out_of_order,
+                    "mean_group": s.group_size,
+                }
+                for s in scenarios
+            },
+            "ratios": ratios,
+            "targets": {
+                name: {"wanted": wanted, "got": ratios.get(name), "met": (ratios.get(name) or 0) >= wanted}
+                for (target_backend, name), wanted in _TARGETS.items()
+                if target_backend == backend and name in ratios
+            },
+        }
+    if args.json:
+        emit_json(report)
+        return 0
+    print(
+        f"writers benchmark: {args.events} single-event appends per scenario, {os.cpu_count()} cpus, "
+        f"SQLite durability={args.sqlite_durability}"
+    )
+    print(f"  load average before: {load_before}; after: {load_after}")
+    for backend, figures in report["results"].items():
+        print(f"  {backend}")
+        for name, s in figures["scenarios"].items():
+            group = "" if s["mean_group"] is None else f"  mean group {s['mean_group']:g}"
+            print(
+                f"    {name:<10} {s['events_per_s']:8,} events/s  skipped {s['skipped']}  "
+                f"duplicated {s['duplicated']}  out of order {s['out_of_order']}{group}"
+            )
+        for name, value in figures["ratios"].items():
+            target = figures["targets"].get(name)
+            note = (
+                ""
+                if target is None
+                else f"  (target >= {target['wanted']:g}x: {'met' if target['met'] else 'MISSED'})"
+            )
+            print(f"    {name:<18} {value:.2f}x{note}")
+    if "postgresql" not in results:
+        print("  postgresql  skipped: pass --pg URL or set TURNLOG_TEST_PG_DSN")
+    return 0
