@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install bench clean realcli
+.PHONY: demo test lint typecheck install bench clean realcli
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# mypy --strict over the whole package (configuration in pyproject.toml).
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 # The pinned real Claude Code / Codex / Gemini CLIs (tests/realcli/package-lock.json), installed
 # into a cache outside the repository; without node/npm the real-CLI tests skip with a reason.
