@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -69,6 +70,15 @@ class EventStore(ABC):
         older store not written since). A byte copy of a store file keeps the id.
         """
         return self._store_id
+
+    @property
+    def local_path(self) -> Path | None:
+        """The resolved path of the file this store lives in; None for in-memory and server stores.
+
+        Consumers that keep files of their own beside a store (run buffers, read models) place
+        them from this, never from a backend's attributes.
+        """
+        return None
 
     @abstractmethod
     async def append(

@@ -46,6 +46,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import astuple
 from operator import itemgetter
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -290,6 +291,10 @@ class SQLiteEventStore(EventStore):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("store is closed")
+
+    @property
+    def local_path(self) -> Path | None:
+        return None if self._in_memory else Path(self.path).resolve()
 
     async def _run(self, fn: Callable[[bool], T], *, inline: bool = True) -> T:
         """Run ``fn(blocking)`` on the connection: inline when possible, else on the worker.

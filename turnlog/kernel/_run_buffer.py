@@ -142,10 +142,8 @@ def parse_buffer_name(path: Path) -> tuple[str, str] | None:
 
 def store_location(store: EventStore) -> str | None:
     """The resolved path of a store file, or None for in-memory and server stores."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path and path != ":memory:":
-        return str(Path(path).resolve())
-    return None
+    path = store.local_path
+    return None if path is None else str(path)
 
 
 def default_persist_dir(store: EventStore) -> Path:
