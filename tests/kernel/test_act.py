@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from turnlog.analytics._facts import tool_call_fact
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, ToolInvocation, UnknownTool, UsageError, iModel
 from turnlog.kernel.models import ToolCall
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, Instruction, catalogue_upcasters, decode_event
-from turnlog.projections.analytics._facts import tool_call_fact
 from turnlog.tools._fake_openai import FakeOpenAIServer
 
 from .conftest import assert_rebuilds

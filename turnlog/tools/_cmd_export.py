@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from turnlog.projections.analytics import (
+from turnlog.analytics import (
     FACT_TABLES,
     AnalyticsError,
     AnalyticsProjection,

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from turnlog.projections.analytics import (
+from turnlog.analytics import (
     AnalyticsError,
     AnalyticsProjection,
     ErrorRow,

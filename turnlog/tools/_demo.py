@@ -394,7 +394,7 @@ async def _audit_replay(store: EventStore, branch: Branch) -> None:
 
 
 async def _analytics(store: EventStore, branch_id: str, fallback: Path) -> None:
-    from turnlog.projections.analytics import (
+    from turnlog.analytics import (
         AnalyticsDatabaseError,
         AnalyticsProjection,
         analytics_database_of,

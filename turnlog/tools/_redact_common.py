@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from turnlog.analytics import AnalyticsProjection
 from turnlog.eventstore import (
     EventStore,
     RecordedEvent,
@@ -17,7 +18,6 @@ from turnlog.eventstore import (
 )
 from turnlog.kernel._run_buffer import default_persist_dir, parse_buffer_name
 from turnlog.projections import redaction_keep
-from turnlog.projections.analytics import AnalyticsProjection
 
 __all__ = ["apply_redactions", "describe", "purge_copies", "target_of"]
 

@@ -28,10 +28,10 @@ from typing import Any
 import anyio
 import orjson
 
+from turnlog.analytics import AnalyticsProjection
 from turnlog.eventstore import ANY, NewEvent, uuid7
 from turnlog.eventstore._sqlite import SQLiteEventStore
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse, Instruction
-from turnlog.projections.analytics import AnalyticsProjection
 
 from ._options import at_least
 

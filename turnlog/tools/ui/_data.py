@@ -207,7 +207,7 @@ class UIData:
 
     async def analytics(self, by: str) -> dict[str, Any]:
         """The figures of ``turnlog stats --by BY`` (plus ``--by day`` for the time charts)."""
-        from turnlog.projections.analytics import AnalyticsProjection
+        from turnlog.analytics import AnalyticsProjection
 
         if by not in ("model", "provider", "verb", "tool", "day"):
             raise BadRequest(f"analytics can be grouped by model, provider, verb, tool or day, not {by!r}")

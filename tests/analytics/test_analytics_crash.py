@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from turnlog.analytics import CONSUMER, AnalyticsProjection
 from turnlog.eventstore._sqlite import SQLiteEventStore
-from turnlog.projections.analytics import CONSUMER, AnalyticsProjection
 
 CHILD = r"""
 import os
@@ -33,7 +33,7 @@ import anyio
 
 from turnlog.eventstore import uuid7
 from turnlog.eventstore._sqlite import SQLiteEventStore
-from turnlog.projections.analytics import AnalyticsProjection
+from turnlog.analytics import AnalyticsProjection
 from turnlog.tools.bench._analytics import _Synth
 
 

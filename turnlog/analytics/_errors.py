@@ -29,7 +29,7 @@ __all__ = [
 
 
 class AnalyticsError(ProjectionError):
-    """Root of every error raised by ``turnlog.projections.analytics``."""
+    """Root of every error raised by ``turnlog.analytics``."""
 
 
 class PriceTableError(AnalyticsError, ValueError):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from turnlog.projections.analytics import PRICES_ENV, Price, PriceTable, PriceTableError, load_price_table
+from turnlog.analytics import PRICES_ENV, Price, PriceTable, PriceTableError, load_price_table
 
 
 def test_dated_variants_match_the_longest_entry() -> None:

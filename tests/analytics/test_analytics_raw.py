@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from turnlog.analytics import FACT_TABLES, AnalyticsProjection
+from turnlog.analytics._rollup import ROLLUPS
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
 from turnlog.projections import BranchCreated, new_event
-from turnlog.projections.analytics import FACT_TABLES, AnalyticsProjection
-from turnlog.projections.analytics._rollup import ROLLUPS
 from turnlog.tools.bench._analytics import _Synth
 
 PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")

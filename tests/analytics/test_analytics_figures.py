@@ -9,9 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from turnlog.eventstore import EventStore, NewEvent, open_store
-from turnlog.projections import EventDecodeError
-from turnlog.projections.analytics import (
+from turnlog.analytics import (
     AnalyticsDatabaseError,
     AnalyticsProjection,
     InvalidQueryError,
@@ -19,6 +17,8 @@ from turnlog.projections.analytics import (
     Price,
     PriceTable,
 )
+from turnlog.eventstore import EventStore, NewEvent, open_store
+from turnlog.projections import EventDecodeError
 
 
 async def test_usage_by_model_has_exact_tokens_costs_and_percentiles(small_log: EventStore) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from turnlog.projections.analytics._database import wal_backlog as _wal_backlog
+from turnlog.analytics._database import wal_backlog as _wal_backlog
 
 
 def test_the_backlog_counts_frames_not_yet_copied_even_after_the_wal_starts_over(tmp_path: Path) -> None:

@@ -12,10 +12,7 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnlog.eventstore import ANY, NewEvent, uuid7
-from turnlog.eventstore._sqlite import SQLiteEventStore
-from turnlog.projections import BranchCreated, BranchIncluded, new_event
-from turnlog.projections.analytics import (
+from turnlog.analytics import (
     FACT_TABLES,
     GROUPINGS,
     RELEVANT_TYPES,
@@ -24,8 +21,11 @@ from turnlog.projections.analytics import (
     PriceTable,
     UpdateReport,
 )
-from turnlog.projections.analytics import _queries as queries
-from turnlog.projections.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
+from turnlog.analytics import _queries as queries
+from turnlog.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
+from turnlog.eventstore import ANY, NewEvent, uuid7
+from turnlog.eventstore._sqlite import SQLiteEventStore
+from turnlog.projections import BranchCreated, BranchIncluded, new_event
 from turnlog.tools.bench._analytics import _Synth
 
 Entries = list[tuple[str, list[NewEvent], Any]]
@@ -241,7 +241,7 @@ async def test_a_projection_sees_the_branches_another_one_applied(tmp_path: Path
 async def test_a_long_catch_up_doubles_its_transactions_up_to_the_largest(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from turnlog.projections.analytics import _projection
+    from turnlog.analytics import _projection
 
     monkeypatch.setattr(_projection, "_FIRST_BATCH", 2)
     monkeypatch.setattr(_projection, "_LARGEST_BATCH", 8)

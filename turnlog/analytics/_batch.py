@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from turnlog.eventstore import RawEvent, RecordedEvent, Upcasters
+from turnlog.projections._redacted import visible_data
 
-from .._redacted import visible_data
 from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
 
 if TYPE_CHECKING:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from turnlog.analytics import PriceTable
+from turnlog.analytics._facts import model_call_fact, run_end_fact, run_start_fact
 from turnlog.eventstore import RecordedEvent
 from turnlog.projections import EventDecodeError
-from turnlog.projections.analytics import PriceTable
-from turnlog.projections.analytics._facts import model_call_fact, run_end_fact, run_start_fact
 
 _WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

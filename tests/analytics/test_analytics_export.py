@@ -11,14 +11,14 @@ import anyio
 import orjson
 import pytest
 
-from turnlog.eventstore import EventStore
-from turnlog.projections.analytics import (
+from turnlog.analytics import (
     AnalyticsProjection,
     MissingExtraError,
     envelope,
     export_jsonl,
     export_parquet,
 )
+from turnlog.eventstore import EventStore
 
 
 async def test_jsonl_writes_every_field_of_every_event(small_log: EventStore) -> None:

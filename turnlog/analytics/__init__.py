@@ -1,4 +1,4 @@
-"""turnlog.projections.analytics: usage, cost, latency, errors and tools from the log."""
+"""turnlog.analytics: usage, cost, latency, errors and tools from the log."""
 
 from ._errors import (
     AnalyticsDatabaseError,

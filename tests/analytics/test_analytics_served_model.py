@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from turnlog.analytics import AnalyticsProjection
 from turnlog.eventstore import EventStore
 from turnlog.projections import BranchCreated, ModelCalled, UsageData, new_event
-from turnlog.projections.analytics import AnalyticsProjection
 
 from .conftest import BRANCH_A, DAY1, append_at
 
