@@ -20,8 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from turnlog.analytics import CONSUMER, AnalyticsProjection
-from turnlog.eventstore._sqlite import SQLiteEventStore
+from turnlog.analytics import AnalyticsProjection
+from turnlog.analytics._database import CONSUMER
+from turnlog.eventstore import SQLiteEventStore
 
 CHILD = r"""
 import os
@@ -32,7 +33,7 @@ from datetime import UTC, datetime
 import anyio
 
 from turnlog.eventstore import uuid7
-from turnlog.eventstore._sqlite import SQLiteEventStore
+from turnlog.eventstore import SQLiteEventStore
 from turnlog.analytics import AnalyticsProjection
 from turnlog.tools.bench._analytics import _Synth
 
@@ -47,7 +48,7 @@ def die_before_checkpoint(analytics: AnalyticsProjection, at_batch: int) -> None
             if seen[0] == at_batch:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    analytics._conn.set_trace_callback(trace)
+    analytics._db.conn().set_trace_callback(trace)
 
 
 async def main(path: str, seed: int, die_at: int) -> None:
@@ -79,27 +80,29 @@ def _positions(conn: sqlite3.Connection, sql: str, *params: object) -> list[int]
     return [row[0] for row in conn.execute(sql, params)]
 
 
-def _check_consistent(path: Path) -> int:
+def _check_consistent(store_path: Path) -> int:
     """Facts are exactly those of the events up to the checkpoint; rollups match the facts."""
-    conn = sqlite3.connect(path)
+    # The facts live in the analytics database beside the store; its events are attached.
+    conn = sqlite3.connect(f"{store_path}.analytics")
     try:
+        conn.execute("ATTACH DATABASE ? AS store", (str(store_path),))
         row = conn.execute("SELECT position FROM tracking WHERE consumer = ?", (CONSUMER,)).fetchone()
         checkpoint = 0 if row is None else row[0]
         expected_calls = _positions(
             conn,
-            "SELECT position FROM events WHERE type = 'model.called' AND position <= ? ORDER BY 1",
+            "SELECT position FROM store.events WHERE type = 'model.called' AND position <= ? ORDER BY 1",
             checkpoint,
         )
         assert _positions(conn, "SELECT position FROM analytics_model_calls ORDER BY 1") == expected_calls
         expected_tools = _positions(
             conn,
-            "SELECT position FROM events WHERE type = 'message.added' AND position <= ? "
+            "SELECT position FROM store.events WHERE type = 'message.added' AND position <= ? "
             "AND json_extract(data, '$.message.kind') = 'ActionResponse' ORDER BY 1",
             checkpoint,
         )
         assert _positions(conn, "SELECT position FROM analytics_tool_calls ORDER BY 1") == expected_tools
         runs = conn.execute(
-            "SELECT COUNT(*) FROM events WHERE type = 'run.started' AND position <= ?", (checkpoint,)
+            "SELECT COUNT(*) FROM store.events WHERE type = 'run.started' AND position <= ?", (checkpoint,)
         ).fetchone()[0]
         assert conn.execute("SELECT COUNT(*) FROM analytics_runs").fetchone()[0] == runs
         rolled = conn.execute(
@@ -172,4 +175,4 @@ def test_sigkill_while_updating_never_double_counts_or_skips(tmp_path: Path) -> 
 
     anyio.run(finish)
     _check_consistent(store_path)
-    assert _tables(store_path) == _tables(tmp_path / "fresh.db")
+    assert _tables(Path(f"{store_path}.analytics")) == _tables(tmp_path / "fresh.db")

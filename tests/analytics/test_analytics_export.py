@@ -14,10 +14,10 @@ import pytest
 from turnlog.analytics import (
     AnalyticsProjection,
     MissingExtraError,
-    envelope,
     export_jsonl,
     export_parquet,
 )
+from turnlog.analytics._export import envelope
 from turnlog.eventstore import EventStore
 
 

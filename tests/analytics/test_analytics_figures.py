@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,8 @@ from turnlog.analytics import (
     Percentiles,
     Price,
     PriceTable,
+    drop_legacy_tables,
+    legacy_tables,
 )
 from turnlog.eventstore import EventStore, NewEvent, open_store
 from turnlog.projections import EventDecodeError
@@ -168,14 +171,85 @@ async def test_invalid_query_arguments_are_refused(small_log: EventStore) -> Non
             await analytics.tool_usage("model")  # type: ignore[arg-type]
 
 
-async def test_in_memory_store_needs_a_separate_database(tmp_path: Path, log: SimpleNamespace) -> None:
-    async with open_store("sqlite:///:memory:") as store:
-        with pytest.raises(AnalyticsDatabaseError, match="separate analytics database"):
-            AnalyticsProjection(store)
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "memory://"])
+async def test_a_store_in_memory_keeps_its_facts_in_memory(
+    url: str, tmp_path: Path, log: SimpleNamespace
+) -> None:
+    async with open_store(url) as store:
         await log.build_small_log(store)
-        async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as analytics:
-            await analytics.update()
+        async with AnalyticsProjection(store) as analytics:
+            assert analytics.database == ":memory:"
+            report = await analytics.update()
             assert sum(r.calls for r in await analytics.usage("model")) == 8
+        # a private database per projection: the next one rebuilds it from the log
+        async with AnalyticsProjection(store) as again:
+            assert (await again.update()).model_calls == report.model_calls == 8
+        async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as chosen:
+            await chosen.update()
+            assert sum(r.calls for r in await chosen.usage("model")) == 8
+    assert (tmp_path / "analytics.db").is_file()
+
+
+async def test_a_sqlite_store_keeps_its_facts_beside_its_file_never_in_it(
+    store_path: Path, small_log: EventStore
+) -> None:
+    async with AnalyticsProjection(small_log) as analytics:
+        assert analytics.database == f"{store_path.resolve()}.analytics"
+        await analytics.update()
+    assert (store_path.parent / "store.db.analytics").stat().st_mode & 0o777 == 0o600
+    assert legacy_tables(store_path) == []  # nothing of analytics in the store's own file
+    conn = sqlite3.connect(store_path)
+    try:
+        tracked = conn.execute("SELECT consumer FROM tracking").fetchall()
+    finally:
+        conn.close()
+    assert tracked == []
+    with pytest.raises(AnalyticsDatabaseError, match="event store's own file"):
+        await AnalyticsProjection(small_log, database=store_path).open()
+
+
+async def test_tables_an_older_turnlog_left_in_the_store_file_are_ignored_until_dropped(
+    store_path: Path, small_log: EventStore
+) -> None:
+    # what turnlog 0.1 wrote into the store's own file: fact tables and a row of ``tracking``
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE analytics_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("CREATE TABLE analytics_model_calls (position INTEGER PRIMARY KEY)")
+        conn.execute("INSERT INTO analytics_model_calls VALUES (999)")
+        conn.execute("INSERT INTO tracking (consumer, position) VALUES ('analytics', 999)")
+        conn.execute("INSERT INTO tracking (consumer, position) VALUES ('other', 3)")
+    finally:
+        conn.close()
+    async with AnalyticsProjection(small_log) as analytics:
+        assert (await analytics.update()).from_position == 0  # the old checkpoint is not ours
+        assert sum(r.calls for r in await analytics.usage("model")) == 8
+    assert legacy_tables(store_path) == ["analytics_model_calls", "analytics_meta"]
+    assert drop_legacy_tables(store_path) == ["analytics_model_calls", "analytics_meta"]
+    assert legacy_tables(store_path) == []
+    conn = sqlite3.connect(store_path)
+    try:
+        assert conn.execute("SELECT consumer FROM tracking").fetchall() == [("other",)]
+    finally:
+        conn.close()
+
+
+async def test_a_replaced_store_file_does_not_reuse_the_facts_of_the_old_one(
+    tmp_path: Path, log: SimpleNamespace
+) -> None:
+    path = tmp_path / "t.db"
+    async with open_store(f"sqlite:///{path}") as store:
+        await log.build_small_log(store)
+        async with AnalyticsProjection(store) as analytics:
+            assert (await analytics.update()).model_calls == 8
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    async with open_store(f"sqlite:///{path}") as store:  # another store, same file name
+        await store.append(f"branch-{log.BRANCH_A}", [log.call("gpt-4o", latency=10)])
+        async with AnalyticsProjection(store) as analytics:
+            report = await analytics.update()
+            assert (report.from_position, report.model_calls) == (0, 1)
+            assert [(r.key, r.calls) for r in await analytics.usage("model")] == [("gpt-4o", 1)]
 
 
 PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
@@ -183,22 +257,27 @@ PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 
 @pytest.mark.postgres
 @pytest.mark.skipif(not PG_DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-async def test_postgres_store_with_a_separate_analytics_database(
-    tmp_path: Path, log: SimpleNamespace
+async def test_postgres_store_keeps_its_facts_in_the_cache_directory(
+    tmp_path: Path, log: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     schema = f"t_{uuid.uuid4().hex}"
     url = PG_DSN + ("&" if "?" in PG_DSN else "?") + f"schema={schema}"
     try:
         async with open_store(url) as store:
-            with pytest.raises(AnalyticsDatabaseError):
-                AnalyticsProjection(store)
             await log.build_small_log(store)
-            async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as analytics:
+            async with AnalyticsProjection(store) as analytics:
                 report = await analytics.update()
                 rows = {
                     row.key: (row.calls, row.errors, row.latency_ms) for row in await analytics.usage("model")
                 }
+            expected = tmp_path / "cache" / "turnlog" / "analytics" / f"{store.store_id}.db"
+            assert analytics.database == str(expected) and expected.is_file()
+            async with AnalyticsProjection(store) as again:  # the next process carries on
+                assert (await again.update()).events == 0
+            async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as chosen:
+                assert (await chosen.update()).model_calls == 8
         assert (report.model_calls, report.tool_calls) == (8, 4)
         assert rows["gpt-4o"] == (5, 2, Percentiles(300.0, 800.0, 800.0))
     finally:

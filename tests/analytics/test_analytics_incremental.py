@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from turnlog.analytics import (
     FACT_TABLES,
-    GROUPINGS,
     RELEVANT_TYPES,
     AnalyticsProjection,
     Price,
@@ -60,7 +59,7 @@ def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 async def _queries(analytics: AnalyticsProjection, since: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for by in GROUPINGS:
+    for by in queries.GROUPINGS:
         if by != "tool":
             out[f"usage-{by}"] = await analytics.usage(by, since=since)  # type: ignore[arg-type]
     for by in ("model", "day"):
@@ -94,7 +93,7 @@ async def _check(seed: int, turns: int, cuts: list[int], batch: int) -> None:
                     queries._SEEK_GROUPS = seeks
             async with AnalyticsProjection(store, database=root / "fresh.db") as fresh:
                 await fresh.rebuild()
-        incremental, rebuilt = _tables(root / "store.db"), _tables(root / "fresh.db")
+        incremental, rebuilt = _tables(root / "store.db.analytics"), _tables(root / "fresh.db")
         assert incremental == rebuilt
         # The SQL recomputation of the rollups (used after a re-pricing) agrees as well.
         conn = sqlite3.connect(root / "fresh.db", isolation_level=None)
@@ -133,7 +132,7 @@ async def test_repricing_equals_a_rebuild_with_the_new_table(tmp_path: Path) -> 
             await fresh.rebuild()
             rebuilt = await fresh.usage("model")
     assert repriced == rebuilt
-    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")
     local = next(row for row in repriced if row.key == "llama-3.1-8b")
     assert local.cost_usd is not None
 
@@ -151,7 +150,7 @@ async def test_two_projections_on_one_database_never_apply_a_batch_twice(tmp_pat
             tg.start_soon(two.update)
         async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
             await fresh.rebuild()
-    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")
 
 
 async def test_follow_applies_live_events(tmp_path: Path) -> None:
@@ -214,7 +213,7 @@ async def test_follow_keeps_exact_counts_while_another_projection_rebuilds(tmp_p
                 tg.cancel_scope.cancel()
         async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
             await fresh.rebuild()
-    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")
 
 
 async def test_a_projection_sees_the_branches_another_one_applied(tmp_path: Path) -> None:
@@ -235,7 +234,7 @@ async def test_a_projection_sees_the_branches_another_one_applied(tmp_path: Path
         assert sessions == [(session,)]
         async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
             await fresh.rebuild()
-    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")
 
 
 async def test_a_long_catch_up_doubles_its_transactions_up_to_the_largest(
@@ -252,8 +251,8 @@ async def test_a_long_catch_up_doubles_its_transactions_up_to_the_largest(
         async with AnalyticsProjection(store) as analytics:
             await analytics.open()
             checkpoints: list[int] = []
-            assert analytics._conn is not None
-            analytics._conn.set_trace_callback(
+            assert analytics._db is not None
+            analytics._db.conn().set_trace_callback(
                 lambda sql: checkpoints.append(1) if sql.startswith("INSERT INTO tracking") else None
             )
             report = await analytics.update()
@@ -263,4 +262,4 @@ async def test_a_long_catch_up_doubles_its_transactions_up_to_the_largest(
     full = [2, 4, 8]
     full += [8] * ((len(relevant) - 14) // 8)
     assert len(checkpoints) == len(full) + (sum(full) < len(relevant))
-    assert _tables(tmp_path / "store.db") == _tables(tmp_path / "fresh.db")
+    assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from turnlog.analytics import FACT_TABLES, AnalyticsProjection
+from turnlog.analytics import FACT_TABLES, AnalyticsProjection, _batch
 from turnlog.analytics._rollup import ROLLUPS
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
 from turnlog.projections import BranchCreated, new_event
@@ -220,16 +220,22 @@ async def test_an_older_schema_is_lifted_through_the_catalogue(
         lifted: list[int] = []
         async with AnalyticsProjection(store, database=tmp_path / "lifted.db") as analytics:
             # Pretend the catalogue's model.called moved on to schema 2: every stored one is older.
-            newer = SimpleNamespace(schema_version=2)
-            monkeypatch.setitem(analytics._expected_schema, "model.called", newer)  # type: ignore[arg-type]
-            monkeypatch.setitem(analytics._versions, "model.called", 2)
-            lift = analytics._lifted
+            catalogue = _batch.CATALOGUE
+
+            class Newer:
+                def get(self, name: str) -> Any:
+                    return (
+                        SimpleNamespace(schema_version=2) if name == "model.called" else catalogue.get(name)
+                    )
+
+            monkeypatch.setattr(_batch, "CATALOGUE", Newer())
+            lift = _batch.lifted
 
             def counted(event: Any) -> Any:
                 lifted.append(event.position)
                 return lift(event)
 
-            monkeypatch.setattr(analytics, "_lifted", counted)
+            monkeypatch.setattr(_batch, "lifted", counted)
             await analytics.update()
     assert len(lifted) == 8
     assert _tables(tmp_path / "plain.db") == _tables(tmp_path / "lifted.db")

@@ -1,4 +1,9 @@
-"""turnlog.analytics: usage, cost, latency, errors and tools from the log."""
+"""turnlog.analytics: usage, cost, latency, errors and tools from the log.
+
+A layer of its own beside the kernel: it reads the log through the public APIs of
+``turnlog.eventstore`` and ``turnlog.projections`` and keeps flat fact tables in a SQLite
+database of its own (never in the store's), updated incrementally and exactly once.
+"""
 
 from ._errors import (
     AnalyticsDatabaseError,
@@ -7,12 +12,11 @@ from ._errors import (
     MissingExtraError,
     PriceTableError,
 )
-from ._export import EVENT_COLUMNS, envelope, events_of, export_jsonl, export_parquet
-from ._facts import FACT_TABLES, MODEL_CALLS, RELEVANT_TYPES, RUNS, TOOL_CALLS, Column, FactTable
+from ._export import export_jsonl, export_parquet
+from ._location import analytics_database_of, drop_legacy_tables, legacy_tables
 from ._pricing import DEFAULT_PRICES, PRICES_ENV, Price, PriceTable, load_price_table
-from ._projection import CONSUMER, SCHEMA_VERSION, AnalyticsProjection, UpdateReport, analytics_database_of
+from ._projection import AnalyticsProjection, UpdateReport
 from ._queries import (
-    GROUPINGS,
     ErrorRow,
     Grouping,
     Percentiles,
@@ -21,25 +25,17 @@ from ._queries import (
     ToolRow,
     UsageRow,
     error_rates,
-    percentiles,
-    ranked,
     run_usage,
     tool_usage,
     usage,
 )
+from ._tables import FACT_TABLES, RELEVANT_TYPES, Column, FactTable
 
 __all__ = [
-    "CONSUMER",
     "DEFAULT_PRICES",
-    "EVENT_COLUMNS",
     "FACT_TABLES",
-    "GROUPINGS",
-    "MODEL_CALLS",
     "PRICES_ENV",
     "RELEVANT_TYPES",
-    "RUNS",
-    "SCHEMA_VERSION",
-    "TOOL_CALLS",
     "AnalyticsDatabaseError",
     "AnalyticsError",
     "AnalyticsProjection",
@@ -59,14 +55,12 @@ __all__ = [
     "UpdateReport",
     "UsageRow",
     "analytics_database_of",
-    "envelope",
+    "drop_legacy_tables",
     "error_rates",
-    "events_of",
     "export_jsonl",
     "export_parquet",
+    "legacy_tables",
     "load_price_table",
-    "percentiles",
-    "ranked",
     "run_usage",
     "tool_usage",
     "usage",

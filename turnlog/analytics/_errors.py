@@ -17,7 +17,7 @@ turns into a fact full of nulls.
 
 from __future__ import annotations
 
-from turnlog.projections._errors import ProjectionError
+from turnlog.projections import ProjectionError
 
 __all__ = [
     "AnalyticsDatabaseError",

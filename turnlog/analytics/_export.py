@@ -22,8 +22,9 @@ import orjson
 from turnlog.eventstore import EventStore, RecordedEvent
 
 from ._errors import MissingExtraError
-from ._facts import FACT_TABLES, FactTable, branch_of
+from ._facts import branch_of
 from ._projection import AnalyticsProjection
+from ._tables import FACT_TABLES, FactTable
 
 __all__ = ["EVENT_COLUMNS", "envelope", "events_of", "export_jsonl", "export_parquet"]
 

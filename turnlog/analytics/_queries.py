@@ -21,8 +21,8 @@ from datetime import UTC, date, datetime, time
 from typing import Any, Literal, get_args
 
 from ._errors import InvalidQueryError
-from ._facts import MODEL_CALLS, RUNS, TOOL_CALLS, FactTable
 from ._rollup import MODEL_ROLLUP, TOOL_ROLLUP, register_functions
+from ._tables import MODEL_CALLS, RUNS, TOOL_CALLS, FactTable
 
 __all__ = [
     "GROUPINGS",
@@ -254,7 +254,8 @@ def _key(table: FactTable, by: str) -> str:
 
 
 def _order(by: str, limit: int | None) -> str:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    given: object = limit  # callers may be untyped: a bool or a float is refused as well
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
         raise InvalidQueryError("limit", limit, "must be an integer >= 1")
     cap = "" if limit is None else f" LIMIT {limit}"
     # Days read best in calendar order (the latest ones when limited); other groups biggest first.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from ._facts import MODEL_CALLS, TOOL_CALLS, FactTable
+from ._tables import MODEL_CALLS, TOOL_CALLS, FactTable
 
 __all__ = [
     "MODEL_ROLLUP",

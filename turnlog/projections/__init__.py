@@ -61,7 +61,7 @@ from ._messages import (
     message_from_dict,
 )
 from ._rebuild import MAX_FORK_DEPTH, event_at, rebuild, resolve_version, write_snapshots
-from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_event
+from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_data, visible_event
 from ._render import render_yaml
 from ._snapshots import (
     PROJECTION_VERSION,
@@ -78,6 +78,7 @@ __all__ = [
     "REDACTED_KEY",
     "redaction_keep",
     "redaction_of",
+    "visible_data",
     "visible_event",
     "BRANCH_EVENT_TYPES",
     "CATALOGUE",

@@ -60,7 +60,6 @@ def _next_steps(flag: str, demo: Demo) -> list[str]:
     if demo.branch is None or demo.branch.version == 0:
         return [f"turnlog branches {store}", f"turnlog verify {store}"]
     b = demo.branch.id
-    # Only a SQLite store keeps the analytics tables in its own file.
     analytics = "" if demo.analytics_db is None else f" --analytics-db {shlex.quote(str(demo.analytics_db))}"
     at = demo.version_after_communicate or 1
     lines = [
@@ -106,8 +105,8 @@ def _run(args: argparse.Namespace) -> int:
         flag = args.store
     file = sqlite_file(url)
     shown = str(file) if file is not None else url
-    # A store without a file of its own (PostgreSQL) keeps its analytics tables next to the demo.
-    analytics_db = None if file is not None else Path(f"{DEFAULT_STORE.removesuffix('.db')}-analytics.db")
+    # Every store has a default analytics database (turnlog.analytics), which `turnlog stats` finds too.
+    analytics_db: Path | None = None
     print("turnlog demo: an event-sourced conversation log and its operation kernel, offline\n")
     print(f"store: {shown}")
     # The demo never talks to a real provider; make sure nothing it starts can (loopback only).

@@ -47,8 +47,8 @@ def add_analytics_arguments(parser: argparse.ArgumentParser) -> None:
         "--analytics-db",
         default=None,
         metavar="PATH",
-        help="SQLite file for the analytics tables when the store has no file of its own "
-        "(PostgreSQL, in-memory); default: the store's own file",
+        help="SQLite file for the analytics tables; default: <store file>.analytics beside a SQLite "
+        "store, the user's cache directory for PostgreSQL, memory for an in-memory store",
     )
 
 

@@ -143,7 +143,7 @@ class Demo:
         workdir: A directory for the fake CLI's script, state and record, and the run buffers.
         base_url: The fake OpenAI server's ``/v1`` URL.
         store_url: The store's URL, for the child process.
-        analytics_db: Where the analytics tables go when the store has no file of its own.
+        analytics_db: Where the analytics tables go (None: the store's default analytics database).
         branch: The demo branch (reloaded from the log by each step).
         version_after_communicate: The branch's version after step 1 (time travel goes there).
         fork_id: The branch forked in step 5.
@@ -303,7 +303,7 @@ class Demo:
                 f"({len(fork.messages)} messages, nothing copied)"
             )
         await _audit_replay(self.store, branch)
-        await _analytics(self.store, branch.id, self.analytics_db or self.workdir / "analytics.db")
+        await _analytics(self.store, branch.id, self.analytics_db)
         await _verify(self.store)
         return None
 
@@ -393,17 +393,10 @@ async def _audit_replay(store: EventStore, branch: Branch) -> None:
     )
 
 
-async def _analytics(store: EventStore, branch_id: str, fallback: Path) -> None:
-    from turnlog.analytics import (
-        AnalyticsDatabaseError,
-        AnalyticsProjection,
-        analytics_database_of,
-    )
+async def _analytics(store: EventStore, branch_id: str, database: Path | None) -> None:
+    from turnlog.analytics import AnalyticsProjection
 
-    try:
-        database = analytics_database_of(store)  # a SQLite store keeps its facts in its own file
-    except AnalyticsDatabaseError:
-        database = fallback  # PostgreSQL: a file of the demo's own
+    # None: the store's default analytics database (beside a SQLite file, see turnlog.analytics)
     async with AnalyticsProjection(store, database=database) as analytics:
         update = await analytics.update()
         rows = [r for r in await analytics.usage("branch") if r.key == branch_id]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnlog.analytics import AnalyticsProjection
+import anyio
+
+from turnlog.analytics import AnalyticsProjection, analytics_database_of, drop_legacy_tables, legacy_tables
 from turnlog.eventstore import (
     EventStore,
     RecordedEvent,
@@ -48,8 +49,10 @@ async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool
 
     - the run buffers and branch snapshot files of ``branch_ids`` in the store's buffer
       directory (``<store>.runs/``), deleted;
-    - the analytics tables kept in a SQLite store's own file, rebuilt from the redacted log,
-      then the file compacted so their old pages keep no copy.
+    - the store's default analytics database, rebuilt from the redacted log and compacted so
+      that its old pages keep no copy;
+    - the analytics tables an older turnlog kept in a SQLite store's own file, dropped, then
+      the store compacted.
     """
     done: list[str] = []
     directory = default_persist_dir(store)
@@ -59,11 +62,18 @@ async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool
                 done.append(f"buffer file {path}")
                 if not dry_run:
                     path.unlink()
-    if isinstance(store, SQLiteEventStore) and _has_analytics(store.path):
-        done.append("analytics tables (rebuilt from the redacted log)")
+    analytics_db = analytics_database_of(store)
+    if analytics_db != ":memory:" and await anyio.Path(analytics_db).is_file():
+        done.append(f"analytics tables in {analytics_db} (rebuilt from the redacted log)")
         if not dry_run:
             async with AnalyticsProjection(store) as analytics:
                 await analytics.rebuild()
+                await analytics.compact()
+    store_file = store.local_path
+    if isinstance(store, SQLiteEventStore) and store_file is not None and legacy_tables(store_file):
+        done.append("analytics tables of an older turnlog in the store's file (dropped)")
+        if not dry_run:
+            drop_legacy_tables(store_file)
             await store.compact()
     return done
 
@@ -73,20 +83,6 @@ def _belongs(path: Path, branch_ids: set[str]) -> bool:
     if named is not None:
         return named[0] in branch_ids
     return path.suffix == ".json" and path.stem in branch_ids
-
-
-def _has_analytics(path: str) -> bool:
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return False
-    try:
-        row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'analytics_meta'").fetchone()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    return row is not None
 
 
 def describe(event: RecordedEvent) -> dict[str, Any]:

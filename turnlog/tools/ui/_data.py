@@ -69,8 +69,8 @@ class UIData:
     Args:
         store: The store (wrap it in ``ReadOnlyStore`` to refuse writes).
         allow_writes: Whether the actions (fork, recover) may run.
-        analytics_db: Where the analytics tables live; None: the store's own file when
-            writes are allowed, else a private temporary file.
+        analytics_db: Where the analytics tables live; None: the store's default analytics
+            database when writes are allowed, else a private temporary file.
     """
 
     def __init__(
@@ -196,10 +196,10 @@ class UIData:
     # --------------------------------------------------------------------------------- analytics
 
     def analytics_database(self) -> str | None:
-        """The analytics database: given, the store's own file, or a private temporary file."""
+        """The analytics database: given, the store's default one (writes allowed), or a private temporary file."""
         if self.analytics_db is not None:
             return self.analytics_db
-        if self.allow_writes and self.store.url.startswith("sqlite:///") and ":memory:" not in self.store.url:
+        if self.allow_writes:
             return None
         if self._scratch is None:
             self._scratch = tempfile.TemporaryDirectory(prefix="turnlog-ui-")
