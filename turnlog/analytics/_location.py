@@ -89,7 +89,7 @@ def prepare_file(database: str, store: EventStore) -> None:
         AnalyticsDatabaseError: ``database`` is the store's own file (analytics never writes
             into the event store's database), or it cannot be created.
     """
-    if database == IN_MEMORY or database.startswith("file:"):
+    if database == IN_MEMORY:
         return
     target = Path(database).resolve()
     if store.local_path is not None and target == store.local_path:
