@@ -39,7 +39,6 @@ from ._errors import (
     ServerError,
 )
 from ._openai import (
-    DEFAULT_TIMEOUT,
     OpenAIChatModel,
     _decode_json,
     _error_class,
@@ -49,7 +48,6 @@ from ._openai import (
     _sse_data,
     _sse_lines,
 )
-from ._retry import RetryPolicy
 from ._secrets import Scrubber
 from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
@@ -80,33 +78,9 @@ class AnthropicModel(OpenAIChatModel):
     """
 
     endpoint = "v1/messages"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "anthropic",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = "ANTHROPIC_API_KEY",
-        require_api_key: bool = True,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            provider=provider,
-            base_url=base_url or ANTHROPIC_BASE_URL,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            require_api_key=require_api_key,
-            timeout=timeout,
-            retry=retry,
-            headers=headers,
-            client=client,
-        )
+    default_provider = "anthropic"
+    default_base_url = ANTHROPIC_BASE_URL
+    default_api_key_env = "ANTHROPIC_API_KEY"
 
     def __repr__(self) -> str:
         return f"AnthropicModel(provider={self.provider!r}, model={self.model!r}, base_url={self._shown_base()!r})"

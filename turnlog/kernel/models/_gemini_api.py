@@ -41,7 +41,6 @@ from ._errors import (
     RateLimitError,
 )
 from ._openai import (
-    DEFAULT_TIMEOUT,
     OpenAIChatModel,
     _decode_json,
     _error_class,
@@ -51,7 +50,6 @@ from ._openai import (
     _sse_data,
     _sse_lines,
 )
-from ._retry import RetryPolicy
 from ._secrets import Scrubber
 from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
@@ -84,33 +82,9 @@ class GeminiAPIModel(OpenAIChatModel):
     """
 
     endpoint = "v1beta/models/{model}:generateContent"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "gemini_api",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = "GEMINI_API_KEY",
-        require_api_key: bool = True,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            provider=provider,
-            base_url=base_url or GEMINI_BASE_URL,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            require_api_key=require_api_key,
-            timeout=timeout,
-            retry=retry,
-            headers=headers,
-            client=client,
-        )
+    default_provider = "gemini_api"
+    default_base_url = GEMINI_BASE_URL
+    default_api_key_env = "GEMINI_API_KEY"
 
     @property
     def url(self) -> str:

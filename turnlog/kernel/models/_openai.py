@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import ipaddress
 import logging
 import os
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, ClassVar, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -66,6 +67,16 @@ _CONTEXT_MESSAGE = re.compile(
     r"context[\s_-]?(length|window)|maximum context|prompt is too long|input token count", re.IGNORECASE
 )
 _REDACTED = REDACTED
+
+
+class _ClassDefault(enum.Enum):
+    """The marker of an argument left to the class's ``default_...`` attribute."""
+
+    TOKEN = "the class default"
+
+
+#: ``api_key_env`` left unset: the class's ``default_api_key_env`` (None already means "no variable").
+_CLASS_DEFAULT: Final = _ClassDefault.TOKEN
 
 
 class ModelRequestsBlocked(ProviderError):
@@ -151,10 +162,13 @@ class OpenAIChatModel:
 
     Args:
         model: The model name sent in every request, e.g. ``gpt-4.1-mini``.
-        provider: The provider name recorded with each call (``openai``, ``ollama``, ``fake``...).
-        base_url: The API root ending in ``/v1``; default ``https://api.openai.com/v1``.
+        provider: The provider name recorded with each call (``openai``, ``ollama``, ``fake``...);
+            default ``default_provider`` (``openai``).
+        base_url: The API root ending in ``/v1``; default ``default_base_url``
+            (``https://api.openai.com/v1``).
         api_key: The key; when None it is read from ``api_key_env`` at request time.
-        api_key_env: The environment variable holding the key (None: only the argument counts).
+        api_key_env: The environment variable holding the key (None: only the argument counts);
+            default ``default_api_key_env`` (``OPENAI_API_KEY``).
         require_api_key: Raise ``MissingAPIKey`` when no key is found; when False a request is
             sent without an ``Authorization`` header (local servers such as Ollama).
         timeout: Connect/read/write/pool timeouts (a float sets all four).
@@ -174,14 +188,20 @@ class OpenAIChatModel:
     #: ``invoke(request, on_chunk=...)`` hands the SSE deltas of a streamed call to a sink.
     streams_chunks = True
 
+    #: The provider name, API root and key variable used when the caller gives none; a
+    #: provider speaking another wire format sets its own (``AnthropicModel``, ``GeminiAPIModel``).
+    default_provider: ClassVar[str] = "openai"
+    default_base_url: ClassVar[str] = OPENAI_BASE_URL
+    default_api_key_env: ClassVar[str | None] = "OPENAI_API_KEY"
+
     def __init__(
         self,
         model: str,
         *,
-        provider: str = "openai",
+        provider: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key_env: str | _ClassDefault | None = _CLASS_DEFAULT,
         require_api_key: bool = True,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
@@ -189,16 +209,16 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if not model:
-            raise ValueError("OpenAIChatModel needs a model name")
+            raise ValueError(f"{type(self).__name__} needs a model name")
         self.model = model
-        self.provider = provider
-        self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
+        self.provider = provider or self.default_provider
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
         parsed = urlsplit(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(
                 f"base_url must be an http(s) URL such as https://host/v1, got {self.base_url!r}"
             )
-        self.api_key_env = api_key_env
+        self.api_key_env = self.default_api_key_env if api_key_env is _CLASS_DEFAULT else api_key_env
         self.require_api_key = require_api_key
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.retry = retry or RetryPolicy()
@@ -212,7 +232,7 @@ class OpenAIChatModel:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIChatModel(provider={self.provider!r}, model={self.model!r}, "
+            f"{type(self).__name__}(provider={self.provider!r}, model={self.model!r}, "
             f"base_url={scrub_url(self.base_url)!r})"
         )
 
