@@ -344,7 +344,8 @@ def _env_secret(name: str, value: str) -> bool:
 
 def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
     """``chunk`` with every secret value of ``scrub`` replaced (the same object when none is in it)."""
-    if not scrub.secrets:
+    # Most chunks hold no secret: one search over their text says so without rebuilding them.
+    if not scrub.found_in(chunk.content, chunk.tool_input, chunk.tool_output, chunk.metadata):
         return chunk
     changed = {
         name: scrub(value)
