@@ -208,12 +208,17 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
     created = visible_event(events[0]).data
     model = RecordedModel()
     async with open_store("memory://") as scratch:
-        system = created.get("system")
+        recorded_system = created.get("system")
+        system = message_from_dict(recorded_system) if isinstance(recorded_system, Mapping) else None
+        if system is not None and not isinstance(system, System):
+            raise KernelError(
+                f"branch {branch_id}: branch.created holds a {type(system).__name__} as its system"
+            )
         scratch_branch = Branch(
             store=scratch,
             name=created.get("name"),
             user=created.get("user"),
-            system=message_from_dict(system) if isinstance(system, Mapping) else None,
+            system=system,
             chat_model=model,
         )
         seen: dict[str, AnyMessage] = {}
@@ -250,10 +255,7 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                             by_id.get(mid) or seen.get(mid)
                             for mid in await called_message_ids(store, nxt, cache=states)
                         ]
-                        calls = tuple(
-                            ToolCall(str(c.get("id")), str(c.get("name")), dict(c.get("arguments") or {}))
-                            for c in answer.metadata.get("tool_calls") or []
-                        )
+                        calls = _tool_calls_of(answer)
                         model.expect(
                             called,
                             index=index,
@@ -309,6 +311,23 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
             i += 1
         report.final_mismatch = _message_differences(scratch_branch.messages, state.messages)
     return report
+
+
+def _tool_calls_of(answer: AssistantResponse) -> tuple[ToolCall, ...]:
+    """The tool calls an answer recorded in its metadata (``[{"id", "name", "arguments"}]``)."""
+    recorded = answer.metadata.get("tool_calls")
+    calls: list[ToolCall] = []
+    for call in recorded if isinstance(recorded, list) else []:
+        if isinstance(call, dict):
+            arguments = call.get("arguments")
+            calls.append(
+                ToolCall(
+                    str(call.get("id")),
+                    str(call.get("name")),
+                    arguments if isinstance(arguments, dict) else {},
+                )
+            )
+    return tuple(calls)
 
 
 def _message_differences(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> list[str]:

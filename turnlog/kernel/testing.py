@@ -120,6 +120,7 @@ def _build_response(
         usage = Usage(estimate_tokens(request_text(request)), estimate_tokens(text), None)
     elif isinstance(usage, Mapping):
         usage = Usage(**usage)
+    finish_reason = "tool_calls" if calls else "stop"
     raw = {
         "object": "chat.completion",
         "model": model,
@@ -127,7 +128,7 @@ def _build_response(
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "tool_calls" if calls else "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens},
@@ -139,7 +140,7 @@ def _build_response(
         usage=usage,
         model=model,
         provider="test",
-        finish_reason=raw["choices"][0]["finish_reason"],
+        finish_reason=finish_reason,
     )
 
 

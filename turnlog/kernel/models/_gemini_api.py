@@ -44,7 +44,7 @@ from ._http import Failure, error_class, redact_request, scrubbed
 from ._openai import OpenAIChatModel
 from ._secrets import Scrubber
 from ._sse import sse_data, sse_lines
-from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
+from ._types import ChunkSink, ChunkType, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
 __all__ = ["GEMINI_BASE_URL", "GeminiAPIModel", "to_contents"]
 
@@ -392,7 +392,7 @@ class _ContentAssembly:
                 continue
             output = True
             if "text" in part:
-                kind = "thinking" if part.get("thought") else "text"
+                kind: ChunkType = "thinking" if part.get("thought") else "text"
                 last = self._parts[-1] if self._parts else None
                 if (
                     last is not None

@@ -347,7 +347,7 @@ class OpenAIChatModel:
                 return with_reported(answer, response.headers)
         except httpx.TimeoutException as exc:
             redact_request(exc, self._headers)
-            error = ProviderTimeout(
+            error: ProviderError = ProviderTimeout(
                 f"{self.provider} {self.model}: {type(exc).__name__} calling {self._shown_url}",
                 provider=self.provider,
                 model=self.model,
@@ -437,7 +437,7 @@ class OpenAIChatModel:
                 )
         except httpx.TimeoutException as exc:
             redact_request(exc, self._headers)
-            error = ProviderTimeout(
+            error: ProviderError = ProviderTimeout(
                 f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.chunks} stream chunks",
                 provider=self.provider,
                 model=self.model,

@@ -28,7 +28,7 @@ import base64
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 __all__ = ["REDACTED", "Scrubber", "is_secret_name", "redact_params", "scrub_url", "url_secrets"]
 
@@ -72,7 +72,7 @@ def is_secret_name(name: object) -> bool:
     return any(word in _SECRET_WORDS for word in _SPLIT.split(lowered))
 
 
-def _split_url(url: str) -> Any:
+def _split_url(url: str) -> SplitResult | None:
     try:
         return urlsplit(url)
     except ValueError:

@@ -224,7 +224,8 @@ class CLIAgentModel:
             *self.build_args(prompt, resume=resume, model=model, options={**opts, "extra_args": extra}),
         ]
 
-    def _check(self, prompt: str, resume: str | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _check(self, prompt: object, resume: object, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        # Typed ``object``: callers outside the type checker pass anything, and are told why not.
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
         if resume is not None and (not isinstance(resume, str) or not resume.strip()):
