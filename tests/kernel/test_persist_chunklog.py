@@ -87,3 +87,34 @@ def test_the_reader_reads_back_what_the_writer_wrote(
         ]
 
     anyio.run(main)
+
+
+class _LostReply(MemoryEventStore):
+    """Stores the first batch, then fails as if the reply to the append was lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def append_encoded(self, stream: str, events: Any, expected_version: Any = None) -> Any:
+        result = await super().append_encoded(stream, events, expected_version)
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError("the reply to the append was lost")
+        return result
+
+
+async def test_a_commit_whose_outcome_is_unknown_is_checked_before_the_next() -> None:
+    """A failed append may have stored its batch: the next commit sends only what is missing."""
+    store = _LostReply()
+    log = ChunkLog(store, "r1", {"run_id": "r1"})
+    log.add(StreamChunk("text", content="a"))
+    log.add(StreamChunk("text", content="b"))
+    with pytest.raises(ConnectionError):
+        await log.commit()
+    assert log.pending == 2  # not known to be stored: still waiting
+    log.add(StreamChunk("text", content="c"))
+    assert await log.finish()
+    stored = [e async for e in store.read_stream("run-r1")]
+    assert [(e.version, e.data["content"]) for e in stored] == [(1, "a"), (2, "b"), (3, "c")]
+    assert (log.committed, log.pending) == (3, 0)

@@ -12,6 +12,7 @@ from ._errors import (
     KernelError,
     OperationError,
     RemovedArgument,
+    ReplayMismatch,
     ResponseParseError,
     ScriptExhaustedError,
     UnknownBranch,
@@ -47,7 +48,7 @@ from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
 from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
-from ._replay import AuditReport, ExecuteReport, ReplayDivergence, ReplayModel, audit_replay, execute_replay
+from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
 from ._session import OperationManager, Session
 from ._tools import (
     ActionParam,
@@ -77,8 +78,7 @@ __all__ = [
     "flow",
     "AuditReport",
     "ExecuteReport",
-    "ReplayDivergence",
-    "ReplayModel",
+    "ReplayMismatch",
     "audit_replay",
     "execute_replay",
     "called_message_ids",

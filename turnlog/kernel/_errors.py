@@ -17,7 +17,9 @@
         ├── ExecutionError            an operation could not be executed (RuntimeError)
         ├── ResponseParseError        a response could not be parsed into the requested format
         │                             (ValueError): target
-        └── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
+        ├── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
+        └── ReplayMismatch            a replayed request is not the recorded one (LookupError):
+                                      actual, expected, call_index, call_id, version, difference
 
 Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, every one a
 ``RuntimeError``) and propagate out of the verbs unchanged, after the failed call was recorded.
@@ -36,6 +38,7 @@ __all__ = [
     "KernelError",
     "OperationError",
     "RemovedArgument",
+    "ReplayMismatch",
     "ResponseParseError",
     "ScriptExhaustedError",
     "UnknownBranch",
@@ -155,3 +158,39 @@ class ResponseParseError(KernelError, ValueError):
 
 class ScriptExhaustedError(KernelError, RuntimeError):
     """A scripted test model was called more often than its script allows."""
+
+
+class ReplayMismatch(KernelError, LookupError):
+    """A replayed request is not one that was recorded: the conversation diverged.
+
+    Raised by ``turnlog.kernel.testing.RecordedModel``, and reported by
+    ``turnlog.kernel.execute_replay`` as the first divergence of a branch.
+
+    Attributes:
+        actual: The fingerprint of the request built now.
+        expected: The recorded fingerprint it was held against (None: no recorded call was
+            expected at this point, and none has this fingerprint).
+        call_index: 1-based index of the replayed call.
+        call_id: The ``call_id`` of the recorded ``model.called`` event (None without one).
+        version: The version of that event in its branch stream (None without one).
+        difference: What differs, in one or a few lines.
+    """
+
+    def __init__(
+        self,
+        actual: str,
+        difference: str,
+        *,
+        call_index: int,
+        expected: str | None = None,
+        call_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        self.actual = actual
+        self.expected = expected
+        self.call_index = call_index
+        self.call_id = call_id
+        self.version = version
+        self.difference = difference
+        where = f" (model.called at version {version}, call {call_id})" if call_id is not None else ""
+        super().__init__(f"call #{call_index}{where} diverges: {difference}")

@@ -22,8 +22,9 @@ Example::
 
     log = ChunkLog(store, run_id, meta, buffer=RunBuffer(path), options=PersistOptions())
     event = log.add(chunk)          # line written to the buffer, event queued
-    await log.maybe_commit()        # a batch is appended when it is due
-    await log.commit()              # everything queued is in the store
+    if log.due():                   # a batch is appended when it is due
+        await log.commit()
+    await log.finish()              # everything queued is in the store, the buffer removed
 """
 
 from __future__ import annotations
@@ -340,7 +341,6 @@ class ChunkLog:
         self._schema = ChunkReceived.schema_version
         self._stamp_ms = -1
         self._stamp = b""
-        self._sent = 0
         self._uncertain = False
         self._ids = _ChunkIds()
         # Each chunk is validated and encoded once, here: the canonical bytes serve the buffer
@@ -358,11 +358,6 @@ class ChunkLog:
     def pending(self) -> int:
         """Chunks recorded (and buffered) but not yet committed."""
         return len(self._pending)
-
-    @property
-    def handed_out(self) -> int:
-        """Chunks handed out by ``take`` and not yet stored."""
-        return self._sent
 
     def add(self, chunk: StreamChunk) -> EncodedEvent:
         """Number one chunk, buffer its event, and queue the event for the store.
@@ -393,57 +388,35 @@ class ChunkLog:
             len(pending) >= self.options.batch_chunks or time.monotonic() - self._last_commit >= self._batch_s
         )
 
-    async def maybe_commit(self) -> None:
-        """Commit when a batch is due."""
-        if self.due():
-            await self.commit()
-
-    def take(self) -> list[EncodedEvent]:
-        """The waiting chunks not yet handed out, for ``commit_batch``.
-
-        They stay waiting until ``commit_batch`` stored them, so nothing is lost when a commit
-        is cancelled or fails: ``release`` makes them all waiting again.
-        """
-        batch = self._pending[self._sent :]
-        self._sent = len(self._pending)
-        self._last_commit = time.monotonic()
-        return batch
-
-    def release(self) -> None:
-        """Forget what was handed out and not committed (call when no commit is running)."""
-        self._sent = 0
-
-    async def commit_batch(self, batch: list[EncodedEvent]) -> None:
-        """Store one batch from ``take``; batches must be committed in the order taken."""
-        if not batch:
-            return
-        if self._uncertain:
-            await self._resync()
-        try:
-            await self.store.append_encoded(self.stream, batch, self.committed)
-        except BaseException:
-            # Maybe stored, maybe not (a cancelled append may still commit): check next time.
-            self._uncertain = True
-            self._sent = 0
-            raise
-        del self._pending[: len(batch)]
-        self._sent -= len(batch)
-        self.committed += len(batch)
-
     async def _resync(self) -> None:
         # The run stream holds only this run's chunks, in order: its version is the count stored.
         stored = await self.store.stream_version(self.stream)
         done = stored - self.committed
         if done > 0:
             del self._pending[:done]
-            self._sent = max(0, self._sent - done)
             self.committed = stored
         self._uncertain = False
 
     async def commit(self) -> None:
-        """Append every waiting chunk to the run stream (one atomic append)."""
-        self.release()
-        await self.commit_batch(self.take())
+        """Append every waiting chunk to the run stream (one atomic append).
+
+        The chunks stay waiting until the append returned, so nothing is lost when it is
+        cancelled or fails; the next commit first reads how many of them the store has.
+        """
+        self._last_commit = time.monotonic()
+        if not self._pending:
+            return
+        if self._uncertain:
+            await self._resync()
+        batch = self._pending[:]  # a copy: chunks added while the append runs wait for the next one
+        try:
+            await self.store.append_encoded(self.stream, batch, self.committed)
+        except BaseException:
+            # Maybe stored, maybe not (a cancelled append may still commit): check next time.
+            self._uncertain = True
+            raise
+        del self._pending[: len(batch)]
+        self.committed += len(batch)
 
     async def finish(self) -> bool:
         """Commit what is waiting and, when all is committed, remove the buffer.

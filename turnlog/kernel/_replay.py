@@ -6,8 +6,8 @@ Two levels, both without calling any model:
   every other way the state can be obtained: the snapshot path, each stored snapshot, and a
   live projection when one is given; it also verifies the hash chain of the stream.
 - ``execute_replay`` re-runs the recorded exchanges through the current prompt-assembly code
-  on a scratch store, with a ``ReplayModel`` that serves the responses recorded in
-  ``model.called``. Every request the verbs build is fingerprinted and compared with the
+  on a scratch store, with a ``RecordedModel`` (``turnlog.kernel.testing``) armed, call by
+  call, with the responses recorded in ``model.called``. Every request the verbs build is fingerprinted and compared with the
   fingerprint recorded for that call; the first difference stops the replay and names the
   call and what differs (divergence detection).
 """
@@ -15,7 +15,7 @@ Two levels, both without calling any model:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnlog.eventstore import EventStore, RecordedEvent, open_store, redacted_marker
@@ -24,8 +24,10 @@ from turnlog.projections import (
     AssistantResponse,
     BranchState,
     Instruction,
+    ModelCalled,
     StateCache,
     System,
+    decode_event,
     message_from_dict,
     rebuild,
     visible_event,
@@ -34,158 +36,16 @@ from turnlog.projections import (
     diff as state_diff,
 )
 
-from ._errors import KernelError
-from .models import ModelRequest, ModelResponse, ToolCall, Usage, request_fingerprint
+from ._errors import KernelError, ReplayMismatch
+from .models import ToolCall
+from .testing import RecordedModel
 
-__all__ = [
-    "AuditReport",
-    "ExecuteReport",
-    "ReplayDivergence",
-    "ReplayModel",
-    "audit_replay",
-    "execute_replay",
-]
-
-
-class ReplayDivergence(KernelError):
-    """A replayed request differs from the one recorded.
-
-    Attributes:
-        call_index: 1-based index of the diverging call among the replayed calls.
-        call_id: The ``call_id`` of the recorded ``model.called`` event.
-        version: The version of that event in the branch stream.
-        expected: The recorded fingerprint.
-        actual: The fingerprint of the request built now.
-        difference: What differs, in one or a few lines.
-    """
-
-    def __init__(
-        self, call_index: int, call_id: str, version: int, expected: str, actual: str, difference: str
-    ) -> None:
-        self.call_index = call_index
-        self.call_id = call_id
-        self.version = version
-        self.expected = expected
-        self.actual = actual
-        self.difference = difference
-        super().__init__(
-            f"call #{call_index} (model.called at version {version}, call {call_id}) diverges: {difference}"
-        )
-
-
-def _text_of(raw: Any) -> str | None:
-    """The assistant text of a raw Chat Completions response, if it has one."""
-    if not isinstance(raw, Mapping):
-        return None
-    choices = raw.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return None
-    message = choices[0].get("message")
-    if not isinstance(message, Mapping):
-        return None
-    content = message.get("content")
-    return content if isinstance(content, str) else "" if content is None else None
-
-
-@dataclass(slots=True)
-class _Expected:
-    index: int
-    version: int
-    called: dict[str, Any]
-    recorded_messages: list[dict[str, Any]]
-    fallback_text: str
-    tool_calls: tuple[ToolCall, ...]
-
-
-class ReplayModel:
-    """A chat model that serves recorded responses and checks every request's fingerprint.
-
-    The replay driver tells it which recorded call comes next (``expect``); ``invoke`` then
-    compares the fingerprint of the request it receives with the recorded one and returns
-    the recorded response, or raises ``ReplayDivergence`` naming what differs.
-
-    Example:
-        >>> model = ReplayModel(provider="openai", model="gpt-4.1-mini")
-        >>> model.provider, model.model
-        ('openai', 'gpt-4.1-mini')
-    """
-
-    def __init__(self, *, provider: str = "replay", model: str = "replay") -> None:
-        self.provider = provider
-        self.model = model
-        self.endpoint = "chat/completions"
-        self._next: _Expected | None = None
-        self.served = 0
-
-    def expect(self, expected: _Expected) -> None:
-        """Arm the model with the recorded call the next request must match."""
-        self._next = expected
-        self.provider = str(expected.called.get("provider") or self.provider)
-        self.model = str(expected.called.get("model") or self.model)
-
-    def prepare(self, request: ModelRequest) -> ModelRequest:
-        """Merge the recorded call's parameters under the request's own, as its model did."""
-        if self._next is None:
-            return request
-        recorded = self._next.called.get("params") or {}
-        return replace(request, params={**recorded, **dict(request.params)})
-
-    async def invoke(self, request: ModelRequest) -> ModelResponse:
-        expected, self._next = self._next, None
-        if expected is None:
-            raise KernelError("the replay model received a request no recorded call accounts for")
-        # The kernel fingerprints the request after ``prepare``; do the same with the armed call.
-        sent = replace(request, params={**(expected.called.get("params") or {}), **dict(request.params)})
-        actual = request_fingerprint(sent, model=self.model)
-        wanted = str(expected.called.get("fingerprint"))
-        if actual != wanted:
-            raise ReplayDivergence(
-                expected.index,
-                str(expected.called.get("call_id")),
-                expected.version,
-                wanted,
-                actual,
-                _explain(sent, expected),
-            )
-        self.served += 1
-        raw = expected.called.get("response") or {}
-        text = _text_of(raw)
-        usage = expected.called.get("usage") or {}
-        return ModelResponse(
-            text=expected.fallback_text if text is None else text,
-            tool_calls=expected.tool_calls,
-            raw=dict(raw),
-            usage=Usage(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cost_usd")),
-            model=self.model,
-            provider=self.provider,
-            latency_ms=float(expected.called.get("latency_ms") or 0.0),
-        )
+__all__ = ["AuditReport", "ExecuteReport", "audit_replay", "execute_replay"]
 
 
 def _short(value: Any, width: int = 80) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _explain(sent: ModelRequest, expected: _Expected) -> str:
-    """Name the first difference between the request built now and the recorded messages."""
-    now = sent.messages
-    then = expected.recorded_messages
-    for i, (a, b) in enumerate(zip(now, then, strict=False), 1):
-        if a != b:
-            return (
-                f"message {i} ({a.get('role')}) is {_short(a.get('content'))!r} now, "
-                f"but the log recorded {_short(b.get('content'))!r}"
-            )
-    if len(now) != len(then):
-        return f"the request has {len(now)} messages now, the log recorded {len(then)}"
-    recorded_params = expected.called.get("params") or {}
-    if dict(sent.params) != recorded_params:
-        return f"parameters are {dict(sent.params)} now, the log recorded {recorded_params}"
-    tools = [str((t.get("function") or {}).get("name", "")) for t in sent.tools or []]
-    if tools != list(expected.called.get("tools") or []):
-        return f"tools are {tools} now, the log recorded {expected.called.get('tools')}"
-    return "the request's fingerprint differs (response format or rendering changed)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +155,7 @@ class ExecuteReport:
     calls_replayed: int = 0
     calls_skipped: int = 0
     messages_copied: int = 0
-    divergence: ReplayDivergence | None = None
+    divergence: ReplayMismatch | None = None
     final_mismatch: list[str] = field(default_factory=list)
     stopped_at_redaction: str | None = None
 
@@ -330,7 +190,7 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
 
     Each recorded exchange (an Instruction, its ``model.called`` and the AssistantResponse
     of that call) is re-executed with ``chat_and_record`` on a scratch branch, served by a
-    ``ReplayModel`` armed with the recorded call. Messages recorded without a model call are
+    ``RecordedModel`` armed with the recorded call. Messages recorded without a model call are
     copied as they are. The report holds the first divergence, if any.
     """
     from ._branch import Branch  # local: Branch imports this module's layer
@@ -346,14 +206,19 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
     if state.system is not None:
         by_id[state.system.id] = state.system
     created = visible_event(events[0]).data
-    model = ReplayModel()
+    model = RecordedModel()
     async with open_store("memory://") as scratch:
-        system = created.get("system")
+        recorded_system = created.get("system")
+        system = message_from_dict(recorded_system) if isinstance(recorded_system, Mapping) else None
+        if system is not None and not isinstance(system, System):
+            raise KernelError(
+                f"branch {branch_id}: branch.created holds a {type(system).__name__} as its system"
+            )
         scratch_branch = Branch(
             store=scratch,
             name=created.get("name"),
             user=created.get("user"),
-            system=message_from_dict(system) if isinstance(system, Mapping) else None,
+            system=system,
             chat_model=model,
         )
         seen: dict[str, AnyMessage] = {}
@@ -384,40 +249,36 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                     answer = _message_of(after)
                     if isinstance(answer, AssistantResponse):
                         index += 1
-                        called = nxt.data
+                        called = decode_event(nxt)
+                        assert isinstance(called, ModelCalled)
                         recorded = [
                             by_id.get(mid) or seen.get(mid)
                             for mid in await called_message_ids(store, nxt, cache=states)
                         ]
-                        calls = tuple(
-                            ToolCall(str(c.get("id")), str(c.get("name")), dict(c.get("arguments") or {}))
-                            for c in answer.metadata.get("tool_calls") or []
-                        )
+                        calls = _tool_calls_of(answer)
                         model.expect(
-                            _Expected(
-                                index=index,
-                                version=nxt.version,
-                                called=dict(called),
-                                recorded_messages=[m.to_chat() for m in recorded if m is not None],
-                                fallback_text=answer.content.text,
-                                tool_calls=calls,
-                            )
+                            called,
+                            index=index,
+                            version=nxt.version,
+                            messages=[m.to_chat() for m in recorded if m is not None],
+                            text=answer.content.text,
+                            tool_calls=calls,
                         )
                         try:
                             await scratch_branch.chat_and_record(
                                 message, tool_schemas=message.content.tool_schemas or None
                             )
-                        except ReplayDivergence as exc:
+                        except ReplayMismatch as exc:
                             history = [*scratch_branch.messages, message]
                             found = _message_differences(history, [m for m in recorded if m is not None])
                             report.divergence = (
-                                ReplayDivergence(
-                                    exc.call_index,
-                                    exc.call_id,
-                                    exc.version,
-                                    exc.expected,
+                                ReplayMismatch(
                                     exc.actual,
                                     found[0],
+                                    call_index=exc.call_index,
+                                    expected=exc.expected,
+                                    call_id=exc.call_id,
+                                    version=exc.version,
                                 )
                                 if found
                                 else exc
@@ -450,6 +311,23 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
             i += 1
         report.final_mismatch = _message_differences(scratch_branch.messages, state.messages)
     return report
+
+
+def _tool_calls_of(answer: AssistantResponse) -> tuple[ToolCall, ...]:
+    """The tool calls an answer recorded in its metadata (``[{"id", "name", "arguments"}]``)."""
+    recorded = answer.metadata.get("tool_calls")
+    calls: list[ToolCall] = []
+    for call in recorded if isinstance(recorded, list) else []:
+        if isinstance(call, dict):
+            arguments = call.get("arguments")
+            calls.append(
+                ToolCall(
+                    str(call.get("id")),
+                    str(call.get("name")),
+                    arguments if isinstance(arguments, dict) else {},
+                )
+            )
+    return tuple(calls)
 
 
 def _message_differences(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> list[str]:

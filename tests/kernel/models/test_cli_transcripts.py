@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 
 from turnlog.kernel._assembler import StreamAssembler
-from turnlog.kernel.models import ExitStatus, StreamChunk
-from turnlog.kernel.models._claude_code import ClaudeCodeModel
+from turnlog.kernel.models import ClaudeCodeModel, CodexModel, ExitStatus, GeminiModel, StreamChunk
 from turnlog.kernel.models._cli_errors import cli_failure
-from turnlog.kernel.models._codex import CodexModel
-from turnlog.kernel.models._gemini import GeminiModel
 from turnlog.projections import ActionResponse, AssistantResponse
 
 HERE = Path(__file__).parent / "transcripts"

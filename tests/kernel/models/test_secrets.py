@@ -75,3 +75,14 @@ def test_scrubber_replaces_every_occurrence_in_keys_and_values() -> None:
     value = {"HEADERSECRET": ["Bearer sk-KEYSECRET", "x-h: HEADERSECRET"], "n": 1}
     assert scrub(value) == {REDACTED: [f"Bearer {REDACTED}", f"x-h: {REDACTED}"], "n": 1}
     assert scrub("a 1 stays") == "a 1 stays"  # too short to scrub as text
+
+
+def test_scrubber_finds_a_secret_anywhere_or_says_there_is_none() -> None:
+    scrub = Scrubber(["s3cr3t-value"])
+    assert scrub.found_in("echo s3cr3t-value")
+    assert scrub.found_in(None, {"nested": [{"s3cr3t-value": 1}]})
+    assert scrub.found_in(("a", ["b", "x s3cr3t-value y"]))
+    assert not scrub.found_in("s3cr3t", {"value": "-value"}, None, 42)
+    # Two strings never join into a secret.
+    assert not scrub.found_in("s3cr3t", "-value")
+    assert not Scrubber().found_in("s3cr3t-value")

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from turnlog.kernel.models import CLINotFound, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
-from turnlog.kernel.models._subprocess import classify_cli_failure, cli_failure, resolve_executable
+from turnlog.kernel.models._cli_errors import classify_cli_failure, cli_failure
+from turnlog.kernel.models._subprocess import resolve_executable
 
 
 def live_members(pgid: int) -> list[int]:

@@ -2,6 +2,8 @@
 
 from ._anthropic import AnthropicModel
 from ._claude_code import ClaudeCodeModel
+from ._cli_errors import ExitStatus
+from ._cli_process import CLIProcess, Diagnostic, NDJSONFramer
 from ._codex import CodexModel
 from ._errors import (
     AuthenticationError,
@@ -29,7 +31,7 @@ from ._openai import (
     model_requests_allowed,
 )
 from ._retry import RetryPolicy, parse_retry_after
-from ._subprocess import CLIAgentModel, CLIEventParser, CLIProcess, Diagnostic, ExitStatus, NDJSONFramer
+from ._subprocess import CLIAgentModel, CLIEventParser
 from ._types import (
     ChatModel,
     ChunkSink,

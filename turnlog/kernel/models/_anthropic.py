@@ -38,19 +38,10 @@ from ._errors import (
     RateLimitError,
     ServerError,
 )
-from ._openai import (
-    DEFAULT_TIMEOUT,
-    OpenAIChatModel,
-    _decode_json,
-    _error_class,
-    _Failure,
-    _redact_request,
-    _scrubbed,
-    _sse_data,
-    _sse_lines,
-)
-from ._retry import RetryPolicy
+from ._http import Failure, error_class, redact_request, scrubbed
+from ._openai import OpenAIChatModel
 from ._secrets import Scrubber
+from ._sse import sse_data, sse_lines
 from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicModel", "to_messages"]
@@ -80,33 +71,9 @@ class AnthropicModel(OpenAIChatModel):
     """
 
     endpoint = "v1/messages"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "anthropic",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = "ANTHROPIC_API_KEY",
-        require_api_key: bool = True,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            provider=provider,
-            base_url=base_url or ANTHROPIC_BASE_URL,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            require_api_key=require_api_key,
-            timeout=timeout,
-            retry=retry,
-            headers=headers,
-            client=client,
-        )
+    default_provider = "anthropic"
+    default_base_url = ANTHROPIC_BASE_URL
+    default_api_key_env = "ANTHROPIC_API_KEY"
 
     def __repr__(self) -> str:
         return f"AnthropicModel(provider={self.provider!r}, model={self.model!r}, base_url={self._shown_base()!r})"
@@ -162,7 +129,7 @@ class AnthropicModel(OpenAIChatModel):
             return RateLimitError
         if code == "overloaded_error" or status == 529:
             return ServerError
-        return _error_class(status, code, message)
+        return error_class(status, code, message)
 
     def _from_completion(self, raw: Any, scrub: Scrubber) -> ModelResponse:
         raw = scrub(raw)
@@ -200,23 +167,21 @@ class AnthropicModel(OpenAIChatModel):
         assembly = _MessageAssembly()
         ttft: float | None = None
         try:
-            async for data in _sse_data(_sse_lines(response.aiter_text())):
-                event = _decode_json(data, self, scrub)
+            async for data in sse_data(sse_lines(response.aiter_text())):
+                event = self._decode_json(data, scrub)
                 if not isinstance(event, dict):
-                    raise _Failure(
-                        self._format_error("an SSE event is not an object", scrub), retryable=False
-                    )
+                    raise Failure(self._format_error("an SSE event is not an object", scrub), retryable=False)
                 if event.get("type") == "error":
-                    raise _Failure(self._stream_error(event, scrub, assembly.events), retryable=False)
+                    raise Failure(self._stream_error(event, scrub, assembly.events), retryable=False)
                 if assembly.add(event) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
                 if on_chunk is not None:
                     for piece in assembly.take_pieces():
-                        await on_chunk(_scrubbed(piece, scrub))
+                        await on_chunk(scrubbed(piece, scrub))
                 if assembly.stopped:
                     break
             else:
-                raise _Failure(
+                raise Failure(
                     ProviderConnectionError(
                         f"{self.provider} {self.model}: the stream ended before message_stop "
                         f"after {assembly.events} events (truncated answer discarded)",
@@ -226,8 +191,8 @@ class AnthropicModel(OpenAIChatModel):
                     retryable=False,
                 )
         except httpx.TimeoutException as exc:
-            _redact_request(exc, self._headers)
-            raise _Failure(
+            redact_request(exc, self._headers)
+            raise Failure(
                 ProviderTimeout(
                     f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.events} stream events",
                     provider=self.provider,
@@ -236,8 +201,8 @@ class AnthropicModel(OpenAIChatModel):
                 retryable=False,
             ) from exc
         except httpx.RequestError as exc:
-            _redact_request(exc, self._headers)
-            raise _Failure(
+            redact_request(exc, self._headers)
+            raise Failure(
                 ProviderConnectionError(
                     f"{self.provider} {self.model}: the stream was cut after {assembly.events} events "
                     f"({type(exc).__name__}); the truncated answer is discarded",

@@ -181,7 +181,9 @@ class _ClaudeParser(CLIEventParser):
             return []  # input_json_delta, signature_delta, citations: the final block has them
         if not isinstance(text, str) or not text:
             return []
-        index = raw.get("index") if isinstance(raw.get("index"), int) else -1
+        index = raw.get("index")
+        if not isinstance(index, int):
+            index = -1
         blocks = self.streamed.setdefault(self.message_id or "", {})
         block = blocks.setdefault(index, _Streamed(kind))
         block.parts.append(text)

@@ -40,20 +40,11 @@ from ._errors import (
     ProviderTimeout,
     RateLimitError,
 )
-from ._openai import (
-    DEFAULT_TIMEOUT,
-    OpenAIChatModel,
-    _decode_json,
-    _error_class,
-    _Failure,
-    _redact_request,
-    _scrubbed,
-    _sse_data,
-    _sse_lines,
-)
-from ._retry import RetryPolicy
+from ._http import Failure, error_class, redact_request, scrubbed
+from ._openai import OpenAIChatModel
 from ._secrets import Scrubber
-from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
+from ._sse import sse_data, sse_lines
+from ._types import ChunkSink, ChunkType, ModelRequest, ModelResponse, StreamChunk, ToolCall, Usage
 
 __all__ = ["GEMINI_BASE_URL", "GeminiAPIModel", "to_contents"]
 
@@ -84,33 +75,9 @@ class GeminiAPIModel(OpenAIChatModel):
     """
 
     endpoint = "v1beta/models/{model}:generateContent"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        provider: str = "gemini_api",
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = "GEMINI_API_KEY",
-        require_api_key: bool = True,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            provider=provider,
-            base_url=base_url or GEMINI_BASE_URL,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            require_api_key=require_api_key,
-            timeout=timeout,
-            retry=retry,
-            headers=headers,
-            client=client,
-        )
+    default_provider = "gemini_api"
+    default_base_url = GEMINI_BASE_URL
+    default_api_key_env = "GEMINI_API_KEY"
 
     @property
     def url(self) -> str:
@@ -188,7 +155,7 @@ class GeminiAPIModel(OpenAIChatModel):
             return AuthenticationError
         if code == "RESOURCE_EXHAUSTED":
             return RateLimitError
-        return _error_class(status, code, message)
+        return error_class(status, code, message)
 
     def _from_completion(self, raw: Any, scrub: Scrubber) -> ModelResponse:
         raw = scrub(raw)
@@ -230,11 +197,11 @@ class GeminiAPIModel(OpenAIChatModel):
         assembly = _ContentAssembly()
         ttft: float | None = None
         try:
-            async for data in _sse_data(_sse_lines(response.aiter_text())):
-                chunk = _decode_json(data, self, scrub)
+            async for data in sse_data(sse_lines(response.aiter_text())):
+                chunk = self._decode_json(data, scrub)
                 if isinstance(chunk, dict) and chunk.get("error"):
                     message, _ = self._error_parts(scrub(chunk))
-                    raise _Failure(
+                    raise Failure(
                         ProviderConnectionError(
                             f"{self.provider} {self.model}: error in the stream after {assembly.chunks} "
                             f"chunks: {message}",
@@ -244,17 +211,17 @@ class GeminiAPIModel(OpenAIChatModel):
                         retryable=False,
                     )
                 if not isinstance(chunk, dict):
-                    raise _Failure(
+                    raise Failure(
                         self._format_error("a stream chunk is not an object", scrub), retryable=False
                     )
                 if assembly.add(chunk) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
                 if on_chunk is not None:
                     for piece in assembly.take_pieces():
-                        await on_chunk(_scrubbed(piece, scrub))
+                        await on_chunk(scrubbed(piece, scrub))
         except httpx.TimeoutException as exc:
-            _redact_request(exc, self._headers)
-            raise _Failure(
+            redact_request(exc, self._headers)
+            raise Failure(
                 ProviderTimeout(
                     f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.chunks} stream chunks",
                     provider=self.provider,
@@ -263,8 +230,8 @@ class GeminiAPIModel(OpenAIChatModel):
                 retryable=False,
             ) from exc
         except httpx.RequestError as exc:
-            _redact_request(exc, self._headers)
-            raise _Failure(
+            redact_request(exc, self._headers)
+            raise Failure(
                 ProviderConnectionError(
                     f"{self.provider} {self.model}: the stream was cut after {assembly.chunks} chunks "
                     f"({type(exc).__name__}); the truncated answer is discarded",
@@ -274,7 +241,7 @@ class GeminiAPIModel(OpenAIChatModel):
                 retryable=False,
             ) from exc
         if assembly.finish is None:
-            raise _Failure(
+            raise Failure(
                 ProviderConnectionError(
                     f"{self.provider} {self.model}: the stream ended without a finishReason after "
                     f"{assembly.chunks} chunks (truncated answer discarded)",
@@ -425,7 +392,7 @@ class _ContentAssembly:
                 continue
             output = True
             if "text" in part:
-                kind = "thinking" if part.get("thought") else "text"
+                kind: ChunkType = "thinking" if part.get("thought") else "text"
                 last = self._parts[-1] if self._parts else None
                 if (
                     last is not None

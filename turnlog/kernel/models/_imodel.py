@@ -105,7 +105,9 @@ def _load_cli_class(provider: str) -> type[Any]:
     module_name, class_name = CLI_PROVIDERS[provider]
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, class_name)
+        # Loaded by name so that importing iModel loads no CLI provider: an untyped boundary.
+        cls: type[Any] = getattr(module, class_name)
+        return cls
     except (ImportError, AttributeError) as exc:
         raise ProviderError(
             f"provider {provider!r} needs {module_name}.{class_name}, which is not available: {exc}",
@@ -254,9 +256,12 @@ class iModel:
                 provider=self.provider,
                 model=self.model,
             )
+        response: ModelResponse
         if on_chunk is not None and self.streams_chunks:
-            return await self._backend.invoke(self.prepare(request), on_chunk=on_chunk)
-        return await self._backend.invoke(self.prepare(request))
+            response = await self._backend.invoke(self.prepare(request), on_chunk=on_chunk)
+        else:
+            response = await self._backend.invoke(self.prepare(request))
+        return response
 
     def stream(
         self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
@@ -268,7 +273,8 @@ class iModel:
                 provider=self.provider,
                 model=self.model,
             )
-        return self._backend.stream(prompt, resume=resume, options=options)
+        chunks: AsyncIterator[StreamChunk] = self._backend.stream(prompt, resume=resume, options=options)
+        return chunks
 
     async def __aenter__(self) -> iModel:
         """Hold the backend's resources (e.g. one HTTP connection pool) until the block exits."""

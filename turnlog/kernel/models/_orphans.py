@@ -61,7 +61,7 @@ def _load_prctl() -> Callable[..., int] | None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    return prctl  # type: ignore[no-any-return]
+    return prctl
 
 
 _prctl = _load_prctl()
@@ -148,7 +148,7 @@ async def wait_process(proc: subprocess.Popen[Any]) -> int:
     finally:
         os.close(pidfd)
     _unreaped.discard(proc)
-    return proc.returncode if proc.returncode is not None else proc.wait()
+    return proc.wait()  # at once: poll() reaped it and holds the code
 
 
 class GroupWatchdog:

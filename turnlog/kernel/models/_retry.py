@@ -20,7 +20,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["RetryPolicy", "parse_retry_after"]
@@ -110,7 +110,12 @@ class RetryPolicy:
         if unknown:
             raise ValueError(f"unknown RetryPolicy fields: {', '.join(unknown)}")
         if "retry_statuses" in known:
-            known["retry_statuses"] = frozenset(known["retry_statuses"])  # type: ignore[arg-type]
+            statuses = known["retry_statuses"]
+            if not isinstance(statuses, Iterable):
+                raise TypeError(
+                    f"RetryPolicy.retry_statuses must be a list of status codes, got {statuses!r}"
+                )
+            known["retry_statuses"] = frozenset(statuses)
         return cls(**known)  # type: ignore[arg-type]
 
 
