@@ -106,7 +106,7 @@ async def test_views_of_the_past_share_what_the_kernel_already_folded(store: Eve
     late = await branch.at(versions[-2])
     early = await branch.at(versions[3])
     # the earlier view is rebuilt from the cached later one: same messages, no second copy
-    assert early._live.state._log is late._live.state._log
+    assert early.state._log is late.state._log
     assert [m.id for m in early.messages] == [m.id for m in branch.messages][:8]
     assert (
         early.messages == (await rebuild(store, branch.id, at_version=versions[3], snapshots=False)).messages
@@ -115,7 +115,7 @@ async def test_views_of_the_past_share_what_the_kernel_already_folded(store: Eve
     # a kernel without a time-travel cache rebuilds each view on its own, with the same result
     bare = Kernel(store, time_travel_streams=0)
     assert bare.states is None
-    assert (await bare.load(branch.id, versions[3])) == early._live.state
+    assert (await bare.load(branch.id, versions[3])) == early.state
 
 
 async def test_fork_starts_from_a_past_version_and_diverges(store: EventStore) -> None:

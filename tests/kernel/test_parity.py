@@ -12,7 +12,7 @@ from turnlog.kernel import (
     Branch,
     LoopBreak,
     LoopDirective,
-    MessageAdded,
+    MessageRecorded,
     RemovedArgument,
     Session,
     UsageError,
@@ -341,11 +341,11 @@ async def test_cancel_stops_the_run_cleanly(store: EventStore) -> None:
     model = ChunkModel(_three_turns())
     branch = Branch(store=store)
 
-    def stop_on_first_answer(signal: MessageAdded) -> None:
+    def stop_on_first_answer(signal: MessageRecorded) -> None:
         if isinstance(signal.message, AssistantResponse):
             branch.control(LoopDirective.CANCEL, reason="enough")
 
-    branch.observe(MessageAdded, handler=stop_on_first_answer)
+    branch.observe(MessageRecorded, handler=stop_on_first_answer)
     got = [m async for m in branch.run("go", chat_model=model)]
     assert [type(m) for m in got] == [Instruction]  # "one" was recorded, then the loop stopped
     assert model.closed == 1, "the provider stream was closed (the finally cleanup ran)"

@@ -476,7 +476,7 @@ async def _close_run(
     """Replay the chunk rules over the run's chunks; record what is missing and close the run."""
     from turnlog.kernel._assembler import StreamAssembler
     from turnlog.kernel._branch import Branch
-    from turnlog.kernel._kernel import AddMessages
+    from turnlog.kernel._commands import AddMessages
 
     branch = await Branch.load(store, run.branch_id)
     existing: dict[tuple[str, int, int], AnyMessage] = {}
@@ -530,7 +530,7 @@ async def _close_run(
             )
         )
     if items:
-        await branch._execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
+        await branch.execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
     return RecoveredRun(
         branch.id,
         run.run_id,

@@ -46,7 +46,7 @@ from turnlog.projections import (
 )
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["Prompt", "assemble", "build_instruction", "response_schema"]
 
@@ -102,7 +102,7 @@ def _context_items(context: Any) -> list[Any]:
     return [context]
 
 
-def build_instruction(branch: Branch, instruction: Any, param: ChatParam) -> Instruction:
+def build_instruction(branch: BranchPort, instruction: Any, param: ChatParam) -> Instruction:
     """The Instruction a verb sends: ``instruction`` as given, or one built from the param."""
     if isinstance(instruction, Instruction):
         return instruction

@@ -28,7 +28,7 @@ from turnlog.kernel._params import ChatParam, Middle, ParseParam
 from turnlog.kernel.operations.parse import parse_direct, target_name
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["REPAIR_PROMPT", "RepairMiddle"]
 
@@ -64,7 +64,7 @@ class RepairMiddle:
 
     async def __call__(
         self,
-        branch: Branch,
+        branch: BranchPort,
         instruction: Any,
         chat_param: ChatParam,
         parse_param: ParseParam | None = None,

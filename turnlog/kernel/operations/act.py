@@ -38,7 +38,7 @@ from turnlog.kernel.models import ToolCall
 from turnlog.projections import ActionRequest, ActionResponse
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["act", "normalize_requests"]
 
@@ -111,7 +111,7 @@ async def _allowed(param: ActionParam, invocation: ToolInvocation) -> tuple[bool
 
 
 async def _run_one(
-    branch: Branch, registry: ToolRegistry, param: ActionParam, request: ActionRequest, run_id: str | None
+    branch: BranchPort, registry: ToolRegistry, param: ActionParam, request: ActionRequest, run_id: str | None
 ) -> tuple[ActionResponse, Exception | None]:
     invocation = ToolInvocation(request.function, dict(request.arguments), branch.id, request.id)
     started = time.perf_counter()
@@ -149,7 +149,7 @@ async def _run_one(
     return response, error
 
 
-def _calls(branch: Branch, items: Sequence[Any]) -> list[_Call]:
+def _calls(branch: BranchPort, items: Sequence[Any]) -> list[_Call]:
     calls: list[_Call] = []
     for item in items:
         if isinstance(item, ActionRequest):
@@ -163,7 +163,7 @@ def _calls(branch: Branch, items: Sequence[Any]) -> list[_Call]:
     return calls
 
 
-async def act(branch: Branch, action_request: Any, param: ActionParam | None = None) -> list[ActionResponse]:
+async def act(branch: BranchPort, action_request: Any, param: ActionParam | None = None) -> list[ActionResponse]:
     """Run the tool calls of ``action_request`` and record them; see the module docstring.
 
     Args:
@@ -181,7 +181,7 @@ async def act(branch: Branch, action_request: Any, param: ActionParam | None = N
         Exception: with ``suppress_errors=False``, the error of a failed call (recorded first).
     """
     param = param or ActionParam()
-    branch._check_writable()
+    branch.require_writable()
     calls = _calls(branch, normalize_requests(action_request))
     registry = ToolRegistry.of(branch.tools)
     run = current_run(branch.id)

@@ -27,13 +27,13 @@ from turnlog.kernel.operations.chat_and_record import record_exchange
 from turnlog.kernel.operations.parse import fuzzy_validate_mapping, parse, target_name
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["communicate"]
 
 
 async def communicate(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     parse_param: ParseParam | None = None,
@@ -42,7 +42,7 @@ async def communicate(
     request_fields: Sequence[str] | Mapping[str, Any] | None = None,
 ) -> Any:
     """Record one exchange and return the (optionally parsed) answer; see the module docstring."""
-    branch._check_writable()
+    branch.require_writable()
     if clear_messages:
         await branch.clear_messages()
     _, response = await record_exchange(branch, instruction, chat_param, verb="communicate")

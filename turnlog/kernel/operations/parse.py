@@ -23,7 +23,7 @@ from turnlog.kernel.operations._fields import is_field_spec, spec_model
 from turnlog.kernel.operations._prepare import response_schema
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["extract_json", "fuzzy_validate_mapping", "parse", "parse_direct", "target_name"]
 
@@ -228,7 +228,7 @@ def _parse_format_dict(
 
 
 async def parse(
-    branch: Branch, text: str, parse_param: ParseParam, *, return_res_message: bool = False
+    branch: BranchPort, text: str, parse_param: ParseParam, *, return_res_message: bool = False
 ) -> Any:
     """Parse ``text`` into ``parse_param.response_format``.
 
