@@ -7,7 +7,7 @@ parameter objects, tools, flows, replay, recovery and the errors. Internals (the
 functions, the registry, snapshot helpers) stay in their private modules.
 """
 
-from ._branch import Branch, find_branch
+from ._branch import Branch
 from ._called import called_message_ids
 from ._commands import (
     AddMessages,
@@ -37,7 +37,7 @@ from ._errors import (
 from ._flow import FlowResult, Graph, GraphCycleError, flow
 from ._kernel import Kernel
 from ._lifecycle import RunScope, current_run, lifecycle, observed_run
-from ._lookup import find_session
+from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError

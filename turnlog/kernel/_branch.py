@@ -64,7 +64,6 @@ from turnlog.projections import (
     EventData,
     HistoryRow,
     Instruction,
-    MessageAdded,
     System,
     apply,
     history,
@@ -127,6 +126,26 @@ class Branch:
         UsageError: ``kernel`` serves another store than ``store``.
     """
 
+    id: str
+    unrestored_models: dict[str, str]
+    _store: EventStore | None
+    _kernel: Kernel | None
+    _readonly_at: int | None
+    _live: LiveBranch
+    _pending: BranchCreated | BranchForked | None
+    _preview: BranchState | None
+    _create_lock: anyio.Lock
+    _observers: Observers
+    _session: SessionRef | None
+    _session_observers: Observers | None
+    _on_recorded: Callable[[Branch], Awaitable[None]] | None
+    _operation_manager: OperationManager
+    _providers: ContextProviderRegistry | None
+    _tools: dict[str, Callable[..., Any]]
+    _chat_model: ChatModel | None
+    _parse_model: ChatModel | None
+    _loop_control: LoopControl | None
+
     # The verbs: functions of the branch, each written once in its module (see the module docstring).
     chat = _verbs.chat
     chat_and_record = _verbs.chat_and_record
@@ -179,20 +198,20 @@ class Branch:
         self._kernel = kernel
         self._readonly_at = readonly_at
         self._live = LiveBranch(branch_id, listeners=self._listeners)
-        self._pending: BranchCreated | BranchForked | None = None
-        self._preview: BranchState | None = None
+        self._pending = None
+        self._preview = None
         self._create_lock = anyio.Lock()
         self._observers = Observers()
-        self._session: SessionRef | None = None
-        self._session_observers: Observers | None = None
-        self._on_recorded: Callable[[Branch], Awaitable[None]] | None = None
+        self._session = None
+        self._session_observers = None
+        self._on_recorded = None
         self._operation_manager = OperationManager()
-        self._providers: ContextProviderRegistry | None = None
-        self._tools: dict[str, Callable[..., Any]] = {}
-        self._chat_model: ChatModel | None = None
-        self._parse_model: ChatModel | None = None
-        self._loop_control: LoopControl | None = None
-        self.unrestored_models: dict[str, str] = {}
+        self._providers = None
+        self._tools = {}
+        self._chat_model = None
+        self._parse_model = None
+        self._loop_control = None
+        self.unrestored_models = {}
 
     @classmethod
     def _open(
@@ -544,8 +563,7 @@ class Branch:
 
     async def add_messages(self, messages: Sequence[AnyMessage], *, run_id: str | None = None) -> None:
         """Record messages in one atomic append, in order."""
-        items = tuple(MessageAdded(message=m, run_id=run_id) for m in messages)
-        await self.execute(AddMessages(items), run_id=run_id)
+        await self.execute(AddMessages.of(messages, run_id=run_id), run_id=run_id)
 
     async def annotate(
         self, message_id: str, metadata: Mapping[str, Any], *, reason: str | None = None

@@ -8,13 +8,14 @@ concurrency conflict the Kernel folds the other writer's events and tries it aga
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel.models import Usage
 from turnlog.projections import (
+    AnyMessage,
     BranchCreated,
     BranchForked,
     BranchState,
@@ -94,6 +95,11 @@ class AddMessages:
 
     reorderable: ClassVar[bool] = True
     items: tuple[EventData, ...]
+
+    @classmethod
+    def of(cls, messages: Iterable[AnyMessage], *, run_id: str | None = None) -> AddMessages:
+        """Record ``messages`` (``message.added`` each, carrying ``run_id``), in order."""
+        return cls(tuple(MessageAdded(message=m, run_id=run_id) for m in messages))
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
         seen: set[str] = set()

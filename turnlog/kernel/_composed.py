@@ -73,6 +73,7 @@ async def act(
     )
     return await act_operation(branch, action_request, param)
 
+
 async def operate(
     branch: BranchPort,
     *,
@@ -183,9 +184,7 @@ async def operate(
         param = RunParam(
             **fields, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
         )
-    action_param = ActionParam(
-        strategy=action_strategy, suppress_errors=suppress_errors, authorize=authorize
-    )
+    action_param = ActionParam(strategy=action_strategy, suppress_errors=suppress_errors, authorize=authorize)
     if middle is None:  # chosen before the run starts: a missing adapter writes nothing
         middle = default_middle(branch, param)
     async with observed_run.using(branch, "operate", model) as run:
@@ -207,6 +206,7 @@ async def operate(
             num_parse_retries=num_parse_retries,
         )
         return run.result
+
 
 async def interpret(
     branch: BranchPort,
@@ -239,6 +239,7 @@ async def interpret(
         interpret_model=interpret_model,
         **kwargs,
     )
+
 
 async def ReAct(
     branch: VerbPort,
@@ -273,6 +274,7 @@ async def ReAct(
         )
         return run.result
 
+
 def ReActStream(
     branch: VerbPort,
     instruct: Any = None,
@@ -289,6 +291,4 @@ def ReActStream(
     from turnlog.kernel.operations.ReAct import ReActStream as react_stream
 
     _check_kwargs("ReActStream", kwargs)
-    return react_stream(
-        branch, instruct, instruction=instruction, max_extensions=max_extensions, **kwargs
-    )
+    return react_stream(branch, instruct, instruction=instruction, max_extensions=max_extensions, **kwargs)

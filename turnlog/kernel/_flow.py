@@ -270,7 +270,9 @@ class FlowSession(Protocol):
 class _Run:
     """The state of one flow run."""
 
-    def __init__(self, session: FlowSession, graph: Graph, context: Mapping[str, Any] | None, limit: int) -> None:
+    def __init__(
+        self, session: FlowSession, graph: Graph, context: Mapping[str, Any] | None, limit: int
+    ) -> None:
         self.session = session
         self.graph = graph
         self.context = dict(context or {})

@@ -47,6 +47,7 @@ __all__ = [
     "observed_run",
 ]
 
+
 @dataclass(slots=True, eq=False)
 class RunScope:
     """The run a block of work belongs to.

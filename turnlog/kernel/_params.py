@@ -45,6 +45,7 @@ def capped_parse_retries(requested: int, *, stacklevel: int = 3) -> int:
     )
     return MAX_PARSE_RETRIES
 
+
 ImageDetail = Literal["low", "high", "auto"]
 
 

@@ -465,8 +465,10 @@ async def _complete_stream(store: EventStore, run_id: str, buffer: _Buffer | Non
 
 def _range(message: AnyMessage) -> tuple[int, int] | None:
     value = message.metadata.get("chunk_range")
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return int(value[0]), int(value[1])
+    if isinstance(value, list) and len(value) == 2:
+        first, last = value
+        if isinstance(first, int) and isinstance(last, int):
+            return first, last
     return None
 
 
@@ -658,12 +660,12 @@ async def _recover_all(
     removed: list[str] = []
     kept: list[str] = []
     for run in open_runs.values():
-        buffer = buffers.get(run.run_id)
+        found = buffers.get(run.run_id)
         try:
-            done = await _recover_run(store, run, buffer, run.run_id in ended)
-            if buffer is not None:
-                left = await anyio.to_thread.run_sync(_dispose, buffer)
-                (kept if left else removed).append(left or str(buffer.path))
+            done = await _recover_run(store, run, found, run.run_id in ended)
+            if found is not None:
+                left = await anyio.to_thread.run_sync(_dispose, found)
+                (kept if left else removed).append(left or str(found.path))
         except (TurnlogError, OSError, ValueError) as exc:
             failed.append(RunRecoveryError(run.branch_id, run.run_id, type(exc).__name__, str(exc)))
             continue

@@ -110,6 +110,7 @@ def run(
     )
     return run_operation(branch, instruction, param, persist=persist_options)
 
+
 async def run_and_collect(
     branch: BranchPort,
     instruction: Any = "",

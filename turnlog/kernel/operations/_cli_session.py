@@ -63,7 +63,7 @@ class SessionPlan:
 
 
 def _absolute(path: Any) -> str:
-    return os.path.abspath(os.fspath(path))
+    return str(os.path.abspath(os.fspath(path)))
 
 
 def _note(branch: BranchPort, provider: str, model: str, resume: str | None) -> str | None:

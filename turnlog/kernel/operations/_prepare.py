@@ -163,7 +163,8 @@ _NOT_RUN = "The tool call {name} was not run: no result was recorded."
 def _native_calls(message: AssistantResponse) -> list[dict[str, Any]]:
     """The Chat Completions ``tool_calls`` of an assistant turn (calls without an id are left out)."""
     out: list[dict[str, Any]] = []
-    for call in message.metadata.get("tool_calls") or []:
+    calls = message.metadata.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, Mapping) or not call.get("id") or not call.get("name"):
             continue
         arguments = call.get("arguments")

@@ -60,7 +60,7 @@ class RepairMiddle:
             return self.inner
         from turnlog.kernel.operations.communicate import communicate
 
-        return communicate  # type: ignore[return-value]
+        return communicate
 
     async def __call__(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -39,7 +39,7 @@ from turnlog.kernel.models import (
     request_fingerprint,
 )
 from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
-from turnlog.projections import AssistantResponse, Instruction, ModelCalled, UsageData
+from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, UsageData
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
@@ -55,7 +55,8 @@ def _prepared(model: ChatModel, request: ModelRequest) -> ModelRequest:
 
 def _json_params(params: Any) -> dict[str, Any]:
     # Parameters are recorded as JSON; a value that is not JSON is recorded as its text.
-    return orjson.loads(orjson.dumps(public_params(params), default=str))
+    recorded: dict[str, Any] = orjson.loads(orjson.dumps(public_params(params), default=str))
+    return recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     ins = build_instruction(branch, instruction, param)
     report = await branch.gather_context(ins)
     history_version: int | None = None
+    history: Sequence[AnyMessage]
     if param.progression is not None:
         history = branch.messages_by_ids(param.progression)
         cached = False

@@ -131,10 +131,10 @@ def default_middle(branch: BranchPort, chat_param: ChatParam) -> Middle:
                 "(turnlog.kernel.operations.run), which this installation does not have; "
                 "pass middle= to choose an adapter"
             ) from exc
-        return run_and_collect  # type: ignore[return-value]
+        return run_and_collect
     from turnlog.kernel.operations.communicate import communicate
 
-    return communicate  # type: ignore[return-value]
+    return communicate
 
 
 def _model_class(fmt: Any) -> type[BaseModel] | None:
@@ -156,7 +156,8 @@ def _native_calls(branch: BranchPort, before: set[str]) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     for message in new:
         if isinstance(message, AssistantResponse):
-            for call in message.metadata.get("tool_calls") or []:
+            native = message.metadata.get("tool_calls")
+            for call in native if isinstance(native, list) else ():
                 if isinstance(call, Mapping) and call.get("id") not in answered:
                     calls.append(dict(call))
     return calls

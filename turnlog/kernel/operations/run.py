@@ -38,7 +38,7 @@ import anyio
 
 from turnlog.eventstore import uuid7
 from turnlog.kernel._assembler import StreamAssembler
-from turnlog.kernel._commands import AddMessages
+from turnlog.kernel._commands import AddMessages, ClearMessages
 from turnlog.kernel._context import prompt_context
 from turnlog.kernel._control import stop_requested
 from turnlog.kernel._errors import ResponseParseError, UsageError
@@ -418,7 +418,7 @@ async def run_and_collect(
     from turnlog.kernel.operations.parse import parse, target_name
 
     if clear_messages:
-        await branch.clear_messages()
+        await branch.execute(ClearMessages())
     texts: list[str] = []
     async with contextlib.aclosing(run(branch, instruction, _as_run_param(chat_param))) as stream:
         async for message in stream:
