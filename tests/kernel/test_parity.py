@@ -232,6 +232,8 @@ async def test_communicate_marks_the_recorded_response_as_parsed(store: EventSto
         ("operate", "field_models"),
         ("operate", "exclude_fields"),
         ("operate", "call_params"),
+        ("operate", "verbose_action"),
+        ("ReAct", "verbose_action"),
         ("operate", "request_model"),
         ("communicate", "operative_model"),
         ("parse", "similarity_algo"),

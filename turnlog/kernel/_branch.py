@@ -17,6 +17,12 @@ through ``load``) goes through one internal constructor, ``_open``, which restor
 the same way. A Session attaches a branch through ``attach_to_session`` /
 ``detach_from_session``, never through its attributes.
 
+Why this module is over 500 lines: ``Branch`` is one class on purpose (ADR-0021 D1: one
+discoverable facade), and what is left in it after the verbs moved out is its public surface
+(about 30 documented properties and commands), the port it implements, and the functions
+that alone may touch its attributes (``attach_to_session`` and friends: the rule is that no
+other module does). Splitting the class again would mean mixins, which this design removed.
+
 Example::
 
     branch = Branch(store=store, system="Be brief.", chat_model=ScriptedModel("Paris."))

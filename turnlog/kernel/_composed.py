@@ -44,7 +44,6 @@ async def act(
     suppress_errors: bool = True,
     authorize: Authorize | None = None,
     tools: Sequence[str] | None = None,
-    verbose_action: bool = False,
 ) -> list[ActionResponse]:
     """Run tool calls; record each ActionRequest and its ActionResponse.
 
@@ -58,7 +57,6 @@ async def act(
         authorize: A gate (sync or async) asked before each call; a denied call is
             recorded with ``error`` set and ``metadata["denied"] = True``.
         tools: Only these tool names may run (default: every registered tool).
-        verbose_action: Accepted for compatibility; has no effect.
 
     Returns:
         The ``ActionResponse`` of each call, in request order.
@@ -96,7 +94,6 @@ async def operate(
     actions: bool = False,
     reason: bool = False,
     action_strategy: Literal["concurrent", "sequential"] = "concurrent",
-    verbose_action: bool = False,
     handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
     include_token_usage_to_model: bool = False,
     stream_persist: bool = False,
@@ -130,7 +127,6 @@ async def operate(
         stream_persist: For CLI models: record every stream chunk as it arrives.
         persist_dir: For CLI models: where providers keep run files of their own.
         snapshot_dir: For CLI models: where providers keep snapshots of their own.
-        verbose_action: Accepted for compatibility; has no effect.
         response_format: The pydantic model the answer must follow.
         reason: Ask for a ``reason`` field with the answer.
         actions: Offer the branch's tools and run the calls the model asks for.
