@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from turnlog.eventstore import EventStore
+from turnlog.eventstore import EventStore, MemoryEventStore
 from turnlog.kernel import AmbiguousBranch, Branch, Kernel, UnknownBranch, UsageError
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import Instruction, System, rebuild
@@ -106,7 +106,7 @@ async def test_views_of_the_past_share_what_the_kernel_already_folded(store: Eve
     late = await branch.at(versions[-2])
     early = await branch.at(versions[3])
     # the earlier view is rebuilt from the cached later one: same messages, no second copy
-    assert early._live.state._log is late._live.state._log
+    assert early.state._log is late.state._log
     assert [m.id for m in early.messages] == [m.id for m in branch.messages][:8]
     assert (
         early.messages == (await rebuild(store, branch.id, at_version=versions[3], snapshots=False)).messages
@@ -115,7 +115,7 @@ async def test_views_of_the_past_share_what_the_kernel_already_folded(store: Eve
     # a kernel without a time-travel cache rebuilds each view on its own, with the same result
     bare = Kernel(store, time_travel_streams=0)
     assert bare.states is None
-    assert (await bare.load(branch.id, versions[3])) == early._live.state
+    assert (await bare.load(branch.id, versions[3])) == early.state
 
 
 async def test_fork_starts_from_a_past_version_and_diverges(store: EventStore) -> None:
@@ -292,3 +292,47 @@ async def test_a_fork_with_a_blank_name_is_refused_before_anything_is_written(st
     with pytest.raises(UsageError, match="branch name"):
         await branch.fork(1, name=" \t")
     assert await store.list_streams("branch-") == streams
+
+
+async def test_from_snapshot_restores_models_as_load_does(store: EventStore, tmp_path: Path) -> None:
+    from turnlog.kernel._persist import write_snapshot_file
+
+    branch = Branch(store=store, chat_model=_ForeignModel({"provider": "acme-unknown", "model": "m1"}))
+    await branch.communicate("hi")
+    path = await write_snapshot_file(tmp_path / "b.json", branch.state)
+    loaded = await Branch.load(store, branch.id)
+    restored = await Branch.from_snapshot(path, store=store)
+    assert restored.chat_model is None and loaded.chat_model is None
+    assert restored.unrestored_models == loaded.unrestored_models
+    assert "acme-unknown" in restored.unrestored_models["chat_model"]
+    with pytest.raises(UsageError, match="acme-unknown"):
+        await restored.communicate("still there?")
+    given = ScriptedModel("yes")
+    assert (await Branch.from_snapshot(path, store=store, chat_model=given)).chat_model is given
+
+
+async def test_a_configured_kernel_handed_to_a_branch_is_the_one_used(store: EventStore) -> None:
+    from turnlog.projections import SnapshotPolicy
+
+    kernel = Kernel(store, policy=SnapshotPolicy(every=3), time_travel_streams=0)
+    seen: list[object] = []
+    original = kernel.execute
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[1])
+        return await original(*args, **kwargs)
+
+    kernel.execute = counting  # type: ignore[method-assign]
+    branch = Branch(kernel=kernel, chat_model=ScriptedModel("a", "b"))
+    assert branch.kernel is kernel and branch.store is store
+    assert branch.kernel is not Kernel.for_store(store)
+    await branch.chat_and_record("q")
+    assert len(seen) == 2  # branch.created, then the exchange
+    child = await branch.fork()
+    view = await branch.at(1)
+    again = await Branch.load(store, branch.id, kernel=kernel)
+    assert child.kernel is kernel and view.kernel is kernel and again.kernel is kernel
+    await again.chat_and_record("r", chat_model=ScriptedModel("c"))
+    assert len(seen) == 4  # the fork's branch.forked and the second exchange
+    with pytest.raises(UsageError, match="another store"):
+        Branch(store=MemoryEventStore(), kernel=kernel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, MessageAdded, RunStart
+from turnlog.kernel import Branch, MessageRecorded, RunStart
 from turnlog.kernel.models import ProviderConnectionError
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
@@ -30,7 +30,7 @@ async def test_owns_no_lifecycle_but_signals_message_adds(store: EventStore) -> 
     seen: list[object] = []
     branch.observe(handler=seen.append)
     await branch.chat_and_record("ping")
-    assert [type(s) for s in seen] == [MessageAdded, MessageAdded]
+    assert [type(s) for s in seen] == [MessageRecorded, MessageRecorded]
     assert not any(isinstance(s, RunStart) for s in seen)
 
 

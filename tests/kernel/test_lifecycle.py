@@ -10,9 +10,9 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import (
     Branch,
-    MessageAdded,
+    MessageRecorded,
     RunEnd,
-    RunFailed,
+    RunFailure,
     RunStart,
     Signal,
     current_run,
@@ -33,13 +33,13 @@ async def test_communicate_emits_one_start_and_one_end(store: EventStore) -> Non
     seen: list[Signal] = []
     branch.observe(handler=seen.append)
     assert await branch.communicate("q") == "a"
-    assert [type(s) for s in seen] == [RunStart, MessageAdded, MessageAdded, RunEnd]
+    assert [type(s) for s in seen] == [RunStart, MessageRecorded, MessageRecorded, RunEnd]
     start, end = seen[0], seen[-1]
     assert isinstance(start, RunStart) and isinstance(end, RunEnd)
     assert start.run_id == end.run_id and end.verb == "communicate"
     assert end.result == "a" and end.duration_ms >= 0
     assert [s.event.version for s in seen] == sorted(s.event.version for s in seen)
-    messages = [s for s in seen if isinstance(s, MessageAdded)]
+    messages = [s for s in seen if isinstance(s, MessageRecorded)]
     assert all(m.run_id == start.run_id for m in messages)
 
 
@@ -59,12 +59,12 @@ async def test_usage_is_that_of_the_run_only(store: EventStore) -> None:
 async def test_failure_emits_run_failed_and_no_run_end(store: EventStore) -> None:
     branch = Branch(store=store, chat_model=ScriptedModel(ValueError("bad things")))
     seen: list[Signal] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     with pytest.raises(ValueError, match="bad things"):
         await branch.communicate("q")
-    assert [type(s) for s in seen] == [RunStart, RunFailed]
+    assert [type(s) for s in seen] == [RunStart, RunFailure]
     failed = seen[1]
-    assert isinstance(failed, RunFailed)
+    assert isinstance(failed, RunFailure)
     assert (failed.error_type, failed.error_message, failed.reason) == ("ValueError", "bad things", "error")
     assert isinstance(failed.error, ValueError)
     await assert_rebuilds(branch)
@@ -90,7 +90,7 @@ async def test_observer_that_raises_changes_nothing(
     branch.observe(handler=later.append)
     with caplog.at_level(logging.ERROR, logger="turnlog.kernel"):
         assert await branch.communicate("q") == "a"
-    assert [type(s) for s in later] == [RunStart, MessageAdded, MessageAdded, RunEnd]
+    assert [type(s) for s in later] == [RunStart, MessageRecorded, MessageRecorded, RunEnd]
     assert "observer" in caplog.text
     (run,) = branch.state.runs.values()
     assert run.status == "ended"
@@ -102,7 +102,7 @@ async def test_async_observer_raising_on_failure_keeps_the_primary_error(store: 
     async def explode(signal: Signal) -> None:
         raise RuntimeError("secondary")
 
-    branch.observe(RunFailed, handler=explode)
+    branch.observe(RunFailure, handler=explode)
     with pytest.raises(KeyError, match="primary"):
         await branch.communicate("q")
     (run,) = branch.state.runs.values()

@@ -12,7 +12,7 @@ from turnlog.kernel import (
     Branch,
     LoopBreak,
     LoopDirective,
-    MessageAdded,
+    MessageRecorded,
     RemovedArgument,
     Session,
     UsageError,
@@ -232,6 +232,8 @@ async def test_communicate_marks_the_recorded_response_as_parsed(store: EventSto
         ("operate", "field_models"),
         ("operate", "exclude_fields"),
         ("operate", "call_params"),
+        ("operate", "verbose_action"),
+        ("ReAct", "verbose_action"),
         ("operate", "request_model"),
         ("communicate", "operative_model"),
         ("parse", "similarity_algo"),
@@ -341,11 +343,11 @@ async def test_cancel_stops_the_run_cleanly(store: EventStore) -> None:
     model = ChunkModel(_three_turns())
     branch = Branch(store=store)
 
-    def stop_on_first_answer(signal: MessageAdded) -> None:
+    def stop_on_first_answer(signal: MessageRecorded) -> None:
         if isinstance(signal.message, AssistantResponse):
             branch.control(LoopDirective.CANCEL, reason="enough")
 
-    branch.observe(MessageAdded, handler=stop_on_first_answer)
+    branch.observe(MessageRecorded, handler=stop_on_first_answer)
     got = [m async for m in branch.run("go", chat_model=model)]
     assert [type(m) for m in got] == [Instruction]  # "one" was recorded, then the loop stopped
     assert model.closed == 1, "the provider stream was closed (the finally cleanup ran)"

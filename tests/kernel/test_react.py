@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, ResponseParseError, RunEnd, RunFailed, RunStart, Signal
+from turnlog.kernel import Branch, ResponseParseError, RunEnd, RunFailure, RunStart, Signal
 from turnlog.kernel.models import ModelRequest
 from turnlog.kernel.operations.ReAct import Analysis, ReActAnalysis, ReActStream, clamp_extensions
 from turnlog.kernel.testing import FunctionModel, ScriptedModel
@@ -40,7 +40,7 @@ async def test_react_defaults_to_three_extensions_under_one_run(store: EventStor
     model = ScriptedModel(*(step(True) for _ in range(4)), answer("42"), step(True))
     branch = Branch(store=store, chat_model=model)
     seen: list[Signal] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     assert await branch.ReAct(instruction="What is six times seven?") == "42"
     assert len(model.calls) == 5  # first round + 3 extensions + the answer
     assert model.remaining == 1
@@ -145,10 +145,10 @@ async def test_final_answer_falls_back_to_the_last_response(store: EventStore) -
 async def test_a_failing_round_fails_the_one_run(store: EventStore) -> None:
     branch = Branch(store=store, chat_model=ScriptedModel(ValueError("boom")))
     seen: list[Signal] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     with pytest.raises(ValueError, match="boom"):
         await branch.ReAct(instruction="go")
-    assert [type(s) for s in seen] == [RunStart, RunFailed]
+    assert [type(s) for s in seen] == [RunStart, RunFailure]
     await assert_rebuilds(branch)
 
 
@@ -222,7 +222,7 @@ async def test_cli_backed_react_nests_its_streamed_runs(store: EventStore) -> No
     cli = LineCLI(step(True), step(False), answer("from the cli"))
     branch = Branch(store=store, chat_model=cli)
     seen: list[Signal] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     assert await branch.ReAct(instruction="go") == "from the cli"
     assert len(cli.prompts) == 3
     assert [type(s) for s in seen] == [RunStart, RunEnd]  # the nested streams record no lifecycle

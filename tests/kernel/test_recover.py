@@ -62,7 +62,7 @@ async def open_run(store: EventStore) -> tuple[Branch, str]:
     branch = await Branch(store=store).save()
     run_id = str(uuid7())
     await branch.add_message(Instruction.create("go"), run_id=run_id)
-    await branch._execute(StartRun(run_id, "run", None, "claude_code", "fake"), run_id=run_id)
+    await branch.execute(StartRun(run_id, "run", None, "claude_code", "fake"), run_id=run_id)
     return branch, run_id
 
 

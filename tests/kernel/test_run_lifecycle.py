@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, MessageAdded, RunEnd, RunFailed, RunStart, Signal, iModel, observed_run
+from turnlog.kernel import Branch, MessageRecorded, RunEnd, RunFailure, RunStart, Signal, iModel, observed_run
 from turnlog.kernel.models import CLIError, ProviderError, StreamChunk
 from turnlog.kernel.operations.run import classify_stream_error
 from turnlog.projections import AssistantResponse, Instruction
@@ -26,7 +26,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fake:
 
 def watch(branch: Branch) -> list[Signal]:
     seen: list[Signal] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     return seen
 
 
@@ -46,7 +46,7 @@ async def test_one_start_and_one_end_and_start_before_first_message(store: Event
     fake.script({"steps": [{"text": "ok"}]})
     branch = Branch(store=store, chat_model=iModel("claude_code/sonnet"))
     seen: list[object] = []
-    branch.observe(RunStart, RunEnd, RunFailed, handler=seen.append)
+    branch.observe(RunStart, RunEnd, RunFailure, handler=seen.append)
     async for message in branch.run("go"):
         seen.append(message)
     assert [type(s) for s in seen] == [RunStart, Instruction, AssistantResponse, RunEnd]
@@ -62,9 +62,9 @@ async def test_error_chunk_gives_run_failed_and_no_run_end(store: EventStore) ->
     with pytest.raises(CLIError, match="boom"):
         async for _ in branch.run("go", chat_model=model):
             pass
-    assert kinds(seen) == [RunStart, RunFailed]
+    assert kinds(seen) == [RunStart, RunFailure]
     failed = seen[1]
-    assert isinstance(failed, RunFailed) and isinstance(failed.error, CLIError) and failed.reason == "error"
+    assert isinstance(failed, RunFailure) and isinstance(failed.error, CLIError) and failed.reason == "error"
     assert model.closed == 1
     await assert_rebuilds(branch)
 
@@ -145,9 +145,9 @@ async def test_cancellation_is_run_failed_cancelled_and_the_process_goes(
 
     with anyio.move_on_after(1.0):
         await consume()
-    assert kinds(seen) == [RunStart, RunFailed]
+    assert kinds(seen) == [RunStart, RunFailure]
     failed = seen[1]
-    assert isinstance(failed, RunFailed) and failed.reason == "cancelled"
+    assert isinstance(failed, RunFailure) and failed.reason == "cancelled"
     last = branch.messages[-1]
     assert isinstance(last, AssistantResponse) and last.response == "one" and last.metadata["interrupted"]
     assert not alive(fake.starts()[0]["pid"])
@@ -215,7 +215,7 @@ async def test_observer_that_raises_changes_nothing(store: EventStore) -> None:
     def bad(signal: Signal) -> None:
         raise RuntimeError("observer broke")
 
-    branch.observe(RunStart, RunEnd, MessageAdded, handler=bad)
+    branch.observe(RunStart, RunEnd, MessageRecorded, handler=bad)
     assert await branch.run_and_collect("go", chat_model=ChunkModel([text("fine")])) == "fine"
     run = next(iter(branch.state.runs.values()))
     assert run.status == "ended"
@@ -269,7 +269,7 @@ async def test_failed_cli_exit_is_run_failed_and_no_process_survives(store: Even
     with pytest.raises(CLIError):
         async for _ in branch.run("go"):
             pass
-    assert kinds(seen) == [RunStart, RunFailed]
+    assert kinds(seen) == [RunStart, RunFailure]
     assert not alive(fake.starts()[0]["pid"])
     last = branch.messages[-1]
     assert isinstance(last, AssistantResponse) and last.response == "half"

@@ -144,7 +144,7 @@ async def crashed_claude_run(store: EventStore, home: Path, cwd: str, partial: s
 
     branch = await Branch(store=store).save()
     run_id = str(uuid7())
-    await branch._execute(StartRun(run_id, "run", None, "claude_code", "m1", cwd), run_id=run_id)
+    await branch.execute(StartRun(run_id, "run", None, "claude_code", "m1", cwd), run_id=run_id)
     await branch.add_message(Instruction.create("go"), run_id=run_id)
     chunks = [
         StreamChunk("system", metadata={"session_id": "s-1", "cli_home": str(home), "cwd": cwd}),

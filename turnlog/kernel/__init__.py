@@ -1,8 +1,24 @@
-"""turnlog.kernel: the command side (Kernel, Branch, Session, verbs, providers)."""
+"""turnlog.kernel: the command side (Kernel, Branch, Session, verbs, providers).
 
-from ._branch import Branch, find_branch
-from ._called import called_message_ids, message_ids_at
-from ._composed import ComposedVerbs
+What is here is what users of the kernel need: the facade (``Branch``, ``Session``), the
+``Kernel`` and its commands, the branch port that operations and custom ``Middle`` adapters
+are written against, the signals observers receive (also in ``turnlog.kernel.signals``),
+parameter objects, tools, flows, replay, recovery and the errors. Internals (the verb
+functions, the registry, snapshot helpers) stay in their private modules.
+"""
+
+from ._branch import Branch
+from ._called import called_message_ids
+from ._commands import (
+    AddMessages,
+    AnnotateMessage,
+    BindProviderSession,
+    ClearMessages,
+    Command,
+    EndRun,
+    FailRun,
+    StartRun,
+)
 from ._context import ContextProvider, ContextProviderRegistry, ProviderReport
 from ._control import LoopBreak, LoopControl, LoopDirective
 from ._errors import (
@@ -20,36 +36,16 @@ from ._errors import (
     UsageError,
 )
 from ._flow import FlowResult, Graph, GraphCycleError, flow
-from ._kernel import (
-    AddMessages,
-    AnnotateMessage,
-    BindProviderSession,
-    ClearMessages,
-    Command,
-    CreateBranch,
-    EndRun,
-    FailRun,
-    Kernel,
-    StartRun,
-)
-from ._lifecycle import (
-    MessageAdded,
-    RunEnd,
-    RunFailed,
-    RunScope,
-    RunStart,
-    Signal,
-    current_run,
-    lifecycle,
-    observed_run,
-)
-from ._lookup import find_session
+from ._kernel import Kernel
+from ._lifecycle import RunScope, current_run, lifecycle, observed_run
+from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
+from ._port import BranchPort, VerbPort
 from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
-from ._session import OperationManager, Session
+from ._session import Session
 from ._tools import (
     ActionParam,
     Tool,
@@ -60,64 +56,52 @@ from ._tools import (
     UnknownTool,
 )
 from .models import iModel
+from .signals import MessageRecorded, Observer, RunEnd, RunFailure, RunStart, Signal
 
 __all__ = [
     "ActionParam",
-    "ComposedVerbs",
-    "FlowResult",
-    "Graph",
-    "GraphCycleError",
-    "NodeStatus",
-    "Operation",
-    "Tool",
-    "ToolArgumentsError",
-    "ToolError",
-    "ToolInvocation",
-    "ToolRegistry",
-    "UnknownTool",
-    "flow",
-    "AuditReport",
-    "ExecuteReport",
-    "ReplayMismatch",
-    "audit_replay",
-    "execute_replay",
-    "called_message_ids",
-    "find_branch",
-    "find_session",
     "AddMessages",
     "AmbiguousBranch",
     "AmbiguousSession",
     "AnnotateMessage",
+    "AuditReport",
     "BindProviderSession",
     "Branch",
+    "BranchPort",
+    "BufferProblem",
     "ChatParam",
     "ClearMessages",
     "Command",
     "ContextProvider",
     "ContextProviderRegistry",
-    "BufferProblem",
-    "CreateBranch",
     "EndRun",
+    "ExecuteReport",
     "ExecutionError",
     "FailRun",
+    "FlowResult",
+    "Graph",
+    "GraphCycleError",
     "Kernel",
     "KernelError",
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
-    "MessageAdded",
+    "MessageRecorded",
     "Middle",
+    "NodeStatus",
+    "Observer",
+    "Operation",
     "OperationError",
-    "OperationManager",
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
     "RecoveredRun",
     "RecoveryReport",
     "RemovedArgument",
+    "ReplayMismatch",
     "ResponseParseError",
     "RunEnd",
-    "RunFailed",
+    "RunFailure",
     "RunParam",
     "RunRecoveryError",
     "RunScope",
@@ -127,14 +111,26 @@ __all__ = [
     "Signal",
     "SnapshotFileError",
     "StartRun",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolError",
+    "ToolInvocation",
+    "ToolRegistry",
     "UnknownBranch",
-    "UnsafePathError",
     "UnknownSession",
+    "UnknownTool",
+    "UnsafePathError",
     "UsageError",
+    "VerbPort",
+    "audit_replay",
+    "called_message_ids",
     "current_run",
+    "execute_replay",
+    "find_branch",
+    "find_session",
+    "flow",
     "iModel",
     "lifecycle",
-    "message_ids_at",
     "observed_run",
     "recover",
 ]

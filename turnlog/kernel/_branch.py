@@ -1,8 +1,27 @@
 """Branch: the public facade of one conversation, recorded in the stream ``branch-<id>``.
 
 Verbs build parameter objects and delegate to ``turnlog.kernel.operations.<verb>`` through
-imports inside the methods (importing Branch loads no verb). A verb never touches the store:
-it issues commands, which the Kernel validates, appends, folds and announces.
+imports inside the verb functions (importing Branch loads no verb). A verb never touches the
+store: it issues commands, which the Kernel validates, appends, folds and announces.
+
+Branch implements the ``BranchPort`` (``_port``) that operations and the lifecycle use, and
+composes the rest instead of inheriting it:
+
+- the verbs are functions of the branch, written once in ``_verbs`` (API), ``_streams``
+  (CLI streams) and ``_composed`` (act, operate, interpret, ReAct), bound here as methods;
+- observers are an ``Observers`` list (``turnlog.kernel.signals``);
+- the Kernel is injected (``Branch(kernel=...)``) or the store's default one.
+
+Every way of opening a recorded branch (``load``, ``fork``, ``from_snapshot``, ``recover``
+through ``load``) goes through one internal constructor, ``_open``, which restores the models
+the same way. A Session attaches a branch through ``attach_to_session`` /
+``detach_from_session``, never through its attributes.
+
+Why this module is over 500 lines: ``Branch`` is one class on purpose (ADR-0021 D1: one
+discoverable facade), and what is left in it after the verbs moved out is its public surface
+(about 30 documented properties and commands), the port it implements, and the functions
+that alone may touch its attributes (``attach_to_session`` and friends: the rule is that no
+other module does). Splitting the class again would mean mixins, which this design removed.
 
 Example::
 
@@ -13,56 +32,66 @@ Example::
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, overload
 
 import anyio
 
+import turnlog.kernel._composed as _composed
+import turnlog.kernel._streams as _streams
+import turnlog.kernel._verbs as _verbs
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
-from turnlog.kernel._composed import ComposedVerbs
-from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
-from turnlog.kernel._control import LoopControls
-from turnlog.kernel._errors import UsageError
-from turnlog.kernel._kernel import (
+from turnlog.kernel._commands import (
     AddMessages,
     AnnotateMessage,
     BindProviderSession,
     ClearMessages,
     Command,
     CreateBranch,
-    Kernel,
-    LiveBranch,
-    Observable,
-    Observer,
 )
-from turnlog.kernel._lifecycle import Signal
+from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
+from turnlog.kernel._control import LoopControl, LoopDirective, parse_directive
+from turnlog.kernel._errors import UsageError
+from turnlog.kernel._kernel import Kernel, LiveBranch, branch_events
 from turnlog.kernel._lookup import find_branch
 from turnlog.kernel._model_config import default_store, model_config, rebuild_model, resolve_model
-from turnlog.kernel._streams import StreamVerbs
-from turnlog.kernel._verbs import ApiVerbs
+from turnlog.kernel._persist import read_snapshot_file
+from turnlog.kernel._registry import OperationManager
 from turnlog.kernel.models import ChatModel
+from turnlog.kernel.signals import Observer, Observers, Signal, Subscription
 from turnlog.projections import (
     AnyMessage,
     BranchCreated,
     BranchForked,
+    BranchState,
     EventData,
     HistoryRow,
     Instruction,
-    MessageAdded,
     System,
+    apply,
     history,
+    new_event,
 )
 
 if TYPE_CHECKING:
-    from turnlog.kernel._session import OperationManager, Session
+    from collections.abc import Awaitable
 
-__all__ = ["MAX_BRANCH_NAME", "Branch", "check_branch_name", "default_store", "model_config", "resolve_model"]
+    from turnlog.kernel._port import SessionRef
 
-
-def _model_from_config(config: Mapping[str, Any] | None) -> ChatModel | None:
-    """Rebuild a model from a recorded config; None when it cannot be (see ``rebuild_model``)."""
-    return rebuild_model(config)[0]
+__all__ = [
+    "MAX_BRANCH_NAME",
+    "Branch",
+    "attach_to_session",
+    "check_branch_name",
+    "default_store",
+    "detach_from_session",
+    "model_config",
+    "resolve_model",
+    "store_of",
+]
 
 
 def _system_message(system: Any) -> System | None:
@@ -73,14 +102,15 @@ def _system_message(system: Any) -> System | None:
     raise UsageError(f"system must be a str or a System message, not {type(system).__name__}")
 
 
-class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
+class Branch:
     """One conversation: its state is the projection of its own stream.
 
     The constructor does no I/O: ``branch.created`` is appended before the first command, or
     by ``await branch.save()``.
 
     Args:
-        store: An open store (``open_store(...)``); None opens the default store on first use.
+        store: An open store (``open_store(...)``); None opens the default store on first use
+            (or takes the store of ``kernel``).
         name: A human name (``Branch.load`` finds a branch by it).
         user: Who the branch talks for (the default sender of instructions).
         system: The system prompt (a string or a ``System`` message).
@@ -88,12 +118,52 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         parse_model: The model used to reformat answers for parsing (default: chat_model).
         tools: Callables the branch may offer as tools, by name.
         metadata: Free-form JSON facts about the branch.
+        kernel: The Kernel that executes the branch's commands (default: the one Kernel of
+            the store, ``Kernel.for_store``); pass a configured ``Kernel(store, ...)`` to
+            choose its snapshot policy, retries or time-travel cache.
 
     Attributes:
-        unrestored_models: After ``load``: why a recorded model config could not be rebuilt
-            (say, a provider this installation does not know), by role (``chat_model``,
-            ``parse_model``); that model is None and verbs that need it raise ``UsageError``.
+        unrestored_models: After ``load`` (or ``from_snapshot``): why a recorded model config
+            could not be rebuilt (say, a provider this installation does not know), by role
+            (``chat_model``, ``parse_model``); that model is None and verbs that need it raise
+            ``UsageError``.
+
+    Raises:
+        UsageError: ``kernel`` serves another store than ``store``.
     """
+
+    id: str
+    unrestored_models: dict[str, str]
+    _store: EventStore | None
+    _kernel: Kernel | None
+    _readonly_at: int | None
+    _live: LiveBranch
+    _pending: BranchCreated | BranchForked | None
+    _preview: BranchState | None
+    _create_lock: anyio.Lock
+    _observers: Observers
+    _session: SessionRef | None
+    _session_observers: Observers | None
+    _on_recorded: Callable[[Branch], Awaitable[None]] | None
+    _operation_manager: OperationManager
+    _providers: ContextProviderRegistry | None
+    _tools: dict[str, Callable[..., Any]]
+    _chat_model: ChatModel | None
+    _parse_model: ChatModel | None
+    _loop_control: LoopControl | None
+
+    # The verbs: functions of the branch, each written once in its module (see the module docstring).
+    chat = _verbs.chat
+    chat_and_record = _verbs.chat_and_record
+    communicate = _verbs.communicate
+    parse = _verbs.parse
+    run = _streams.run
+    run_and_collect = _streams.run_and_collect
+    act = _composed.act
+    operate = _composed.operate
+    interpret = _composed.interpret
+    ReAct = _composed.ReAct
+    ReActStream = _composed.ReActStream
 
     def __init__(
         self,
@@ -106,12 +176,13 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         parse_model: Any = None,
         tools: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        kernel: Kernel | None = None,
     ) -> None:
         check_branch_name(name)
-        self._setup(str(uuid7()), store, readonly_at=None)
+        self._setup(str(uuid7()), store, kernel=kernel, readonly_at=None)
         self._chat_model = resolve_model(chat_model)
         self._parse_model = resolve_model(parse_model)
-        self._pending: BranchCreated | BranchForked | None = BranchCreated(
+        self._pending = BranchCreated(
             branch_id=self.id,
             name=name,
             user=user,
@@ -123,24 +194,62 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         if tools:
             self.register_tools(tools)
 
-    def _setup(self, branch_id: str, store: EventStore | None, *, readonly_at: int | None) -> None:
-        from turnlog.kernel._session import OperationManager
-
+    def _setup(
+        self, branch_id: str, store: EventStore | None, *, kernel: Kernel | None, readonly_at: int | None
+    ) -> None:
+        if kernel is not None and store is not None and kernel.store is not store:
+            raise UsageError(f"the kernel given to branch {branch_id} serves another store")
         self.id = branch_id
-        self._store = store
+        self._store = store if store is not None else (kernel.store if kernel is not None else None)
+        self._kernel = kernel
         self._readonly_at = readonly_at
         self._live = LiveBranch(branch_id, listeners=self._listeners)
         self._pending = None
-        self._preview: Any = None
+        self._preview = None
         self._create_lock = anyio.Lock()
-        self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
-        self._session: Session | None = None
-        self._operation_manager: OperationManager = OperationManager()
-        self._providers: ContextProviderRegistry | None = None
-        self._tools: dict[str, Callable[..., Any]] = {}
-        self._chat_model: ChatModel | None = None
-        self._parse_model: ChatModel | None = None
-        self.unrestored_models: dict[str, str] = {}
+        self._observers = Observers()
+        self._session = None
+        self._session_observers = None
+        self._on_recorded = None
+        self._operation_manager = OperationManager()
+        self._providers = None
+        self._tools = {}
+        self._chat_model = None
+        self._parse_model = None
+        self._loop_control = None
+        self.unrestored_models = {}
+
+    @classmethod
+    def _open(
+        cls,
+        branch_id: str,
+        store: EventStore,
+        *,
+        kernel: Kernel | None,
+        state: BranchState | None,
+        readonly_at: int | None = None,
+        chat_model: Any = None,
+        parse_model: Any = None,
+    ) -> Branch:
+        """The one constructor of a recorded branch (``load``, ``from_snapshot``, ``fork``).
+
+        A model that is given is used; else the recorded config in ``state`` is rebuilt, and
+        when that fails the reason goes into ``unrestored_models``.
+        """
+        branch = cls.__new__(cls)
+        branch._setup(branch_id, store, kernel=kernel, readonly_at=readonly_at)
+        branch._live.state = state
+        for role, given in (("chat_model", chat_model), ("parse_model", parse_model)):
+            model = resolve_model(given)
+            if model is None and state is not None:
+                model, reason = rebuild_model(state.chat_model if role == "chat_model" else state.parse_model)
+                if reason is not None:
+                    branch.unrestored_models[role] = reason
+            if role == "chat_model":
+                branch._chat_model = model
+            else:
+                branch._parse_model = model
+        return branch
 
     # ------------------------------------------------------------------------------- loading
 
@@ -153,6 +262,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         at_version: int | None = None,
         chat_model: Any = None,
         parse_model: Any = None,
+        kernel: Kernel | None = None,
     ) -> Branch:
         """Open a recorded branch by id, unique id prefix or name.
 
@@ -163,27 +273,48 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
             chat_model: The chat model to use (default: rebuilt from the recorded config,
                 which test models cannot be).
             parse_model: The parse model to use (default: likewise, else the chat model).
+            kernel: The Kernel to use (default: the store's, ``Kernel.for_store``).
 
         Raises:
             UnknownBranch: nothing matches ``ref`` (``candidates`` lists close names).
             AmbiguousBranch: several branches match ``ref``.
         """
         branch_id = await find_branch(store, ref)
-        kernel = Kernel.for_store(store)
-        state = await kernel.load(branch_id, at_version)
-        branch = cls.__new__(cls)
-        branch._setup(branch_id, store, readonly_at=at_version)
-        branch._live.state = state
-        for role, given, config in (
-            ("chat_model", chat_model, state.chat_model),
-            ("parse_model", parse_model, state.parse_model),
-        ):
-            model = resolve_model(given)
-            if model is None:
-                model, reason = rebuild_model(config)
-                if reason is not None:
-                    branch.unrestored_models[role] = reason
-            setattr(branch, f"_{role}", model)
+        state = await (kernel or Kernel.for_store(store)).load(branch_id, at_version)
+        return cls._open(
+            branch_id,
+            store,
+            kernel=kernel,
+            state=state,
+            readonly_at=at_version,
+            chat_model=chat_model,
+            parse_model=parse_model,
+        )
+
+    @classmethod
+    async def from_snapshot(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        store: EventStore,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        kernel: Kernel | None = None,
+    ) -> Branch:
+        """Open a branch from a snapshot file written by ``stream_persist``.
+
+        The state comes from the file; events the store holds after the snapshot's version
+        are folded on top, so the branch is as current as the store. Models are restored as
+        ``load`` restores them.
+
+        Raises:
+            SnapshotFileError: the file cannot be read as a branch snapshot.
+        """
+        state = await read_snapshot_file(path)
+        branch = cls._open(
+            state.branch_id, store, kernel=kernel, state=state, chat_model=chat_model, parse_model=parse_model
+        )
+        await branch.kernel.catch_up(branch._live)
         return branch
 
     async def save(self) -> Branch:
@@ -205,8 +336,8 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
             await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
             self._pending = None
             self._preview = None
-        if self._session is not None:
-            await self._session._branch_recorded(self)
+        if self._on_recorded is not None:
+            await self._on_recorded(self)
 
     # ----------------------------------------------------------------------------- properties
 
@@ -219,7 +350,9 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
 
     @property
     def kernel(self) -> Kernel:
-        """The Kernel of the branch's store."""
+        """The Kernel that executes the branch's commands (given, else the store's)."""
+        if self._kernel is not None:
+            return self._kernel
         return Kernel.for_store(self.store)
 
     @property
@@ -228,7 +361,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         return f"branch-{self.id}"
 
     @property
-    def state(self) -> Any:
+    def state(self) -> BranchState:
         """The folded state (``BranchState``); before the first write, what it will be."""
         if self._live.state is not None:
             return self._live.state
@@ -321,8 +454,8 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         return self._providers
 
     @property
-    def session(self) -> Session | None:
-        """The session that includes the branch, if any."""
+    def session(self) -> SessionRef | None:
+        """The session that includes the branch, if any (a ``Session``)."""
         return self._session
 
     @property
@@ -344,11 +477,56 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         past = f" at v{self._readonly_at}" if self._readonly_at is not None else ""
         return f"<Branch {self.id} name={self.name!r} v{self.version}{past}>"
 
-    # ------------------------------------------------------------------------------- commands
+    # ------------------------------------------------------------------------ the branch port
 
-    def _check_writable(self) -> None:
+    @property
+    def prompt_cache(self) -> dict[Any, Any]:
+        """Derived data verbs keep between turns (rendered history), keyed by what it came from."""
+        return self._live.cache
+
+    def require_writable(self) -> None:
+        """Raise ``UsageError`` when the branch is a read-only view of the past."""
         if self._readonly_at is not None:
             raise UsageError(f"branch {self.id} is a read-only view at version {self._readonly_at}")
+
+    def require_chat_model(self, given: ChatModel | None = None) -> ChatModel:
+        """``given``, else the branch's chat model.
+
+        Raises:
+            UsageError: neither is set (saying why a recorded model was not rebuilt, if so).
+        """
+        model = given if given is not None else self._chat_model
+        if model is None:
+            why = self.unrestored_models.get("chat_model")
+            raise UsageError(
+                f"branch {self.id} has no chat model: pass chat_model= to Branch(...) or Branch.load(...)"
+                + (f" ({why})" if why else "")
+            )
+        return model
+
+    def use_chat_model(self, model: ChatModel) -> None:
+        """Make ``model`` (as given, not resolved) the chat model: ``run(chat_model=...)`` replaces it."""
+        self._chat_model = model
+
+    def messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
+        """The branch's messages with these ids, in that order.
+
+        Raises:
+            UsageError: an id names no message of the branch.
+        """
+        by_id = {m.id: m for m in self.messages}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise UsageError(f"progression names messages that are not in branch {self.id}: {missing}")
+        return [by_id[i] for i in ids]
+
+    async def gather_context(self, instruction: Instruction) -> ProviderReport:
+        """Run the context providers for one request (none run without a system message)."""
+        if self._providers is None or not len(self._providers):
+            return ProviderReport()
+        if self.system is None:
+            return self._providers.skip_all()
+        return await self._providers.gather(self, instruction)
 
     def _meta(self, run_id: str | None) -> dict[str, Any]:
         return {
@@ -356,21 +534,6 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
             "run_id": run_id,
             "session_id": self._session.id if self._session is not None else None,
         }
-
-    async def _execute(
-        self,
-        command: Command,
-        *,
-        run_id: str | None = None,
-        extras: Mapping[str, Any] | None = None,
-        terminal: bool = False,
-    ) -> list[RecordedEvent]:
-        """Run a command on this branch (creating its stream first when needed)."""
-        self._check_writable()
-        await self._ensure_created()
-        return await self.kernel.execute(
-            self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
-        )
 
     async def execute(
         self,
@@ -380,15 +543,24 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         extras: Mapping[str, Any] | None = None,
         terminal: bool = False,
     ) -> list[RecordedEvent]:
-        """Run a kernel command on this branch (verbs built on the kernel use this).
+        """Run a kernel command on this branch, creating its stream first when needed.
 
         Args:
             command: One of the commands of ``turnlog.kernel`` (``AddMessages``, ``FailRun``...).
             run_id: The run the events belong to (recorded in their meta).
             extras: In-process values handed to the observer signals.
             terminal: The command closes a run (the snapshot policy may write a snapshot).
+
+        Raises:
+            UsageError: the branch is read-only, or the command does not apply.
         """
-        return await self._execute(command, run_id=run_id, extras=extras, terminal=terminal)
+        self.require_writable()
+        await self._ensure_created()
+        return await self.kernel.execute(
+            self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
+        )
+
+    # ------------------------------------------------------------------------------- commands
 
     async def add_message(self, message: AnyMessage, *, run_id: str | None = None) -> AnyMessage:
         """Record one message (``message.added``)."""
@@ -397,18 +569,17 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
 
     async def add_messages(self, messages: Sequence[AnyMessage], *, run_id: str | None = None) -> None:
         """Record messages in one atomic append, in order."""
-        items = tuple(MessageAdded(message=m, run_id=run_id) for m in messages)
-        await self._execute(AddMessages(items), run_id=run_id)
+        await self.execute(AddMessages.of(messages, run_id=run_id), run_id=run_id)
 
     async def annotate(
         self, message_id: str, metadata: Mapping[str, Any], *, reason: str | None = None
     ) -> None:
         """Merge ``metadata`` into a message's view (``message.annotated``)."""
-        await self._execute(AnnotateMessage(message_id, metadata, reason))
+        await self.execute(AnnotateMessage(message_id, metadata, reason))
 
     async def clear_messages(self) -> None:
         """Remove every message from the view except the system message (``messages.cleared``)."""
-        await self._execute(ClearMessages())
+        await self.execute(ClearMessages())
 
     async def set_system(self, system: str | System) -> System:
         """Replace the system message (a ``System`` message is recorded)."""
@@ -419,40 +590,61 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
 
     async def bind_provider_session(self, provider: str, model: str, session_id: str) -> None:
         """Remember a provider session id so a later run (in any process) resumes it."""
-        await self._execute(BindProviderSession(provider, model, session_id))
+        await self.execute(BindProviderSession(provider, model, session_id))
 
     async def refresh(self) -> Branch:
         """Fold events that other writers appended since the state was read."""
         await self.kernel.catch_up(self._live)
         return self
 
-    def _messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
-        by_id = {m.id: m for m in self.messages}
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise UsageError(f"progression names messages that are not in branch {self.id}: {missing}")
-        return [by_id[i] for i in ids]
-
-    async def _gather_context(self, instruction: Instruction) -> ProviderReport:
-        if self._providers is None or not len(self._providers):
-            return ProviderReport()
-        if self.system is None:
-            return self._providers.skip_all()
-        return await self._providers.gather(self, instruction)
-
     # ------------------------------------------------------------------------------ observers
 
-    def _listeners(self) -> list[tuple[tuple[type[Signal], ...], Observer]]:
-        if self._session is None:
-            return self._observers
-        return self._observers + self._session._observers
+    @overload
+    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
+    @overload
+    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
+    def observe(
+        self, *types: type[Signal], handler: Observer | None = None
+    ) -> Observer | Callable[[Observer], Observer]:
+        """Call ``handler`` with every signal of ``types`` (all signals when none), in log order.
+
+        Usable as a decorator. Handlers may be sync or async; one that raises is logged and
+        changes nothing. The signals are in ``turnlog.kernel.signals``.
+        """
+        return self._observers.observe(*types, handler=handler)
+
+    def unobserve(self, handler: Observer) -> None:
+        """Stop calling ``handler``."""
+        self._observers.unobserve(handler)
+
+    def _listeners(self) -> Sequence[Subscription]:
+        own = self._observers.subscriptions()
+        if self._session_observers is None:
+            return own
+        return own + self._session_observers.subscriptions()
+
+    # ------------------------------------------------------------------------- loop control
+
+    def control(self, directive: LoopDirective | str, reason: str | None = None) -> None:
+        """Ask a running ``run()`` of this branch to ``cancel`` or ``break`` at its next check.
+
+        Raises:
+            UsageError: ``directive`` is not ``continue``, ``cancel`` or ``break``.
+        """
+        self._loop_control = LoopControl(parse_directive(directive), reason)
+
+    def poll_control(self) -> LoopControl | None:
+        """The directive set since the last poll (None when none); polling clears it."""
+        found, self._loop_control = self._loop_control, None
+        return found
 
     # ----------------------------------------------------------------------------- operations
 
     def get_operation(self, operation: str) -> Callable[..., Any] | None:
         """A built-in verb by name, else an operation registered in the branch's registry."""
         if not operation.startswith("_") and callable(getattr(type(self), operation, None)):
-            return getattr(self, operation)
+            found: Callable[..., Any] = getattr(self, operation)
+            return found
         return self._operation_manager.registry.get(operation)
 
     # ----------------------------------------------------------------------------- time travel
@@ -465,8 +657,6 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
 
     async def events(self) -> list[tuple[RecordedEvent, EventData]]:
         """Every event of the branch's own stream with its decoded payload, in order."""
-        from turnlog.kernel._kernel import branch_events
-
         if self._readonly_at is None:
             await self._ensure_created()
         return await branch_events(self.store, self.id, self._readonly_at)
@@ -474,7 +664,7 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
     async def at(self, version: int) -> Branch:
         """A read-only view of the branch as it was at ``version``; verbs on it raise."""
         await self._ensure_created()
-        view = await Branch.load(self.store, self.id, at_version=version)
+        view = await Branch.load(self.store, self.id, at_version=version, kernel=self._kernel)
         view._chat_model = self._chat_model
         view._parse_model = self._parse_model
         return view
@@ -490,10 +680,14 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         version = at_version if at_version is not None else (self._readonly_at or self.version)
         if not 1 <= version <= max(self.version, self._readonly_at or 0):
             raise UsageError(f"cannot fork branch {self.id} at version {version}: it has {self.version}")
-        child = Branch.__new__(Branch)
-        child._setup(str(uuid7()), self.store, readonly_at=None)
-        child._chat_model = self._chat_model
-        child._parse_model = self._parse_model
+        child = Branch._open(
+            str(uuid7()),
+            self.store,
+            kernel=self._kernel,
+            state=None,
+            chat_model=self._chat_model,
+            parse_model=self._parse_model,
+        )
         child._tools = dict(self._tools)
         data = BranchForked(
             branch_id=child.id,
@@ -504,6 +698,44 @@ class Branch(ApiVerbs, StreamVerbs, ComposedVerbs, LoopControls, Observable):
         )
         await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
         return child
+
+
+# ---------------------------------------------------------------------- the session's handle
+
+
+def store_of(branch: Branch) -> EventStore | None:
+    """The store a branch was given (None: it opens the default store on first use)."""
+    return branch._store
+
+
+def attach_to_session(
+    branch: Branch,
+    session: SessionRef,
+    *,
+    store: EventStore,
+    operations: OperationManager,
+    observers: Observers,
+    on_recorded: Callable[[Branch], Awaitable[None]],
+) -> None:
+    """Make ``branch`` part of ``session`` (what ``Session`` calls; not for other callers).
+
+    The branch then records to ``store`` (when it had no store yet), shares the session's
+    operation registry and observers, and calls ``on_recorded`` after its first event.
+    """
+    if branch._store is None:
+        branch._store = store
+    branch._session = session
+    branch._session_observers = observers
+    branch._on_recorded = on_recorded
+    branch._operation_manager = operations
+
+
+def detach_from_session(branch: Branch) -> None:
+    """Undo ``attach_to_session``: the branch gets a private operation registry again."""
+    branch._session = None
+    branch._session_observers = None
+    branch._on_recorded = None
+    branch._operation_manager = OperationManager()
 
 
 MAX_BRANCH_NAME = 200
@@ -531,13 +763,8 @@ def check_branch_name(name: object) -> None:
         raise UsageError(f"a branch name must not contain control characters: {name!r:.80}")
 
 
-def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:
+def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> BranchState:
     """The state a branch will have once its first event is recorded (nothing is written)."""
-    from datetime import UTC, datetime
-
-    from turnlog.kernel._kernel import fold_one
-    from turnlog.projections import new_event
-
     event = new_event(data)
     recorded = RecordedEvent(
         id=event.id,
@@ -552,4 +779,4 @@ def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> Any:
         prev_hash="",
         hash="",
     )
-    return fold_one(None, recorded)
+    return apply(None, recorded)

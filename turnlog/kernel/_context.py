@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = [
     "ContextProvider",
@@ -46,12 +46,12 @@ def count_tokens(text: str) -> int:
 class ContextProvider(Protocol):
     """Something that contributes text to a request."""
 
-    async def provide(self, branch: Branch, instruction: Any) -> str | None:
+    async def provide(self, branch: BranchPort, instruction: Any) -> str | None:
         """Return the text to inject for this request, or None to contribute nothing."""
         ...
 
 
-ProviderFunction = Callable[["Branch", Any], Awaitable["str | None"]]
+ProviderFunction = Callable[["BranchPort", Any], Awaitable["str | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ class ContextProviderRegistry:
         """The report of a turn that ran no provider."""
         return ProviderReport(skipped=tuple(self.names))
 
-    async def gather(self, branch: Branch, instruction: Any) -> ProviderReport:
+    async def gather(self, branch: BranchPort, instruction: Any) -> ProviderReport:
         """Run every provider, then keep what fits.
 
         A provider that raises, or returns anything but a string or None, is reported as
@@ -208,11 +208,11 @@ class PromptContext:
         return f"{self.text}\n\n{prompt}" if self.text else prompt
 
 
-async def prompt_context(branch: Branch, instruction: Any) -> PromptContext:
+async def prompt_context(branch: BranchPort, instruction: Any) -> PromptContext:
     """Gather the branch's context providers for one text prompt (``run``), as the API verbs do.
 
     The same rules apply: providers run only when the branch has a system message, a failing
     provider fails alone, the budget keeps the highest priorities. Nothing is recorded here.
     """
-    report = await branch._gather_context(instruction)
+    report = await branch.gather_context(instruction)
     return PromptContext("\n\n".join(report.blocks), tuple(report.fired_names))

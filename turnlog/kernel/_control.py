@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from turnlog.kernel._errors import KernelError, UsageError
 
-__all__ = ["LoopBreak", "LoopControl", "LoopControls", "LoopDirective", "stop_requested"]
+__all__ = ["LoopBreak", "LoopControl", "LoopDirective", "parse_directive", "stop_requested"]
 
 
 class LoopDirective(StrEnum):
@@ -62,32 +61,20 @@ class LoopBreak(KernelError, RuntimeError):
         super().__init__(reason or "loop broken by control")
 
 
-class LoopControls:
-    """``control`` and ``poll_control``; mixed into ``Branch``."""
+def parse_directive(directive: LoopDirective | str) -> LoopDirective:
+    """``directive`` as a ``LoopDirective``.
 
-    _loop_control: LoopControl | None = None
-
-    def control(self, directive: LoopDirective | str, reason: str | None = None) -> None:
-        """Ask a running ``run()`` of this branch to ``cancel`` or ``break`` at its next check.
-
-        Raises:
-            UsageError: ``directive`` is not ``continue``, ``cancel`` or ``break``.
-        """
-        try:
-            value = LoopDirective(directive)
-        except ValueError:
-            raise UsageError(f"control() takes 'continue', 'cancel' or 'break', not {directive!r}") from None
-        self._loop_control = LoopControl(value, reason)
-
-    def poll_control(self) -> LoopControl | None:
-        """The directive set since the last poll (None when none); polling clears it."""
-        found, self._loop_control = self._loop_control, None
-        return found
+    Raises:
+        UsageError: ``directive`` is not ``continue``, ``cancel`` or ``break``.
+    """
+    try:
+        return LoopDirective(directive)
+    except ValueError:
+        raise UsageError(f"control() takes 'continue', 'cancel' or 'break', not {directive!r}") from None
 
 
-def stop_requested(branch: Any) -> bool:
-    """Poll ``branch``'s directive: True to stop cleanly (cancel); break raises ``LoopBreak``."""
-    found = branch.poll_control()
+def stop_requested(found: LoopControl | None) -> bool:
+    """What a polled directive means for a run: True to stop cleanly (cancel); break raises ``LoopBreak``."""
     if found is None or found.directive is LoopDirective.CONTINUE:
         return False
     if found.directive is LoopDirective.BREAK:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from pydantic import BaseModel
@@ -55,10 +55,10 @@ from turnlog.projections import (
 )
 
 if TYPE_CHECKING:
+    from turnlog.eventstore import EventStore
     from turnlog.kernel._branch import Branch
-    from turnlog.kernel._session import Session
 
-__all__ = ["FlowResult", "Graph", "GraphCycleError", "flow"]
+__all__ = ["FlowResult", "FlowSession", "Graph", "GraphCycleError", "flow"]
 
 Condition = Callable[[Mapping[str, Any]], "bool | Awaitable[bool]"]
 
@@ -240,10 +240,39 @@ def _merged_context(existing: Any, additions: Mapping[str, Any]) -> Any:
     return {"original_context": existing, **additions}
 
 
+class FlowSession(Protocol):
+    """What a flow needs of its session (a ``Session`` is one; it runs ``flow`` as ``Session.flow``)."""
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        ...
+
+    @property
+    def store(self) -> EventStore:
+        """Where the flow records its ``graph-<id>`` stream."""
+        ...
+
+    @property
+    def default_branch(self) -> Branch | None:
+        """The branch of nodes without one of their own."""
+        ...
+
+    def get_branch(self, ref: Branch | str) -> Branch:
+        """An included branch by object, id, unique id prefix or name."""
+        ...
+
+    async def include_branches(self, branches: Branch | Iterable[Branch]) -> None:
+        """Include branches in the session."""
+        ...
+
+
 class _Run:
     """The state of one flow run."""
 
-    def __init__(self, session: Session, graph: Graph, context: Mapping[str, Any] | None, limit: int) -> None:
+    def __init__(
+        self, session: FlowSession, graph: Graph, context: Mapping[str, Any] | None, limit: int
+    ) -> None:
         self.session = session
         self.graph = graph
         self.context = dict(context or {})
@@ -349,7 +378,7 @@ class _Run:
 
 
 async def flow(
-    session: Session,
+    session: FlowSession,
     graph: Graph,
     *,
     context: Mapping[str, Any] | None = None,

@@ -11,7 +11,11 @@ from the store and, for commands whose meaning does not depend on their position
 stream (message appends, model calls, run lifecycle), tries again, a bounded number of
 times; any other command surfaces the error.
 
-One Kernel per store (``Kernel.for_store``) serves every branch of it.
+A Kernel serves every branch of one store. ``Kernel.for_store`` is the convenience default
+(one per store, made on first use); a configured ``Kernel(store, ...)`` can be handed to a
+branch instead (``Branch(kernel=...)``, ``Branch.load(..., kernel=...)``).
+
+Commands live in ``_commands``, signals in ``turnlog.kernel.signals``.
 """
 
 from __future__ import annotations
@@ -21,25 +25,30 @@ import logging
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Protocol, overload
+from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
 from turnlog.eventstore import NO_STREAM, ConcurrencyError, EventStore, RecordedEvent
-from turnlog.kernel._errors import UsageError
-from turnlog.kernel._lifecycle import MessageAdded, RunEnd, RunFailed, RunStart, Signal
+from turnlog.kernel._commands import Command
 from turnlog.kernel.models import Usage
+from turnlog.kernel.signals import (
+    MessageRecorded,
+    Observer,
+    RunEnd,
+    RunFailure,
+    RunStart,
+    Signal,
+    Subscription,
+)
 from turnlog.projections import (
-    AnyMessage,
-    BranchCreated,
     BranchForked,
     BranchState,
     EventData,
-    MessageAnnotated,
-    MessagesCleared,
-    ProviderSessionBound,
+    MessageAdded,
     RunEnded,
+    RunFailed,
     RunStarted,
     SnapshotPolicy,
     StateCache,
@@ -51,205 +60,10 @@ from turnlog.projections import (
     new_event,
     rebuild,
 )
-from turnlog.projections import MessageAdded as MessageAddedData
-from turnlog.projections import RunFailed as RunFailedData
 
-__all__ = [
-    "AddMessages",
-    "AnnotateMessage",
-    "BindProviderSession",
-    "ClearMessages",
-    "Command",
-    "CreateBranch",
-    "EndRun",
-    "FailRun",
-    "Kernel",
-    "LiveBranch",
-    "Observable",
-    "Observer",
-    "StartRun",
-]
+__all__ = ["Kernel", "LiveBranch", "branch_events", "signal_for"]
 
 _log = logging.getLogger("turnlog.kernel")
-
-Observer = Callable[[Signal], Any]
-"""A sync or async callable receiving signals; what it returns is ignored."""
-
-
-class Observable:
-    """``observe`` / ``unobserve`` over ``self._observers`` (mixed into Branch and Session)."""
-
-    _observers: list[tuple[tuple[type[Signal], ...], Observer]]
-
-    @overload
-    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
-    @overload
-    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
-    def observe(self, *types: type[Signal], handler: Observer | None = None) -> Any:
-        """Call ``handler`` with every signal of ``types`` (all signals when none), in log order.
-
-        On a Session, the signals of every included branch. Usable as a decorator. Handlers
-        may be sync or async; one that raises is logged and changes nothing.
-        """
-
-        def register(func: Observer) -> Observer:
-            self._observers.append((tuple(types), func))
-            return func
-
-        return register(handler) if handler is not None else register
-
-    def unobserve(self, handler: Observer) -> None:
-        """Stop calling ``handler``."""
-        self._observers = [(t, h) for t, h in self._observers if h is not handler]
-
-
-# ------------------------------------------------------------------------------------------ commands
-
-
-class Command(Protocol):
-    """Something to do to one branch: validated against its state, turned into event payloads."""
-
-    reorderable: ClassVar[bool]
-    """True when the command means the same wherever it lands in the stream."""
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        """The payloads to append, given the current state; raise ``UsageError`` to refuse."""
-        ...
-
-
-def _usage(usage: Usage) -> UsageData:
-    return UsageData(
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
-    )
-
-
-def _payload(schema: type[EventData], command: Any, **converted: Any) -> EventData:
-    """The ``schema`` payload holding a command's fields (``converted`` replaces some of them)."""
-    values = {f.name: getattr(command, f.name) for f in fields(command)}
-    return schema(**(values | converted))
-
-
-@dataclass(frozen=True, slots=True)
-class CreateBranch:
-    """Start the branch stream with ``branch.created`` or ``branch.forked`` (version 1)."""
-
-    reorderable: ClassVar[bool] = False
-    data: BranchCreated | BranchForked
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        if state is not None:
-            raise UsageError(f"branch {self.data.branch_id} exists already")
-        return (self.data,)
-
-
-@dataclass(frozen=True, slots=True)
-class AddMessages:
-    """Append messages and model-call records as one atomic batch, in the given order.
-
-    ``items`` holds ``message.added`` and ``model.called`` payloads; message ids must be new.
-    """
-
-    reorderable: ClassVar[bool] = True
-    items: tuple[EventData, ...]
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        seen: set[str] = set()
-        for item in self.items:
-            if isinstance(item, MessageAddedData):
-                mid = item.message.id
-                if mid in seen or _has_message(state, mid):
-                    raise UsageError(f"message {mid} is recorded in this branch already")
-                seen.add(mid)
-        return self.items
-
-
-@dataclass(frozen=True, slots=True)
-class AnnotateMessage:
-    """Merge metadata into a recorded message's view (``message.annotated``)."""
-
-    reorderable: ClassVar[bool] = False
-    message_id: str
-    metadata: Mapping[str, Any]
-    reason: str | None = None
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        if not _has_message(state, self.message_id):
-            raise UsageError(f"message {self.message_id} is not in this branch")
-        return (_payload(MessageAnnotated, self, metadata=dict(self.metadata)),)
-
-
-@dataclass(frozen=True, slots=True)
-class ClearMessages:
-    """Every message leaves the view except the system message (``messages.cleared``)."""
-
-    reorderable: ClassVar[bool] = False
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        return (MessagesCleared(),)
-
-
-@dataclass(frozen=True, slots=True)
-class BindProviderSession:
-    """Remember the provider session to resume (``provider.session_bound``)."""
-
-    reorderable: ClassVar[bool] = False
-    provider: str
-    model: str
-    session_id: str
-    cwd: str | None = None
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        return (_payload(ProviderSessionBound, self),)
-
-
-@dataclass(frozen=True, slots=True)
-class StartRun:
-    """``run.started``."""
-
-    reorderable: ClassVar[bool] = True
-    run_id: str
-    verb: str
-    parent_run_id: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    cwd: str | None = None
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        return (_payload(RunStarted, self),)
-
-
-@dataclass(frozen=True, slots=True)
-class EndRun:
-    """``run.ended`` with the duration and the usage of this run only."""
-
-    reorderable: ClassVar[bool] = True
-    run_id: str
-    verb: str
-    duration_ms: float
-    usage: Usage = field(default_factory=Usage)
-    chunks: int | None = None
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        return (_payload(RunEnded, self, usage=_usage(self.usage)),)
-
-
-@dataclass(frozen=True, slots=True)
-class FailRun:
-    """``run.failed`` with the error and the usage of this run only."""
-
-    reorderable: ClassVar[bool] = True
-    run_id: str
-    verb: str
-    duration_ms: float
-    usage: Usage
-    error_type: str
-    error_message: str
-    reason: str = "error"
-    recovered: Mapping[str, Any] | None = None
-
-    def build(self, state: Any) -> Sequence[EventData]:
-        recovered = dict(self.recovered) if self.recovered is not None else None
-        return (_payload(RunFailedData, self, usage=_usage(self.usage), recovered=recovered),)
 
 
 # ------------------------------------------------------------------------------------- live branch
@@ -267,9 +81,9 @@ class LiveBranch:
     """
 
     branch_id: str
-    state: Any = None
-    listeners: Callable[[], Sequence[tuple[tuple[type[Signal], ...], Observer]]] = lambda: ()
-    cache: dict[Any, Any] = field(default_factory=dict)
+    state: BranchState | None = None
+    listeners: Callable[[], Sequence[Subscription]] = lambda: ()
+    cache: dict[object, object] = field(default_factory=dict)
     # fast_acquire: an uncontended command does not yield to the event loop for the lock.
     lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     outbox: deque[tuple[RecordedEvent, EventData | None, Mapping[str, Any]]] = field(default_factory=deque)
@@ -376,7 +190,7 @@ class Kernel:
         return recorded
 
     async def _append(
-        self, live: LiveBranch, command: Command, meta: dict[str, Any]
+        self, live: LiveBranch, command: Command, meta: dict[str, object]
     ) -> tuple[list[RecordedEvent], Sequence[EventData | None]]:
         attempt = 0
         while True:
@@ -401,14 +215,14 @@ class Kernel:
                     state = apply(state, event, payload)
                 live.state = state
                 return recorded, payloads
-            live.state = await rebuild_state(self.store, live.branch_id)
+            live.state = await rebuild(self.store, live.branch_id)
             return recorded, [None] * len(recorded)
 
     async def catch_up(self, live: LiveBranch) -> list[RecordedEvent]:
         """Fold the events other writers appended since the live state; return them."""
         if live.state is None:
             if await self.store.stream_version(live.stream) > 0:
-                live.state = await rebuild_state(self.store, live.branch_id)
+                live.state = await rebuild(self.store, live.branch_id)
             return []
         new = [e async for e in self.store.read_stream(live.stream, live.version + 1)]
         if new:
@@ -422,7 +236,7 @@ class Kernel:
         branch reads its messages about once.
         """
         if at_version is None or self.states is None:
-            return await rebuild_state(self.store, branch_id, at_version)
+            return await rebuild(self.store, branch_id, at_version=at_version)
         return await rebuild(self.store, branch_id, at_version=at_version, cache=self.states)
 
     async def _snapshot(self, live: LiveBranch, *, run_ended: bool) -> None:
@@ -476,8 +290,8 @@ def signal_for(
         return None
     if data is None:
         data = decode_event(event)
-    if isinstance(data, MessageAddedData):
-        return MessageAdded(branch_id, event, _message(data), data.run_id)
+    if isinstance(data, MessageAdded):
+        return MessageRecorded(branch_id, event, data.message, data.run_id)
     if isinstance(data, RunStarted):
         return RunStart(branch_id, event, data.run_id, data.verb)
     if isinstance(data, RunEnded):
@@ -490,8 +304,8 @@ def signal_for(
             _usage_of(data.usage),
             extras.get("result"),
         )
-    assert isinstance(data, RunFailedData)
-    return RunFailed(
+    assert isinstance(data, RunFailed)
+    return RunFailure(
         branch_id,
         event,
         data.run_id,
@@ -505,28 +319,7 @@ def signal_for(
     )
 
 
-def _message(data: MessageAddedData) -> AnyMessage:
-    return data.message
-
-
 _SIGNALLED = frozenset({"message.added", "run.started", "run.ended", "run.failed"})
-
-
-# --------------------------------------------------------------------------- projections bridge
-
-
-def _has_message(state: BranchState | None, message_id: str) -> bool:
-    return state is not None and state.message(message_id) is not None
-
-
-def fold_one(state: BranchState | None, event: RecordedEvent) -> BranchState:
-    """Fold one event with the projections' fold."""
-    return apply(state, event)
-
-
-async def rebuild_state(store: EventStore, branch_id: str, at_version: int | None = None) -> BranchState:
-    """The state of ``branch_id`` at ``at_version`` (default: the latest): snapshot plus tail."""
-    return await rebuild(store, branch_id, at_version=at_version)
 
 
 async def branch_events(

@@ -12,8 +12,11 @@ A run nested inside another run of the same branch in the same task is suppresse
 records no lifecycle of its own and its model calls count towards the enclosing run. The
 suppression lives in a ContextVar, so concurrent tasks never suppress each other.
 
-Observers receive typed signals, built from the recorded events in log order:
-``RunStart``, ``RunEnd``, ``RunFailed`` and ``MessageAdded``.
+Observers receive typed signals (``turnlog.kernel.signals``), built from the recorded
+events in log order: ``RunStart``, ``RunEnd``, ``RunFailure`` and ``MessageRecorded``.
+
+The wrapper works on any ``BranchPort``: it needs the branch id, its chat model and
+``execute`` for the three commands ``StartRun``, ``EndRun`` and ``FailRun``.
 """
 
 from __future__ import annotations
@@ -24,115 +27,25 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import anyio
 
-from turnlog.eventstore import RecordedEvent
+from turnlog.eventstore import uuid7
+from turnlog.kernel._commands import EndRun, FailRun, StartRun
 from turnlog.kernel.models import Usage
-from turnlog.projections import AnyMessage
+from turnlog.kernel.signals import FailureReason
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = [
-    "MessageAdded",
-    "RunEnd",
-    "RunFailed",
     "RunScope",
-    "RunStart",
-    "Signal",
     "current_run",
     "failure_reason",
     "lifecycle",
     "observed_run",
 ]
-
-FailureReason = Literal["error", "cancelled", "timeout", "crashed"]
-
-
-@dataclass(frozen=True, slots=True)
-class Signal:
-    """Something observers are told about, made from one recorded event.
-
-    Attributes:
-        branch_id: The branch whose stream holds the event.
-        event: The recorded event behind the signal (version, position, meta...).
-    """
-
-    branch_id: str
-    event: RecordedEvent
-
-
-@dataclass(frozen=True, slots=True)
-class _RunSignal(Signal):
-    run_id: str
-    verb: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunStart(_RunSignal):
-    """A run began (``run.started``).
-
-    Attributes:
-        run_id: The run id.
-        verb: The verb that owns the run.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class _RunOutcome(_RunSignal):
-    duration_ms: float
-    usage: Usage
-
-
-@dataclass(frozen=True, slots=True)
-class RunEnd(_RunOutcome):
-    """A run finished normally (``run.ended``).
-
-    Attributes:
-        run_id: The run id.
-        verb: The verb that owned the run.
-        duration_ms: Wall time of the run.
-        usage: Tokens and cost of this run only.
-        result: What the verb returned (only in the process that ran it).
-    """
-
-    result: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunFailed(_RunOutcome):
-    """A run ended with an error, a cancellation or a timeout (``run.failed``).
-
-    Attributes:
-        run_id: The run id.
-        verb: The verb that owned the run.
-        duration_ms: Wall time until the failure.
-        usage: Tokens and cost of this run only.
-        error_type: The exception's class name.
-        error_message: The exception's message.
-        reason: ``error``, ``cancelled``, ``timeout`` or ``crashed``.
-        error: The exception itself (only in the process that ran it).
-    """
-
-    error_type: str
-    error_message: str
-    reason: FailureReason
-    error: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MessageAdded(Signal):
-    """A message was appended (``message.added``).
-
-    Attributes:
-        message: The message.
-        run_id: The run that produced it, if any.
-    """
-
-    message: AnyMessage
-    run_id: str | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -212,7 +125,7 @@ class observed_run:
 
     def __init__(
         self,
-        branch: Branch,
+        branch: BranchPort,
         verb: str,
         *,
         provider: str | None = None,
@@ -228,7 +141,7 @@ class observed_run:
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
 
     @classmethod
-    def using(cls, branch: Branch, verb: str, chat_model: Any = None) -> observed_run:
+    def using(cls, branch: BranchPort, verb: str, chat_model: object = None) -> observed_run:
         """A run that records the provider and model of ``chat_model`` (default: the branch's).
 
         Analytics attributes a run's cost by them, so every verb owning a run passes its model.
@@ -242,8 +155,6 @@ class observed_run:
         )
 
     async def __aenter__(self) -> RunScope:
-        from turnlog.kernel._kernel import StartRun
-
         branch = self._branch
         outer = current_run(branch.id)
         if outer is not None:
@@ -251,13 +162,11 @@ class observed_run:
             # Its model calls find the outer run through current_run() and count there.
             self._scope = RunScope(branch.id, outer.run_id, self._verb, suppressed=True)
             return self._scope
-        from turnlog.eventstore import uuid7
-
         parent = _innermost.get()
         scope = RunScope(
             branch.id, str(uuid7()), self._verb, parent_run_id=parent.run_id if parent is not None else None
         )
-        await branch._execute(
+        await branch.execute(
             StartRun(scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model, self._cwd),
             run_id=scope.run_id,
         )
@@ -276,20 +185,19 @@ class observed_run:
         if scope.suppressed:
             return
         self._reset()
-        from turnlog.kernel._kernel import EndRun, FailRun
 
         # The terminal event must be written even when the task is being cancelled. A stream
         # closed by its consumer (GeneratorExit) ends cleanly: abandonment is not a failure.
         with anyio.CancelScope(shield=True):
             if exc is None or isinstance(exc, GeneratorExit):
-                await self._branch._execute(
+                await self._branch.execute(
                     EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage, scope.chunks),
                     run_id=scope.run_id,
                     extras={"result": scope.result},
                     terminal=True,
                 )
             else:
-                await self._branch._execute(
+                await self._branch.execute(
                     FailRun(
                         scope.run_id,
                         scope.verb,
@@ -326,14 +234,17 @@ R = TypeVar("R")
 def lifecycle(verb: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Decorate ``async def f(branch, ...)`` so that each call runs inside ``observed_run``.
 
-    The value returned by ``f`` is delivered with the ``RunEnd`` signal.
+    ``branch`` (a ``BranchPort``) is the first argument or the keyword ``branch``. The value
+    returned by ``f`` is delivered with the ``RunEnd`` signal.
     """
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         @functools.wraps(func)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            branch = args[0] if args else kwargs["branch"]
-            async with observed_run.using(branch, verb) as run:  # type: ignore[arg-type]
+            # ParamSpec cannot name the first argument's type; the decorated function's own
+            # signature says it is a branch.
+            branch = cast("BranchPort", args[0] if args else kwargs["branch"])
+            async with observed_run.using(branch, verb) as run:
                 result = await func(*args, **kwargs)
                 run.result = result
                 return result

@@ -32,8 +32,11 @@ def default_store() -> EventStore:
 
 def resolve_model(value: Any) -> ChatModel | None:
     """A chat model from a model object, a ``"provider/model"`` string or a config dict."""
-    if value is None or hasattr(value, "invoke"):
-        return value
+    if value is None:
+        return None
+    if hasattr(value, "invoke"):
+        model: ChatModel = value  # a model object, taken as it is (duck-typed: ``invoke``)
+        return model
     if isinstance(value, str | Mapping):
         try:
             from turnlog.kernel.models import iModel

@@ -75,7 +75,7 @@ class Operation:
         inherit_context: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(operation, str) or not operation:
+        if not _is_name(operation):
             raise UsageError(f"an operation is named by a non-empty string, not {operation!r}")
         if parameters is not None and not isinstance(parameters, Mapping | BaseModel):
             raise UsageError(
@@ -160,3 +160,8 @@ class Operation:
                     await close()
             return items
         return await result
+
+
+def _is_name(value: object) -> bool:
+    """True for a non-empty string (callers may pass anything; the signature cannot stop them)."""
+    return isinstance(value, str) and bool(value)

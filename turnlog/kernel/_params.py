@@ -7,15 +7,44 @@ caller leaves out has exactly the default written here.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
     from turnlog.kernel.models import ChatModel
 
-__all__ = ["ChatParam", "Middle", "ParseParam", "RunParam", "instruct_value"]
+__all__ = [
+    "MAX_PARSE_RETRIES",
+    "ChatParam",
+    "Middle",
+    "ParseParam",
+    "RunParam",
+    "capped_parse_retries",
+    "instruct_value",
+]
+
+MAX_PARSE_RETRIES = 5
+"""The most reformat retries a verb allows (``num_parse_retries``); more warns and is lowered to this."""
+
+
+def capped_parse_retries(requested: int, *, stacklevel: int = 3) -> int:
+    """``requested``, lowered to ``MAX_PARSE_RETRIES`` with a ``UserWarning`` when above it.
+
+    The one rule for every verb that takes ``num_parse_retries`` (``communicate`` and
+    ``run_and_collect``); ``stacklevel`` points the warning at the verb's caller.
+    """
+    if requested <= MAX_PARSE_RETRIES:
+        return requested
+    warnings.warn(
+        f"num_parse_retries={requested} is high. Lowering to {MAX_PARSE_RETRIES}. Suggestion: <3",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+    return MAX_PARSE_RETRIES
+
 
 ImageDetail = Literal["low", "high", "auto"]
 
@@ -126,7 +155,7 @@ class Middle(Protocol):
 
     async def __call__(
         self,
-        branch: Branch,
+        branch: BranchPort,
         instruction: Any,
         chat_param: ChatParam,
         parse_param: ParseParam | None = None,

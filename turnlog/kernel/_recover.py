@@ -39,8 +39,8 @@ closed as crashed.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -63,13 +63,10 @@ from turnlog.projections import (
     UsageData,
 )
 
+from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
 from ._run_buffer import (
     CHUNK_TYPE,
-    BufferedChunk,
-    BufferHeader,
-    ChunkLine,
     default_persist_dir,
-    lock_buffer,
     parse_buffer_name,
     store_location,
 )
@@ -80,7 +77,6 @@ _LIFECYCLE = ("run.started", "run.ended", "run.failed")
 _CRASH_TYPE = "ProcessCrashed"
 _CRASH_MESSAGE = "the process streaming this run ended before closing it; closed by recovery"
 _TOOL_LOST = "interrupted: the run crashed before the tool result arrived"
-_IN_USE = "in use by a running process (a live run, or another recover): left alone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,169 +227,6 @@ class RecoveryReport:
         }
 
 
-# ------------------------------------------------------------------------------------- buffers
-
-
-@dataclass(slots=True)
-class _Buffer:
-    """A buffer read under its lock (held until ``release``)."""
-
-    path: Path
-    branch_id: str
-    run_id: str
-    fd: int
-    header: BufferHeader | None = None
-    chunks: list[BufferedChunk] = field(default_factory=list)
-    problems: list[BufferProblem] = field(default_factory=list)
-    torn: bool = False
-    refused: str | None = None
-    complete: bool = False
-
-    def problem(self, line_number: int, what: str) -> None:
-        self.problems.append(BufferProblem(str(self.path), line_number, what))
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-
-
-def _read_all(fd: int) -> bytes:
-    parts: list[bytes] = []
-    while part := os.read(fd, 1 << 20):
-        parts.append(part)
-    return b"".join(parts)
-
-
-def _open_buffer(path: Path, store_id: str | None, here: str | None) -> _Buffer | str:
-    """The buffer at ``path``, locked, parsed and checked against the store; or why it is skipped."""
-    names = parse_buffer_name(path)
-    if names is None:
-        return "not a run buffer: the name is not <branch_id>.<run_id>.jsonl with canonical UUIDs"
-    try:
-        fd = lock_buffer(path)
-    except OSError as exc:
-        return f"cannot open it: {exc.strerror or exc}"
-    if fd is None:
-        return _IN_USE
-    buffer = _Buffer(path, *names, fd=fd)
-    try:
-        _parse(buffer, _read_all(fd))
-    except OSError as exc:
-        buffer.refused = f"cannot read it: {exc.strerror or exc}"
-    _check_identity(buffer, store_id, here)
-    return buffer
-
-
-def _parse(buffer: _Buffer, raw: bytes) -> None:
-    lines = raw.split(b"\n")
-    last_index = len(lines) - 1  # the piece after the final newline ("" when the file ends cleanly)
-    codec = ChunkLine(buffer.run_id)
-    meta: dict[str, Any] | None = None
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        number = index + 1
-        if buffer.header is None:
-            try:
-                header = BufferHeader.decode(line)
-            except ValueError as exc:
-                buffer.refused = str(exc)
-                return
-            if (header.branch_id, header.run_id) != (buffer.branch_id, buffer.run_id):
-                buffer.refused = f"the header names branch {header.branch_id}, run {header.run_id}"
-                return
-            buffer.header = header
-            continue
-        try:
-            chunk = codec.decode(line, number)
-            if meta is not None and chunk.meta != meta:
-                raise ValueError(f"meta {chunk.meta!r} differs from the first line's")
-            if chunk.meta.get("branch_id") != buffer.branch_id:
-                raise ValueError(f"meta names branch {chunk.meta.get('branch_id')!r}")
-        except ValueError as exc:
-            if index == last_index:
-                buffer.torn = True  # cut off by the crash: tolerated
-            else:
-                buffer.problem(number, str(exc))
-            continue
-        meta = chunk.meta
-        buffer.chunks.append(chunk)
-    if buffer.header is None:
-        buffer.refused = "no buffer header: the file is empty or was cut before its first line"
-
-
-def _check_identity(buffer: _Buffer, store_id: str | None, here: str | None) -> None:
-    """Refuse a buffer written for another store, or for the original of this copy."""
-    header = buffer.header
-    if buffer.refused is not None or header is None:
-        return
-    if header.store_id is None or header.store_id != store_id:
-        buffer.refused = f"written for another store (store id {header.store_id}; this one is {store_id})"
-    elif header.store and here and header.store != here and Path(header.store).exists():
-        buffer.refused = (
-            f"written for the store at {header.store}, which still exists "
-            f"({here} has the same store id: it is a copy)"
-        )
-
-
-async def _check_branch(store: EventStore, buffer: _Buffer) -> None:
-    """Refuse a buffer of a branch this store does not hold."""
-    if buffer.refused is None and await store.stream_version(f"branch-{buffer.branch_id}") == 0:
-        buffer.refused = f"branch {buffer.branch_id} is not in this store"
-
-
-def _plan_import(buffer: _Buffer, stored_ids: Sequence[str]) -> list[BufferedChunk]:
-    """The buffered chunks to append after the stored ones, keeping seq == version; problems noted."""
-    by_seq: dict[int, BufferedChunk] = {}
-    conflicts: set[int] = set()
-    for chunk in buffer.chunks:
-        seen = by_seq.get(chunk.seq)
-        if seen is None:
-            by_seq[chunk.seq] = chunk
-        elif seen.id != chunk.id or seen.data != chunk.data:
-            conflicts.add(chunk.seq)
-            buffer.problem(
-                chunk.line_number, f"seq {chunk.seq} again (line {seen.line_number}) with another id"
-            )
-    count = len(stored_ids)
-    for seq, chunk in sorted(by_seq.items()):
-        if seq <= count and stored_ids[seq - 1] != chunk.id:
-            buffer.problem(
-                chunk.line_number,
-                f"seq {seq} has id {chunk.id}, the store holds {stored_ids[seq - 1]}: "
-                "the buffer is not this run's, nothing imported",
-            )
-            return []
-    new: list[BufferedChunk] = []
-    seq = count + 1
-    while seq in by_seq and seq not in conflicts:
-        new.append(by_seq[seq])
-        seq += 1
-    beyond = sorted(s for s in by_seq if s >= seq)
-    if beyond:
-        why = f"seq {seq} is on two lines with different ids" if seq in conflicts else f"seq {seq} is missing"
-        buffer.problem(
-            by_seq[beyond[0]].line_number,
-            f"{why}: import stopped there, chunks {beyond[0]}..{beyond[-1]} ({len(beyond)}) not imported",
-        )
-    buffer.complete = not beyond
-    return new
-
-
-def _dispose(buffer: _Buffer) -> str:
-    """Remove a fully stored buffer, or rename one with problems ``*.corrupt``; the path it left."""
-    try:
-        if buffer.problems or not buffer.complete:
-            target = buffer.path.with_name(buffer.path.name + ".corrupt")
-            os.replace(buffer.path, target)
-            return str(target)
-        buffer.path.unlink()
-        return ""
-    finally:
-        buffer.release()
-
-
 # ---------------------------------------------------------------------------------------- runs
 
 
@@ -440,7 +273,7 @@ async def _open_runs(store: EventStore) -> tuple[dict[str, _Open], set[str]]:
     return {k: v for k, v in started.items() if k not in ended}, ended
 
 
-async def _complete_stream(store: EventStore, run_id: str, buffer: _Buffer | None) -> _Chunks:
+async def _complete_stream(store: EventStore, run_id: str, buffer: Buffer | None) -> _Chunks:
     """Read the run stream once and append what the buffer holds beyond it (same ids, seq == version)."""
     stream = f"run-{run_id}"
     stored = [event async for event in store.read_stream(stream)]
@@ -449,7 +282,7 @@ async def _complete_stream(store: EventStore, run_id: str, buffer: _Buffer | Non
     ]
     if buffer is None:
         return _Chunks(items, 0)
-    new = _plan_import(buffer, [str(event.id) for event in stored])
+    new = plan_import(buffer, [str(event.id) for event in stored])
     if new:
         encoder = EventEncoder(
             CHUNK_TYPE,
@@ -465,8 +298,10 @@ async def _complete_stream(store: EventStore, run_id: str, buffer: _Buffer | Non
 
 def _range(message: AnyMessage) -> tuple[int, int] | None:
     value = message.metadata.get("chunk_range")
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return int(value[0]), int(value[1])
+    if isinstance(value, list) and len(value) == 2:
+        first, last = value
+        if isinstance(first, int) and isinstance(last, int):
+            return first, last
     return None
 
 
@@ -476,7 +311,7 @@ async def _close_run(
     """Replay the chunk rules over the run's chunks; record what is missing and close the run."""
     from turnlog.kernel._assembler import StreamAssembler
     from turnlog.kernel._branch import Branch
-    from turnlog.kernel._kernel import AddMessages
+    from turnlog.kernel._commands import AddMessages
 
     branch = await Branch.load(store, run.branch_id)
     existing: dict[tuple[str, int, int], AnyMessage] = {}
@@ -530,7 +365,7 @@ async def _close_run(
             )
         )
     if items:
-        await branch._execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
+        await branch.execute(AddMessages(tuple(items)), run_id=run.run_id, terminal=run.lifecycle)
     return RecoveredRun(
         branch.id,
         run.run_id,
@@ -565,7 +400,7 @@ def _close_tools(branch: Any, run: _Open, unanswered: Iterable[Any], user: str) 
 
 
 async def _recover_run(
-    store: EventStore, run: _Open, buffer: _Buffer | None, ended: bool
+    store: EventStore, run: _Open, buffer: Buffer | None, ended: bool
 ) -> RecoveredRun | None:
     """Recover one run, step by step: each step takes what the one before it established.
 
@@ -615,15 +450,15 @@ async def recover(store: EventStore, persist_dir: str | os.PathLike[str] | None 
     here = store_location(store)
     problems: list[BufferProblem] = []
     skipped: list[str] = []
-    buffers: dict[str, _Buffer] = {}
+    buffers: dict[str, Buffer] = {}
     live: set[str] = set()
     try:
         for path in paths:
-            opened = await anyio.to_thread.run_sync(_open_buffer, path, store.store_id, here)
-            if opened == _IN_USE and (names := parse_buffer_name(path)) is not None:
+            opened = await anyio.to_thread.run_sync(open_buffer, path, store.store_id, here)
+            if opened == IN_USE and (names := parse_buffer_name(path)) is not None:
                 live.add(names[1])  # its run is streaming: not crashed
-            if isinstance(opened, _Buffer):
-                await _check_branch(store, opened)
+            if isinstance(opened, Buffer):
+                await check_branch(store, opened)
                 if opened.refused is None and opened.run_id not in buffers:
                     buffers[opened.run_id] = opened
                     continue
@@ -640,7 +475,7 @@ async def recover(store: EventStore, persist_dir: str | os.PathLike[str] | None 
 async def _recover_all(
     store: EventStore,
     directory: Path,
-    buffers: dict[str, _Buffer],
+    buffers: dict[str, Buffer],
     live: set[str],
     problems: list[BufferProblem],
     skipped: list[str],
@@ -658,12 +493,12 @@ async def _recover_all(
     removed: list[str] = []
     kept: list[str] = []
     for run in open_runs.values():
-        buffer = buffers.get(run.run_id)
+        found = buffers.get(run.run_id)
         try:
-            done = await _recover_run(store, run, buffer, run.run_id in ended)
-            if buffer is not None:
-                left = await anyio.to_thread.run_sync(_dispose, buffer)
-                (kept if left else removed).append(left or str(buffer.path))
+            done = await _recover_run(store, run, found, run.run_id in ended)
+            if found is not None:
+                left = await anyio.to_thread.run_sync(dispose, found)
+                (kept if left else removed).append(left or str(found.path))
         except (TurnlogError, OSError, ValueError) as exc:
             failed.append(RunRecoveryError(run.branch_id, run.run_id, type(exc).__name__, str(exc)))
             continue
@@ -676,7 +511,12 @@ async def _recover_all(
         removed=tuple(removed),
         kept=tuple(kept),
         imported=sum(r.imported for r in runs),
-        problems=tuple([*problems, *(p for b in buffers.values() for p in b.problems)]),
+        problems=tuple(
+            [
+                *problems,
+                *(BufferProblem(str(b.path), n, what) for b in buffers.values() for n, what in b.problems),
+            ]
+        ),
         torn=tuple(str(b.path) for b in buffers.values() if b.torn),
         skipped=tuple(skipped),
         failed=tuple(failed),

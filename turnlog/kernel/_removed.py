@@ -27,6 +27,8 @@ _OPERATE = {
         "tool calls are configured with action_strategy=, suppress_errors= and authorize=; "
         "request parameters such as timeout= go in as plain keywords"
     ),
+    "verbose_action": "tool calls are recorded as ActionRequest / ActionResponse messages; "
+    "observe MessageRecorded signals to show them",
 }
 
 REMOVED: Mapping[str, Mapping[str, str]] = {

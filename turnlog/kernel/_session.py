@@ -24,23 +24,25 @@ Example::
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, overload
 
 import anyio
 
 from turnlog.eventstore import EventStore, RecordedEvent, uuid7
-from turnlog.kernel._branch import Branch, default_store
+from turnlog.kernel._branch import Branch, attach_to_session, default_store, detach_from_session, store_of
 from turnlog.kernel._errors import OperationError, UsageError
-from turnlog.kernel._kernel import Observable, Observer
-from turnlog.kernel._lifecycle import Signal
+from turnlog.kernel._flow import FlowResult, Graph
+from turnlog.kernel._flow import flow as run_flow
 from turnlog.kernel._lookup import find_session
+from turnlog.kernel._registry import OperationManager
+from turnlog.kernel.signals import Observer, Observers, Signal
 from turnlog.projections import (
     BranchIncluded,
     BranchRemoved,
+    BranchState,
     BranchUserSet,
     DefaultBranchSet,
     EventData,
@@ -49,45 +51,10 @@ from turnlog.projections import (
     new_event,
 )
 
-__all__ = ["OperationManager", "Session"]
+__all__ = ["OperationManager", "Session"]  # OperationManager lives in _registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger("turnlog.kernel")
-
-
-def _is_async(func: Callable[..., Any]) -> bool:
-    target = func
-    while hasattr(target, "func") and not inspect.isfunction(target):  # functools.partial
-        target = target.func
-    call = getattr(target, "__call__", None)  # noqa: B004 - an object with an async __call__
-    return inspect.iscoroutinefunction(target) or (
-        call is not None and not inspect.isfunction(target) and inspect.iscoroutinefunction(call)
-    )
-
-
-class OperationManager:
-    """A registry of named async operations.
-
-    Attributes:
-        registry: Name -> async callable.
-    """
-
-    __slots__ = ("registry",)
-
-    def __init__(self) -> None:
-        self.registry: dict[str, Callable[..., Any]] = {}
-
-    def register(self, operation: str, func: Callable[..., Any], update: bool = False) -> None:
-        """Register ``func`` under ``operation``.
-
-        Raises:
-            ValueError: the name is taken (and ``update`` is false), or ``func`` is not async.
-        """
-        if operation in self.registry and not update:
-            raise ValueError(f"Operation '{operation}' is already registered.")
-        if not _is_async(func):
-            raise ValueError(f"Operation '{operation}' must be an async function.")
-        self.registry[operation] = func
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +65,11 @@ class _SetUser:
     user: str
     session_id: str
 
-    def build(self, state: Any) -> Sequence[EventData]:
+    def build(self, state: BranchState | None) -> Sequence[EventData]:
         return (BranchUserSet(user=self.user, session_id=self.session_id),)
 
 
-class Session(Observable):
+class Session:
     """Branches that share one operation registry, one set of observers and a default branch.
 
     The constructor does no I/O; the session stream is written on the first change.
@@ -122,7 +89,7 @@ class Session(Observable):
         self._created = False
         self._lock = anyio.Lock()
         self._operation_manager = OperationManager()
-        self._observers: list[tuple[tuple[type[Signal], ...], Observer]] = []
+        self._observers = Observers()
         self._branches: dict[str, Branch] = {}
         self._default: Branch | None = None
         self._unrecorded: dict[str, Branch] = {}  # made on demand; inclusion not written yet
@@ -208,6 +175,23 @@ class Session(Observable):
         """The registered operations, by name."""
         return dict(self._operation_manager.registry)
 
+    @overload
+    def observe(self, *types: type[Signal], handler: Observer) -> Observer: ...
+    @overload
+    def observe(self, *types: type[Signal], handler: None = None) -> Callable[[Observer], Observer]: ...
+    def observe(
+        self, *types: type[Signal], handler: Observer | None = None
+    ) -> Observer | Callable[[Observer], Observer]:
+        """Call ``handler`` with every signal of ``types`` of every included branch, in log order.
+
+        Usable as a decorator; see ``Branch.observe``.
+        """
+        return self._observers.observe(*types, handler=handler)
+
+    def unobserve(self, handler: Observer) -> None:
+        """Stop calling ``handler``."""
+        self._observers.unobserve(handler)
+
     # -------------------------------------------------------------------------------- events
 
     async def _record(self, *items: EventData) -> None:
@@ -234,7 +218,7 @@ class Session(Observable):
             _, branch = self._unrecorded.popitem()
             if branch.id not in self._branches:
                 continue  # removed before anything of it was written
-            await branch._ensure_created()  # no longer unrecorded: _branch_recorded does nothing
+            await branch.save()  # no longer unrecorded: _branch_recorded does nothing
             items.append(BranchIncluded(branch_id=branch.id))
             if self._default is branch:
                 items.append(DefaultBranchSet(branch_id=branch.id))
@@ -265,18 +249,17 @@ class Session(Observable):
         """
         batch = [branches] if isinstance(branches, Branch) else list(branches)
         for branch in batch:
-            owner = branch._session
+            owner = branch.session
             if owner is not None and owner is not self:
                 raise UsageError(
                     f"branch {branch.id} is already owned by session {owner.id}; "
                     "call remove_branch() on the owning session first"
                 )
-        if self._store is None and batch and batch[0]._store is not None:
-            self._store = batch[0]._store
+        if self._store is None and batch and (first := store_of(batch[0])) is not None:
+            self._store = first
         for branch in batch:
-            if branch._store is None:
-                branch._store = self.store
-            elif branch._store is not self.store:
+            given = store_of(branch)
+            if given is not None and given is not self.store:
                 raise UsageError(f"branch {branch.id} is in another store than session {self.id}")
         items: list[EventData] = []
         for branch in batch:
@@ -284,9 +267,9 @@ class Session(Observable):
                 continue
             self._adopt(branch)
             # Recorded before the inclusion, so that Session.load finds every branch it names.
-            await branch._ensure_created()
+            await branch.save()
             if branch.user != self.id and not branch.read_only:
-                await branch._execute(_SetUser(self.id, self.id))
+                await branch.execute(_SetUser(self.id, self.id))
             items.append(BranchIncluded(branch_id=branch.id))
             if self._default is None:
                 self._default = branch
@@ -295,8 +278,14 @@ class Session(Observable):
             await self._record(*items)
 
     def _adopt(self, branch: Branch) -> None:
-        branch._session = self
-        branch._operation_manager = self._operation_manager
+        attach_to_session(
+            branch,
+            self,
+            store=self.store,
+            operations=self._operation_manager,
+            observers=self._observers,
+            on_recorded=self._branch_recorded,
+        )
         self._branches[branch.id] = branch
 
     async def new_branch(self, *, as_default_branch: bool = False, **kwargs: Any) -> Branch:
@@ -313,12 +302,10 @@ class Session(Observable):
         del self._branches[branch.id]
         if self._unrecorded.pop(branch.id, None) is not None and branch.version == 0:
             # made on demand and never written: nothing of it is in the log
-            branch._session = None
-            branch._operation_manager = OperationManager()
+            detach_from_session(branch)
             self._default = next(iter(self._branches.values()), None)
             return
-        branch._session = None
-        branch._operation_manager = OperationManager()
+        detach_from_session(branch)
         items: list[EventData] = [BranchRemoved(branch_id=branch.id)]
         if self._default is branch:
             self._default = next(iter(self._branches.values()), None)
@@ -393,17 +380,15 @@ class Session(Observable):
 
     async def flow(
         self,
-        graph: Any,
+        graph: Graph,
         *,
         context: Mapping[str, Any] | None = None,
         max_concurrent: int | None = 5,
         parallel: bool = True,
         default_branch: Branch | str | None = None,
-    ) -> Any:
+    ) -> FlowResult:
         """Run a ``Graph`` of operation nodes on this session's branches (``turnlog.kernel.flow``)."""
-        from turnlog.kernel._flow import flow
-
-        return await flow(
+        return await run_flow(
             self,
             graph,
             context=context,

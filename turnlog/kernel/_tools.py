@@ -209,7 +209,7 @@ class Tool:
         )
 
     @property
-    def __name__(self) -> str:  # type: ignore[override]
+    def __name__(self) -> str:
         """The tool name (so ``Branch.register_tools([tool])`` files it under its name)."""
         return self.name
 

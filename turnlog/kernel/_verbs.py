@@ -1,298 +1,278 @@
 """The API verbs of ``Branch``: chat, chat_and_record, communicate and parse.
 
-``ApiVerbs`` is a mixin of ``Branch`` (``self`` is always a Branch): each method builds the
-parameter objects and delegates to ``turnlog.kernel.operations.<verb>`` through an import
-inside the method, so importing Branch loads none of them. ``communicate`` owns one observed
-run; the others own none.
+Each verb is a function of the branch (``branch`` is its first argument, a ``BranchPort``);
+``Branch`` binds them as its methods, so a verb's signature is written once, here. Each one
+builds the parameter objects and delegates to ``turnlog.kernel.operations.<verb>`` through
+an import inside the function, so importing Branch loads none of them. ``communicate`` owns
+one observed run; the others own none.
 """
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._model_config import resolve_model
-from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel._params import ChatParam, ParseParam, capped_parse_retries
 from turnlog.kernel._removed import check_removed
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
+    from turnlog.kernel.models import ChatModel
     from turnlog.projections import AssistantResponse, Instruction
 
-__all__ = ["MAX_PARSE_RETRIES", "ApiVerbs"]
-
-MAX_PARSE_RETRIES = 5
-"""The most reformat retries ``communicate`` allows; more warns and is lowered to this."""
+__all__ = ["build_chat_param", "chat", "chat_and_record", "communicate", "or_default", "parse"]
 
 
-class ApiVerbs:
-    """The API verbs; mixed into ``Branch``."""
+@overload
+async def chat(
+    branch: BranchPort,
+    instruction: Any = None,
+    guidance: Any = None,
+    context: Any = None,
+    sender: str | None = None,
+    recipient: str | None = None,
+    request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+    response_format: Any = None,
+    progression: Sequence[str] | None = None,
+    imodel: Any = None,
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    images: Sequence[str] | None = None,
+    image_detail: Literal["low", "high", "auto"] | None = None,
+    plain_content: str | None = None,
+    return_ins_res_message: Literal[False] = False,
+    include_token_usage_to_model: bool = False,
+    **kwargs: Any,
+) -> str: ...
+@overload
+async def chat(
+    branch: BranchPort,
+    instruction: Any = None,
+    guidance: Any = None,
+    context: Any = None,
+    sender: str | None = None,
+    recipient: str | None = None,
+    request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+    response_format: Any = None,
+    progression: Sequence[str] | None = None,
+    imodel: Any = None,
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    images: Sequence[str] | None = None,
+    image_detail: Literal["low", "high", "auto"] | None = None,
+    plain_content: str | None = None,
+    *,
+    return_ins_res_message: Literal[True],
+    include_token_usage_to_model: bool = False,
+    **kwargs: Any,
+) -> tuple[Instruction, AssistantResponse]: ...
+async def chat(
+    branch: BranchPort,
+    instruction: Any = None,
+    guidance: Any = None,
+    context: Any = None,
+    sender: str | None = None,
+    recipient: str | None = None,
+    request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+    response_format: Any = None,
+    progression: Sequence[str] | None = None,
+    imodel: Any = None,
+    tool_schemas: Sequence[Mapping[str, Any]] | None = None,
+    images: Sequence[str] | None = None,
+    image_detail: Literal["low", "high", "auto"] | None = None,
+    plain_content: str | None = None,
+    return_ins_res_message: bool = False,
+    include_token_usage_to_model: bool = False,
+    **kwargs: Any,
+) -> str | tuple[Instruction, AssistantResponse]:
+    """Ask the model once. No message is recorded; the model call is (``model.called``).
 
-    @overload
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        return_ins_res_message: Literal[False] = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> str: ...
-    @overload
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        *,
-        return_ins_res_message: Literal[True],
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> tuple[Instruction, AssistantResponse]: ...
-    async def chat(
-        self,
-        instruction: Any = None,
-        guidance: Any = None,
-        context: Any = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        progression: Sequence[str] | None = None,
-        imodel: Any = None,
-        tool_schemas: Sequence[Mapping[str, Any]] | None = None,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        plain_content: str | None = None,
-        return_ins_res_message: bool = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> str | tuple[Instruction, AssistantResponse]:
-        """Ask the model once. No message is recorded; the model call is (``model.called``).
+    Returns the response text, or ``(Instruction, AssistantResponse)`` when
+    ``return_ins_res_message`` is true. Extra keyword arguments are request parameters.
+    """
+    from turnlog.kernel.operations.chat import chat as chat_operation
 
-        Returns the response text, or ``(Instruction, AssistantResponse)`` when
-        ``return_ins_res_message`` is true. Extra keyword arguments are request parameters.
-        """
-        from turnlog.kernel.operations.chat import chat
+    param = build_chat_param(
+        guidance=guidance,
+        context=context,
+        sender=sender,
+        recipient=recipient,
+        response_format=response_format if response_format is not None else request_fields,
+        progression=progression,
+        imodel=imodel,
+        tool_schemas=tool_schemas,
+        images=images,
+        image_detail=image_detail,
+        plain_content=plain_content,
+        include_token_usage_to_model=include_token_usage_to_model,
+        imodel_kw=kwargs,
+    )
+    if return_ins_res_message:
+        return await chat_operation(branch, instruction, param, True)
+    return await chat_operation(branch, instruction, param, False)
 
-        branch = cast("Branch", self)
-        param = self._chat_param(
-            guidance=guidance,
-            context=context,
-            sender=sender,
-            recipient=recipient,
-            response_format=response_format if response_format is not None else request_fields,
-            progression=progression,
-            imodel=imodel,
-            tool_schemas=tool_schemas,
-            images=images,
-            image_detail=image_detail,
-            plain_content=plain_content,
-            include_token_usage_to_model=include_token_usage_to_model,
-            imodel_kw=kwargs,
+
+async def chat_and_record(branch: BranchPort, instruction: Any = None, **kwargs: Any) -> str:
+    """Ask the model once and record instruction, model call and response in one append.
+
+    Takes the keyword arguments of ``chat`` (``return_ins_res_message`` is ignored) and
+    returns the response text. Owns no run lifecycle.
+    """
+    from turnlog.kernel.operations.chat_and_record import chat_and_record as record
+
+    kwargs.pop("return_ins_res_message", None)
+    request_fields = kwargs.pop("request_fields", None)
+    if kwargs.get("response_format") is None and request_fields is not None:
+        kwargs["response_format"] = request_fields
+    param = build_chat_param(**_chat_param_kwargs(kwargs))
+    return await record(branch, instruction, param)
+
+
+async def communicate(
+    branch: BranchPort,
+    instruction: Any = None,
+    *,
+    guidance: Any = None,
+    context: Any = None,
+    plain_content: str | None = None,
+    sender: str | None = None,
+    recipient: str | None = None,
+    progression: Sequence[str] | None = None,
+    response_format: Any = None,
+    request_fields: Sequence[str] | Mapping[str, Any] | None = None,
+    chat_model: Any = None,
+    parse_model: Any = None,
+    skip_validation: bool = False,
+    images: Sequence[str] | None = None,
+    image_detail: Literal["low", "high", "auto"] | None = None,
+    num_parse_retries: int = 3,
+    clear_messages: bool = False,
+    include_token_usage_to_model: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Record one exchange and return the answer, parsed when a format is requested.
+
+    Runs as one observed run (``run.started`` then ``run.ended`` or ``run.failed``).
+    ``num_parse_retries`` above ``MAX_PARSE_RETRIES`` (5) warns and uses 5.
+
+    Returns:
+        The response text; with ``response_format``, an instance of it; with
+        ``request_fields``, a dict of the fields found.
+    """
+    from turnlog.kernel.operations.communicate import communicate as communicate_operation
+
+    check_removed("communicate", kwargs)
+    num_parse_retries = capped_parse_retries(num_parse_retries)
+    branch.require_writable()
+    model = resolve_model(chat_model)
+    param = build_chat_param(
+        guidance=guidance,
+        context=context,
+        sender=sender,
+        recipient=recipient,
+        response_format=response_format if response_format is not None else request_fields,
+        progression=progression,
+        imodel=model,
+        images=images,
+        image_detail=image_detail,
+        plain_content=plain_content,
+        include_token_usage_to_model=include_token_usage_to_model,
+        imodel_kw=kwargs,
+    )
+    check_format(param.response_format)  # refused before the run starts: nothing recorded
+    parse_param = None
+    if response_format is not None and not skip_validation:
+        parse_param = ParseParam(
+            response_format=response_format,
+            max_retries=num_parse_retries,
+            imodel=or_default(resolve_model(parse_model), branch.parse_model),
         )
-        return await chat(branch, instruction, param, return_ins_res_message)  # type: ignore[call-overload]
-
-    async def chat_and_record(self, instruction: Any = None, **kwargs: Any) -> str:
-        """Ask the model once and record instruction, model call and response in one append.
-
-        Takes the keyword arguments of ``chat`` (``return_ins_res_message`` is ignored) and
-        returns the response text. Owns no run lifecycle.
-        """
-        from turnlog.kernel.operations.chat_and_record import chat_and_record
-
-        kwargs.pop("return_ins_res_message", None)
-        request_fields = kwargs.pop("request_fields", None)
-        if kwargs.get("response_format") is None and request_fields is not None:
-            kwargs["response_format"] = request_fields
-        param = self._chat_param(**_chat_param_kwargs(kwargs))
-        return await chat_and_record(cast("Branch", self), instruction, param)
-
-    async def communicate(
-        self,
-        instruction: Any = None,
-        *,
-        guidance: Any = None,
-        context: Any = None,
-        plain_content: str | None = None,
-        sender: str | None = None,
-        recipient: str | None = None,
-        progression: Sequence[str] | None = None,
-        response_format: Any = None,
-        request_fields: Sequence[str] | Mapping[str, Any] | None = None,
-        chat_model: Any = None,
-        parse_model: Any = None,
-        skip_validation: bool = False,
-        images: Sequence[str] | None = None,
-        image_detail: Literal["low", "high", "auto"] | None = None,
-        num_parse_retries: int = 3,
-        clear_messages: bool = False,
-        include_token_usage_to_model: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """Record one exchange and return the answer, parsed when a format is requested.
-
-        Runs as one observed run (``run.started`` then ``run.ended`` or ``run.failed``).
-
-        Returns:
-            The response text; with ``response_format``, an instance of it; with
-            ``request_fields``, a dict of the fields found.
-        """
-        from turnlog.kernel.operations.communicate import communicate
-
-        check_removed("communicate", kwargs)
-        if num_parse_retries > MAX_PARSE_RETRIES:
-            warnings.warn(
-                f"num_parse_retries={num_parse_retries} is high. "
-                f"Lowering to {MAX_PARSE_RETRIES}. Suggestion: <3",
-                UserWarning,
-                stacklevel=2,
-            )
-            num_parse_retries = MAX_PARSE_RETRIES
-        branch = cast("Branch", self)
-        branch._check_writable()
-        model = resolve_model(chat_model)
-        param = self._chat_param(
-            guidance=guidance,
-            context=context,
-            sender=sender,
-            recipient=recipient,
-            response_format=response_format if response_format is not None else request_fields,
-            progression=progression,
-            imodel=model,
-            images=images,
-            image_detail=image_detail,
-            plain_content=plain_content,
-            include_token_usage_to_model=include_token_usage_to_model,
-            imodel_kw=kwargs,
+    async with observed_run.using(branch, "communicate", model) as run:
+        run.result = await communicate_operation(
+            branch,
+            instruction,
+            param,
+            parse_param,
+            clear_messages=clear_messages,
+            skip_validation=skip_validation,
+            request_fields=request_fields if response_format is None else None,
         )
-        _check_format(param.response_format)  # refused before the run starts: nothing recorded
-        parse_param = None
-        if response_format is not None and not skip_validation:
-            parse_param = ParseParam(
-                response_format=response_format,
-                max_retries=num_parse_retries,
-                imodel=_or_default(resolve_model(parse_model), branch.parse_model),
-            )
-        async with observed_run.using(branch, "communicate", model) as run:
-            run.result = await communicate(
-                branch,
-                instruction,
-                param,
-                parse_param,
-                clear_messages=clear_messages,
-                skip_validation=skip_validation,
-                request_fields=request_fields if response_format is None else None,
-            )
-            return run.result
-
-    async def parse(
-        self,
-        text: str,
-        *,
-        response_format: Any = None,
-        request_type: Any = None,
-        handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
-        max_retries: int = 3,
-        fuzzy_match: bool = True,
-        similarity_threshold: float = 0.85,
-        parse_model: Any = None,
-        return_res_message: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
-
-        ``response_format`` is a pydantic model class, ``dict``, or a field spec such as
-        ``{"name": str, "age": int}`` (a dict of those fields is returned; keys are matched
-        approximately). Reformat requests record no message (each is a ``model.called``
-        with verb ``parse``). On failure, ``handle_validation`` decides: raise
-        ``ValueError``, return the text, or return None.
-
-        With ``return_res_message``, returns ``(value, response)``: ``response`` is the
-        reformat ``AssistantResponse`` (None when the text parsed directly), whose metadata
-        holds ``model_call_id``, ``is_parsed`` and ``original_text``.
-
-        Raises:
-            RemovedArgument: a keyword of the seed's ``parse`` that turnlog does not take.
-        """
-        from turnlog.kernel.operations.parse import parse
-
-        check_removed("parse", kwargs)
-        if kwargs:
-            raise TypeError(f"parse() got an unexpected keyword argument {next(iter(kwargs))!r}")
-        branch = cast("Branch", self)
-        fmt = response_format if response_format is not None else request_type
-        if fmt is None:
-            raise UsageError("parse() needs response_format=")
-        param = ParseParam(
-            response_format=fmt,
-            handle_validation=handle_validation,
-            max_retries=max_retries,
-            fuzzy_match=fuzzy_match,
-            similarity_threshold=similarity_threshold,
-            imodel=_or_default(resolve_model(parse_model), branch.parse_model),
-        )
-        return await parse(branch, text, param, return_res_message=return_res_message)
-
-    def _chat_param(self, **fields: Any) -> ChatParam:
-        given = {k: v for k, v in fields.items() if v is not None}
-        if "imodel" in given:
-            given["imodel"] = resolve_model(given["imodel"])
-        for name in ("tool_schemas", "images"):
-            if name in given:
-                given[name] = tuple(given[name])
-        return ChatParam(**given)
+        return run.result
 
 
-_CHAT_FIELDS = frozenset(
-    {
-        "guidance",
-        "context",
-        "sender",
-        "recipient",
-        "response_format",
-        "progression",
-        "imodel",
-        "tool_schemas",
-        "images",
-        "image_detail",
-        "plain_content",
-        "include_token_usage_to_model",
-    }
-)
+async def parse(
+    branch: BranchPort,
+    text: str,
+    *,
+    response_format: Any = None,
+    request_type: Any = None,
+    handle_validation: Literal["raise", "return_value", "return_none"] = "return_value",
+    max_retries: int = 3,
+    fuzzy_match: bool = True,
+    similarity_threshold: float = 0.85,
+    parse_model: Any = None,
+    return_res_message: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Parse ``text`` into ``response_format``: directly, else by asking the parse model.
+
+    ``response_format`` is a pydantic model class, ``dict``, or a field spec such as
+    ``{"name": str, "age": int}`` (a dict of those fields is returned; keys are matched
+    approximately). Reformat requests record no message (each is a ``model.called``
+    with verb ``parse``). On failure, ``handle_validation`` decides: raise
+    ``ValueError``, return the text, or return None.
+
+    With ``return_res_message``, returns ``(value, response)``: ``response`` is the
+    reformat ``AssistantResponse`` (None when the text parsed directly), whose metadata
+    holds ``model_call_id``, ``is_parsed`` and ``original_text``.
+
+    Raises:
+        RemovedArgument: a keyword of the seed's ``parse`` that turnlog does not take.
+    """
+    from turnlog.kernel.operations.parse import parse as parse_operation
+
+    check_removed("parse", kwargs)
+    if kwargs:
+        raise TypeError(f"parse() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    fmt = response_format if response_format is not None else request_type
+    if fmt is None:
+        raise UsageError("parse() needs response_format=")
+    param = ParseParam(
+        response_format=fmt,
+        handle_validation=handle_validation,
+        max_retries=max_retries,
+        fuzzy_match=fuzzy_match,
+        similarity_threshold=similarity_threshold,
+        imodel=or_default(resolve_model(parse_model), branch.parse_model),
+    )
+    return await parse_operation(branch, text, param, return_res_message=return_res_message)
 
 
-def _check_format(fmt: Any) -> None:
+_CHAT_FIELDS = frozenset(f.name for f in dataclasses.fields(ChatParam)) - {"imodel_kw"}
+"""The keyword arguments that are ``ChatParam`` fields (the rest are request parameters)."""
+
+
+def build_chat_param(**fields: Any) -> ChatParam:
+    """A ``ChatParam`` of the given fields; None means "the field's default"."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    if "imodel" in given:
+        given["imodel"] = resolve_model(given["imodel"])
+    for name in ("tool_schemas", "images"):
+        if name in given:
+            given[name] = tuple(given[name])
+    return ChatParam(**given)
+
+
+def check_format(fmt: Any) -> None:
     """Raise ``UsageError`` for a response format or ``request_fields`` no request can carry."""
     from turnlog.kernel.operations._prepare import response_schema
 
     response_schema(fmt)
 
 
-def _or_default(model: Any, default: Any) -> Any:
+def or_default(model: ChatModel | None, default: ChatModel | None) -> ChatModel | None:
     """``model`` unless it is None (a model object may be falsy: never test its truth)."""
     return model if model is not None else default
 

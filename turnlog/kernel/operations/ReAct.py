@@ -33,7 +33,7 @@ from turnlog.kernel._removed import check_removed
 from turnlog.projections import AssistantResponse
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import VerbPort
 
 __all__ = [
     "ANSWER_PROMPT",
@@ -79,7 +79,7 @@ class Analysis(BaseModel):
     answer: str | None = Field(default=None, description="The final answer.")
 
 
-BetweenRounds = Callable[["Branch", int], "Awaitable[Any] | Any"]
+BetweenRounds = Callable[["VerbPort", int], "Awaitable[Any] | Any"]
 
 
 def clamp_extensions(max_extensions: int | None) -> int:
@@ -96,7 +96,7 @@ def clamp_extensions(max_extensions: int | None) -> int:
     return max_extensions
 
 
-def _last_response_text(branch: Branch) -> str | None:
+def _last_response_text(branch: VerbPort) -> str | None:
     for message in reversed(branch.messages):
         if isinstance(message, AssistantResponse):
             return message.response
@@ -117,7 +117,7 @@ def _check_round(analysis: Any, number: int, keep_going: bool) -> bool:
 
 
 async def ReActStream(
-    branch: Branch,
+    branch: VerbPort,
     instruct: Any = None,
     *,
     instruction: Any = None,
@@ -228,7 +228,7 @@ async def ReActStream(
 
 
 async def ReAct(
-    branch: Branch,
+    branch: VerbPort,
     instruct: Any = None,
     *,
     instruction: Any = None,

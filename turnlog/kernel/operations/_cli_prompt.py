@@ -114,10 +114,10 @@ def _history_line(message: AnyMessage) -> str | None:
         c = message.content
         return f"[tool call {c.function}] {_short(c.arguments)}"
     if isinstance(message, ActionResponse):
-        c = message.content
-        if c.error:
-            return f"[tool error {c.function}] {c.error}"
-        return f"[tool result {c.function}] {_short(c.output)}"
+        result = message.content
+        if result.error:
+            return f"[tool error {result.function}] {result.error}"
+        return f"[tool result {result.function}] {_short(result.output)}"
     return None
 
 

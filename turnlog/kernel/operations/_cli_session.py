@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["PER_DIRECTORY", "SessionPlan", "plan_session"]
 
@@ -63,10 +63,10 @@ class SessionPlan:
 
 
 def _absolute(path: Any) -> str:
-    return os.path.abspath(os.fspath(path))
+    return str(os.path.abspath(os.fspath(path)))
 
 
-def _note(branch: Branch, provider: str, model: str, resume: str | None) -> str | None:
+def _note(branch: BranchPort, provider: str, model: str, resume: str | None) -> str | None:
     """A warning when the last run of this session crashed and recovery could not reconcile it."""
     if resume is None:
         return None
@@ -84,7 +84,7 @@ def _note(branch: Branch, provider: str, model: str, resume: str | None) -> str 
 
 
 def plan_session(
-    branch: Branch, provider: str, model: str, options: dict[str, Any], model_cwd: Any, resume: Any
+    branch: BranchPort, provider: str, model: str, options: dict[str, Any], model_cwd: Any, resume: Any
 ) -> SessionPlan:
     """Decide resume and working directory (see the module docstring); sets ``options["cwd"]``."""
     asked = options.get("cwd")

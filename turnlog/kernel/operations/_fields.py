@@ -70,7 +70,7 @@ def _cached(items: tuple[tuple[str, Any], ...]) -> type[BaseModel]:
         ) from exc
 
 
-def spec_model(fmt: Mapping[str, Any]) -> type[BaseModel]:
+def spec_model(fmt: Mapping[Any, Any]) -> type[BaseModel]:
     """The pydantic model of a field spec (every field required).
 
     Raises:

@@ -46,7 +46,7 @@ from turnlog.projections import (
 )
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["Prompt", "assemble", "build_instruction", "response_schema"]
 
@@ -102,7 +102,7 @@ def _context_items(context: Any) -> list[Any]:
     return [context]
 
 
-def build_instruction(branch: Branch, instruction: Any, param: ChatParam) -> Instruction:
+def build_instruction(branch: BranchPort, instruction: Any, param: ChatParam) -> Instruction:
     """The Instruction a verb sends: ``instruction`` as given, or one built from the param."""
     if isinstance(instruction, Instruction):
         return instruction
@@ -163,7 +163,8 @@ _NOT_RUN = "The tool call {name} was not run: no result was recorded."
 def _native_calls(message: AssistantResponse) -> list[dict[str, Any]]:
     """The Chat Completions ``tool_calls`` of an assistant turn (calls without an id are left out)."""
     out: list[dict[str, Any]] = []
-    for call in message.metadata.get("tool_calls") or []:
+    calls = message.metadata.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, Mapping) or not call.get("id") or not call.get("name"):
             continue
         arguments = call.get("arguments")

@@ -28,7 +28,7 @@ from turnlog.kernel._params import ChatParam, Middle, ParseParam
 from turnlog.kernel.operations.parse import parse_direct, target_name
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["REPAIR_PROMPT", "RepairMiddle"]
 
@@ -60,11 +60,11 @@ class RepairMiddle:
             return self.inner
         from turnlog.kernel.operations.communicate import communicate
 
-        return communicate  # type: ignore[return-value]
+        return communicate
 
     async def __call__(
         self,
-        branch: Branch,
+        branch: BranchPort,
         instruction: Any,
         chat_param: ChatParam,
         parse_param: ParseParam | None = None,

@@ -17,8 +17,8 @@ import orjson
 
 from turnlog.eventstore import uuid7
 from turnlog.kernel._assembler import StreamAssembler
+from turnlog.kernel._commands import AddMessages, BindProviderSession
 from turnlog.kernel._context import PromptContext
-from turnlog.kernel._kernel import AddMessages, BindProviderSession
 from turnlog.kernel._lifecycle import RunScope, current_run
 from turnlog.kernel._persist import ChunkLog
 from turnlog.kernel.models import ModelRequest, public_params, request_fingerprint
@@ -27,7 +27,7 @@ from turnlog.kernel.operations._cli_session import SessionPlan
 from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled, UsageData
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["VERB", "RunState", "model_cwd", "system_option"]
 
@@ -65,7 +65,7 @@ def model_cwd(model: Any) -> Any:
 class RunState:
     """One run: what it sends, what it has received, and how it records both."""
 
-    branch: Branch
+    branch: BranchPort
     model: Any
     run_id: str
     scope: RunScope
@@ -100,7 +100,7 @@ class RunState:
         if self.log is not None:
             await self.log.commit()  # a message never names chunks the store has not got
         items = tuple(MessageAdded(message=m, run_id=self.lifecycle_id) for m in messages)
-        await self.branch._execute(AddMessages(items), run_id=self.lifecycle_id)
+        await self.branch.execute(AddMessages(items), run_id=self.lifecycle_id)
 
     async def bind_session(self) -> None:
         sid = self.assembler.session_id
@@ -111,7 +111,7 @@ class RunState:
         cwd = self.plan.cwd
         key = (self.provider, self.model_name)
         if state.provider_sessions.get(key) != sid or state.provider_cwds.get(key) != cwd:
-            await self.branch._execute(
+            await self.branch.execute(
                 BindProviderSession(self.provider, self.model_name, sid, cwd), run_id=self.lifecycle_id
             )
 
@@ -158,7 +158,7 @@ class RunState:
         if self.log is not None:
             steps.append(self.log.finish)
         steps.append(
-            lambda: self.branch._execute(
+            lambda: self.branch.execute(
                 AddMessages((self.called(error, duration),)), run_id=self.lifecycle_id
             )
         )

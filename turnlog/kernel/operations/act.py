@@ -31,6 +31,7 @@ import orjson
 from pydantic import BaseModel
 
 from turnlog.eventstore import encode_json
+from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import current_run
 from turnlog.kernel._tools import ActionParam, ToolInvocation, ToolRegistry, UnknownTool, jsonable
@@ -38,7 +39,7 @@ from turnlog.kernel.models import ToolCall
 from turnlog.projections import ActionRequest, ActionResponse
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["act", "normalize_requests"]
 
@@ -111,7 +112,7 @@ async def _allowed(param: ActionParam, invocation: ToolInvocation) -> tuple[bool
 
 
 async def _run_one(
-    branch: Branch, registry: ToolRegistry, param: ActionParam, request: ActionRequest, run_id: str | None
+    branch: BranchPort, registry: ToolRegistry, param: ActionParam, request: ActionRequest, run_id: str | None
 ) -> tuple[ActionResponse, Exception | None]:
     invocation = ToolInvocation(request.function, dict(request.arguments), branch.id, request.id)
     started = time.perf_counter()
@@ -145,11 +146,11 @@ async def _run_one(
             sender=request.function,
             recipient=branch.id,
         )
-    await branch.add_message(response, run_id=run_id)
+    await branch.execute(AddMessages.of([response], run_id=run_id), run_id=run_id)
     return response, error
 
 
-def _calls(branch: Branch, items: Sequence[Any]) -> list[_Call]:
+def _calls(branch: BranchPort, items: Sequence[Any]) -> list[_Call]:
     calls: list[_Call] = []
     for item in items:
         if isinstance(item, ActionRequest):
@@ -163,7 +164,9 @@ def _calls(branch: Branch, items: Sequence[Any]) -> list[_Call]:
     return calls
 
 
-async def act(branch: Branch, action_request: Any, param: ActionParam | None = None) -> list[ActionResponse]:
+async def act(
+    branch: BranchPort, action_request: Any, param: ActionParam | None = None
+) -> list[ActionResponse]:
     """Run the tool calls of ``action_request`` and record them; see the module docstring.
 
     Args:
@@ -181,7 +184,7 @@ async def act(branch: Branch, action_request: Any, param: ActionParam | None = N
         Exception: with ``suppress_errors=False``, the error of a failed call (recorded first).
     """
     param = param or ActionParam()
-    branch._check_writable()
+    branch.require_writable()
     calls = _calls(branch, normalize_requests(action_request))
     registry = ToolRegistry.of(branch.tools)
     run = current_run(branch.id)
@@ -190,14 +193,14 @@ async def act(branch: Branch, action_request: Any, param: ActionParam | None = N
     if param.strategy == "sequential":
         for i, call in enumerate(calls):
             if not call.recorded:
-                await branch.add_message(call.request, run_id=run_id)
+                await branch.execute(AddMessages.of([call.request], run_id=run_id), run_id=run_id)
             results[i] = await _run_one(branch, registry, param, call.request, run_id)
             if results[i][1] is not None and not param.suppress_errors:  # type: ignore[index]
                 raise results[i][1]  # type: ignore[index, misc]
     else:
         new = [c.request for c in calls if not c.recorded]
         if new:
-            await branch.add_messages(new, run_id=run_id)
+            await branch.execute(AddMessages.of(new, run_id=run_id), run_id=run_id)
 
         async def one(i: int, call: _Call) -> None:
             results[i] = await _run_one(branch, registry, param, call.request, run_id)

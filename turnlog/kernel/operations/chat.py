@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -25,8 +25,8 @@ import anyio
 import orjson
 
 from turnlog.eventstore import uuid7
+from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel._kernel import AddMessages
 from turnlog.kernel._lifecycle import current_run
 from turnlog.kernel._params import ChatParam
 from turnlog.kernel.models import (
@@ -39,17 +39,12 @@ from turnlog.kernel.models import (
     request_fingerprint,
 )
 from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
-from turnlog.projections import AssistantResponse, Instruction, ModelCalled, UsageData
+from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, UsageData
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
-__all__ = ["Exchange", "chat", "exchange", "fingerprint"]
-
-
-def fingerprint(request: ModelRequest, model: str) -> str:
-    """The request fingerprint recorded in ``model.called`` (SHA-256 of the canonical request)."""
-    return request_fingerprint(request, model=model)
+__all__ = ["Exchange", "chat", "exchange"]
 
 
 def _prepared(model: ChatModel, request: ModelRequest) -> ModelRequest:
@@ -60,7 +55,8 @@ def _prepared(model: ChatModel, request: ModelRequest) -> ModelRequest:
 
 def _json_params(params: Any) -> dict[str, Any]:
     # Parameters are recorded as JSON; a value that is not JSON is recorded as its text.
-    return orjson.loads(orjson.dumps(public_params(params), default=str))
+    recorded: dict[str, Any] = orjson.loads(orjson.dumps(public_params(params), default=str))
+    return recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,29 +78,19 @@ class Exchange:
     model_response: ModelResponse | None
 
 
-def _model_for(branch: Branch, param: ChatParam) -> ChatModel:
-    model = param.imodel if param.imodel is not None else branch.chat_model
-    if model is None:
-        why = branch.unrestored_models.get("chat_model")
-        raise UsageError(
-            f"branch {branch.id} has no chat model: pass chat_model= to Branch(...) or Branch.load(...)"
-            + (f" ({why})" if why else "")
-        )
-    return model
-
-
-async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: str) -> Exchange:
+async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, verb: str) -> Exchange:
     """Call the model for ``instruction``; describe the call whether it succeeded or not.
 
     Nothing is recorded here: the caller decides what to append.
     """
-    branch._check_writable()
-    model = _model_for(branch, param)
+    branch.require_writable()
+    model = branch.require_chat_model(param.imodel)
     ins = build_instruction(branch, instruction, param)
-    report = await branch._gather_context(ins)
+    report = await branch.gather_context(ins)
     history_version: int | None = None
+    history: Sequence[AnyMessage]
     if param.progression is not None:
-        history = branch._messages_by_ids(param.progression)
+        history = branch.messages_by_ids(param.progression)
         cached = False
     else:
         history = branch.messages
@@ -112,7 +98,7 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         # The branch's own view is named by its version (O(1) per call) instead of listing
         # every id again. Before the first write the view is the one version 1 will hold.
         history_version = max(branch.version, 1)
-    prompt = assemble(branch._live.cache, history, branch.system, ins, report.blocks, cached=cached)
+    prompt = assemble(branch.prompt_cache, history, branch.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
     tools = [dict(t) for t in param.tool_schemas] or None
     params = dict(param.imodel_kw)
@@ -154,7 +140,7 @@ async def exchange(branch: Branch, instruction: Any, param: ChatParam, *, verb: 
         params=_json_params(sent.params),
         tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
         response_format=schema_name,
-        fingerprint=fingerprint(sent, str(getattr(model, "model", ""))),
+        fingerprint=request_fingerprint(sent, model=str(getattr(model, "model", ""))),
         context_providers=report.fired_names,
         response=response.raw if response is not None else None,
         usage=_usage(response),
@@ -194,7 +180,7 @@ def _stream_options(model: Any, params: dict[str, Any]) -> tuple[bool, bool]:
 
 
 @contextlib.asynccontextmanager
-async def _chunk_sink(branch: Branch, call_id: str, persist: bool) -> AsyncIterator[ChunkSink]:
+async def _chunk_sink(branch: BranchPort, call_id: str, persist: bool) -> AsyncIterator[ChunkSink]:
     """A sink recording each chunk as a ``stream.chunk`` event of ``run-<call_id>``.
 
     With ``persist`` each chunk's line reaches the run buffer before the sink returns; the
@@ -235,7 +221,7 @@ def _usage(response: ModelResponse | None) -> UsageData:
 
 @overload
 async def chat(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     return_ins_res_message: Literal[False] = False,
@@ -244,7 +230,7 @@ async def chat(
 ) -> str: ...
 @overload
 async def chat(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     return_ins_res_message: Literal[True],
@@ -252,7 +238,7 @@ async def chat(
     verb: str = "chat",
 ) -> tuple[Instruction, AssistantResponse]: ...
 async def chat(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     return_ins_res_message: bool = False,
@@ -272,7 +258,7 @@ async def chat(
         Exception: whatever the model raised (after the failed call was recorded).
     """
     done = await exchange(branch, instruction, chat_param, verb=verb)
-    await branch._execute(AddMessages((done.called,)), run_id=done.called.run_id)
+    await branch.execute(AddMessages((done.called,)), run_id=done.called.run_id)
     if done.error is not None:
         raise done.error
     assert done.response is not None

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from turnlog.kernel._kernel import AddMessages
+from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._params import ChatParam
 from turnlog.kernel.operations.chat import exchange
 from turnlog.projections import AssistantResponse, Instruction, MessageAdded
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["chat_and_record", "record_exchange"]
 
 
 async def record_exchange(
-    branch: Branch, instruction: Any, chat_param: ChatParam, *, verb: str
+    branch: BranchPort, instruction: Any, chat_param: ChatParam, *, verb: str
 ) -> tuple[Instruction, AssistantResponse]:
     """Call the model and record instruction, call and response in one append.
 
@@ -31,7 +31,7 @@ async def record_exchange(
     done = await exchange(branch, instruction, chat_param, verb=verb)
     run_id = done.called.run_id
     if done.error is not None:
-        await branch._execute(AddMessages((done.called,)), run_id=run_id)
+        await branch.execute(AddMessages((done.called,)), run_id=run_id)
         raise done.error
     assert done.response is not None
     items = (
@@ -39,11 +39,11 @@ async def record_exchange(
         done.called,
         MessageAdded(message=done.response, run_id=run_id),
     )
-    await branch._execute(AddMessages(items), run_id=run_id)
+    await branch.execute(AddMessages(items), run_id=run_id)
     return done.instruction, done.response
 
 
-async def chat_and_record(branch: Branch, instruction: Any, chat_param: ChatParam) -> str:
+async def chat_and_record(branch: BranchPort, instruction: Any, chat_param: ChatParam) -> str:
     """Ask the model once and record the exchange; return the response text."""
     _, response = await record_exchange(branch, instruction, chat_param, verb="chat_and_record")
     return response.response

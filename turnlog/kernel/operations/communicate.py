@@ -21,19 +21,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from turnlog.kernel._commands import AnnotateMessage, ClearMessages
 from turnlog.kernel._errors import ResponseParseError
 from turnlog.kernel._params import ChatParam, ParseParam
 from turnlog.kernel.operations.chat_and_record import record_exchange
 from turnlog.kernel.operations.parse import fuzzy_validate_mapping, parse, target_name
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["communicate"]
 
 
 async def communicate(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     parse_param: ParseParam | None = None,
@@ -42,9 +43,9 @@ async def communicate(
     request_fields: Sequence[str] | Mapping[str, Any] | None = None,
 ) -> Any:
     """Record one exchange and return the (optionally parsed) answer; see the module docstring."""
-    branch._check_writable()
+    branch.require_writable()
     if clear_messages:
-        await branch.clear_messages()
+        await branch.execute(ClearMessages())
     _, response = await record_exchange(branch, instruction, chat_param, verb="communicate")
     if skip_validation:
         return response.response
@@ -57,15 +58,17 @@ async def communicate(
                 f"Failed to parse model response into {target_name(fmt)}: {exc}", target=target_name(fmt)
             ) from exc
         if reformat is not None:
-            await branch.annotate(
-                response.id,
-                {
-                    "original_model_call_id": response.metadata.get("model_call_id"),
-                    "model_call_id": reformat.metadata.get("model_call_id"),
-                    "is_parsed": True,
-                    "parsed_text": reformat.response,
-                },
-                reason="parsed",
+            await branch.execute(
+                AnnotateMessage(
+                    response.id,
+                    {
+                        "original_model_call_id": response.metadata.get("model_call_id"),
+                        "model_call_id": reformat.metadata.get("model_call_id"),
+                        "is_parsed": True,
+                        "parsed_text": reformat.response,
+                    },
+                    reason="parsed",
+                )
             )
         return value
     if request_fields is not None:

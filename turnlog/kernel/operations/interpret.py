@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from turnlog.kernel._params import ChatParam
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["INTERPRET_INSTRUCTION", "interpret"]
 
@@ -22,7 +22,7 @@ INTERPRET_INSTRUCTION = (
 
 
 async def interpret(
-    branch: Branch,
+    branch: BranchPort,
     text: str,
     *,
     domain: str | None = None,
@@ -42,7 +42,7 @@ async def interpret(
         interpret_model: The model to use (default: the branch's chat model).
         **kwargs: Request parameters; ``temperature`` defaults to 0.1.
     """
-    from turnlog.kernel._branch import resolve_model
+    from turnlog.kernel._model_config import resolve_model
     from turnlog.kernel.operations.chat import chat
 
     guidance = f"Domain hint: {domain or 'general'}. Desired style: {style or 'concise'}."

@@ -38,7 +38,7 @@ from turnlog.kernel._tools import ActionParam, ToolRegistry
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = [
     "ActionRequestModel",
@@ -113,7 +113,7 @@ def is_cli_model(model: Any) -> bool:
     return model is not None and hasattr(model, "stream") and not hasattr(model, "invoke")
 
 
-def default_middle(branch: Branch, chat_param: ChatParam) -> Middle:
+def default_middle(branch: BranchPort, chat_param: ChatParam) -> Middle:
     """``run_and_collect`` for CLI models (or a ``RunParam``), else ``communicate``.
 
     Raises:
@@ -131,10 +131,10 @@ def default_middle(branch: Branch, chat_param: ChatParam) -> Middle:
                 "(turnlog.kernel.operations.run), which this installation does not have; "
                 "pass middle= to choose an adapter"
             ) from exc
-        return run_and_collect  # type: ignore[return-value]
+        return run_and_collect
     from turnlog.kernel.operations.communicate import communicate
 
-    return communicate  # type: ignore[return-value]
+    return communicate
 
 
 def _model_class(fmt: Any) -> type[BaseModel] | None:
@@ -149,14 +149,15 @@ def _all_optional(model: type[BaseModel]) -> bool:
     return all(not f.is_required() for f in model.model_fields.values())
 
 
-def _native_calls(branch: Branch, before: set[str]) -> list[dict[str, Any]]:
+def _native_calls(branch: BranchPort, before: set[str]) -> list[dict[str, Any]]:
     """Tool calls the model made natively in the exchange, not yet run by the Middle."""
     new = [m for m in branch.messages if m.id not in before]
     answered = {m.content.call_id for m in new if isinstance(m, ActionRequest) and m.content.call_id}
     calls: list[dict[str, Any]] = []
     for message in new:
         if isinstance(message, AssistantResponse):
-            for call in message.metadata.get("tool_calls") or []:
+            native = message.metadata.get("tool_calls")
+            for call in native if isinstance(native, list) else ():
                 if isinstance(call, Mapping) and call.get("id") not in answered:
                     calls.append(dict(call))
     return calls
@@ -189,7 +190,7 @@ def _merge(result: Any, response_model: type[BaseModel] | None, responses: list[
 
 
 def _tool_schemas(
-    branch: Branch, chat_param: ChatParam, tools: bool | str | Iterable[str] | None
+    branch: BranchPort, chat_param: ChatParam, tools: bool | str | Iterable[str] | None
 ) -> tuple[dict[str, Any], ...]:
     if chat_param.tool_schemas:
         return tuple(dict(t) for t in chat_param.tool_schemas)
@@ -198,7 +199,7 @@ def _tool_schemas(
 
 
 async def operate(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     *,

@@ -23,7 +23,7 @@ from turnlog.kernel.operations._fields import is_field_spec, spec_model
 from turnlog.kernel.operations._prepare import response_schema
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = ["extract_json", "fuzzy_validate_mapping", "parse", "parse_direct", "target_name"]
 
@@ -81,9 +81,9 @@ def _match_keys(data: Mapping[str, Any], fields: Sequence[str], threshold: float
             out[field] = left.pop(field)
     normalized = {_norm(f): f for f in fields if f not in out}
     for key in list(left):
-        field = normalized.get(_norm(key))
-        if field is not None and field not in out:
-            out[field] = left.pop(key)
+        named = normalized.get(_norm(key))
+        if named is not None and named not in out:
+            out[named] = left.pop(key)
     for key in list(left):
         remaining = [f for f in fields if f not in out]
         if not remaining:
@@ -224,11 +224,12 @@ def _parse_format_dict(
     for name, prop in properties.items():
         if name in data and isinstance(prop, Mapping) and not _type_ok(data[name], prop.get("type")):
             raise ValueError(f"property {name!r} should be of JSON type {prop.get('type')}")
-    return data
+    checked: dict[str, Any] = data
+    return checked
 
 
 async def parse(
-    branch: Branch, text: str, parse_param: ParseParam, *, return_res_message: bool = False
+    branch: BranchPort, text: str, parse_param: ParseParam, *, return_res_message: bool = False
 ) -> Any:
     """Parse ``text`` into ``parse_param.response_format``.
 

@@ -38,10 +38,10 @@ import anyio
 
 from turnlog.eventstore import uuid7
 from turnlog.kernel._assembler import StreamAssembler
+from turnlog.kernel._commands import AddMessages, ClearMessages
 from turnlog.kernel._context import prompt_context
 from turnlog.kernel._control import stop_requested
 from turnlog.kernel._errors import ResponseParseError, UsageError
-from turnlog.kernel._kernel import AddMessages
 from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._params import ChatParam, ParseParam, RunParam
 from turnlog.kernel._persist import (
@@ -71,7 +71,7 @@ from turnlog.projections import (
 )
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import BranchPort
 
 __all__ = [
     "CLI_HINT",
@@ -106,7 +106,7 @@ def streaming_model(model: Any) -> Any:
 
 
 async def run(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     param: RunParam,
     *,
@@ -128,10 +128,10 @@ async def run(
         CLIError: an error chunk, or the CLI failed; ``kind`` classifies it.
         ProviderTimeout: the deadline passed (a ``TimeoutError``).
     """
-    branch._check_writable()
+    branch.require_writable()
     if param.imodel is not None:
-        branch._chat_model = param.imodel  # run() replaces the branch's model, as the facade says
-    model = streaming_model(branch._chat_model)
+        branch.use_chat_model(param.imodel)  # run() replaces the branch's model, as the facade says
+    model = streaming_model(branch.chat_model)
     options = dict(param.imodel_kw)
     timeout = options.pop("timeout", None)
     provider = str(getattr(model, "provider", "") or "")
@@ -174,7 +174,7 @@ async def run(
                 fallback=plan.fallback,
                 context=context,
             )
-            await branch._execute(
+            await branch.execute(
                 AddMessages((MessageAdded(message=ins, run_id=scope.run_id),)), run_id=scope.run_id
             )
             yield ins
@@ -183,7 +183,7 @@ async def run(
                 snapshot_dir = await _open_log(state, param, persist)
                 async with contextlib.aclosing(_stream(state, timeout)) as messages:
                     async for message in messages:
-                        if stop_requested(branch):  # branch.control("cancel"): a clean end
+                        if stop_requested(branch.poll_control()):  # branch.control("cancel"): a clean end
                             break
                         yield message
             except GeneratorExit:
@@ -399,7 +399,7 @@ def _as_run_param(chat_param: ChatParam) -> RunParam:
 
 
 async def run_and_collect(
-    branch: Branch,
+    branch: BranchPort,
     instruction: Any,
     chat_param: ChatParam,
     parse_param: ParseParam | None = None,
@@ -418,7 +418,7 @@ async def run_and_collect(
     from turnlog.kernel.operations.parse import parse, target_name
 
     if clear_messages:
-        await branch.clear_messages()
+        await branch.execute(ClearMessages())
     texts: list[str] = []
     async with contextlib.aclosing(run(branch, instruction, _as_run_param(chat_param))) as stream:
         async for message in stream:

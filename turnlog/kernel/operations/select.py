@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from turnlog.kernel._errors import UsageError
 
 if TYPE_CHECKING:
-    from turnlog.kernel._branch import Branch
+    from turnlog.kernel._port import VerbPort
 
 __all__ = ["SELECT_PROMPT", "Selection", "SelectionModel", "select"]
 
@@ -82,7 +82,7 @@ def _match(pick: str, named: Mapping[str, Any]) -> str | None:
 
 
 async def select(
-    branch: Branch,
+    branch: VerbPort,
     instruction: Any,
     choices: Any,
     *,
