@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from turnlog.kernel._errors import KernelError, UsageError
+from turnlog.kernel._errors import LoopBreak, UsageError
 
 __all__ = ["LoopBreak", "LoopControl", "LoopControls", "LoopDirective", "stop_requested"]
 
@@ -48,18 +48,6 @@ class LoopControl:
 
     directive: LoopDirective
     reason: str | None = None
-
-
-class LoopBreak(KernelError, RuntimeError):
-    """A run was broken off by ``branch.control("break")``.
-
-    Attributes:
-        reason: The reason given to ``control``, if any.
-    """
-
-    def __init__(self, reason: str | None = None) -> None:
-        self.reason = reason
-        super().__init__(reason or "loop broken by control")
 
 
 class LoopControls:

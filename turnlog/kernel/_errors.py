@@ -1,23 +1,31 @@
-"""Errors raised by the kernel (commands, verbs, sessions).
+"""Errors raised by the kernel (commands, verbs, sessions, tools, runs).
 
-::
+The whole tree is drawn in ``docs/errors.md``; the kernel's part of it::
 
-    TurnlogError                      (turnlog.eventstore)
+    TurnlogError                      (turnlog._errors)
+    ├── UsageError                    the API was used wrongly (ValueError): a verb on a read-only
+    │   │                             view, a branch owned by another session, a missing model
+    │   ├── RemovedArgument           a keyword of the seed's API that turnlog dropped (also a
+    │   │                             TypeError): where, argument; the message names the
+    │   │                             replacement and docs/from-lionagi.md
+    │   └── GraphCycleError           a flow graph has a cycle; nothing ran: cycle
+    ├── ProjectionError               (turnlog.projections)
+    │   └── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
+    │       └── AmbiguousBranch       several branches match: ref, candidates
     └── KernelError
-        ├── UsageError                the API was used wrongly (ValueError): a verb on a read-only
-        │   │                         view, a branch owned by another session, a missing model
-        │   └── RemovedArgument       a keyword of the seed's API that turnlog dropped (also a
-        │                             TypeError): where, argument; the message names the
-        │                             replacement and docs/from-lionagi.md
-        ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
-        │   └── AmbiguousBranch       several branches match: ref, candidates
         ├── UnknownSession            no session matches a reference (LookupError): ref, candidates
         │   └── AmbiguousSession      several sessions match: ref, candidates
-        ├── OperationError            an operation name resolves to nothing (ValueError): operation
+        ├── OperationError            an operation name resolves to nothing (UsageError): operation
         ├── ExecutionError            an operation could not be executed (RuntimeError)
         ├── ResponseParseError        a response could not be parsed into the requested format
         │                             (ValueError): target
-        └── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
+        ├── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
+        ├── ToolError                 a tool cannot be called
+        │   ├── UnknownTool           no tool has that name (LookupError): name, available
+        │   └── ToolArgumentsError    the arguments do not fit the schema (ValueError): name
+        ├── LoopBreak                 a run was broken off by control("break") (RuntimeError): reason
+        ├── SnapshotFileError         a snapshot file cannot be read (ValueError): path
+        └── UnsafePathError           an id or path cannot name a run file (ValueError): what, value
 
 Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, every one a
 ``RuntimeError``) and propagate out of the verbs unchanged, after the failed call was recorded.
@@ -25,31 +33,37 @@ Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from turnlog.eventstore import TurnlogError
+from turnlog._errors import TurnlogError, UsageError
+from turnlog.projections import UnknownBranch
 
 __all__ = [
     "AmbiguousBranch",
     "AmbiguousSession",
     "ExecutionError",
+    "GraphCycleError",
     "KernelError",
+    "LoopBreak",
     "OperationError",
     "RemovedArgument",
     "ResponseParseError",
     "ScriptExhaustedError",
+    "SnapshotFileError",
+    "ToolArgumentsError",
+    "ToolError",
+    "TurnlogError",
     "UnknownBranch",
     "UnknownSession",
+    "UnknownTool",
+    "UnsafePathError",
     "UsageError",
 ]
 
 
 class KernelError(TurnlogError):
     """Root of every error raised by ``turnlog.kernel`` itself."""
-
-
-class UsageError(KernelError, ValueError):
-    """The API was used in a way it does not support; nothing was written."""
 
 
 class RemovedArgument(UsageError, TypeError):
@@ -72,6 +86,11 @@ class RemovedArgument(UsageError, TypeError):
         )
 
 
+def _several(ref: str, candidates: Sequence[str], kinds: str) -> str:
+    """The message for a reference that matches several candidates."""
+    return f"{ref!r} matches {len(candidates)} {kinds}: {', '.join(candidates)}"
+
+
 class _Unresolved(KernelError, LookupError):
     """No recorded stream of ``kind`` matches a reference (see the subclasses)."""
 
@@ -86,25 +105,14 @@ class _Unresolved(KernelError, LookupError):
     @classmethod
     def several(cls, ref: str, candidates: Sequence[str]) -> str:
         """The message for a reference that matches several candidates."""
-        return f"{ref!r} matches {len(candidates)} {cls.kinds}: {', '.join(candidates)}"
-
-
-class UnknownBranch(_Unresolved):
-    """No branch of the store matches a reference.
-
-    Attributes:
-        ref: The id, id prefix or name that was looked up.
-        candidates: Branch names (with their ids) that came close (empty when none did).
-    """
-
-    kind, kinds = "branch", "branches"
+        return _several(ref, candidates, cls.kinds)
 
 
 class AmbiguousBranch(UnknownBranch):
     """Several branches match a reference; ``candidates`` lists them all."""
 
     def __init__(self, ref: str, candidates: Sequence[str]) -> None:
-        super().__init__(ref, candidates, self.several(ref, candidates))
+        super().__init__(ref, candidates, _several(ref, candidates, "branches"))
 
 
 class UnknownSession(_Unresolved):
@@ -125,7 +133,7 @@ class AmbiguousSession(UnknownSession):
         super().__init__(ref, candidates, self.several(ref, candidates))
 
 
-class OperationError(KernelError, ValueError):
+class OperationError(KernelError, UsageError):
     """An operation name resolves to no built-in verb and no registered operation.
 
     Attributes:
@@ -155,3 +163,87 @@ class ResponseParseError(KernelError, ValueError):
 
 class ScriptExhaustedError(KernelError, RuntimeError):
     """A scripted test model was called more often than its script allows."""
+
+
+class GraphCycleError(UsageError):
+    """The graph has a cycle; nothing ran.
+
+    Attributes:
+        cycle: Ids of nodes on a cycle, in order.
+    """
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__(f"Graph must be acyclic; cycle: {' -> '.join([*cycle, cycle[0]])}")
+
+
+class ToolError(KernelError):
+    """A tool could not be called."""
+
+
+class UnknownTool(ToolError, LookupError):
+    """No registered tool has the requested name.
+
+    Attributes:
+        name: The name asked for.
+        available: The names that are registered.
+    """
+
+    def __init__(self, name: str, available: Sequence[str]) -> None:
+        self.name = name
+        self.available = tuple(available)
+        listed = ", ".join(self.available) or "none"
+        super().__init__(f"unknown tool {name!r} (registered: {listed})")
+
+
+class ToolArgumentsError(ToolError, ValueError):
+    """The arguments of a call do not fit the tool's schema.
+
+    Attributes:
+        name: The tool name.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(f"invalid arguments for tool {name!r}: {message}")
+
+
+class LoopBreak(KernelError, RuntimeError):
+    """A run was broken off by ``branch.control("break")``.
+
+    It is the run's failure, not a signal handled inside turnlog: it leaves ``run()`` after
+    the cleanup and the ``run.failed`` event.
+
+    Attributes:
+        reason: The reason given to ``control``, if any.
+    """
+
+    def __init__(self, reason: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(reason or "loop broken by control")
+
+
+class SnapshotFileError(KernelError, ValueError):
+    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {reason}")
+
+
+class UnsafePathError(KernelError, ValueError):
+    """An id that names a file is not a canonical UUID, or a path leaves its directory.
+
+    Attributes:
+        what: What the value is (``"branch id"``, ``"run id"``, ``"path"``).
+        value: The value refused.
+    """
+
+    def __init__(self, what: str, value: object, reason: str) -> None:
+        self.what = what
+        self.value = value
+        super().__init__(f"{what} {value!r} cannot name a run file: {reason}")

@@ -52,7 +52,7 @@ from turnlog.projections import (
     snapshot_records,
 )
 
-from ._errors import KernelError
+from ._errors import SnapshotFileError
 from ._run_buffer import (
     CHUNK_TYPE,
     BufferHeader,
@@ -86,18 +86,6 @@ SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
 """The ``format`` field of snapshot files."""
 
 _SNAPSHOT_FILE_VERSION = 1
-
-
-class SnapshotFileError(KernelError, ValueError):
-    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
-
-    Attributes:
-        path: The file.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = os.fspath(path)
-        super().__init__(f"{self.path}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from ._errors import (
     RateLimitError,
     ResponseFormatError,
     ServerError,
+    TurnlogError,
+    UsageError,
 )
 from ._fingerprint import canonical_request, public_params, request_fingerprint
 from ._gemini import GeminiModel
@@ -87,5 +89,7 @@ __all__ = [
     "StreamChunk",
     "StreamingModel",
     "ToolCall",
+    "TurnlogError",
     "Usage",
+    "UsageError",
 ]

@@ -34,6 +34,8 @@ import orjson
 from ._errors import (
     AuthenticationError,
     ContextLengthError,
+    MissingAPIKey,
+    ModelRequestsBlocked,
     ProviderConnectionError,
     ProviderError,
     ProviderHTTPError,
@@ -66,41 +68,6 @@ _CONTEXT_MESSAGE = re.compile(
     r"context[\s_-]?(length|window)|maximum context|prompt is too long|input token count", re.IGNORECASE
 )
 _REDACTED = REDACTED
-
-
-class ModelRequestsBlocked(ProviderError):
-    """A request to a non-loopback host while ``TURNLOG_ALLOW_MODEL_REQUESTS=0``.
-
-    Attributes:
-        url: The URL that would have been called.
-    """
-
-    def __init__(self, url: str, *, provider: str = "", model: str = "") -> None:
-        self.url = url
-        super().__init__(
-            f"{provider} {model}: model requests to {url} are blocked ({_ALLOW_ENV}=0); "
-            "only loopback servers (127.0.0.1, ::1, localhost) may be called",
-            provider=provider,
-            model=model,
-        )
-
-
-class MissingAPIKey(AuthenticationError):
-    """No API key was given and its environment variable is unset (raised before any request).
-
-    It is an ``AuthenticationError`` with status 401 because that is what the provider would
-    answer to a request without a key.
-
-    Attributes:
-        env_var: The environment variable that was consulted.
-    """
-
-    def __init__(self, env_var: str | None, *, provider: str = "", model: str = "") -> None:
-        self.env_var = env_var
-        where = f"pass api_key=... or set ${env_var}" if env_var else "pass api_key=..."
-        super().__init__(
-            f"{provider} {model}: no API key ({where})", status_code=401, provider=provider, model=model
-        )
 
 
 def model_requests_allowed() -> bool:
