@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 import orjson
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -107,9 +108,9 @@ class PersistOptions:
 
     def __post_init__(self) -> None:
         if self.batch_chunks < 1:
-            raise ValueError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
+            raise UsageError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
         if self.batch_ms < 0:
-            raise ValueError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
+            raise UsageError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
 
 
 # ----------------------------------------------------------------------------------- snapshots

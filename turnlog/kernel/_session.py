@@ -84,9 +84,9 @@ class OperationManager:
             ValueError: the name is taken (and ``update`` is false), or ``func`` is not async.
         """
         if operation in self.registry and not update:
-            raise ValueError(f"Operation '{operation}' is already registered.")
+            raise UsageError(f"Operation '{operation}' is already registered.")
         if not _is_async(func):
-            raise ValueError(f"Operation '{operation}' must be an async function.")
+            raise UsageError(f"Operation '{operation}' must be an async function.")
         self.registry[operation] = func
 
 

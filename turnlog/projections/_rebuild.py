@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from datetime import datetime
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore, RecordedEvent, Snapshot
 
 from ._cache import StateCache
@@ -154,7 +155,7 @@ async def rebuild(
         >>> state = await rebuild(store, branch_id, at_version=3)  # doctest: +SKIP
     """
     if cache is not None and cache.store is not store:
-        raise ValueError("this StateCache belongs to another store")
+        raise UsageError("this StateCache belongs to another store")
     version = await resolve_version(
         store, branch_id, at_version=at_version, at_position=at_position, at_time=at_time
     )

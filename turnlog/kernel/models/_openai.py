@@ -31,6 +31,8 @@ import anyio
 import httpx
 import orjson
 
+from turnlog._errors import UsageError
+
 from ._errors import (
     AuthenticationError,
     ContextLengthError,
@@ -156,13 +158,13 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if not model:
-            raise ValueError("OpenAIChatModel needs a model name")
+            raise UsageError("OpenAIChatModel needs a model name")
         self.model = model
         self.provider = provider
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
         parsed = urlsplit(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(
+            raise UsageError(
                 f"base_url must be an http(s) URL such as https://host/v1, got {self.base_url!r}"
             )
         self.api_key_env = api_key_env
@@ -221,7 +223,7 @@ class OpenAIChatModel:
         """The JSON body sent for ``request`` (parameters that name secrets are dropped)."""
         reserved = sorted(_RESERVED_PARAMS & set(request.params))
         if reserved:
-            raise ValueError(
+            raise UsageError(
                 f"ModelRequest.params may not set {', '.join(reserved)}: "
                 "use the ModelRequest fields (messages, tools, response_format, stream) or the model"
             )

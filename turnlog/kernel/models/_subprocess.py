@@ -42,6 +42,8 @@ from typing import Any
 import anyio
 import orjson
 
+from turnlog._errors import UsageError
+
 from ._cli_errors import ExitStatus, classify_cli_failure, cli_failure
 from ._cli_sessions import cli_home
 from ._errors import CLIError, CLINotFound
@@ -598,13 +600,13 @@ class CLIAgentModel:
 
     def _check(self, prompt: str, resume: str | None, options: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
+            raise UsageError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
         if resume is not None and (not isinstance(resume, str) or not resume.strip()):
-            raise ValueError(f"{self.provider}: resume must be a non-empty session id, got {resume!r}")
+            raise UsageError(f"{self.provider}: resume must be a non-empty session id, got {resume!r}")
         opts = dict(options or {})
         unknown = sorted(set(opts) - self.option_keys)
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"{self.provider}: unknown option(s) {unknown}; accepted: {sorted(self.option_keys)}"
             )
         return opts
