@@ -6,6 +6,7 @@ from ._errors import (
     InvalidQueryError,
     MissingExtraError,
     PriceTableError,
+    TurnlogError,
 )
 from ._export import EVENT_COLUMNS, envelope, events_of, export_jsonl, export_parquet
 from ._facts import FACT_TABLES, MODEL_CALLS, RELEVANT_TYPES, RUNS, TOOL_CALLS, Column, FactTable
@@ -56,6 +57,7 @@ __all__ = [
     "RunRow",
     "TimeRange",
     "ToolRow",
+    "TurnlogError",
     "UpdateReport",
     "UsageRow",
     "analytics_database_of",

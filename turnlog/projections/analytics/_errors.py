@@ -17,7 +17,7 @@ turns into a fact full of nulls.
 
 from __future__ import annotations
 
-from turnlog._errors import UsageError
+from turnlog._errors import TurnlogError, UsageError
 from turnlog.projections._errors import ProjectionError
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "InvalidQueryError",
     "MissingExtraError",
     "PriceTableError",
+    "TurnlogError",
 ]
 
 
