@@ -65,7 +65,7 @@ BY_NAME = {cls.__name__: cls for cls in PUBLIC}
 def _drawn_parent(cls: type[BaseException]) -> type[BaseException] | None:
     """The first public turnlog error after ``cls`` in its MRO (where the doc draws it)."""
     for base in cls.__mro__[1:]:
-        if isinstance(base, type) and issubclass(base, TurnlogError) and _public(base):
+        if issubclass(base, TurnlogError) and _public(base):
             return base
     return None
 
