@@ -91,23 +91,6 @@ def _several(ref: str, candidates: Sequence[str], kinds: str) -> str:
     return f"{ref!r} matches {len(candidates)} {kinds}: {', '.join(candidates)}"
 
 
-class _Unresolved(KernelError, LookupError):
-    """No recorded stream of ``kind`` matches a reference (see the subclasses)."""
-
-    kind = "stream"
-    kinds = "streams"
-
-    def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
-        self.ref = ref
-        self.candidates = tuple(candidates)
-        super().__init__(message if message is not None else f"no {self.kind} matches {ref!r}")
-
-    @classmethod
-    def several(cls, ref: str, candidates: Sequence[str]) -> str:
-        """The message for a reference that matches several candidates."""
-        return _several(ref, candidates, cls.kinds)
-
-
 class AmbiguousBranch(UnknownBranch):
     """Several branches match a reference; ``candidates`` lists them all."""
 
@@ -115,7 +98,7 @@ class AmbiguousBranch(UnknownBranch):
         super().__init__(ref, candidates, _several(ref, candidates, "branches"))
 
 
-class UnknownSession(_Unresolved):
+class UnknownSession(KernelError, LookupError):
     """No session of the store matches a reference.
 
     Attributes:
@@ -123,14 +106,17 @@ class UnknownSession(_Unresolved):
         candidates: Session names (with their ids) that came close (empty when none did).
     """
 
-    kind, kinds = "session", "sessions"
+    def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
+        self.ref = ref
+        self.candidates = tuple(candidates)
+        super().__init__(message if message is not None else f"no session matches {ref!r}")
 
 
 class AmbiguousSession(UnknownSession):
     """Several sessions match a reference; ``candidates`` lists them all."""
 
     def __init__(self, ref: str, candidates: Sequence[str]) -> None:
-        super().__init__(ref, candidates, self.several(ref, candidates))
+        super().__init__(ref, candidates, _several(ref, candidates, "sessions"))
 
 
 class OperationError(KernelError, UsageError):
