@@ -3,8 +3,11 @@
 The layers are subpackages: ``turnlog.eventstore`` (the append-only log),
 ``turnlog.projections`` (the conversation domain), ``turnlog.kernel`` (the command side)
 and ``turnlog.tools`` (the ``turnlog`` command). ``python -m turnlog`` runs the command.
+Every error turnlog raises is a ``TurnlogError``; a mistake in using it is a ``UsageError``
+(the tree is drawn in docs/errors.md).
 """
 
+from turnlog._errors import TurnlogError, UsageError
 from turnlog.tools._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["TurnlogError", "UsageError", "__version__"]

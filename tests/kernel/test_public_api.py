@@ -67,6 +67,7 @@ EXPORTED = [
     "ToolError",
     "ToolInvocation",
     "ToolRegistry",
+    "TurnlogError",
     "UnknownBranch",
     "UnknownSession",
     "UnknownTool",

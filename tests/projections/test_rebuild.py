@@ -17,7 +17,6 @@ from turnlog.projections import (
     SNAPSHOT_TYPE,
     AssistantResponse,
     BranchForked,
-    BranchNotFound,
     FoldError,
     Instruction,
     InvalidTargetError,
@@ -26,6 +25,7 @@ from turnlog.projections import (
     ProviderSessionBound,
     SnapshotPolicy,
     StateCache,
+    UnknownBranch,
     apply,
     fold,
     fork,
@@ -160,7 +160,7 @@ async def test_rebuild_at_position_picks_the_last_event_at_or_before(store) -> N
     state = await rebuild(store, "a", at_position=a[1].position - 1)
     assert state.version == 1
     assert (await rebuild(store, "a", at_position=a[1].position)).version == 2
-    with pytest.raises(BranchNotFound, match="at or before position 0"):
+    with pytest.raises(UnknownBranch, match="at or before position 0"):
         await rebuild(store, "a", at_position=0)
 
 
@@ -176,7 +176,7 @@ async def test_rebuild_at_time_with_a_frozen_clock(store) -> None:
     assert [m.kind for m in state.messages] == ["Instruction"]
     assert state.updated_at == datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
     assert len(await rebuild(store, "b", at_time=at + timedelta(hours=1))) == 2
-    with pytest.raises(BranchNotFound):
+    with pytest.raises(UnknownBranch):
         await rebuild(store, "b", at_time=datetime(2026, 3, 1, 8, 0, tzinfo=UTC))
     with pytest.raises(InvalidTargetError, match="aware"):
         await rebuild(store, "b", at_time=datetime(2026, 3, 1, 10, 30))
@@ -190,7 +190,7 @@ async def test_bad_targets_are_refused(store) -> None:
         await rebuild(store, "b", at_version=2)
     with pytest.raises(InvalidTargetError):
         await rebuild(store, "b", at_version=0)
-    with pytest.raises(BranchNotFound):
+    with pytest.raises(UnknownBranch):
         await rebuild(store, "nope")
 
 
@@ -268,7 +268,7 @@ async def test_fork_ids_are_fresh_and_bad_forks_are_refused(store) -> None:
     assert len(ids) == 5
     with pytest.raises(InvalidTargetError):
         await fork(store, "p", 2)
-    with pytest.raises(BranchNotFound):
+    with pytest.raises(UnknownBranch):
         await fork(store, "missing", 1)
     # a hand-made fork pointing past the parent's end does not fold
     await store.append(

@@ -9,7 +9,6 @@ from turnlog.projections import (
     ActionRequest,
     ActionResponse,
     AssistantResponse,
-    BranchNotFound,
     Instruction,
     MessageAdded,
     MessageAnnotated,
@@ -20,6 +19,7 @@ from turnlog.projections import (
     RunFailed,
     RunStarted,
     System,
+    UnknownBranch,
     UsageData,
     diff,
     fork,
@@ -91,7 +91,7 @@ async def test_history_has_one_row_per_event_with_a_summary(store) -> None:
     assert all("\n" not in s and len(s) <= 100 for s in summaries)
     assert rows[1].recorded_at == events[0].recorded_at
     assert [r.version for r in await history(store, "b", from_version=3, to_version=4)] == [3, 4]
-    with pytest.raises(BranchNotFound):
+    with pytest.raises(UnknownBranch):
         await history(store, "nope")
 
 

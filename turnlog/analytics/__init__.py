@@ -11,6 +11,7 @@ from ._errors import (
     InvalidQueryError,
     MissingExtraError,
     PriceTableError,
+    TurnlogError,
 )
 from ._export import export_jsonl, export_parquet
 from ._location import analytics_database_of, drop_legacy_tables, legacy_tables
@@ -52,6 +53,7 @@ __all__ = [
     "RunRow",
     "TimeRange",
     "ToolRow",
+    "TurnlogError",
     "UpdateReport",
     "UsageRow",
     "analytics_database_of",

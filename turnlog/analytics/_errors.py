@@ -7,7 +7,7 @@ Every error derives from ``TurnlogError`` through the projections layer's root::
         └── AnalyticsError
             ├── PriceTableError         a price entry or price file is malformed (ValueError)
             ├── AnalyticsDatabaseError  no place to keep the read model, or it cannot be used
-            ├── InvalidQueryError       a query argument is malformed (ValueError)
+            ├── InvalidQueryError       a query argument is malformed (UsageError)
             └── MissingExtraError       an optional package is not installed (ImportError)
 
 A recorded event whose payload lacks what a fact needs raises
@@ -17,7 +17,7 @@ turns into a fact full of nulls.
 
 from __future__ import annotations
 
-from turnlog.projections import ProjectionError
+from turnlog._errors import TurnlogError, UsageError
 
 __all__ = [
     "AnalyticsDatabaseError",
@@ -25,10 +25,11 @@ __all__ = [
     "InvalidQueryError",
     "MissingExtraError",
     "PriceTableError",
+    "TurnlogError",
 ]
 
 
-class AnalyticsError(ProjectionError):
+class AnalyticsError(TurnlogError):
     """Root of every error raised by ``turnlog.analytics``."""
 
 
@@ -58,7 +59,7 @@ class AnalyticsDatabaseError(AnalyticsError):
         super().__init__(message)
 
 
-class InvalidQueryError(AnalyticsError, ValueError):
+class InvalidQueryError(AnalyticsError, UsageError):
     """A query argument (grouping, time bound) is malformed.
 
     Attributes:

@@ -33,6 +33,7 @@ from typing import Any, Self, TypeVar, cast
 import anyio
 import anyio.to_thread
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore, RawCopy, RecordedEvent
 
 from . import _queries as q
@@ -104,7 +105,7 @@ class AnalyticsProjection:
         batch_size: int | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+            raise UsageError(f"batch_size must be >= 1, not {batch_size}")
         self.store = store
         self._chosen = str(database) if database is not None else None
         self.prices = prices if prices is not None else PriceTable()

@@ -16,6 +16,7 @@ from ._errors import (
     StoreUnavailable,
     TurnlogError,
     UnsupportedStoreURL,
+    UsageError,
 )
 from ._ids import uuid7
 from ._memory import MemoryEventStore
@@ -98,6 +99,7 @@ __all__ = [
     "UnsupportedStoreURL",
     "Upcaster",
     "Upcasters",
+    "UsageError",
     "VerifyReport",
     "migrate",
     "open_store",

@@ -1,44 +1,54 @@
 """Errors raised by the event store.
 
-Every error turnlog raises derives from ``TurnlogError``; the store's errors from
-``StoreError``, so a caller can catch either and still act on the precise subclass::
+Every error turnlog raises derives from ``TurnlogError`` (``turnlog._errors``); the
+store's errors from ``StoreError``, so a caller can catch either and still act on the
+precise subclass. The whole tree is drawn in ``docs/errors.md``::
 
-    TurnlogError
+    TurnlogError                    (turnlog._errors)
     └── StoreError
         ├── ConcurrencyError        expected_version did not match (stream, expected, actual)
         ├── IdempotencyError        an event id is already stored with different content
-        ├── InvalidEventError       bad input, rejected before anything is written (ValueError)
+        ├── InvalidEventError       bad input, rejected before anything is written (UsageError)
         │   └── EventTooLarge       encoded event over the configured size limit
         ├── StoreFormatError        the store was written by a newer turnlog, or is not a store
         ├── StoreNotFound           opened for reading only, but there is no store there (location)
         ├── CorruptEventError       a stored payload cannot be decoded
         ├── CorruptStoreError       the store's files or rows are damaged beyond one event
         ├── StoreUnavailable        the backend cannot be reached or dropped the connection
-        └── UnsupportedStoreURL     open_store() got a scheme it does not know (ValueError)
+        ├── UnsupportedStoreURL     open_store() got a scheme it does not know (UsageError)
+        ├── MigrationError          migrate() refused; the refusing step wrote nothing (reason, position)
+        ├── UpgradeRefused          the log does not verify, so its chain was not upgraded (problems)
+        └── RedactionError          a redaction could not be done; nothing changed (stream, version)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from turnlog._errors import TurnlogError, UsageError
+
+if TYPE_CHECKING:
+    from ._records import Problem
 
 __all__ = [
     "TurnlogError",
+    "UsageError",
     "ConcurrencyError",
     "CorruptEventError",
     "CorruptStoreError",
     "EventTooLarge",
     "IdempotencyError",
     "InvalidEventError",
+    "MigrationError",
+    "RedactionError",
     "StoreError",
     "StoreFormatError",
     "StoreNotFound",
     "StoreUnavailable",
     "UnsupportedStoreURL",
+    "UpgradeRefused",
 ]
-
-
-class TurnlogError(Exception):
-    """Root of every error raised by turnlog."""
 
 
 class StoreError(TurnlogError):
@@ -81,7 +91,7 @@ class IdempotencyError(StoreError):
         super().__init__(f"event {event_id} (stream {stream!r}): {reason}")
 
 
-class InvalidEventError(StoreError, ValueError):
+class InvalidEventError(StoreError, UsageError):
     """An append was rejected before anything was written: the input is malformed.
 
     Attributes:
@@ -184,5 +194,48 @@ class StoreUnavailable(StoreError):
     """The backend could not be reached, or the connection broke during the call."""
 
 
-class UnsupportedStoreURL(StoreError, ValueError):
+class UnsupportedStoreURL(StoreError, UsageError):
     """``open_store`` was given a URL whose scheme no backend handles."""
+
+
+class MigrationError(StoreError):
+    """A migration was refused; nothing was written by the step that refused.
+
+    Attributes:
+        reason: Why, in one sentence.
+        position: The global position concerned, when there is one.
+    """
+
+    def __init__(self, reason: str, *, position: int | None = None) -> None:
+        self.reason = reason
+        self.position = position
+        super().__init__(reason if position is None else f"position {position}: {reason}")
+
+
+class UpgradeRefused(StoreError):
+    """The log did not verify, so it was not upgraded (nothing was changed).
+
+    Attributes:
+        problems: What ``verify`` found.
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        shown = "; ".join(str(p) for p in self.problems[:3])
+        super().__init__(f"the log does not verify, so its chain is not upgraded: {shown}")
+
+
+class RedactionError(StoreError):
+    """A redaction could not be done; nothing was changed.
+
+    Attributes:
+        stream: The stream named.
+        version: The version named.
+        reason: Why (the event is missing, or it is hashed by the legacy chain).
+    """
+
+    def __init__(self, stream: str, version: int, reason: str) -> None:
+        self.stream = stream
+        self.version = version
+        self.reason = reason
+        super().__init__(f"cannot redact {stream!r} version {version}: {reason}")

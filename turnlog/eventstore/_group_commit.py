@@ -32,6 +32,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
+from turnlog._errors import UsageError
+
 from ._errors import StoreError
 
 __all__ = ["GroupCommit"]
@@ -64,7 +66,7 @@ class GroupCommit(Generic[U, R]):
         self, commit: Callable[[list[U]], Awaitable[Sequence[R | BaseException]]], *, max_units: int = 256
     ) -> None:
         if max_units < 1:
-            raise ValueError(f"max_units must be >= 1, not {max_units}")
+            raise UsageError(f"max_units must be >= 1, not {max_units}")
         self._commit = commit
         self._max_units = max_units
         self._queue: list[_Waiter[U]] = []

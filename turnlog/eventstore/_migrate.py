@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from ._base import EventStore
-from ._errors import StoreError
+from ._errors import MigrationError
 from ._raw import RawCopy, RawEvent, RawSnapshot, check_continuation
 from ._records import VerifyReport
 
@@ -29,20 +29,6 @@ Progress = Callable[[int, int], None]
 """Called as ``progress(events_done, events_total)`` after each copied chunk."""
 
 _CHUNK = 1000
-
-
-class MigrationError(StoreError):
-    """A migration was refused; nothing was written by the step that refused.
-
-    Attributes:
-        reason: Why, in one sentence.
-        position: The global position concerned, when there is one.
-    """
-
-    def __init__(self, reason: str, *, position: int | None = None) -> None:
-        self.reason = reason
-        self.position = position
-        super().__init__(reason if position is None else f"position {position}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)

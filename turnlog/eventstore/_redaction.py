@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from ._encoding import encode_json, payload_digest
-from ._errors import StoreError
+from ._errors import RedactionError
 from ._records import NewEvent, Problem
 
 __all__ = [
@@ -49,22 +49,6 @@ RECORD_TYPE = "store.redacted"
 MARKER_KEY = "turnlog_redacted"
 """The single key of a redaction marker, the object stored in place of an erased payload."""
 _MARKER_PREFIX = b'{"' + MARKER_KEY.encode() + b'":'
-
-
-class RedactionError(StoreError):
-    """A redaction could not be done; nothing was changed.
-
-    Attributes:
-        stream: The stream named.
-        version: The version named.
-        reason: Why (the event is missing, or it is hashed by the legacy chain).
-    """
-
-    def __init__(self, stream: str, version: int, reason: str) -> None:
-        self.stream = stream
-        self.version = version
-        self.reason = reason
-        super().__init__(f"cannot redact {stream!r} version {version}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)

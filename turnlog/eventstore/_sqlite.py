@@ -53,6 +53,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from turnlog._errors import UsageError
+
 from ._base import EventStore
 from ._encoder import check_encoded
 from ._encoding import (
@@ -206,7 +208,7 @@ class SQLiteEventStore(EventStore):
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
-            raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
+            raise UsageError(f"durability must be 'normal' or 'full', not {durability!r}")
         target, in_memory = _parse_target(os.fspath(path))
         self.path = target
         self.url = "sqlite:///:memory:" if in_memory else f"sqlite:///{target}"

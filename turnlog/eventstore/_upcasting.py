@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from turnlog._errors import UsageError
+
 __all__ = ["Upcaster", "Upcasters"]
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -43,7 +45,7 @@ class Upcasters:
         """Register ``fn`` (the non-decorator form of ``register``)."""
         key = (type_, from_schema)
         if key in self._steps:
-            raise ValueError(f"an upcaster for {type_!r} schema {from_schema} is already registered")
+            raise UsageError(f"an upcaster for {type_!r} schema {from_schema} is already registered")
         self._steps[key] = fn
 
     def __bool__(self) -> bool:

@@ -16,27 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._encoding import ChainChecker, digest_event_hash, payload_digest
-from ._errors import StoreError
-from ._records import NewEvent, Problem
+from ._errors import UpgradeRefused
+from ._records import NewEvent
 from ._redaction import REDACTIONS_STREAM, RedactionRecords
 
 __all__ = ["UPGRADES_STREAM", "ChainUpgrade", "UpgradeRefused", "plan_upgrade"]
 
 UPGRADES_STREAM = "turnlog.upgrades"
 """The reserved stream holding one ``store.chain_upgraded`` record per upgraded stream."""
-
-
-class UpgradeRefused(StoreError):
-    """The log did not verify, so it was not upgraded (nothing was changed).
-
-    Attributes:
-        problems: What ``verify`` found.
-    """
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = tuple(problems)
-        shown = "; ".join(str(p) for p in self.problems[:3])
-        super().__init__(f"the log does not verify, so its chain is not upgraded: {shown}")
 
 
 @dataclass(frozen=True, slots=True)

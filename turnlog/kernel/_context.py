@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from turnlog._errors import UsageError
+
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
 
@@ -126,7 +128,7 @@ class ContextProviderRegistry:
             default_name = getattr(provider, "__name__", type(provider).__name__)
         name = name or default_name
         if name in self.names:
-            raise ValueError(f"a context provider named {name!r} is registered already")
+            raise UsageError(f"a context provider named {name!r} is registered already")
         self._providers.append(_Registered(name, call, priority, max_tokens, len(self._providers)))
 
     def unregister(self, name: str) -> None:

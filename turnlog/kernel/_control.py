@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from turnlog.kernel._errors import KernelError, UsageError
+from turnlog.kernel._errors import LoopBreak, UsageError
 
 __all__ = ["LoopBreak", "LoopControl", "LoopDirective", "parse_directive", "stop_requested"]
 
@@ -47,18 +47,6 @@ class LoopControl:
 
     directive: LoopDirective
     reason: str | None = None
-
-
-class LoopBreak(KernelError, RuntimeError):
-    """A run was broken off by ``branch.control("break")``.
-
-    Attributes:
-        reason: The reason given to ``control``, if any.
-    """
-
-    def __init__(self, reason: str | None = None) -> None:
-        self.reason = reason
-        super().__init__(reason or "loop broken by control")
 
 
 def parse_directive(directive: LoopDirective | str) -> LoopDirective:

@@ -1,25 +1,33 @@
-"""Errors raised by the kernel (commands, verbs, sessions).
+"""Errors raised by the kernel (commands, verbs, sessions, tools, runs).
 
-::
+The whole tree is drawn in ``docs/errors.md``; the kernel's part of it::
 
-    TurnlogError                      (turnlog.eventstore)
+    TurnlogError                      (turnlog._errors)
+    ├── UsageError                    the API was used wrongly (ValueError): a verb on a read-only
+    │   │                             view, a branch owned by another session, a missing model
+    │   ├── RemovedArgument           a keyword of the seed's API that turnlog dropped (also a
+    │   │                             TypeError): where, argument; the message names the
+    │   │                             replacement and docs/from-lionagi.md
+    │   └── GraphCycleError           a flow graph has a cycle; nothing ran: cycle
+    ├── ProjectionError               (turnlog.projections)
+    │   └── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
+    │       └── AmbiguousBranch       several branches match: ref, candidates
     └── KernelError
-        ├── UsageError                the API was used wrongly (ValueError): a verb on a read-only
-        │   │                         view, a branch owned by another session, a missing model
-        │   └── RemovedArgument       a keyword of the seed's API that turnlog dropped (also a
-        │                             TypeError): where, argument; the message names the
-        │                             replacement and docs/from-lionagi.md
-        ├── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
-        │   └── AmbiguousBranch       several branches match: ref, candidates
         ├── UnknownSession            no session matches a reference (LookupError): ref, candidates
         │   └── AmbiguousSession      several sessions match: ref, candidates
-        ├── OperationError            an operation name resolves to nothing (ValueError): operation
+        ├── OperationError            an operation name resolves to nothing (UsageError): operation
         ├── ExecutionError            an operation could not be executed (RuntimeError)
         ├── ResponseParseError        a response could not be parsed into the requested format
         │                             (ValueError): target
         ├── ScriptExhaustedError      a scripted test model has no response left (RuntimeError)
-        └── ReplayMismatch            a replayed request is not the recorded one (LookupError):
-                                      actual, expected, call_index, call_id, version, difference
+        ├── ReplayMismatch            a replayed request is not the recorded one (LookupError):
+        │                             actual, expected, call_index, call_id, version, difference
+        ├── ToolError                 a tool cannot be called
+        │   ├── UnknownTool           no tool has that name (LookupError): name, available
+        │   └── ToolArgumentsError    the arguments do not fit the schema (ValueError): name
+        ├── LoopBreak                 a run was broken off by control("break") (RuntimeError): reason
+        ├── SnapshotFileError         a snapshot file cannot be read (ValueError): path
+        └── UnsafePathError           an id or path cannot name a run file (ValueError): what, value
 
 Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, every one a
 ``RuntimeError``) and propagate out of the verbs unchanged, after the failed call was recorded.
@@ -27,32 +35,38 @@ Provider failures keep their own tree (``turnlog.kernel.models.ProviderError``, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from turnlog.eventstore import TurnlogError
+from turnlog._errors import TurnlogError, UsageError
+from turnlog.projections import UnknownBranch
 
 __all__ = [
     "AmbiguousBranch",
     "AmbiguousSession",
     "ExecutionError",
+    "GraphCycleError",
     "KernelError",
+    "LoopBreak",
     "OperationError",
     "RemovedArgument",
     "ReplayMismatch",
     "ResponseParseError",
     "ScriptExhaustedError",
+    "SnapshotFileError",
+    "ToolArgumentsError",
+    "ToolError",
+    "TurnlogError",
     "UnknownBranch",
     "UnknownSession",
+    "UnknownTool",
+    "UnsafePathError",
     "UsageError",
 ]
 
 
 class KernelError(TurnlogError):
     """Root of every error raised by ``turnlog.kernel`` itself."""
-
-
-class UsageError(KernelError, ValueError):
-    """The API was used in a way it does not support; nothing was written."""
 
 
 class RemovedArgument(UsageError, TypeError):
@@ -75,42 +89,19 @@ class RemovedArgument(UsageError, TypeError):
         )
 
 
-class _Unresolved(KernelError, LookupError):
-    """No recorded stream of ``kind`` matches a reference (see the subclasses)."""
-
-    kind = "stream"
-    kinds = "streams"
-
-    def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
-        self.ref = ref
-        self.candidates = tuple(candidates)
-        super().__init__(message if message is not None else f"no {self.kind} matches {ref!r}")
-
-    @classmethod
-    def several(cls, ref: str, candidates: Sequence[str]) -> str:
-        """The message for a reference that matches several candidates."""
-        return f"{ref!r} matches {len(candidates)} {cls.kinds}: {', '.join(candidates)}"
-
-
-class UnknownBranch(_Unresolved):
-    """No branch of the store matches a reference.
-
-    Attributes:
-        ref: The id, id prefix or name that was looked up.
-        candidates: Branch names (with their ids) that came close (empty when none did).
-    """
-
-    kind, kinds = "branch", "branches"
+def _several(ref: str, candidates: Sequence[str], kinds: str) -> str:
+    """The message for a reference that matches several candidates."""
+    return f"{ref!r} matches {len(candidates)} {kinds}: {', '.join(candidates)}"
 
 
 class AmbiguousBranch(UnknownBranch):
     """Several branches match a reference; ``candidates`` lists them all."""
 
     def __init__(self, ref: str, candidates: Sequence[str]) -> None:
-        super().__init__(ref, candidates, self.several(ref, candidates))
+        super().__init__(ref, candidates, _several(ref, candidates, "branches"))
 
 
-class UnknownSession(_Unresolved):
+class UnknownSession(KernelError, LookupError):
     """No session of the store matches a reference.
 
     Attributes:
@@ -118,17 +109,20 @@ class UnknownSession(_Unresolved):
         candidates: Session names (with their ids) that came close (empty when none did).
     """
 
-    kind, kinds = "session", "sessions"
+    def __init__(self, ref: str, candidates: Sequence[str] = (), message: str | None = None) -> None:
+        self.ref = ref
+        self.candidates = tuple(candidates)
+        super().__init__(message if message is not None else f"no session matches {ref!r}")
 
 
 class AmbiguousSession(UnknownSession):
     """Several sessions match a reference; ``candidates`` lists them all."""
 
     def __init__(self, ref: str, candidates: Sequence[str]) -> None:
-        super().__init__(ref, candidates, self.several(ref, candidates))
+        super().__init__(ref, candidates, _several(ref, candidates, "sessions"))
 
 
-class OperationError(KernelError, ValueError):
+class OperationError(KernelError, UsageError):
     """An operation name resolves to no built-in verb and no registered operation.
 
     Attributes:
@@ -194,3 +188,87 @@ class ReplayMismatch(KernelError, LookupError):
         self.difference = difference
         where = f" (model.called at version {version}, call {call_id})" if call_id is not None else ""
         super().__init__(f"call #{call_index}{where} diverges: {difference}")
+
+
+class GraphCycleError(UsageError):
+    """The graph has a cycle; nothing ran.
+
+    Attributes:
+        cycle: Ids of nodes on a cycle, in order.
+    """
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__(f"Graph must be acyclic; cycle: {' -> '.join([*cycle, cycle[0]])}")
+
+
+class ToolError(KernelError):
+    """A tool could not be called."""
+
+
+class UnknownTool(ToolError, LookupError):
+    """No registered tool has the requested name.
+
+    Attributes:
+        name: The name asked for.
+        available: The names that are registered.
+    """
+
+    def __init__(self, name: str, available: Sequence[str]) -> None:
+        self.name = name
+        self.available = tuple(available)
+        listed = ", ".join(self.available) or "none"
+        super().__init__(f"unknown tool {name!r} (registered: {listed})")
+
+
+class ToolArgumentsError(ToolError, ValueError):
+    """The arguments of a call do not fit the tool's schema.
+
+    Attributes:
+        name: The tool name.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(f"invalid arguments for tool {name!r}: {message}")
+
+
+class LoopBreak(KernelError, RuntimeError):
+    """A run was broken off by ``branch.control("break")``.
+
+    It is the run's failure, not a signal handled inside turnlog: it leaves ``run()`` after
+    the cleanup and the ``run.failed`` event.
+
+    Attributes:
+        reason: The reason given to ``control``, if any.
+    """
+
+    def __init__(self, reason: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(reason or "loop broken by control")
+
+
+class SnapshotFileError(KernelError, ValueError):
+    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {reason}")
+
+
+class UnsafePathError(KernelError, ValueError):
+    """An id that names a file is not a canonical UUID, or a path leaves its directory.
+
+    Attributes:
+        what: What the value is (``"branch id"``, ``"run id"``, ``"path"``).
+        value: The value refused.
+    """
+
+    def __init__(self, what: str, value: object, reason: str) -> None:
+        self.what = what
+        self.value = value
+        super().__init__(f"{what} {value!r} cannot name a run file: {reason}")

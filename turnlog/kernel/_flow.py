@@ -41,7 +41,7 @@ import anyio
 from pydantic import BaseModel
 
 from turnlog.eventstore import uuid7
-from turnlog.kernel._errors import UsageError
+from turnlog.kernel._errors import GraphCycleError, UsageError
 from turnlog.kernel._node import Operation, dependency_ids
 from turnlog.kernel._tools import jsonable
 from turnlog.projections import (
@@ -61,18 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["FlowResult", "FlowSession", "Graph", "GraphCycleError", "flow"]
 
 Condition = Callable[[Mapping[str, Any]], "bool | Awaitable[bool]"]
-
-
-class GraphCycleError(UsageError):
-    """The graph has a cycle; nothing ran.
-
-    Attributes:
-        cycle: Ids of nodes on a cycle, in order.
-    """
-
-    def __init__(self, cycle: list[str]) -> None:
-        self.cycle = cycle
-        super().__init__(f"Graph must be acyclic; cycle: {' -> '.join([*cycle, cycle[0]])}")
 
 
 class Graph:

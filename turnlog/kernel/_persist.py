@@ -42,6 +42,7 @@ from typing import Any
 import anyio
 import orjson
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EncodedEvent, EventEncoder, EventStore, MemoryEventStore
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -53,7 +54,7 @@ from turnlog.projections import (
     snapshot_records,
 )
 
-from ._errors import KernelError
+from ._errors import SnapshotFileError
 from ._run_buffer import (
     CHUNK_TYPE,
     BufferHeader,
@@ -89,18 +90,6 @@ SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
 _SNAPSHOT_FILE_VERSION = 1
 
 
-class SnapshotFileError(KernelError, ValueError):
-    """A snapshot file cannot be read: not JSON, another format, or an outdated projection.
-
-    Attributes:
-        path: The file.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = os.fspath(path)
-        super().__init__(f"{self.path}: {reason}")
-
-
 @dataclass(frozen=True, slots=True)
 class PersistOptions:
     """How a streamed run hands its chunks to the store.
@@ -120,9 +109,9 @@ class PersistOptions:
 
     def __post_init__(self) -> None:
         if self.batch_chunks < 1:
-            raise ValueError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
+            raise UsageError(f"PersistOptions.batch_chunks must be >= 1, got {self.batch_chunks}")
         if self.batch_ms < 0:
-            raise ValueError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
+            raise UsageError(f"PersistOptions.batch_ms must be >= 0, got {self.batch_ms}")
 
 
 # ----------------------------------------------------------------------------------- snapshots

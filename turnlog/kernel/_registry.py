@@ -10,6 +10,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from turnlog._errors import UsageError
+
 __all__ = ["OperationManager"]
 
 
@@ -39,10 +41,10 @@ class OperationManager:
         """Register ``func`` under ``operation``.
 
         Raises:
-            ValueError: the name is taken (and ``update`` is false), or ``func`` is not async.
+            UsageError: the name is taken (and ``update`` is false), or ``func`` is not async.
         """
         if operation in self.registry and not update:
-            raise ValueError(f"Operation '{operation}' is already registered.")
+            raise UsageError(f"Operation '{operation}' is already registered.")
         if not _is_async(func):
-            raise ValueError(f"Operation '{operation}' must be an async function.")
+            raise UsageError(f"Operation '{operation}' must be an async function.")
         self.registry[operation] = func

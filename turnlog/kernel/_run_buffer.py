@@ -35,7 +35,7 @@ import orjson
 from turnlog.eventstore import EventStore
 from turnlog.projections import ChunkReceived
 
-from ._errors import KernelError
+from ._errors import UnsafePathError
 
 try:
     import fcntl
@@ -73,20 +73,6 @@ BUFFER_FORMAT_VERSION = 1
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-class UnsafePathError(KernelError, ValueError):
-    """An id that names a file is not a canonical UUID, or a path leaves its directory.
-
-    Attributes:
-        what: What the value is (``"branch id"``, ``"run id"``, ``"path"``).
-        value: The value refused.
-    """
-
-    def __init__(self, what: str, value: object, reason: str) -> None:
-        self.what = what
-        self.value = value
-        super().__init__(f"{what} {value!r} cannot name a run file: {reason}")
 
 
 # --------------------------------------------------------------------------------------- paths

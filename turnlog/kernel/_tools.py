@@ -35,7 +35,7 @@ import functools
 import inspect
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints
 
@@ -43,7 +43,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
-from turnlog.kernel._errors import KernelError, UsageError
+from turnlog.kernel._errors import ToolArgumentsError, ToolError, UnknownTool, UsageError
 
 __all__ = [
     "ActionParam",
@@ -57,37 +57,6 @@ __all__ = [
     "as_tool",
     "jsonable",
 ]
-
-
-class ToolError(KernelError):
-    """A tool could not be called."""
-
-
-class UnknownTool(ToolError, LookupError):
-    """No registered tool has the requested name.
-
-    Attributes:
-        name: The name asked for.
-        available: The names that are registered.
-    """
-
-    def __init__(self, name: str, available: Sequence[str]) -> None:
-        self.name = name
-        self.available = tuple(available)
-        listed = ", ".join(self.available) or "none"
-        super().__init__(f"unknown tool {name!r} (registered: {listed})")
-
-
-class ToolArgumentsError(ToolError, ValueError):
-    """The arguments of a call do not fit the tool's schema.
-
-    Attributes:
-        name: The tool name.
-    """
-
-    def __init__(self, name: str, message: str) -> None:
-        self.name = name
-        super().__init__(f"invalid arguments for tool {name!r}: {message}")
 
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")

@@ -33,14 +33,16 @@ from ._catalogue import (
     new_event,
 )
 from ._errors import (
-    BranchNotFound,
     EventDecodeError,
     FoldError,
     InvalidEventDataError,
     InvalidMessageError,
     InvalidTargetError,
     ProjectionError,
+    TurnlogError,
+    UnknownBranch,
     UnknownEventType,
+    UsageError,
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, decode_many, fold
 from ._messages import (
@@ -100,7 +102,6 @@ __all__ = [
     "BranchDiff",
     "BranchForked",
     "BranchIncluded",
-    "BranchNotFound",
     "BranchRemoved",
     "BranchUserSet",
     "BranchState",
@@ -140,8 +141,11 @@ __all__ = [
     "StateCache",
     "System",
     "SystemContent",
+    "TurnlogError",
+    "UnknownBranch",
     "UnknownEventType",
     "UsageData",
+    "UsageError",
     "apply",
     "catalogue_upcasters",
     "decode_event",

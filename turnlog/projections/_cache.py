@@ -20,6 +20,7 @@ import bisect
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore
 
 from ._snapshots import KeyframeMemo
@@ -68,7 +69,7 @@ class StateCache:
 
     def __init__(self, store: EventStore, *, every: int = 64, max_streams: int = 16) -> None:
         if every < 1 or max_streams < 1:
-            raise ValueError("StateCache needs every >= 1 and max_streams >= 1")
+            raise UsageError("StateCache needs every >= 1 and max_streams >= 1")
         self.store = store
         self.every = every
         self.max_streams = max_streams

@@ -30,6 +30,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import NewEvent, RecordedEvent, Upcaster, Upcasters, redacted_marker
 
 from ._errors import EventDecodeError, InvalidEventDataError, UnknownEventType
@@ -471,10 +472,10 @@ class EventRegistry:
         """
         name = getattr(schema, "event_type", None)
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{schema.__name__} has no event_type")
+            raise UsageError(f"{schema.__name__} has no event_type")
         existing = self._types.get(name)
         if existing is not None and existing is not schema:
-            raise ValueError(f"event type {name!r} is already registered to {existing.__name__}")
+            raise UsageError(f"event type {name!r} is already registered to {existing.__name__}")
         self._types[name] = schema
         return schema
 

@@ -1,31 +1,38 @@
 """Errors raised by the conversation domain.
 
-Every error derives from ``TurnlogError``; this layer's from ``ProjectionError``::
+Every error derives from ``TurnlogError`` (``turnlog._errors``); this layer's from
+``ProjectionError``. The whole tree is drawn in ``docs/errors.md``::
 
-    TurnlogError
+    TurnlogError                     (turnlog._errors)
     └── ProjectionError
-        ├── InvalidMessageError      a message dict or value fails validation (ValueError)
-        ├── InvalidEventDataError    an event payload fails its schema on write (ValueError)
+        ├── InvalidMessageError      a message dict or value fails validation (UsageError)
+        ├── InvalidEventDataError    an event payload fails its schema on write (UsageError)
         ├── EventDecodeError         a stored event fails its schema on read (stream, version, type)
         │   └── UnknownEventType     no schema (or no fold rule) is registered for the type
         ├── FoldError                an event cannot be folded into the state (stream, version, type)
-        ├── BranchNotFound           a branch stream has no event (at or before the target)
-        └── InvalidTargetError       a time-travel target is malformed (ValueError)
+        ├── UnknownBranch            no branch matches a reference, or it has no event at or
+        │   │                        before the target (LookupError): ref, candidates, stream
+        │   └── AmbiguousBranch      several branches match (turnlog.kernel): ref, candidates
+        └── InvalidTargetError       a time-travel target is malformed (UsageError)
 """
 
 from __future__ import annotations
 
-from turnlog.eventstore import TurnlogError
+from collections.abc import Sequence
+
+from turnlog._errors import TurnlogError, UsageError
 
 __all__ = [
-    "BranchNotFound",
     "EventDecodeError",
     "FoldError",
     "InvalidEventDataError",
     "InvalidMessageError",
     "InvalidTargetError",
     "ProjectionError",
+    "TurnlogError",
+    "UnknownBranch",
     "UnknownEventType",
+    "UsageError",
 ]
 
 
@@ -33,7 +40,7 @@ class ProjectionError(TurnlogError):
     """Root of every error raised by ``turnlog.projections``."""
 
 
-class InvalidMessageError(ProjectionError, ValueError):
+class InvalidMessageError(ProjectionError, UsageError):
     """A message (or a message dict) does not validate.
 
     Attributes:
@@ -45,7 +52,7 @@ class InvalidMessageError(ProjectionError, ValueError):
         super().__init__(f"invalid message: {reason}")
 
 
-class InvalidEventDataError(ProjectionError, ValueError):
+class InvalidEventDataError(ProjectionError, UsageError):
     """An event payload was rejected before anything was written.
 
     Attributes:
@@ -107,19 +114,39 @@ class FoldError(ProjectionError):
         super().__init__(f"cannot fold stream {stream!r} version {version}, type {type!r}: {reason}")
 
 
-class BranchNotFound(ProjectionError, LookupError):
-    """The branch stream has no event (at or before the requested target).
+class UnknownBranch(ProjectionError, LookupError):
+    """No branch matches a reference, or the branch has no event (at or before a target).
+
+    The rebuilds and time travel of this layer raise it for a branch stream without an event
+    where one was asked for; ``turnlog.kernel.find_branch`` and ``Branch.load`` raise it when
+    no branch has the id, id prefix or name given.
 
     Attributes:
-        branch_id: The branch looked up.
-        stream: Its stream name.
+        ref: The id, id prefix or name that was looked up.
+        candidates: Branch names (with their ids) that came close (empty when none did).
+        stream: The stream ``ref`` names when it is an id (``branch-<ref>``).
     """
 
-    def __init__(self, branch_id: str, detail: str = "has no event") -> None:
-        self.branch_id = branch_id
-        self.stream = f"branch-{branch_id}"
-        super().__init__(f"branch {branch_id!r} (stream {self.stream!r}) {detail}")
+    def __init__(
+        self,
+        ref: str,
+        candidates: Sequence[str] = (),
+        message: str | None = None,
+        *,
+        detail: str = "has no event",
+    ) -> None:
+        self.ref = ref
+        self.candidates = tuple(candidates)
+        self.stream = f"branch-{ref}"
+        super().__init__(
+            message if message is not None else f"branch {ref!r} (stream {self.stream!r}) {detail}"
+        )
+
+    @property
+    def branch_id(self) -> str:
+        """The branch looked up (``ref``), as the rebuilds name it."""
+        return self.ref
 
 
-class InvalidTargetError(ProjectionError, ValueError):
+class InvalidTargetError(ProjectionError, UsageError):
     """A time-travel target is malformed (e.g. two targets at once, a naive datetime)."""

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import RecordedEvent
 
 from ._bulk import validate_messages
@@ -113,11 +114,11 @@ class Appliers:
         """Register a rule for ``schema.event_type`` (a decorator)."""
         name = schema.event_type
         if name in CATALOGUE:
-            raise ValueError(f"{name!r} is a catalogue type; its fold rule cannot be replaced")
+            raise UsageError(f"{name!r} is a catalogue type; its fold rule cannot be replaced")
 
         def decorate(fn: A) -> A:
             if name in self._rules:
-                raise ValueError(f"a fold rule for {name!r} is already registered")
+                raise UsageError(f"a fold rule for {name!r} is already registered")
             self._rules[name] = (schema, fn)
             return fn
 

@@ -17,11 +17,12 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from datetime import datetime
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore, RecordedEvent, Snapshot
 
 from ._cache import StateCache
 from ._catalogue import BranchForked
-from ._errors import BranchNotFound, FoldError, InvalidTargetError
+from ._errors import FoldError, InvalidTargetError, UnknownBranch
 from ._fold import _BATCH, Appliers, _Builder, _decode, _fold_batch, apply, gc_paused
 from ._snapshots import (
     PROJECTION_VERSION,
@@ -39,7 +40,7 @@ async def event_at(store: EventStore, branch_id: str, version: int) -> RecordedE
     """The event at ``version`` of the branch's own stream.
 
     Raises:
-        BranchNotFound: the stream has no such version.
+        UnknownBranch: the stream has no such version.
     """
     return await _event_at(store, _stream(branch_id), version)
 
@@ -58,7 +59,7 @@ async def _event_at(store: EventStore, stream: str, version: int) -> RecordedEve
     async with aclosing(store.read_stream(stream, version, version)) as events:
         async for event in events:
             return event
-    raise BranchNotFound(stream.removeprefix("branch-"), f"has no version {version}")
+    raise UnknownBranch(stream.removeprefix("branch-"), detail=f"has no version {version}")
 
 
 async def _last_at_or_before(
@@ -90,14 +91,14 @@ async def resolve_version(
 
     Raises:
         InvalidTargetError: more than one target, a version outside the stream, a naive time.
-        BranchNotFound: the branch has no event (at or before the target).
+        UnknownBranch: the branch has no event (at or before the target).
     """
     stream = _stream(branch_id)
     if sum(t is not None for t in (at_version, at_position, at_time)) > 1:
         raise InvalidTargetError("give at most one of at_version, at_position and at_time")
     head = await store.stream_version(stream)
     if head == 0:
-        raise BranchNotFound(branch_id)
+        raise UnknownBranch(branch_id)
     if at_version is not None:
         if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
             raise InvalidTargetError(f"at_version must be an int >= 1, got {at_version!r}")
@@ -117,7 +118,7 @@ async def resolve_version(
     else:
         return head
     if version == 0:
-        raise BranchNotFound(branch_id, f"has no event at or before {what}")
+        raise UnknownBranch(branch_id, detail=f"has no event at or before {what}")
     return version
 
 
@@ -145,7 +146,7 @@ async def rebuild(
         cache: Start from (and keep) states folded earlier in this process.
 
     Raises:
-        BranchNotFound: no such branch, or no event at or before the target.
+        UnknownBranch: no such branch, or no event at or before the target.
         InvalidTargetError: a malformed target.
         EventDecodeError: a stored payload does not validate.
         FoldError: the log does not fold (e.g. a fork whose parent is too short).
@@ -154,7 +155,7 @@ async def rebuild(
         >>> state = await rebuild(store, branch_id, at_version=3)  # doctest: +SKIP
     """
     if cache is not None and cache.store is not store:
-        raise ValueError("this StateCache belongs to another store")
+        raise UsageError("this StateCache belongs to another store")
     version = await resolve_version(
         store, branch_id, at_version=at_version, at_position=at_position, at_time=at_time
     )
@@ -267,7 +268,7 @@ async def write_snapshots(
     stream = _stream(branch_id)
     head = await store.stream_version(stream)
     if head == 0:
-        raise BranchNotFound(branch_id)
+        raise UnknownBranch(branch_id)
     state = await load_snapshot_state(store, stream, head)
     if state is None:
         state = await _first_state(store, branch_id, stream, _Options(True, appliers, None), 0)

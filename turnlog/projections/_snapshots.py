@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore, NewSnapshot, RecordedEvent, Snapshot
 
 from ._bulk import validate_messages
@@ -90,9 +91,9 @@ class SnapshotPolicy:
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise ValueError(f"SnapshotPolicy.every must be >= 1, got {self.every}")
+            raise UsageError(f"SnapshotPolicy.every must be >= 1, got {self.every}")
         if not 1 <= self.keyframe_every <= _MAX_DELTAS:
-            raise ValueError(
+            raise UsageError(
                 f"SnapshotPolicy.keyframe_every must be in 1..{_MAX_DELTAS}, got {self.keyframe_every}"
             )
 

@@ -10,7 +10,7 @@ from typing import Any
 from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
 
 from ._catalogue import BranchForked, new_event
-from ._errors import BranchNotFound, InvalidTargetError
+from ._errors import InvalidTargetError, UnknownBranch
 from ._fold import Appliers, _decode
 from ._messages import (
     ActionRequest,
@@ -125,7 +125,7 @@ async def history(
     """One row per event of the branch's own stream (a fork's parent events are not repeated).
 
     Raises:
-        BranchNotFound: the branch has no event.
+        UnknownBranch: the branch has no event.
         EventDecodeError: a stored payload does not validate.
     """
     stream = _stream(branch_id)
@@ -134,7 +134,7 @@ async def history(
         async for e in store.read_stream(stream, from_version, to_version)
     ]
     if not rows and await store.stream_version(stream) == 0:
-        raise BranchNotFound(branch_id)
+        raise UnknownBranch(branch_id)
     return rows
 
 
@@ -205,13 +205,13 @@ async def fork(
     work the same way. The new id is a fresh UUIDv7, never reused.
 
     Raises:
-        BranchNotFound: the parent branch has no event.
+        UnknownBranch: the parent branch has no event.
         InvalidTargetError: ``at_version`` is not a version of the parent stream.
     """
     parent_stream = _stream(branch_id)
     head = await store.stream_version(parent_stream)
     if head == 0:
-        raise BranchNotFound(branch_id)
+        raise UnknownBranch(branch_id)
     if isinstance(at_version, bool) or not isinstance(at_version, int) or not 1 <= at_version <= head:
         raise InvalidTargetError(
             f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"

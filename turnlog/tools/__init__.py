@@ -8,7 +8,17 @@ code that is not async). Each is loaded on first use, so the command starts with
 
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "FakeUpstreamServer", "UpstreamThread"]
+from ._errors import ScriptError, TurnlogError, UsageError, UserError
+
+__all__ = [
+    "FakeOpenAIServer",
+    "FakeUpstreamServer",
+    "ScriptError",
+    "TurnlogError",
+    "UpstreamThread",
+    "UsageError",
+    "UserError",
+]
 
 _LAZY = {
     "FakeOpenAIServer": "turnlog.tools._fake_openai",

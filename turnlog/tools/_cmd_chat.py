@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from turnlog.kernel import Branch, KernelError, iModel
+from turnlog.kernel import Branch, KernelError, UsageError, iModel
 from turnlog.kernel.models import MissingAPIKey, ProviderError
 
 from ._command import Command, UserError, add_store_argument, emit_json
@@ -114,7 +114,7 @@ async def _chat(args: argparse.Namespace) -> tuple[Branch, str | None]:
             answer = await branch.communicate(args.message)
         except MissingAPIKey as exc:
             raise UserError(str(exc)) from exc
-        except (ProviderError, KernelError) as exc:
+        except (ProviderError, KernelError, UsageError) as exc:
             print(f"turnlog chat: {type(exc).__name__}: {exc}", file=sys.stderr)
             return branch, None
         return branch, str(answer)

@@ -101,8 +101,9 @@ def _check_names(stream: str, etype: str, number: int) -> None:
 
 
 def _event(obj: dict[str, Any], number: int) -> RecordedEvent:
+    text = _field(obj, "recorded_at", str, number)  # a UserError of its own (a ValueError too)
     try:
-        recorded_at = datetime.fromisoformat(_field(obj, "recorded_at", str, number))
+        recorded_at = datetime.fromisoformat(text)
     except ValueError as exc:
         raise UserError(f"line {number}: recorded_at is not an ISO 8601 time") from exc
     if recorded_at.tzinfo is None:

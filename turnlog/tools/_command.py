@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from turnlog.tools._errors import UserError
+
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERNAL",
@@ -43,10 +45,6 @@ EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
 
 _MAX_LINE = 600
-
-
-class UserError(Exception):
-    """A mistake of the person at the terminal: printed as one line, exit status 2."""
 
 
 def one_line(text: str) -> str:

@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from turnlog._errors import UsageError
+
 from ._fake_openai_checks import request_problem
 from ._fake_openai_script import (
     ErrorBody,
@@ -194,7 +196,7 @@ class FakeOpenAIServer:
         except ValueError:
             loopback = host == "localhost"
         if not loopback:
-            raise ValueError(f"the fake server only binds loopback addresses, not {host!r}")
+            raise UsageError(f"the fake server only binds loopback addresses, not {host!r}")
         self._slots = [_Slot(i, e) for i, e in enumerate(coerce_script(script))]
         self._host = host
         self._port = port

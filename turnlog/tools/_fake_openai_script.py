@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from turnlog.eventstore import TurnlogError
+from turnlog.tools._errors import ScriptError
 
 __all__ = [
     "ErrorBody",
@@ -24,10 +24,6 @@ __all__ = [
     "load_script",
     "matches_request",
 ]
-
-
-class ScriptError(TurnlogError, ValueError):
-    """A fake-server script that cannot be read; the message names the file and entry."""
 
 
 class _Model(BaseModel):

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from turnlog._errors import UsageError
+
 from . import _fake_anthropic, _fake_gemini, _fake_responses
 from ._fake_openai import _head, _read_request, _Request
 from ._fake_upstream_script import (
@@ -120,7 +122,7 @@ class FakeUpstreamServer:
         except ValueError:
             loopback = host == "localhost"
         if not loopback:
-            raise ValueError(f"the fake upstream only binds loopback addresses, not {host!r}")
+            raise UsageError(f"the fake upstream only binds loopback addresses, not {host!r}")
         self._slots = [_Slot(i, e) for i, e in enumerate(coerce_upstream_script(script))]
         self._host = host
         self._port = port

@@ -17,6 +17,8 @@ from ._errors import (
     RateLimitError,
     ResponseFormatError,
     ServerError,
+    TurnlogError,
+    UsageError,
 )
 from ._fingerprint import canonical_request, public_params, request_fingerprint
 from ._gemini import GeminiModel
@@ -89,5 +91,7 @@ __all__ = [
     "StreamChunk",
     "StreamingModel",
     "ToolCall",
+    "TurnlogError",
     "Usage",
+    "UsageError",
 ]

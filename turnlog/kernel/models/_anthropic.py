@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import orjson
 
+from turnlog._errors import UsageError
+
 from ._errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -247,7 +249,7 @@ def _usage(raw: Any) -> Usage:
 def _tool(schema: Mapping[str, Any]) -> dict[str, Any]:
     function = schema.get("function") if schema.get("type") == "function" else schema
     if not isinstance(function, Mapping) or not function.get("name"):
-        raise ValueError(f"a tool schema needs a function name: {dict(schema)!r}")
+        raise UsageError(f"a tool schema needs a function name: {dict(schema)!r}")
     tool: dict[str, Any] = {"name": function["name"]}
     if function.get("description"):
         tool["description"] = function["description"]
@@ -343,7 +345,7 @@ def to_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
             else:
                 push("user", [result])
         else:
-            raise ValueError(f"messages[{i}]: role {role!r} has no Messages API form")
+            raise UsageError(f"messages[{i}]: role {role!r} has no Messages API form")
     return "\n\n".join(system), out
 
 

@@ -2,33 +2,37 @@
 
 ::
 
-    TurnlogError                      (turnlog.eventstore)
+    TurnlogError                      (turnlog._errors)
     └── ProviderError                 provider, model (also a RuntimeError)
         ├── ProviderHTTPError         status_code, body, retry_after
         │   ├── AuthenticationError   401/403: bad or missing API key
+        │   │   └── MissingAPIKey     no key given and its variable unset, before any request: env_var
         │   ├── RateLimitError        429: rate limit or quota (retry_after when given)
         │   ├── ContextLengthError    400 context_length_exceeded
         │   └── ServerError           5xx after retries
         ├── ProviderConnectionError   connect/read failures, a stream cut mid-way
         ├── ProviderTimeout           a connect/read timeout or a run deadline (also a TimeoutError)
         ├── ResponseFormatError       the provider answered with something undecodable
+        ├── ModelRequestsBlocked      a non-loopback request while TURNLOG_ALLOW_MODEL_REQUESTS=0: url
         └── CLIError                  a CLI agent failed: exit_code, stderr, kind
             └── CLINotFound           the executable is missing
 
 Every provider error is a ``RuntimeError`` too, as in the seed, so ``except RuntimeError``
 catches a failed call, a failed ``run()`` or a quota error; a timeout is also a
-``TimeoutError``.
+``TimeoutError``. The whole tree is drawn in ``docs/errors.md``.
 """
 
 from __future__ import annotations
 
-from turnlog.eventstore import TurnlogError
+from turnlog._errors import TurnlogError, UsageError
 
 __all__ = [
     "AuthenticationError",
     "CLIError",
     "CLINotFound",
     "ContextLengthError",
+    "MissingAPIKey",
+    "ModelRequestsBlocked",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderHTTPError",
@@ -36,6 +40,8 @@ __all__ = [
     "RateLimitError",
     "ResponseFormatError",
     "ServerError",
+    "TurnlogError",
+    "UsageError",
 ]
 
 
@@ -139,3 +145,38 @@ class CLIError(ProviderError):
 
 class CLINotFound(CLIError):
     """The CLI executable could not be found or started."""
+
+
+class MissingAPIKey(AuthenticationError):
+    """No API key was given and its environment variable is unset (raised before any request).
+
+    It is an ``AuthenticationError`` with status 401 because that is what the provider would
+    answer to a request without a key.
+
+    Attributes:
+        env_var: The environment variable that was consulted.
+    """
+
+    def __init__(self, env_var: str | None, *, provider: str = "", model: str = "") -> None:
+        self.env_var = env_var
+        where = f"pass api_key=... or set ${env_var}" if env_var else "pass api_key=..."
+        super().__init__(
+            f"{provider} {model}: no API key ({where})", status_code=401, provider=provider, model=model
+        )
+
+
+class ModelRequestsBlocked(ProviderError):
+    """A request to a non-loopback host while ``TURNLOG_ALLOW_MODEL_REQUESTS=0``.
+
+    Attributes:
+        url: The URL that would have been called.
+    """
+
+    def __init__(self, url: str, *, provider: str = "", model: str = "") -> None:
+        self.url = url
+        super().__init__(
+            f"{provider} {model}: model requests to {url} are blocked (TURNLOG_ALLOW_MODEL_REQUESTS=0); "
+            "only loopback servers (127.0.0.1, ::1, localhost) may be called",
+            provider=provider,
+            model=model,
+        )

@@ -33,6 +33,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 import orjson
 
+from turnlog._errors import UsageError
+
 from ._errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -273,7 +275,7 @@ def _usage(raw: Any) -> Usage:
 def _declaration(schema: Mapping[str, Any]) -> dict[str, Any]:
     function = schema.get("function") if schema.get("type") == "function" else schema
     if not isinstance(function, Mapping) or not function.get("name"):
-        raise ValueError(f"a tool schema needs a function name: {dict(schema)!r}")
+        raise UsageError(f"a tool schema needs a function name: {dict(schema)!r}")
     declaration: dict[str, Any] = {"name": function["name"]}
     if function.get("description"):
         declaration["description"] = function["description"]
@@ -362,7 +364,7 @@ def to_contents(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any
             }
             push("user", [{"functionResponse": response}])
         else:
-            raise ValueError(f"messages[{i}]: role {role!r} has no Gemini form")
+            raise UsageError(f"messages[{i}]: role {role!r} has no Gemini form")
     return "\n\n".join(system), out
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import httpx
 
+from turnlog._errors import UsageError
+
 from ._anthropic import ANTHROPIC_BASE_URL, AnthropicModel
 from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
@@ -87,7 +89,7 @@ def _split(provider: str | None, model: str | None) -> tuple[str, str | None]:
     if provider and "/" in provider:
         head, _, tail = provider.partition("/")
         if model and model != tail:
-            raise ValueError(f"iModel: provider {provider!r} already names a model; got model={model!r} too")
+            raise UsageError(f"iModel: provider {provider!r} already names a model; got model={model!r} too")
         return _normalize(head), tail or None
     if provider:
         return _normalize(provider), model or None
@@ -168,16 +170,16 @@ class iModel:
         self._backend: Any
         if name in CLI_PROVIDERS:
             if base_url is not None:
-                raise ValueError(f"iModel: {name!r} is a CLI provider; base_url does not apply")
+                raise UsageError(f"iModel: {name!r} is a CLI provider; base_url does not apply")
             cls = _load_cli_class(name)
             self._backend = cls(model=model_name, **params) if model_name else cls(**params)
             self.model: str = model_name or str(getattr(self._backend, "model", "") or "")
             return
         if not model_name:
-            raise ValueError(f"iModel: provider {name!r} needs a model name (e.g. '{name}/<model>')")
+            raise UsageError(f"iModel: provider {name!r} needs a model name (e.g. '{name}/<model>')")
         known = API_PROVIDERS.get(name)
         if known is None and base_url is None:
-            raise ValueError(
+            raise UsageError(
                 f"iModel: unknown provider {name!r}; known: "
                 f"{', '.join(sorted([*API_PROVIDERS, *CLI_PROVIDERS]))}. "
                 "Give base_url=... to use any OpenAI-compatible server under this name."
@@ -313,9 +315,9 @@ class iModel:
         """Rebuild a handle from ``to_config()`` output; the key comes from ``api_key`` or the environment."""
         unknown = sorted(set(config) - _CONFIG_KEYS)
         if unknown:
-            raise ValueError(f"iModel.from_config: unknown keys {', '.join(unknown)}")
+            raise UsageError(f"iModel.from_config: unknown keys {', '.join(unknown)}")
         if "provider" not in config:
-            raise ValueError("iModel.from_config: the config has no 'provider'")
+            raise UsageError("iModel.from_config: the config has no 'provider'")
         timeout = config.get("timeout")
         retry = config.get("retry")
         return cls(

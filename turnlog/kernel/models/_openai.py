@@ -28,8 +28,11 @@ import anyio
 import httpx
 import orjson
 
+from turnlog._errors import UsageError
+
 from ._errors import (
-    AuthenticationError,
+    MissingAPIKey,
+    ModelRequestsBlocked,
     ProviderConnectionError,
     ProviderError,
     ProviderHTTPError,
@@ -69,41 +72,6 @@ DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 
 _ALLOW_ENV = "TURNLOG_ALLOW_MODEL_REQUESTS"
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "response_format", "stream"})
-
-
-class ModelRequestsBlocked(ProviderError):
-    """A request to a non-loopback host while ``TURNLOG_ALLOW_MODEL_REQUESTS=0``.
-
-    Attributes:
-        url: The URL that would have been called.
-    """
-
-    def __init__(self, url: str, *, provider: str = "", model: str = "") -> None:
-        self.url = url
-        super().__init__(
-            f"{provider} {model}: model requests to {url} are blocked ({_ALLOW_ENV}=0); "
-            "only loopback servers (127.0.0.1, ::1, localhost) may be called",
-            provider=provider,
-            model=model,
-        )
-
-
-class MissingAPIKey(AuthenticationError):
-    """No API key was given and its environment variable is unset (raised before any request).
-
-    It is an ``AuthenticationError`` with status 401 because that is what the provider would
-    answer to a request without a key.
-
-    Attributes:
-        env_var: The environment variable that was consulted.
-    """
-
-    def __init__(self, env_var: str | None, *, provider: str = "", model: str = "") -> None:
-        self.env_var = env_var
-        where = f"pass api_key=... or set ${env_var}" if env_var else "pass api_key=..."
-        super().__init__(
-            f"{provider} {model}: no API key ({where})", status_code=401, provider=provider, model=model
-        )
 
 
 def model_requests_allowed() -> bool:
@@ -164,13 +132,13 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if not model:
-            raise ValueError(f"{type(self).__name__} needs a model name")
+            raise UsageError(f"{type(self).__name__} needs a model name")
         self.model = model
         self.provider = provider or self.default_provider
         self.base_url = (base_url or self.default_base_url).rstrip("/")
         parsed = urlsplit(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(
+            raise UsageError(
                 f"base_url must be an http(s) URL such as https://host/v1, got {self.base_url!r}"
             )
         self.api_key_env = self.default_api_key_env if api_key_env is CLASS_DEFAULT else api_key_env
@@ -229,7 +197,7 @@ class OpenAIChatModel:
         """The JSON body sent for ``request`` (parameters that name secrets are dropped)."""
         reserved = sorted(_RESERVED_PARAMS & set(request.params))
         if reserved:
-            raise ValueError(
+            raise UsageError(
                 f"ModelRequest.params may not set {', '.join(reserved)}: "
                 "use the ModelRequest fields (messages, tools, response_format, stream) or the model"
             )

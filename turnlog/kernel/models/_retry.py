@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from turnlog._errors import UsageError
+
 __all__ = ["RetryPolicy", "parse_retry_after"]
 
 
@@ -63,11 +65,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+            raise UsageError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
         if self.initial_delay < 0 or self.max_delay < 0 or self.max_retry_after < 0:
-            raise ValueError("RetryPolicy delays must not be negative")
+            raise UsageError("RetryPolicy delays must not be negative")
         if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError(f"RetryPolicy.jitter must be within [0, 1], got {self.jitter}")
+            raise UsageError(f"RetryPolicy.jitter must be within [0, 1], got {self.jitter}")
 
     def backoff(self, retry_index: int) -> float:
         """The computed wait before retry number ``retry_index`` (0-based), jitter included."""
@@ -108,7 +110,7 @@ class RetryPolicy:
         known = {k: v for k, v in data.items() if k in _FIELDS}
         unknown = sorted(set(data) - _FIELDS)
         if unknown:
-            raise ValueError(f"unknown RetryPolicy fields: {', '.join(unknown)}")
+            raise UsageError(f"unknown RetryPolicy fields: {', '.join(unknown)}")
         if "retry_statuses" in known:
             statuses = known["retry_statuses"]
             if not isinstance(statuses, Iterable):

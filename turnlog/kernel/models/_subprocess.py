@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from turnlog._errors import UsageError
+
 from ._cli_errors import classify_cli_failure, cli_failure
 from ._cli_process import CLIProcess, Diagnostic
 from ._cli_sessions import cli_home
@@ -227,13 +229,13 @@ class CLIAgentModel:
     def _check(self, prompt: object, resume: object, options: Mapping[str, Any] | None) -> dict[str, Any]:
         # Typed ``object``: callers outside the type checker pass anything, and are told why not.
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
+            raise UsageError(f"{self.provider}: the prompt must be a non-empty string, got {prompt!r}")
         if resume is not None and (not isinstance(resume, str) or not resume.strip()):
-            raise ValueError(f"{self.provider}: resume must be a non-empty session id, got {resume!r}")
+            raise UsageError(f"{self.provider}: resume must be a non-empty session id, got {resume!r}")
         opts = dict(options or {})
         unknown = sorted(set(opts) - self.option_keys)
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"{self.provider}: unknown option(s) {unknown}; accepted: {sorted(self.option_keys)}"
             )
         return opts

@@ -328,7 +328,7 @@ def assemble(
         out.append(_fold_system(new, prefix) if prefix else new.to_chat())
     else:
         if not history.first_is_instruction:
-            raise ValueError(_FIRST_ERROR)
+            raise UsageError(_FIRST_ERROR)
         out.append(new.to_chat())
         if prefix:
             assert history.first is not None

@@ -93,13 +93,13 @@ CLI_HINT = (
 def streaming_model(model: Any) -> Any:
     """``model`` when it is a CLI agent that can stream; else ``ValueError`` with a hint."""
     if model is None:
-        raise ValueError(
+        raise UsageError(
             f"run operation only supports CLI endpoints, but the branch has no chat model. {CLI_HINT}"
         )
     is_cli = getattr(model, "is_cli", None)
     if is_cli is False or not callable(getattr(model, "stream", None)):
         provider = getattr(model, "provider", type(model).__name__)
-        raise ValueError(
+        raise UsageError(
             f"run operation only supports CLI endpoints, but got provider={provider!r}. {CLI_HINT}"
         )
     return model

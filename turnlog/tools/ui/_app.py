@@ -26,8 +26,8 @@ from turnlog.projections import ProjectionError, catalogue_upcasters
 
 from . import _pages as pages
 from ._data import UIData, parse_int
-from ._errors import BadRequest, Forbidden, PageError
 from ._html import h, layout, seg
+from ._http_status import BadRequest, Forbidden, PageError
 from ._pages_branch import branch_body, conversation_fragment, diff_body, forks_body
 from ._readonly import ReadOnlyStore, WriteRefused
 from ._security import Guard

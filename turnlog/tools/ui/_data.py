@@ -25,7 +25,7 @@ from turnlog.projections import (
     rebuild,
 )
 
-from ._errors import BadRequest, Forbidden, NotFound
+from ._http_status import BadRequest, Forbidden, NotFound
 from ._index import BranchIndex, BranchRow
 
 __all__ = ["RunDetail", "UIData"]

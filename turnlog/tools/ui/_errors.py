@@ -1,37 +1,22 @@
-"""Errors a page answers with: a status and a one-sentence message, never a traceback."""
+"""Errors raised by ``turnlog.tools.ui`` to its callers.
+
+The whole tree is drawn in ``docs/errors.md``; this module's part of it::
+
+    TurnlogError                      (turnlog._errors)
+    └── StoreError                    (turnlog.eventstore)
+        └── WriteRefused              a write reached a store the app opened read-only
+
+The error pages the app answers with (``PageError`` and its subclasses, in
+``_http_status.py``) are not turnlog errors: they never leave the app.
+"""
 
 from __future__ import annotations
 
-__all__ = ["BadRequest", "Forbidden", "NotFound", "PageError"]
+from turnlog._errors import TurnlogError
+from turnlog.eventstore import StoreError
+
+__all__ = ["TurnlogError", "WriteRefused"]
 
 
-class PageError(Exception):
-    """A request the app cannot answer; ``status`` is the HTTP status of the error page."""
-
-    status = 500
-    title = "Error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class BadRequest(PageError):
-    """Malformed input: a version that is not a number, an unknown grouping."""
-
-    status = 400
-    title = "Bad request"
-
-
-class Forbidden(PageError):
-    """An action the app was not started to allow, or a request without its token."""
-
-    status = 403
-    title = "Forbidden"
-
-
-class NotFound(PageError):
-    """An unknown branch or run, or a version outside the branch."""
-
-    status = 404
-    title = "Not found"
+class WriteRefused(StoreError):
+    """A write reached a store opened read-only (``turnlog ui`` without ``--allow-writes``)."""

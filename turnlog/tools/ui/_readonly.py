@@ -18,15 +18,12 @@ from turnlog.eventstore import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
-    StoreError,
     VerifyReport,
 )
 
+from ._errors import WriteRefused
+
 __all__ = ["ReadOnlyStore", "WriteRefused"]
-
-
-class WriteRefused(StoreError):
-    """A write reached a store opened read-only (``turnlog ui`` without ``--allow-writes``)."""
 
 
 class ReadOnlyStore(EventStore):
