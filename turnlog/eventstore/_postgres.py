@@ -96,6 +96,7 @@ from ._raw import (
 )
 from ._records import (
     ANY,
+    NO_STREAM,
     AppendResult,
     EncodedEvent,
     ExpectedVersion,
@@ -117,6 +118,21 @@ _OWN_WRITES_TIMEOUT = 30.0
 """How long a global read waits for older transactions to end so that it sees this store's appends."""
 _POOL_TIMEOUT = 5.0
 """How long a call waits for a pooled connection before ``StoreUnavailable``."""
+_HEADS_KEPT = 10_000
+"""How many stream heads a store object remembers for one-statement appends."""
+_ROW_KEYS = (
+    "stream",
+    "version",
+    "event_id",
+    "type",
+    "schema",
+    "data",
+    "meta",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+)
+"""The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
 _SUBSCRIBE_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 """The pauses of a subscriber between attempts when its query fails; then it raises."""
 
@@ -184,6 +200,9 @@ class PostgresEventStore(EventStore):
         self._reachable = True  # False after a connection failure, until a probe connects
         self._own_xid = 0  # the newest transaction id of an append of this store object
         self._xmin_seen = 0  # the highest snapshot xmin this store object has seen
+        # The (version, hash) of the streams this store object last appended to or read the
+        # head of: a guess, checked by the server at the insert (see _commit_once).
+        self._heads: dict[str, tuple[int, str]] = {}
 
     def __repr__(self) -> str:
         return f"PostgresEventStore({masked(self.url)!r})"
@@ -432,45 +451,37 @@ class PostgresEventStore(EventStore):
         )
 
     async def _commit_once(self, units: list[list[PreparedAppend]]) -> tuple[list[Any], list[int]]:
-        """Read heads and stored ids, check each unit, insert the good ones: two statements.
+        """Check each unit, insert the good ones: one statement, or two when the heads are unknown.
 
-        The reads need no transaction of their own: what they find may change before the
-        insert, and then the insert fails on a unique constraint (``_Raced``) and the units
-        go again. The insert is one statement, so it commits in its own round trip.
+        When this store object knows the head of every stream (it wrote or read it last) and
+        the units pass against those heads, the insert goes at once, gated on the server on
+        the heads being unchanged and no id being stored (``Sql.insert_checked``). Otherwise,
+        or when the gate is shut, the heads and stored ids are read first, as a separate
+        statement. Those reads need no transaction of their own: what they find may change
+        before the insert, and then the insert fails on a unique constraint (``_Raced``) and
+        the units go again. The insert is one statement, so it commits in its own round trip.
 
         Raises:
             _Raced: a unique constraint on (stream, version) or the id failed at the insert.
         """
-        sql = self._sql
-        ids = [event.id for unit in units for entry in unit for event in entry.events]
-        streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
-        errors = self._pg.errors
+        now = to_micros(datetime.now(UTC))
+        guess = self._plan_from_heads(units, now)
         async with self._connection("append") as conn:
-            rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
-            stored = {
-                row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8])
-                for row in rows
-                if row[0] == "id"
-            }
-            tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
-            plan = _plan_group(units, stored, tips, to_micros(datetime.now(UTC)))
-            if not plan.count:
-                return plan.outcomes, plan.deferred
-            try:
-                reserved = await self._insert(conn, sql.insert, [plan.count, plan.count, *plan.columns])
-            except errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == "events_pkey":
-                    raise StoreError(
-                        "PostgreSQL: a reserved position is taken already: positions were written "
-                        f"without the sequence {sql.sequence} ({exc})"
-                    ) from exc
-                raise _Raced from exc
-            except BaseException:
-                # The statement may have failed holding the position lock, a session lock:
-                # drop the connection rather than return it to the pool with the lock.
-                await _close_quietly(self._pg, conn)
-                raise
+            reserved = None
+            if guess is not None:
+                plan, tips, query, params = guess
+                reserved = await self._store(conn, query, params, tips)
+            if reserved is None:
+                plan, tips = await self._plan_from_lookup(conn, units, now)
+                if not plan.count:
+                    self._remember(tips)
+                    return plan.outcomes, plan.deferred
+                params = [plan.count, plan.count, *plan.columns]
+                reserved = await self._store(conn, self._sql.insert, params, tips)
+                if reserved is None:
+                    raise StoreError("PostgreSQL: the append statement returned no row")
             await self._notify(conn, reserved[1])
+        self._remember(tips)
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
         first = last - plan.count + 1
@@ -482,6 +493,81 @@ class PostgresEventStore(EventStore):
             ]
         return outcomes, plan.deferred
 
+    def _plan_from_heads(
+        self, units: list[list[PreparedAppend]], now: int
+    ) -> tuple[_Plan, dict[str, tuple[int, str]], str, Any] | None:
+        """A plan from the heads this store object knows, and its gated statement and parameters.
+
+        None when a stream's head is unknown (a stream never seen is taken as new when the
+        unit allows that), or when a unit would fail against the known heads: only the
+        stored heads and ids can tell a re-send, a conflict or a stale head apart.
+        """
+        tips: dict[str, tuple[int, str]] = {}
+        for unit in units:
+            for entry in unit:
+                if entry.stream not in tips:
+                    tip = self._heads.get(entry.stream)
+                    if tip is None:
+                        if entry.expected is not ANY and entry.expected != NO_STREAM:
+                            return None
+                        tip = (0, "")
+                    tips[entry.stream] = tip
+        heads = list(tips.items())
+        plan = _plan_group(units, {}, tips, now)
+        if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
+            return None
+        if plan.count == 1:
+            return (
+                plan,
+                tips,
+                self._sql.insert_one,
+                dict(zip(_ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
+            )
+        params = [plan.count, plan.columns[2], [stream for stream, _ in heads],
+                  [digest for _, (_, digest) in heads], plan.count, *plan.columns]  # fmt: skip
+        return plan, tips, self._sql.insert_checked, params
+
+    async def _plan_from_lookup(
+        self, conn: Any, units: list[list[PreparedAppend]], now: int
+    ) -> tuple[_Plan, dict[str, tuple[int, str]]]:
+        """A plan from the heads and ids read from the store (one statement)."""
+        ids = [event.id for unit in units for entry in unit for event in entry.events]
+        streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
+        rows = await (await conn.execute(self._sql.lookup, [ids, streams])).fetchall()
+        stored = {
+            row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8]) for row in rows if row[0] == "id"
+        }
+        tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
+        return _plan_group(units, stored, tips, now), tips
+
+    async def _store(
+        self, conn: Any, query: str, params: Any, tips: dict[str, tuple[int, str]]
+    ) -> tuple[Any, ...] | None:
+        """Run an append statement; its row (transaction id, last position), None if its gate was shut."""
+        errors = self._pg.errors
+        try:
+            return await self._insert(conn, query, params)
+        except errors.UniqueViolation as exc:
+            if exc.diag.constraint_name == "events_pkey":
+                raise StoreError(
+                    "PostgreSQL: a reserved position is taken already: positions were written "
+                    f"without the sequence {self._sql.sequence} ({exc})"
+                ) from exc
+            for stream in tips:
+                self._heads.pop(stream, None)
+            raise _Raced from exc
+        except BaseException:
+            # The statement may have failed holding the position lock, a session lock:
+            # drop the connection rather than return it to the pool with the lock.
+            await _close_quietly(self._pg, conn)
+            raise
+
+    def _remember(self, tips: dict[str, tuple[int, str]]) -> None:
+        """Keep the heads just written or read, for the next append's plan (a bounded cache)."""
+        if len(self._heads) + len(tips) > _HEADS_KEPT:
+            self._heads.clear()
+        self._heads.update(tips)
+
     async def _notify(self, conn: Any, position: int) -> None:
         """Wake subscribers after a commit; a lost notification only delays them (``poll_interval``)."""
         try:
@@ -491,14 +577,13 @@ class PostgresEventStore(EventStore):
             # connection, if broken, is discarded by the pool.
             pass
 
-    async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
-        """Run the append statement (its own transaction in autocommit); return its row.
+    async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
+        """Run an append statement (its own transaction in autocommit); return its row, if any.
 
         A seam for tests that hold append transactions open.
         """
         row = await (await conn.execute(query, params)).fetchone()
-        assert row is not None
-        return tuple(row)
+        return None if row is None else tuple(row)
 
     # -- reads -------------------------------------------------------------------------
 
