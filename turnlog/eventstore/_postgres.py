@@ -148,7 +148,7 @@ class _Plan(NamedTuple):
     inserts: list[tuple[int, list[tuple[int, int, int]]]]
     deferred: list[int]
     columns: list[list[Any]]
-    count: int
+    rows: int
 
 
 class PostgresEventStore(EventStore):
@@ -473,10 +473,10 @@ class PostgresEventStore(EventStore):
                 reserved = await self._store(conn, query, params, tips)
             if reserved is None:
                 plan, tips = await self._plan_from_lookup(conn, units, now)
-                if not plan.count:
+                if not plan.rows:
                     self._remember(tips)
                     return plan.outcomes, plan.deferred
-                params = [plan.count, plan.count, *plan.columns]
+                params = [plan.rows, plan.rows, *plan.columns]
                 reserved = await self._store(conn, self._sql.insert, params, tips)
                 if reserved is None:
                     raise StoreError("PostgreSQL: the append statement returned no row")
@@ -484,7 +484,7 @@ class PostgresEventStore(EventStore):
         self._remember(tips)
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
-        first = last - plan.count + 1
+        first = last - plan.rows + 1
         outcomes = plan.outcomes
         for index, spans in plan.inserts:
             outcomes[index] = [
@@ -516,15 +516,15 @@ class PostgresEventStore(EventStore):
         plan = _plan_group(units, {}, tips, now)
         if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
             return None
-        if plan.count == 1:
+        if plan.rows == 1:
             return (
                 plan,
                 tips,
                 self._sql.insert_one,
                 dict(zip(_ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
             )
-        params = [plan.count, plan.columns[2], [stream for stream, _ in heads],
-                  [digest for _, (_, digest) in heads], plan.count, *plan.columns]  # fmt: skip
+        params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
+                  [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
         return plan, tips, self._sql.insert_checked, params
 
     async def _plan_from_lookup(
@@ -589,14 +589,16 @@ class PostgresEventStore(EventStore):
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async with self._connection(action) as conn:
-            return await (await conn.execute(query, params)).fetchall()
+            rows: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+            return rows
 
     async def _fetch_global(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Run a read of the global log (rows filtered by ``Sql.settled``) that sees this store's appends."""
         async with self._connection(action) as conn:
             if self._own_xid and self._own_xid >= self._xmin_seen:
                 await self._await_own_writes(conn, action)
-            return await (await conn.execute(query, params)).fetchall()
+            rows: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+            return rows
 
     async def _await_own_writes(self, conn: Any, action: str) -> None:
         """Wait until no transaction older than this store's last append is running.
@@ -813,7 +815,7 @@ class PostgresEventStore(EventStore):
         return checker.report()
 
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
-        return await redact_postgres(self, targets)
+        return await redact_postgres(self._connection, self._sql, self.append, targets)
 
     @property
     def _bound_snapshots(self) -> str:
@@ -867,7 +869,8 @@ class PostgresEventStore(EventStore):
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [check_stream_name(stream)])
         async with self._connection("delete_snapshots") as conn:
             cursor = await conn.execute(f"DELETE FROM {self._sql.snapshots} {where}", params)
-            return max(cursor.rowcount, 0)
+            deleted: int = cursor.rowcount
+            return max(deleted, 0)
 
     # -- raw copy (capability "raw_copy") ----------------------------------------------
 
@@ -1023,6 +1026,10 @@ class _Listener:
             # stop_after=1 ends the generator by itself: breaking out would leave it holding
             # the connection's lock.
             async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+            # Take the notifications that arrived meanwhile too: one query covers them all, so
+            # a subscriber behind many writers queries once per catch-up, not once per append.
+            async for _ in self._conn.notifies(timeout=0.0):
                 pass
         except (pg.OperationalError, pg.InterfaceError):
             # The listener was dropped: notifications sent meanwhile are lost, which the caller's
