@@ -16,7 +16,7 @@ import sys
 import textwrap
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
