@@ -695,9 +695,12 @@ class PostgresEventStore(EventStore):
         prefix: str | None,
         backwards: bool,
         page: int,
+        bound: str | None = None,
     ) -> tuple[str, list[Any]]:
         where = ["position >= %s", self._sql.settled]
         params: list[Any] = [low]
+        if bound is not None:
+            where.append(bound)
         if high is not None:
             where.append("position <= %s")
             params.append(high)
@@ -769,14 +772,18 @@ class PostgresEventStore(EventStore):
     async def _fetch_live(
         self, low: int, types: list[str] | None, prefix: str | None
     ) -> tuple[list[tuple[Any, ...]], int]:
-        """Matching events from ``low`` up to the head read first, and that head."""
+        """Matching events from ``low`` up to the head, and that head: one statement, one snapshot."""
+        # The head is read first, in the same statement: everything at or below it is final.
+        query, params = self._range_query(low, None, types, prefix, False, _PAGE, "position <= h.head")
+        query = (
+            f"WITH h(head) AS MATERIALIZED ({self._sql.head}) "
+            f"SELECT h.head, e.* FROM h LEFT JOIN LATERAL ({query}) AS e ON true"
+        )
         pauses = iter(_SUBSCRIBE_RETRIES)
         while True:
             try:
-                # Read before the events: everything at or below it is final already.
-                head = int((await self._fetch_global("subscribe", self._sql.head, []))[0][0])
-                query = self._range_query(low, head, types, prefix, False, _PAGE)
-                return await self._fetch("subscribe", *query), head
+                rows = await self._fetch_global("subscribe", query, params)
+                break
             except StoreUnavailable:
                 # The in-flight query broke; the pool replaces the connection. Give the server
                 # a few chances (about 3 s in all) before telling the subscriber.
@@ -784,6 +791,8 @@ class PostgresEventStore(EventStore):
                 if pause is None:
                     raise
                 await anyio.sleep(pause)
+        head = int(rows[0][0])
+        return [row[1:] for row in rows if row[1] is not None], head
 
     # -- verification ------------------------------------------------------------------
 
