@@ -170,10 +170,10 @@ class Sql:
         # the head of each of its streams ('head' rows).
         self.lookup = f"""
             SELECT 'id', position, stream, version, event_id::text, type, schema, data, meta, NULL::text
-            FROM {s}.events WHERE event_id = ANY(%s::uuid[])
+            FROM {s}.events WHERE event_id = ANY(%b::uuid[])
             UNION ALL
             SELECT 'head', NULL, q.stream, e.version, NULL, NULL, NULL, NULL, NULL, e.hash
-            FROM unnest(%s::text[]) AS q(stream)
+            FROM unnest(%b::text[]) AS q(stream)
             LEFT JOIN LATERAL (
                 SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
             ) AS e ON true"""
@@ -190,15 +190,16 @@ class Sql:
         # the heads this store object last wrote or read, and store nothing (no row back,
         # no position taken) unless those are still the heads and no id is stored yet: then
         # an append is one statement instead of two.
-        unnest_rows = """unnest(%s::text[], %s::bigint[], %s::uuid[], %s::text[], %s::integer[],
-                               %s::bytea[], %s::bytea[], %s::bigint[], %s::text[], %s::text[])
+        # Arrays go in binary (%b): psycopg's text format escapes every element with a regex.
+        unnest_rows = """unnest(%b::text[], %b::bigint[], %b::uuid[], %b::text[], %b::integer[],
+                               %b::bytea[], %b::bytea[], %b::bigint[], %b::text[], %b::text[])
                      WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
                                           recorded_at, prev_hash, hash, n)"""
         self.insert = self._append_statement("true", "%s", unnest_rows)
         self.insert_checked = self._append_statement(
-            f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = ANY(%s::uuid[]))
+            f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = ANY(%b::uuid[]))
                 AND NOT EXISTS (
-                    SELECT FROM unnest(%s::text[], %s::text[]) AS q(stream, hash)
+                    SELECT FROM unnest(%b::text[], %b::text[]) AS q(stream, hash)
                     WHERE coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = q.stream
                                     ORDER BY e.version DESC LIMIT 1), '') <> q.hash)""",
             "%s",
