@@ -1,9 +1,11 @@
 """The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
 
 Ordering without serializing writers. Appends to different streams run in parallel: each
-transaction reads the heads of its streams, checks ``expected_version`` and inserts, and
+transaction checks ``expected_version`` against the heads of its streams and inserts, and
 ``UNIQUE (stream, version)`` settles a race on one stream (the loser re-reads and gets its
-``ConcurrencyError``, or a new version under ``ANY``). Positions come from a sequence, so
+``ConcurrencyError``, or a new version under ``ANY``). The heads are those this store object
+remembers, confirmed by the insert statement itself (one statement per append), or read by
+a statement before it when unknown or wrong. Positions come from a sequence, so
 transactions commit in any order and a rolled-back one leaves a gap. What keeps readers from
 skipping an event:
 
