@@ -16,7 +16,7 @@ import sys
 import textwrap
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -169,12 +169,12 @@ class SlowCommitStore(PostgresEventStore):
         super().__init__(url)
         self._rng = random.Random(seed)
 
-    async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
+    async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
         async with conn.transaction():
             row = await (await conn.execute(query, params)).fetchone()
             # the rows are inserted, the transaction stays open a while
             await anyio.sleep(self._rng.uniform(0.0, 0.015))
-        return tuple(row)
+        return None if row is None else tuple(row)
 
 
 async def test_readers_never_skip_with_long_write_transactions(pg_url: str) -> None:
@@ -240,12 +240,12 @@ class HeldStore(PostgresEventStore):
         self.inserted = anyio.Event()
         self.release = anyio.Event()
 
-    async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
+    async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
         async with conn.transaction():
             row = await (await conn.execute(query, params)).fetchone()
             self.inserted.set()
             await self.release.wait()
-        return tuple(row)
+        return None if row is None else tuple(row)
 
 
 async def positions_of(store: PostgresEventStore) -> list[int]:

@@ -1,9 +1,11 @@
 """The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
 
 Ordering without serializing writers. Appends to different streams run in parallel: each
-transaction reads the heads of its streams, checks ``expected_version`` and inserts, and
+transaction checks ``expected_version`` against the heads of its streams and inserts, and
 ``UNIQUE (stream, version)`` settles a race on one stream (the loser re-reads and gets its
-``ConcurrencyError``, or a new version under ``ANY``). Positions come from a sequence, so
+``ConcurrencyError``, or a new version under ``ANY``). The heads are those this store object
+remembers, confirmed by the insert statement itself (one statement per append), or read by
+a statement before it when unknown or wrong. Positions come from a sequence, so
 transactions commit in any order and a rolled-back one leaves a gap. What keeps readers from
 skipping an event:
 
@@ -96,6 +98,7 @@ from ._raw import (
 )
 from ._records import (
     ANY,
+    NO_STREAM,
     AppendResult,
     EncodedEvent,
     ExpectedVersion,
@@ -117,6 +120,21 @@ _OWN_WRITES_TIMEOUT = 30.0
 """How long a global read waits for older transactions to end so that it sees this store's appends."""
 _POOL_TIMEOUT = 5.0
 """How long a call waits for a pooled connection before ``StoreUnavailable``."""
+_HEADS_KEPT = 10_000
+"""How many stream heads a store object remembers for one-statement appends."""
+_ROW_KEYS = (
+    "stream",
+    "version",
+    "event_id",
+    "type",
+    "schema",
+    "data",
+    "meta",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+)
+"""The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
 _SUBSCRIBE_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 """The pauses of a subscriber between attempts when its query fails; then it raises."""
 
@@ -132,7 +150,7 @@ class _Plan(NamedTuple):
     inserts: list[tuple[int, list[tuple[int, int, int]]]]
     deferred: list[int]
     columns: list[list[Any]]
-    count: int
+    rows: int
 
 
 class PostgresEventStore(EventStore):
@@ -184,6 +202,9 @@ class PostgresEventStore(EventStore):
         self._reachable = True  # False after a connection failure, until a probe connects
         self._own_xid = 0  # the newest transaction id of an append of this store object
         self._xmin_seen = 0  # the highest snapshot xmin this store object has seen
+        # The (version, hash) of the streams this store object last appended to or read the
+        # head of: a guess, checked by the server at the insert (see _commit_once).
+        self._heads: dict[str, tuple[int, str]] = {}
 
     def __repr__(self) -> str:
         return f"PostgresEventStore({masked(self.url)!r})"
@@ -432,48 +453,40 @@ class PostgresEventStore(EventStore):
         )
 
     async def _commit_once(self, units: list[list[PreparedAppend]]) -> tuple[list[Any], list[int]]:
-        """Read heads and stored ids, check each unit, insert the good ones: two statements.
+        """Check each unit, insert the good ones: one statement, or two when the heads are unknown.
 
-        The reads need no transaction of their own: what they find may change before the
-        insert, and then the insert fails on a unique constraint (``_Raced``) and the units
-        go again. The insert is one statement, so it commits in its own round trip.
+        When this store object knows the head of every stream (it wrote or read it last) and
+        the units pass against those heads, the insert goes at once, gated on the server on
+        the heads being unchanged and no id being stored (``Sql.insert_checked``). Otherwise,
+        or when the gate is shut, the heads and stored ids are read first, as a separate
+        statement. Those reads need no transaction of their own: what they find may change
+        before the insert, and then the insert fails on a unique constraint (``_Raced``) and
+        the units go again. The insert is one statement, so it commits in its own round trip.
 
         Raises:
             _Raced: a unique constraint on (stream, version) or the id failed at the insert.
         """
-        sql = self._sql
-        ids = [event.id for unit in units for entry in unit for event in entry.events]
-        streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
-        errors = self._pg.errors
+        now = to_micros(datetime.now(UTC))
+        guess = self._plan_from_heads(units, now)
         async with self._connection("append") as conn:
-            rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
-            stored = {
-                row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8])
-                for row in rows
-                if row[0] == "id"
-            }
-            tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
-            plan = _plan_group(units, stored, tips, to_micros(datetime.now(UTC)))
-            if not plan.count:
-                return plan.outcomes, plan.deferred
-            try:
-                reserved = await self._insert(conn, sql.insert, [plan.count, plan.count, *plan.columns])
-            except errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == "events_pkey":
-                    raise StoreError(
-                        "PostgreSQL: a reserved position is taken already: positions were written "
-                        f"without the sequence {sql.sequence} ({exc})"
-                    ) from exc
-                raise _Raced from exc
-            except BaseException:
-                # The statement may have failed holding the position lock, a session lock:
-                # drop the connection rather than return it to the pool with the lock.
-                await _close_quietly(self._pg, conn)
-                raise
+            reserved = None
+            if guess is not None:
+                plan, tips, query, params = guess
+                reserved = await self._store(conn, query, params, tips)
+            if reserved is None:
+                plan, tips = await self._plan_from_lookup(conn, units, now)
+                if not plan.rows:
+                    self._remember(tips)
+                    return plan.outcomes, plan.deferred
+                params = [plan.rows, plan.rows, *plan.columns]
+                reserved = await self._store(conn, self._sql.insert, params, tips)
+                if reserved is None:
+                    raise StoreError("PostgreSQL: the append statement returned no row")
             await self._notify(conn, reserved[1])
+        self._remember(tips)
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
-        first = last - plan.count + 1
+        first = last - plan.rows + 1
         outcomes = plan.outcomes
         for index, spans in plan.inserts:
             outcomes[index] = [
@@ -481,6 +494,81 @@ class PostgresEventStore(EventStore):
                 for offset, count, version in spans
             ]
         return outcomes, plan.deferred
+
+    def _plan_from_heads(
+        self, units: list[list[PreparedAppend]], now: int
+    ) -> tuple[_Plan, dict[str, tuple[int, str]], str, Any] | None:
+        """A plan from the heads this store object knows, and its gated statement and parameters.
+
+        None when a stream's head is unknown (a stream never seen is taken as new when the
+        unit allows that), or when a unit would fail against the known heads: only the
+        stored heads and ids can tell a re-send, a conflict or a stale head apart.
+        """
+        tips: dict[str, tuple[int, str]] = {}
+        for unit in units:
+            for entry in unit:
+                if entry.stream not in tips:
+                    tip = self._heads.get(entry.stream)
+                    if tip is None:
+                        if entry.expected is not ANY and entry.expected != NO_STREAM:
+                            return None
+                        tip = (0, "")
+                    tips[entry.stream] = tip
+        heads = list(tips.items())
+        plan = _plan_group(units, {}, tips, now)
+        if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
+            return None
+        if plan.rows == 1:
+            return (
+                plan,
+                tips,
+                self._sql.insert_one,
+                dict(zip(_ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
+            )
+        params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
+                  [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
+        return plan, tips, self._sql.insert_checked, params
+
+    async def _plan_from_lookup(
+        self, conn: Any, units: list[list[PreparedAppend]], now: int
+    ) -> tuple[_Plan, dict[str, tuple[int, str]]]:
+        """A plan from the heads and ids read from the store (one statement)."""
+        ids = [event.id for unit in units for entry in unit for event in entry.events]
+        streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
+        rows = await (await conn.execute(self._sql.lookup, [ids, streams])).fetchall()
+        stored = {
+            row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8]) for row in rows if row[0] == "id"
+        }
+        tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
+        return _plan_group(units, stored, tips, now), tips
+
+    async def _store(
+        self, conn: Any, query: str, params: Any, tips: dict[str, tuple[int, str]]
+    ) -> tuple[Any, ...] | None:
+        """Run an append statement; its row (transaction id, last position), None if its gate was shut."""
+        errors = self._pg.errors
+        try:
+            return await self._insert(conn, query, params)
+        except errors.UniqueViolation as exc:
+            if exc.diag.constraint_name == "events_pkey":
+                raise StoreError(
+                    "PostgreSQL: a reserved position is taken already: positions were written "
+                    f"without the sequence {self._sql.sequence} ({exc})"
+                ) from exc
+            for stream in tips:
+                self._heads.pop(stream, None)
+            raise _Raced from exc
+        except BaseException:
+            # The statement may have failed holding the position lock, a session lock:
+            # drop the connection rather than return it to the pool with the lock.
+            await _close_quietly(self._pg, conn)
+            raise
+
+    def _remember(self, tips: dict[str, tuple[int, str]]) -> None:
+        """Keep the heads just written or read, for the next append's plan (a bounded cache)."""
+        if len(self._heads) + len(tips) > _HEADS_KEPT:
+            self._heads.clear()
+        self._heads.update(tips)
 
     async def _notify(self, conn: Any, position: int) -> None:
         """Wake subscribers after a commit; a lost notification only delays them (``poll_interval``)."""
@@ -491,27 +579,28 @@ class PostgresEventStore(EventStore):
             # connection, if broken, is discarded by the pool.
             pass
 
-    async def _insert(self, conn: Any, query: str, params: Sequence[Any]) -> tuple[Any, ...]:
-        """Run the append statement (its own transaction in autocommit); return its row.
+    async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
+        """Run an append statement (its own transaction in autocommit); return its row, if any.
 
         A seam for tests that hold append transactions open.
         """
         row = await (await conn.execute(query, params)).fetchone()
-        assert row is not None
-        return tuple(row)
+        return None if row is None else tuple(row)
 
     # -- reads -------------------------------------------------------------------------
 
     async def _fetch(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async with self._connection(action) as conn:
-            return await (await conn.execute(query, params)).fetchall()
+            rows: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+            return rows
 
     async def _fetch_global(self, action: str, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Run a read of the global log (rows filtered by ``Sql.settled``) that sees this store's appends."""
         async with self._connection(action) as conn:
             if self._own_xid and self._own_xid >= self._xmin_seen:
                 await self._await_own_writes(conn, action)
-            return await (await conn.execute(query, params)).fetchall()
+            rows: list[tuple[Any, ...]] = await (await conn.execute(query, params)).fetchall()
+            return rows
 
     async def _await_own_writes(self, conn: Any, action: str) -> None:
         """Wait until no transaction older than this store's last append is running.
@@ -608,9 +697,12 @@ class PostgresEventStore(EventStore):
         prefix: str | None,
         backwards: bool,
         page: int,
+        bound: str | None = None,
     ) -> tuple[str, list[Any]]:
         where = ["position >= %s", self._sql.settled]
         params: list[Any] = [low]
+        if bound is not None:
+            where.append(bound)
         if high is not None:
             where.append("position <= %s")
             params.append(high)
@@ -682,14 +774,18 @@ class PostgresEventStore(EventStore):
     async def _fetch_live(
         self, low: int, types: list[str] | None, prefix: str | None
     ) -> tuple[list[tuple[Any, ...]], int]:
-        """Matching events from ``low`` up to the head read first, and that head."""
+        """Matching events from ``low`` up to the head, and that head: one statement, one snapshot."""
+        # The head is read first, in the same statement: everything at or below it is final.
+        query, params = self._range_query(low, None, types, prefix, False, _PAGE, "position <= h.head")
+        query = (
+            f"WITH h(head) AS MATERIALIZED ({self._sql.head}) "
+            f"SELECT h.head, e.* FROM h LEFT JOIN LATERAL ({query}) AS e ON true"
+        )
         pauses = iter(_SUBSCRIBE_RETRIES)
         while True:
             try:
-                # Read before the events: everything at or below it is final already.
-                head = int((await self._fetch_global("subscribe", self._sql.head, []))[0][0])
-                query = self._range_query(low, head, types, prefix, False, _PAGE)
-                return await self._fetch("subscribe", *query), head
+                rows = await self._fetch_global("subscribe", query, params)
+                break
             except StoreUnavailable:
                 # The in-flight query broke; the pool replaces the connection. Give the server
                 # a few chances (about 3 s in all) before telling the subscriber.
@@ -697,6 +793,8 @@ class PostgresEventStore(EventStore):
                 if pause is None:
                     raise
                 await anyio.sleep(pause)
+        head = int(rows[0][0])
+        return [row[1:] for row in rows if row[1] is not None], head
 
     # -- verification ------------------------------------------------------------------
 
@@ -728,7 +826,7 @@ class PostgresEventStore(EventStore):
         return checker.report()
 
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
-        return await redact_postgres(self, targets)
+        return await redact_postgres(self._connection, self._sql, self.append, targets)
 
     @property
     def _bound_snapshots(self) -> str:
@@ -782,7 +880,8 @@ class PostgresEventStore(EventStore):
         where, params = ("", []) if stream is None else ("WHERE stream = %s", [check_stream_name(stream)])
         async with self._connection("delete_snapshots") as conn:
             cursor = await conn.execute(f"DELETE FROM {self._sql.snapshots} {where}", params)
-            return max(cursor.rowcount, 0)
+            deleted: int = cursor.rowcount
+            return max(deleted, 0)
 
     # -- raw copy (capability "raw_copy") ----------------------------------------------
 
@@ -938,6 +1037,10 @@ class _Listener:
             # stop_after=1 ends the generator by itself: breaking out would leave it holding
             # the connection's lock.
             async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+            # Take the notifications that arrived meanwhile too: one query covers them all, so
+            # a subscriber behind many writers queries once per catch-up, not once per append.
+            async for _ in self._conn.notifies(timeout=0.0):
                 pass
         except (pg.OperationalError, pg.InterfaceError):
             # The listener was dropped: notifications sent meanwhile are lost, which the caller's

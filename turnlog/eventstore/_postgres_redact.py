@@ -10,15 +10,22 @@ included) into new files, so no dead tuple keeps the old bytes in the database's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
-from ._postgres_sql import ROW_COLUMNS
+from ._postgres_sql import ROW_COLUMNS, Sql
+from ._records import NewEvent
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
 
-if TYPE_CHECKING:
-    from ._postgres import PostgresEventStore
+__all__ = ["Connect", "redact_postgres", "redaction_rows_query"]
 
-__all__ = ["redact_postgres", "redaction_rows_query"]
+Connect = Callable[[str], AbstractAsyncContextManager[Any]]
+"""The store's pooled connection for an action (``PostgresEventStore._connection``).
+
+The store hands this module what it needs instead of itself, so the store's module imports
+this one and not the other way round.
+"""
 
 
 def redaction_rows_query(events_table: str) -> str:
@@ -26,11 +33,22 @@ def redaction_rows_query(events_table: str) -> str:
     return f"SELECT version, data FROM {events_table} WHERE stream = %s ORDER BY version"
 
 
-async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -> list[RedactionResult]:
-    """Redact ``targets`` on ``store`` (see the module docstring for the steps)."""
-    sql = store._sql
+async def redact_postgres(
+    connection: Connect,
+    sql: Sql,
+    append: Callable[[str, Sequence[NewEvent]], Awaitable[object]],
+    targets: list[Redaction],
+) -> list[RedactionResult]:
+    """Redact ``targets`` (see the module docstring for the steps).
+
+    Args:
+        connection: The store's pooled connections.
+        sql: The store's statements.
+        append: The store's ``append``, for the redaction records.
+        targets: What to redact.
+    """
     plans: list[Plan | RedactionResult] = []
-    async with store._connection("redact") as conn:
+    async with connection("redact") as conn:
         for target in targets:
             cursor = await conn.execute(
                 f"SELECT {ROW_COLUMNS} FROM {sql.events} WHERE stream = %s AND version = %s",
@@ -42,8 +60,8 @@ async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -
             plans.append(plan_redaction(target, (row[0], str(row[1]), *row[2:])))
     changed = [plan for plan in plans if isinstance(plan, Plan)]
     if changed:
-        await store.append(REDACTIONS_STREAM, [plan.record for plan in changed])
-        async with store._connection("redact") as conn, conn.transaction():
+        await append(REDACTIONS_STREAM, [plan.record for plan in changed])
+        async with connection("redact") as conn, conn.transaction():
             for plan in changed:
                 await conn.execute(
                     f"UPDATE {sql.events} SET data = %s, meta = %s WHERE stream = %s AND version = %s",
@@ -53,13 +71,12 @@ async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -
                 f"DELETE FROM {sql.snapshots} WHERE stream = ANY(%s)",
                 (sorted({plan.target.stream for plan in changed}),),
             )
-        await vacuum_full(store)
+        await vacuum_full(connection, sql)
     return [plan.result() if isinstance(plan, Plan) else plan for plan in plans]
 
 
-async def vacuum_full(store: PostgresEventStore) -> None:
+async def vacuum_full(connection: Connect, sql: Sql) -> None:
     """Rewrite the events and snapshots tables (and their TOAST tables) without dead tuples."""
-    sql = store._sql
-    async with store._connection("vacuum") as conn:
+    async with connection("vacuum") as conn:
         await conn.execute(f"VACUUM (FULL) {sql.events}")
         await conn.execute(f"VACUUM (FULL) {sql.snapshots}")

@@ -170,10 +170,10 @@ class Sql:
         # the head of each of its streams ('head' rows).
         self.lookup = f"""
             SELECT 'id', position, stream, version, event_id::text, type, schema, data, meta, NULL::text
-            FROM {s}.events WHERE event_id = ANY(%s::uuid[])
+            FROM {s}.events WHERE event_id = ANY(%b::uuid[])
             UNION ALL
             SELECT 'head', NULL, q.stream, e.version, NULL, NULL, NULL, NULL, NULL, e.hash
-            FROM unnest(%s::text[]) AS q(stream)
+            FROM unnest(%b::text[]) AS q(stream)
             LEFT JOIN LATERAL (
                 SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
             ) AS e ON true"""
@@ -184,31 +184,40 @@ class Sql:
                 SELECT version, hash FROM {s}.events WHERE stream = q.stream ORDER BY version DESC LIMIT 1
             ) AS e ON true"""
         # The append itself: one statement, so in autocommit it is its own transaction and
-        # commits in the same round trip (the notification follows, see ``notify``). ``r`` takes the session-level advisory lock, then the
-        # transaction's id (assigning it) and a block of positions from the sequence, then
-        # releases the lock: subqueries with volatile functions (and OFFSET 0) are evaluated
-        # inside out, once, and a data-modifying CTE reads r after it is complete. So the lock
-        # is held for the reservation only, not through the insert or the commit, and between
-        # appenders a higher transaction id always comes with higher positions.
-        self.insert = f"""
-            WITH r AS MATERIALIZED (
-                SELECT x.xid, x.last, pg_advisory_unlock({self.position_lock}) AS unlocked
-                FROM (
-                    SELECT pg_current_xact_id()::text AS xid,
-                           setval('{self.sequence}', nextval('{self.sequence}') + %s - 1) AS last
-                    FROM (SELECT pg_advisory_lock({self.position_lock}) OFFSET 0) AS l
-                    OFFSET 0
-                ) AS x
-            ), ins AS (
-                INSERT INTO {s}.events ({EVENT_COLUMNS})
-                SELECT r.last - %s + u.n, u.stream, u.version, u.event_id, u.type, u.schema, u.data,
-                       u.meta, u.recorded_at, u.prev_hash, u.hash
-                FROM r, unnest(%s::text[], %s::bigint[], %s::uuid[], %s::text[], %s::integer[],
-                               %s::bytea[], %s::bytea[], %s::bigint[], %s::text[], %s::text[])
+        # commits in the same round trip (the notification follows, see ``notify``). See
+        # ``_append_statement`` for how it reserves positions. ``insert`` takes what the
+        # lookup above planned; ``insert_checked`` and ``insert_one`` take a plan made from
+        # the heads this store object last wrote or read, and store nothing (no row back,
+        # no position taken) unless those are still the heads and no id is stored yet: then
+        # an append is one statement instead of two.
+        # Arrays go in binary (%b): psycopg's text format escapes every element with a regex.
+        unnest_rows = """unnest(%b::text[], %b::bigint[], %b::uuid[], %b::text[], %b::integer[],
+                               %b::bytea[], %b::bytea[], %b::bigint[], %b::text[], %b::text[])
                      WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
-                                          recorded_at, prev_hash, hash, n)
-            )
-            SELECT r.xid, r.last, r.unlocked FROM r"""
+                                          recorded_at, prev_hash, hash, n)"""
+        self.insert = self._append_statement("true", "%s", unnest_rows)
+        self.insert_checked = self._append_statement(
+            f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = ANY(%b::uuid[]))
+                AND NOT EXISTS (
+                    SELECT FROM unnest(%b::text[], %b::text[]) AS q(stream, hash)
+                    WHERE coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = q.stream
+                                    ORDER BY e.version DESC LIMIT 1), '') <> q.hash)""",
+            "%s",
+            unnest_rows,
+        )
+        # One event: scalar parameters (cheaper to send than eleven one-element arrays); the
+        # head it must follow is its own prev_hash.
+        self.insert_one = self._append_statement(
+            f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = %(event_id)s::uuid)
+                AND coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = %(stream)s
+                              ORDER BY e.version DESC LIMIT 1), '') = %(prev_hash)s""",
+            "1",
+            """(SELECT 1::bigint, %(stream)s::text, %(version)s::bigint, %(event_id)s::uuid,
+                       %(type)s::text, %(schema)s::integer, %(data)s::bytea, %(meta)s::bytea,
+                       %(recorded_at)s::bigint, %(prev_hash)s::text, %(hash)s::text)
+                     AS u(n, stream, version, event_id, type, schema, data, meta, recorded_at,
+                          prev_hash, hash)""",
+        )
         # Sent after the append has committed, in a transaction of its own: a transaction that
         # notifies holds a database-wide lock from before its commit until after it (so that
         # notifications queue in commit order), which would make appends commit, WAL flush
@@ -242,6 +251,41 @@ class Sql:
         )
         self.stream_version = f"SELECT coalesce(max(version), 0) FROM {s}.events WHERE stream = %s"
         self.listen = f'LISTEN "{self.channel}"'
+
+    def _append_statement(self, gate: str, count: str, rows: str) -> str:
+        """The append statement: reserve ``count`` positions when ``gate`` holds, insert ``rows``.
+
+        ``r`` takes the session-level advisory lock, then the transaction's id (assigning it)
+        and a block of positions from the sequence, then releases the lock: subqueries with
+        volatile functions (and OFFSET 0) are evaluated inside out, once, and a
+        data-modifying CTE reads ``r`` after it is complete. So the lock is held for the
+        reservation only, not through the insert or the commit, and between appenders a
+        higher transaction id always comes with higher positions. ``gate`` is a one-time
+        filter on the innermost subquery: when it is false, no lock is taken, no position
+        is reserved and no row is inserted or returned. ``rows`` yields the columns of the
+        events and ``n``, their order (from 1).
+        """
+        s = f'"{self.schema}"'
+        # One position: nextval alone (setval would write the sequence on every append).
+        take = f"nextval('{self.sequence}')"
+        if count != "1":
+            take = f"setval('{self.sequence}', {take} + {count} - 1)"
+        return f"""
+            WITH r AS MATERIALIZED (
+                SELECT x.xid, x.last, pg_advisory_unlock({self.position_lock}) AS unlocked
+                FROM (
+                    SELECT pg_current_xact_id()::text AS xid,
+                           {take} AS last
+                    FROM (SELECT pg_advisory_lock({self.position_lock}) WHERE {gate} OFFSET 0) AS l
+                    OFFSET 0
+                ) AS x
+            ), ins AS (
+                INSERT INTO {s}.events ({EVENT_COLUMNS})
+                SELECT r.last - {count} + u.n, u.stream, u.version, u.event_id, u.type, u.schema,
+                       u.data, u.meta, u.recorded_at, u.prev_hash, u.hash
+                FROM r, {rows}
+            )
+            SELECT r.xid, r.last, r.unlocked FROM r"""
 
 
 def advisory_key(text: str) -> int:

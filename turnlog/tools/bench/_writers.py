@@ -11,15 +11,20 @@ For each backend (SQLite at ``--sqlite-durability``, ``full`` by default, and Po
 Every scenario appends ``--events`` events in all, split evenly among its writers. Meanwhile a
 subscriber and a reader polling ``read_all`` (on their own store objects in this process)
 check that every event is seen exactly once and in increasing position order; skipped or
-duplicated events are counted and reported. Throughput is events per second from the start
-signal to the last acknowledgement. The machine's load average is printed with the figures:
-on a shared machine, other work takes its share of the cores.
+duplicated events are counted and reported (``--no-check`` runs neither, to measure what they
+cost). Throughput is events per second from the start signal to the last acknowledgement. The
+CPU time per append is printed too: the writer processes' own (``getrusage`` around their
+append loops), and this process's (the subscriber and the reader, and the appends of the task
+scenarios). The machine's load average is printed with the figures: on a shared machine,
+other work takes its share of the cores. ``--backends postgresql`` skips SQLite; PostgreSQL
+settings can be passed in the URL (``options=-c%20synchronous_commit%3Doff``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import textwrap
@@ -40,17 +45,22 @@ __all__ = ["add_arguments", "run"]
 
 _WRITER = textwrap.dedent(
     """
-    import sys, anyio
+    import resource, sys, anyio
     from turnlog.eventstore import NewEvent, open_store
+
+    def cpu():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
 
     async def main(url, stream, count):
         async with open_store(url) as store:
             await store.stream_version(stream)  # connect before the start signal
             print("ready", flush=True)
             await anyio.to_thread.run_sync(sys.stdin.readline)
+            start = cpu()
             for i in range(count):
                 await store.append(stream, [NewEvent("bench.appended", {"s": stream, "i": i})])
-            print("done", flush=True)
+            print(f"done {cpu() - start:.6f}", flush=True)
 
     anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
     """
@@ -82,6 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pg",
         default=None,
         help="PostgreSQL URL (default: $TURNLOG_TEST_PG_DSN; skipped when neither is set or empty)",
+    )
+    parser.add_argument(
+        "--backends", default="sqlite,postgresql", help="backends to run (default sqlite,postgresql)"
+    )
+    parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="run no subscriber and no reader meanwhile (for measuring what they cost; nothing is checked)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -117,10 +135,24 @@ class Scenario:
     duplicated: int
     out_of_order: int
     group_size: float | None
+    writer_cpu: float
+    """CPU seconds of the writers' appends (the writer processes', or this process's for tasks)."""
+    bench_cpu: float
+    """CPU seconds of this process (the subscriber and the reader, and the tasks' appends)."""
 
     @property
     def events_per_s(self) -> float:
         return self.events / self.seconds
+
+    @property
+    def writer_ms(self) -> float:
+        """Writer CPU per append, in milliseconds."""
+        return 1000 * self.writer_cpu / self.events
+
+    @property
+    def bench_ms(self) -> float:
+        """This process's CPU per append (observers, and for tasks the appends too), in milliseconds."""
+        return 1000 * self.bench_cpu / self.events
 
 
 def _counts(text: str) -> list[int]:
@@ -133,12 +165,19 @@ def _counts(text: str) -> list[int]:
     return values
 
 
-async def _observe(url: str, prefix: str, expected: int, run_writers: Any) -> tuple[float, Check, Check]:
-    """Run the writers while a subscriber and a reader check what they see; return the seconds."""
+async def _observe(
+    url: str, prefix: str, expected: int, run_writers: Any, check: bool
+) -> tuple[float, float, float, Check, Check]:
+    """Run the writers while a subscriber and a reader check what they see.
+
+    Returns the seconds, the writers' CPU seconds (None: this process's), this process's CPU
+    seconds, and what the subscriber and the reader saw.
+    """
     subscribed, polled = Check(), Check()
-    seconds = 0.0
+    seconds, writer_cpu = 0.0, None
     async with open_store(url) as observer:
         await observer.head()
+        start = _cpu()
         with anyio.fail_after(600):
             async with anyio.create_task_group() as tg:
 
@@ -155,19 +194,27 @@ async def _observe(url: str, prefix: str, expected: int, run_writers: Any) -> tu
                         await anyio.sleep(0.01)
 
                 async def write() -> None:
-                    nonlocal seconds
-                    seconds = await run_writers()
+                    nonlocal seconds, writer_cpu
+                    seconds, writer_cpu = await run_writers()
 
-                tg.start_soon(subscribe)
-                tg.start_soon(poll)
+                if check:
+                    tg.start_soon(subscribe)
+                    tg.start_soon(poll)
                 tg.start_soon(write)
+        bench_cpu = _cpu() - start
         stored = [event.position async for event in observer.read_all(stream_prefix=prefix)]
     if len(stored) != expected or stored != sorted(set(stored)):
         raise SystemExit(f"{prefix}: {len(stored)} events stored, {expected} appended")
-    return seconds, subscribed, polled
+    return seconds, bench_cpu if writer_cpu is None else writer_cpu, bench_cpu, subscribed, polled
 
 
-async def _processes(url: str, prefix: str, writers: int, each: int) -> float:
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _processes(url: str, prefix: str, writers: int, each: int) -> tuple[float, float]:
+    """The seconds from the start signal to the last acknowledgement, and the writers' CPU seconds."""
     procs = []
     try:
         for w in range(writers):
@@ -178,11 +225,15 @@ async def _processes(url: str, prefix: str, writers: int, each: int) -> float:
                 raise SystemExit("a writer process did not start")
         start = time.perf_counter()
         for proc in procs:
+            assert proc.stdin is not None
             await proc.stdin.send(b"go\n")
+        cpu = 0.0
         for proc in procs:
-            if await _readline(proc) != b"done":
+            done, _, used = (await _readline(proc)).partition(b" ")
+            if done != b"done":
                 raise SystemExit("a writer process did not finish")
-        return time.perf_counter() - start
+            cpu += float(used)
+        return time.perf_counter() - start, cpu
     finally:
         for proc in procs:
             await proc.wait()
@@ -200,7 +251,7 @@ async def _readline(proc: Any) -> bytes:
     return buf.strip()
 
 
-async def _tasks(store: EventStore, prefix: str, tasks: int, each: int) -> float:
+async def _tasks(store: EventStore, prefix: str, tasks: int, each: int) -> tuple[float, None]:
     async def write(t: int) -> None:
         stream = f"{prefix}t{t}"
         for i in range(each):
@@ -210,32 +261,36 @@ async def _tasks(store: EventStore, prefix: str, tasks: int, each: int) -> float
     async with anyio.create_task_group() as tg:
         for t in range(tasks):
             tg.start_soon(write, t)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, None
 
 
-async def _scenario(url: str, kind: str, writers: int, total: int) -> Scenario:
+async def _scenario(url: str, kind: str, writers: int, total: int, check: bool) -> Scenario:
     each = max(1, total // writers)
     expected = each * writers
     prefix = f"{kind}{writers}-{uuid.uuid4().hex[:6]}-"
     group_size: float | None = None
     if kind == "procs":
 
-        async def run_writers() -> float:
+        async def run_writers() -> tuple[float, float | None]:
             return await _processes(url, prefix, writers, each)
 
-        seconds, subscribed, polled = await _observe(url, prefix, expected, run_writers)
+        seconds, writer_cpu, bench_cpu, subscribed, polled = await _observe(
+            url, prefix, expected, run_writers, check
+        )
     else:
         async with open_store(url) as store:
             await store.head()
 
-            async def run_writers() -> float:
+            async def run_writers() -> tuple[float, float | None]:
                 return await _tasks(store, prefix, writers, each)
 
-            seconds, subscribed, polled = await _observe(url, prefix, expected, run_writers)
+            seconds, writer_cpu, bench_cpu, subscribed, polled = await _observe(
+                url, prefix, expected, run_writers, check
+            )
             group = getattr(store, "_group", None)
             if group is not None and group.groups:
                 group_size = round(group.units / group.groups, 1)
-    skipped = max(expected - len(subscribed.seen), 0) + max(expected - len(polled.seen), 0)
+    skipped = max(expected - len(subscribed.seen), 0) + max(expected - len(polled.seen), 0) if check else 0
     return Scenario(
         f"{kind}-{writers}",
         writers,
@@ -245,15 +300,17 @@ async def _scenario(url: str, kind: str, writers: int, total: int) -> Scenario:
         subscribed.duplicated + polled.duplicated,
         subscribed.out_of_order + polled.out_of_order,
         group_size,
+        writer_cpu,
+        bench_cpu,
     )
 
 
 async def _backend(url: str, args: argparse.Namespace) -> list[Scenario]:
     results = []
     for writers in _counts(args.procs):
-        results.append(await _scenario(url, "procs", writers, args.events))
+        results.append(await _scenario(url, "procs", writers, args.events, not args.no_check))
     for tasks in _counts(args.tasks):
-        results.append(await _scenario(url, "tasks", tasks, args.events))
+        results.append(await _scenario(url, "tasks", tasks, args.events, not args.no_check))
     return results
 
 
@@ -274,9 +331,12 @@ async def _drop_schema(url: str, schema: str) -> None:
 
 
 async def _run_all(args: argparse.Namespace, workdir: Path) -> dict[str, list[Scenario]]:
-    sqlite_url = f"sqlite:///{workdir / 'bench.db'}?durability={args.sqlite_durability}"
-    results = {"sqlite": await _backend(sqlite_url, args)}
-    pg = _pg_url(args)
+    backends = {name.strip() for name in args.backends.split(",")}
+    results = {}
+    if "sqlite" in backends:
+        sqlite_url = f"sqlite:///{workdir / 'bench.db'}?durability={args.sqlite_durability}"
+        results["sqlite"] = await _backend(sqlite_url, args)
+    pg = _pg_url(args) if "postgresql" in backends else None
     if pg is not None:
         url, schema = pg
         try:
@@ -316,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(),
         "events_per_scenario": args.events,
         "sqlite_durability": args.sqlite_durability,
+        "checked": not args.no_check,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
         "results": {},
@@ -331,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
                     "duplicated": s.duplicated,
                     "out_of_order": s.out_of_order,
                     "mean_group": s.group_size,
+                    "writer_cpu_ms_per_append": round(s.writer_ms, 3),
+                    "bench_cpu_ms_per_append": round(s.bench_ms, 3),
                 }
                 for s in scenarios
             },
@@ -353,9 +416,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {backend}")
         for name, s in figures["scenarios"].items():
             group = "" if s["mean_group"] is None else f"  mean group {s['mean_group']:g}"
+            checked = (
+                f"skipped {s['skipped']}  duplicated {s['duplicated']}  out of order {s['out_of_order']}"
+                if report["checked"]
+                else "not checked"
+            )
             print(
-                f"    {name:<10} {s['events_per_s']:8,} events/s  skipped {s['skipped']}  "
-                f"duplicated {s['duplicated']}  out of order {s['out_of_order']}{group}"
+                f"    {name:<10} {s['events_per_s']:8,} events/s  {checked}{group}  "
+                f"cpu/append: writers {s['writer_cpu_ms_per_append']:.2f} ms, "
+                f"this process {s['bench_cpu_ms_per_append']:.2f} ms"
             )
         for name, value in figures["ratios"].items():
             target = figures["targets"].get(name)
@@ -365,6 +434,6 @@ def run(args: argparse.Namespace) -> int:
                 else f"  (target >= {target['wanted']:g}x: {'met' if target['met'] else 'MISSED'})"
             )
             print(f"    {name:<18} {value:.2f}x{note}")
-    if "postgresql" not in results:
+    if "postgresql" not in results and "postgresql" in args.backends:
         print("  postgresql  skipped: pass --pg URL or set TURNLOG_TEST_PG_DSN")
     return 0
