@@ -17,7 +17,8 @@ import json
 from typing import Any
 
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
-from ._fake_upstream_wire import Frame, Reply, fragments, sse, words
+from ._fake_upstream_wire import Reply, fragments
+from ._loopback import Frame, sse, words
 
 __all__ = ["count_tokens", "error_reply", "is_messages_path", "reply", "view"]
 

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
-from ._fake_upstream_wire import Frame, Reply, dumps, fragments, words
+from ._fake_upstream_wire import Reply, fragments
+from ._loopback import Frame, dumps, words
 
 __all__ = ["error_reply", "reply", "view"]
 
