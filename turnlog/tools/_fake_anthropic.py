@@ -128,7 +128,7 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
     blocks = _blocks(entry, request, number)
     usage = _usage(entry, request, blocks)
     stop = entry.stop_reason or ("tool_use" if entry.tool_calls else "end_turn")
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_fake{number:020d}",
         "type": "message",
         "role": "assistant",
@@ -169,7 +169,7 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
 
 def _block_frames(index: int, block: dict[str, Any], entry: UpstreamEntry) -> list[Frame]:
     kind = block["type"]
-    empty = {
+    empty: dict[str, dict[str, Any]] = {
         "text": {"type": "text", "text": ""},
         "thinking": {"type": "thinking", "thinking": "", "signature": ""},
     }

@@ -385,6 +385,10 @@ def _ratios(by_peer: dict[str, Figure]) -> dict[str, float | None]:
     }
 
 
+def _met(ratio: float | None, goal: float) -> bool | None:
+    return None if ratio is None else ratio >= goal
+
+
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
         workdir = Path(tmp)
@@ -419,8 +423,7 @@ def run(args: argparse.Namespace) -> int:
                 },
                 "ratios": ratios,
                 "targets": {
-                    name: {"target": goal, "met": None if ratios[name] is None else ratios[name] >= goal}
-                    for name, goal in targets.items()
+                    name: {"target": goal, "met": _met(ratios[name], goal)} for name, goal in targets.items()
                 },
             }
         )
