@@ -262,7 +262,8 @@ class LoopbackServer(ABC):
         host: A loopback address (or ``localhost``); anything else raises ``ValueError``.
         port: The port; 0 picks a free one (read ``server.port``).
 
-    A subclass sets ``name`` and ``noun`` (how messages name it) and implements ``serve_one``.
+    A subclass sets ``name`` and ``noun`` (how messages name it) and implements ``base_url``
+    and ``serve_one``.
     """
 
     name: ClassVar[str] = "fake-server"
@@ -294,6 +295,11 @@ class LoopbackServer(ABC):
     def _root_url(self) -> str:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}"
+
+    @property
+    @abstractmethod
+    def base_url(self) -> str:
+        """The URL a client of the fake is given (after start)."""
 
     async def start(self) -> None:
         """Bind and start serving (``async with`` calls it)."""
