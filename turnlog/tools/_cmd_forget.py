@@ -11,7 +11,7 @@ import anyio
 from turnlog.eventstore import RedactionError
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
+from ._inspect import add_branch_argument, branch_id_of, opened_store
 from ._redact_common import apply_redactions, purge_copies
 
 __all__ = ["COMMAND"]
@@ -21,7 +21,7 @@ _ERASED_TYPES = ("branch.created", "message.added", "message.annotated")
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument("--reason", required=True, help="why (kept in the redaction records)")
     parser.add_argument("--actor", default=None, help="who asks (default: the login name)")
     parser.add_argument(

@@ -11,14 +11,14 @@ import anyio
 from turnlog.eventstore import RecordedEvent, RedactionError, StoreError
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store, parse_time
+from ._inspect import add_branch_argument, branch_id_of, opened_store, parse_time
 from ._redact_common import apply_redactions, purge_copies
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", nargs="?", default=None, help="branch id, unique id prefix or name")
+    add_branch_argument(parser, optional=True)
     parser.add_argument(
         "--version", type=int, default=None, help="the version of the branch's event to erase"
     )
