@@ -20,7 +20,7 @@ from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fi
 from ._fake_upstream_wire import Reply, fragments
 from ._loopback import Frame, sse, words
 
-__all__ = ["count_tokens", "error_reply", "is_messages_path", "reply", "view"]
+__all__ = ["count_tokens", "error_reply", "reply", "view"]
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", "Invalid request."),
@@ -34,11 +34,6 @@ _ERROR_TYPES = {
     504: ("timeout_error", "Request timed out"),
     529: ("overloaded_error", "Overloaded"),
 }
-
-
-def is_messages_path(path: str) -> bool:
-    """``/v1/messages`` with or without a query string."""
-    return path.split("?", 1)[0].rstrip("/") == "/v1/messages"
 
 
 def _blocks_text(content: Any, *, kinds: tuple[str, ...] = ("text",)) -> str:

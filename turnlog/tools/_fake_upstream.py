@@ -202,7 +202,7 @@ class FakeUpstreamServer(LoopbackServer):
 
     def _other(self, request: HTTPRequest) -> tuple[int, Any]:
         """Requests that are not model calls: the root check, model lists, unknown paths."""
-        bare = request.path.split("?", 1)[0].rstrip("/")
+        bare = request.bare_path
         if request.method in ("HEAD", "GET") and bare == "":
             return 200, {}
         if request.method == "GET" and bare in ("/v1/models", "/v1beta/models"):
