@@ -25,7 +25,7 @@ SMALL = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_bench_runs_and_prints_json(name: str, tmp_path: object) -> None:
-    args = [sys.executable, "-m", "turnlog.tools._cli", "bench", name, *SMALL[name], "--json"]
+    args = [sys.executable, "-m", "turnlog.tools", "bench", name, *SMALL[name], "--json"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)

@@ -17,7 +17,7 @@ from turnlog.kernel.testing import ScriptedModel
 
 def turnlog(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -33,7 +33,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
     if env is None or "OPENAI_API_KEY" not in env:
         full.pop("OPENAI_API_KEY", None)
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         cwd=cwd,
         env=full,
         capture_output=True,
@@ -48,7 +48,7 @@ def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     script = tmp_path_factory.mktemp("fake-openai") / "script.json"
     script.write_text(json.dumps(_SCRIPT))
     process = subprocess.Popen(
-        [sys.executable, "-m", "turnlog.tools._cli", "fake-openai", "--script", str(script), "--port", "0"],
+        [sys.executable, "-m", "turnlog.tools", "fake-openai", "--script", str(script), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -235,7 +235,7 @@ def test_run_output_arrives_while_the_agent_still_runs(tmp_path: Path) -> None:
     argv = [
         sys.executable,
         "-m",
-        "turnlog.tools._cli",
+        "turnlog.tools",
         "run",
         "go",
         "--cli",

@@ -23,7 +23,7 @@ def _demo(
     env = {**os.environ, "TMPDIR": str(scratch or tmp), "NO_COLOR": "1"}
     env.pop("TURNLOG_STORE", None)
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "demo", *args],
+        [sys.executable, "-m", "turnlog.tools", "demo", *args],
         cwd=tmp,
         env=env,
         capture_output=True,
@@ -151,7 +151,7 @@ def test_the_readme_example_runs_and_the_commands_it_names_work(tmp_path: Path) 
         assert f"`turnlog {command}`" in readme
     # The versions it names exist (diff checks both ends).
     shown = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "diff", "geo", "6", "11"],
+        [sys.executable, "-m", "turnlog.tools", "diff", "geo", "6", "11"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

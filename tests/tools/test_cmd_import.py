@@ -16,7 +16,7 @@ from turnlog.kernel.testing import ScriptedModel
 
 def turnlog(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         capture_output=True,
         text=True,
         timeout=60,

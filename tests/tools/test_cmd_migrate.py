@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -13,7 +14,8 @@ import orjson
 import pytest
 
 from turnlog.eventstore import NewEvent, NewSnapshot, RecordedEvent, open_store
-from turnlog.tools._cli import main
+
+main = entry_points(group="console_scripts")["turnlog"].load()  # the installed ``turnlog`` command
 
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 

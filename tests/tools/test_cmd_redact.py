@@ -34,7 +34,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1"}
     env.pop("TURNLOG_STORE", None)
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -154,20 +154,14 @@ def test_redact_one_version_and_retention_by_type(store_dir: Path) -> None:
     assert "2 payloads redacted (2 reasons)" in verify.stdout
 
 
-_FORGET_CHILD = """
-import sys
-from turnlog.tools._cli import main
-sys.exit(main(["forget", "mine", "--reason", "erasure", "--store", sys.argv[1]]))
-"""
-
-
 @pytest.mark.parametrize("delay", [0.3, 0.45, 0.55, 0.65, 0.8, 1.0])
 def test_sigkill_during_forget_leaves_the_old_or_the_new_state(tmp_path: Path, delay: float) -> None:
     """A real child process runs forget and is killed at a point of its work (start-up, reads,
     the transaction, the vacuum): the branch is then wholly redacted or not at all, and verifies."""
     path = tmp_path / "k.db"
     anyio.run(_fill, path, 1500)
-    child = subprocess.Popen([sys.executable, "-c", _FORGET_CHILD, str(path)], cwd=tmp_path)
+    forget = ["forget", "mine", "--reason", "erasure", "--store", str(path)]
+    child = subprocess.Popen([sys.executable, "-m", "turnlog.tools", *forget], cwd=tmp_path)
     try:
         child.wait(timeout=delay)
     except subprocess.TimeoutExpired:

@@ -19,7 +19,7 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedP
     full = {**os.environ, "NO_COLOR": "1", **env}
     full.pop("TURNLOG_STORE", None)
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         cwd=cwd,
         env=full,
         capture_output=True,

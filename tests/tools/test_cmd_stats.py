@@ -42,7 +42,7 @@ async def _build(path: Path, *, more: bool = False) -> None:
 
 def turnlog(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", *args],
+        [sys.executable, "-m", "turnlog.tools", *args],
         capture_output=True,
         text=True,
         timeout=120,

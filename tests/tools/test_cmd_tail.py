@@ -31,7 +31,7 @@ def _append(path: Path, stream: str, numbers: range) -> None:
 def test_follow_prints_live_events_from_another_process(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     _append(path, "branch-a", range(1))
-    args = [sys.executable, "-m", "turnlog.tools._cli", "tail", "--follow", "--json", "--store", str(path)]
+    args = [sys.executable, "-m", "turnlog.tools", "tail", "--follow", "--json", "--store", str(path)]
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
         lines: Queue[str] = Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
@@ -61,7 +61,7 @@ def test_type_filter_and_line_count(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "turnlog.tools._cli",
+            "turnlog.tools",
             "tail",
             "-n",
             "2",

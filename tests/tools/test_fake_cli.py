@@ -318,7 +318,7 @@ def test_turnlog_fake_cli_command_runs_the_fake(env: dict[str, str], tmp_path: P
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"steps": [{"text": "from a file"}]}))
     done = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "fake-cli", "claude", "--script", str(script), *CLAUDE],
+        [sys.executable, "-m", "turnlog.tools", "fake-cli", "claude", "--script", str(script), *CLAUDE],
         env=env,
         capture_output=True,
         text=True,

@@ -16,7 +16,8 @@ import anyio
 import httpx
 import pytest
 
-from turnlog.tools._fake_openai import FakeOpenAIServer, ScriptError, load_script
+from turnlog.tools import FakeOpenAIServer
+from turnlog.tools._fake_openai import ScriptError  # not a public name: the command reports it
 
 USER = {"role": "user", "content": "what's the weather in NYC?"}
 
@@ -223,9 +224,9 @@ def test_script_files_json_list_object_and_jsonl(tmp_path: Path) -> None:
     as_object.write_text(json.dumps({"responses": [{"text": "b"}]}))
     as_lines = tmp_path / "c.jsonl"
     as_lines.write_text('{"text": "c1"}\n\n{"tool_calls": [{"name": "f", "arguments": "{}"}]}\n')
-    assert [e.text for e in load_script(as_list)] == ["a", None]
-    assert [e.text for e in load_script(as_object)] == ["b"]
-    entries = load_script(as_lines)
+    assert [e.text for e in FakeOpenAIServer(as_list).unused()] == ["a", None]
+    assert [e.text for e in FakeOpenAIServer(as_object).unused()] == ["b"]
+    entries = FakeOpenAIServer(as_lines).unused()
     assert entries[0].text == "c1" and entries[1].tool_calls[0].name == "f"
 
 
@@ -243,19 +244,19 @@ def test_bad_scripts_name_the_file_and_entry(tmp_path: Path, name: str, content:
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(ScriptError, match=message):
-        load_script(path)
+        FakeOpenAIServer(path)
 
 
 def test_missing_script_file_is_a_script_error(tmp_path: Path) -> None:
     with pytest.raises(ScriptError, match="cannot read"):
-        load_script(tmp_path / "absent.json")
+        FakeOpenAIServer(tmp_path / "absent.json")
 
 
 # -- the command ------------------------------------------------------------------------------
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "turnlog.tools._cli", "fake-openai", *args]
+    return [sys.executable, "-m", "turnlog.tools", "fake-openai", *args]
 
 
 async def test_command_prints_its_url_and_serves_requests(tmp_path: Path) -> None:

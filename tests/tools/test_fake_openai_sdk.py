@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from turnlog.tools._fake_openai import FakeOpenAIServer
+from turnlog.tools import FakeOpenAIServer
 
 openai = pytest.importorskip("openai")
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from turnlog.tools._fake_upstream import FakeUpstreamServer, UpstreamThread
-from turnlog.tools._fake_upstream_script import ScriptError, load_upstream_script
+from turnlog.tools import FakeUpstreamServer, UpstreamThread
+from turnlog.tools._fake_upstream_script import ScriptError  # not a public name: the command reports it
 
 KEY = "sk-test-key"
 ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
@@ -326,7 +326,7 @@ def test_script_file_errors_name_the_entry(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text(json.dumps([{"text": "ok"}, {"status": 1000}]))
     with pytest.raises(ScriptError, match=r"s.json: entry 1: status"):
-        load_upstream_script(path)
+        FakeUpstreamServer(path)
 
 
 def test_requests_are_recorded_without_credentials(upstream: FakeUpstreamServer) -> None:
@@ -344,7 +344,7 @@ def test_the_command_serves_and_takes_a_script_over_http(tmp_path: Path) -> None
     script = tmp_path / "script.jsonl"
     script.write_text(json.dumps({"text": "from the file"}) + "\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "turnlog.tools._cli", "fake-upstream", "--script", str(script), "--verbose"],
+        [sys.executable, "-m", "turnlog.tools", "fake-upstream", "--script", str(script), "--verbose"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -371,7 +371,7 @@ def test_the_command_rejects_a_bad_script(tmp_path: Path) -> None:
     script = tmp_path / "bad.json"
     script.write_text('[{"bogus": 1}]')
     done = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "fake-upstream", "--script", str(script)],
+        [sys.executable, "-m", "turnlog.tools", "fake-upstream", "--script", str(script)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from turnlog.tools._fake_upstream import FakeUpstreamServer
+from turnlog.tools import FakeUpstreamServer
 
 anthropic = pytest.importorskip("anthropic")
 genai = pytest.importorskip("google.genai")

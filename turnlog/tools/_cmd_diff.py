@@ -9,13 +9,21 @@ import anyio
 from turnlog.projections import BranchDiff, StateCache, diff, rebuild
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, check_version, message_line, message_view, opened_store, run_view
+from ._inspect import (
+    add_branch_argument,
+    branch_id_of,
+    check_version,
+    message_line,
+    message_view,
+    opened_store,
+    run_view,
+)
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument("a", type=int, help="the earlier version")
     parser.add_argument("b", type=int, help="the later version")
     add_store_argument(parser)
@@ -70,8 +78,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"~ system: {d.system[1].rendered if d.system[1] else None}")
     for rid, (x, y) in d.runs.items():
         print(f"~ run {rid[:13]}: {x.status if x else 'absent'} -> {y.status if y else 'absent'}")
-    for (p, m), (x, y) in d.provider_sessions.items():
-        print(f"~ provider session {p}/{m}: {x} -> {y}")
+    for (provider, model), (before_sid, after_sid) in d.provider_sessions.items():
+        print(f"~ provider session {provider}/{model}: {before_sid} -> {after_sid}")
     return 0
 
 

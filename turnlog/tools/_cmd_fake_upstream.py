@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
-from ._command import Command, UserError
+from ._command import Command, UserError, add_loopback_arguments, serve_loopback
 from ._fake_upstream import FakeUpstreamServer
 from ._fake_upstream_script import ScriptError, load_upstream_script
 
@@ -19,22 +18,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="script file (JSON list or JSONL; see docs/providers.md); default: empty",
     )
-    parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
-    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
-    parser.add_argument(
-        "--api-key", default=None, help="require this key (others get each API's own bad-key answer)"
-    )
-    parser.add_argument("--record", default=None, help="append every received request to this JSONL file")
+    add_loopback_arguments(parser, api_key_help="require this key (others get each API's own bad-key answer)")
     parser.add_argument(
         "--verbose", action="store_true", help="print one line per request on stderr (method, path, status)"
     )
-
-
-async def _serve(server: FakeUpstreamServer) -> None:
-    await server.start()
-    # The first line of output is the contract with whoever started us: the base URL.
-    print(f"fake-upstream listening on {server.base_url}", flush=True)
-    await server.serve_forever()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -50,15 +37,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     except (ScriptError, ValueError) as exc:
         raise UserError(str(exc)) from exc
-    try:
-        asyncio.run(_serve(server))
-    except OSError as exc:
-        print(
-            f"turnlog fake-upstream: cannot listen on {args.host}:{args.port}: {exc.strerror}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return serve_loopback(server, args)
 
 
 COMMAND = Command(

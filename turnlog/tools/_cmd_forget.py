@@ -8,11 +8,9 @@ from typing import Any
 
 import anyio
 
-from turnlog.eventstore import RedactionError
-
-from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
-from ._redact_common import apply_redactions, purge_copies
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import add_branch_argument, branch_id_of, opened_store
+from ._redact_common import apply_redactions, print_purged, purge_copies
 
 __all__ = ["COMMAND"]
 
@@ -21,7 +19,7 @@ _ERASED_TYPES = ("branch.created", "message.added", "message.annotated")
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument("--reason", required=True, help="why (kept in the redaction records)")
     parser.add_argument("--actor", default=None, help="who asks (default: the login name)")
     parser.add_argument(
@@ -65,10 +63,7 @@ async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], 
                     runs.append(event.data["run_id"])
         for run_id in runs:
             events.extend([e async for e in store.read_stream(f"run-{run_id}") if e.type == "stream.chunk"])
-        try:
-            rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
-        except RedactionError as exc:
-            raise UserError(str(exc)) from exc
+        rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
         purged = await purge_copies(store, set(branches), dry_run=args.dry_run)
         return branch, rows, purged
 
@@ -85,8 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     for name in streams:
         print(f"  {name}: {sum(1 for row in rows if row['stream'] == name)}")
-    for what in purged:
-        print(f"{'would purge' if args.dry_run else 'purged'} {what}")
+    print_purged(purged, dry_run=args.dry_run)
     return 0
 
 

@@ -8,14 +8,14 @@ import anyio
 
 from turnlog.projections import fork
 
-from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, check_new_name, opened_store
+from ._command import Command, add_store_argument, emit_json
+from ._inspect import add_branch_argument, branch_id_of, check_new_name, check_version, opened_store
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument("--at", dest="at_version", type=int, required=True, help="fork after this version")
     parser.add_argument("--name", default=None, help="name of the new branch (one no other branch has)")
     add_store_argument(parser)
@@ -26,9 +26,7 @@ async def _fork(args: argparse.Namespace) -> tuple[str, str]:
     async with opened_store(args.store) as store:
         parent = await branch_id_of(store, args.branch)
         await check_new_name(store, args.name)
-        version = await store.stream_version(f"branch-{parent}")
-        if not 1 <= args.at_version <= version:
-            raise UserError(f"--at {args.at_version}: the branch has versions 1 to {version}")
+        await check_version(store, parent, args.at_version, "--at")
         return parent, await fork(store, parent, args.at_version, args.name)
 
 

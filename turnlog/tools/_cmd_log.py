@@ -10,14 +10,14 @@ import anyio
 from turnlog.projections import HistoryRow, history
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
+from ._inspect import add_branch_argument, branch_id_of, check_version, opened_store
 from ._output import print_table
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument("--from", dest="from_version", type=int, default=1, help="first version")
     parser.add_argument("--to", dest="to_version", type=int, default=None, help="last version")
     parser.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
@@ -31,9 +31,7 @@ async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
         raise UserError(f"--to {args.to_version} is before --from {args.from_version}: nothing to show")
     async with opened_store(args.store) as store:
         branch_id = await branch_id_of(store, args.branch)
-        last = await store.stream_version(f"branch-{branch_id}")
-        if args.from_version > last:
-            raise UserError(f"--from {args.from_version}: the branch has versions 1 to {last}")
+        await check_version(store, branch_id, args.from_version, "--from")
         rows = await history(store, branch_id, from_version=args.from_version, to_version=args.to_version)
     if args.types:
         rows = [r for r in rows if r.type in args.types]

@@ -8,17 +8,17 @@ from typing import Any
 
 import anyio
 
-from turnlog.eventstore import RecordedEvent, RedactionError, StoreError
+from turnlog.eventstore import RecordedEvent, StoreError
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store, parse_time
-from ._redact_common import apply_redactions, purge_copies
+from ._inspect import add_branch_argument, branch_id_of, opened_store, parse_time
+from ._redact_common import apply_redactions, print_purged, purge_copies
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", nargs="?", default=None, help="branch id, unique id prefix or name")
+    add_branch_argument(parser, optional=True)
     parser.add_argument(
         "--version", type=int, default=None, help="the version of the branch's event to erase"
     )
@@ -72,10 +72,7 @@ async def _redact(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
         raise UserError("give --reason TEXT: it is kept in the redaction record")
     async with opened_store(args.store) as store:
         events = await _chosen(store, args)
-        try:
-            rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
-        except RedactionError as exc:
-            raise UserError(str(exc)) from exc
+        rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
         branches = {
             row["stream"].removeprefix("branch-") for row in rows if row["stream"].startswith("branch-")
         }
@@ -102,8 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         size = "" if args.dry_run else f" ({row['erased_bytes']} bytes erased)"
         print(f"{verb} {row['stream']} v{row['version']} {row['type']}{size}")
     print(f"{verb} {len(rows)} event(s); reason: {args.reason}")
-    for what in purged:
-        print(f"{'would purge' if args.dry_run else 'purged'} {what}")
+    print_purged(purged, dry_run=args.dry_run)
     return 0
 
 

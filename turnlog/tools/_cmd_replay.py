@@ -10,14 +10,14 @@ import anyio
 from turnlog.kernel import AuditReport, ExecuteReport, audit_replay, execute_replay
 
 from ._command import Command, add_store_argument, emit_json
-from ._inspect import branch_id_of, opened_store
+from ._inspect import add_branch_argument, branch_id_of, opened_store
 from ._output import busy
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     parser.add_argument(
         "--execute",
         action="store_true",

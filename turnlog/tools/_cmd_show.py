@@ -9,13 +9,21 @@ import anyio
 from turnlog.projections import BranchState, rebuild
 
 from ._command import Command, UserError, add_store_argument, emit_json
-from ._inspect import branch_id_of, check_version, message_line, opened_store, parse_time, state_view
+from ._inspect import (
+    add_branch_argument,
+    branch_id_of,
+    check_version,
+    message_line,
+    opened_store,
+    parse_time,
+    state_view,
+)
 
 __all__ = ["COMMAND"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("branch", help="branch id, unique id prefix or name")
+    add_branch_argument(parser)
     at = parser.add_mutually_exclusive_group()
     at.add_argument("--at", dest="at_version", type=int, default=None, help="state after this version")
     at.add_argument("--at-time", default=None, help="state as of this ISO 8601 time (UTC if no zone)")

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from turnlog.tools._errors import UserError
+
+if TYPE_CHECKING:
+    from ._loopback import LoopbackServer
 
 __all__ = [
     "EXIT_FAILED",
@@ -24,10 +28,12 @@ __all__ = [
     "EXIT_USAGE",
     "Command",
     "UserError",
+    "add_loopback_arguments",
     "add_store_argument",
     "emit_json",
     "failure",
     "one_line",
+    "serve_loopback",
     "store_url",
 ]
 
@@ -128,3 +134,34 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(
         orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode() + "\n"
     )
+
+
+def add_loopback_arguments(parser: argparse.ArgumentParser, *, api_key_help: str) -> None:
+    """Add ``--port``, ``--host``, ``--api-key`` and ``--record``: the options of a fake server."""
+    parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    parser.add_argument("--api-key", default=None, help=api_key_help)
+    parser.add_argument("--record", default=None, help="append every received request to this JSONL file")
+
+
+def serve_loopback(server: LoopbackServer, args: argparse.Namespace) -> int:
+    """Run a fake server until interrupted, after printing ``<name> listening on <base URL>``.
+
+    The first line of output is the contract with whoever started the command: the base URL.
+    A port that cannot be bound is exit status 1 with one line on stderr.
+    """
+
+    async def serve() -> None:
+        await server.start()
+        print(f"{server.name} listening on {server.base_url}", flush=True)
+        await server.serve_forever()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        print(
+            f"turnlog {server.name}: cannot listen on {args.host}:{args.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -361,7 +361,7 @@ def _run_line(state: BranchState, verb: str) -> str:
     took = f" after {run.duration_ms:.0f} ms" if run.duration_ms is not None else ""
     usage = run.usage
     tokens = ""
-    if usage is not None and getattr(usage, "input_tokens", None) is not None:
+    if usage.input_tokens is not None:
         tokens = f", {usage.input_tokens} -> {usage.output_tokens} tokens"
     return f"run {run.run_id[:13]}... {run.status}{took}{tokens}"
 

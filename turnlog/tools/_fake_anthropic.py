@@ -17,9 +17,10 @@ import json
 from typing import Any
 
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
-from ._fake_upstream_wire import Frame, Reply, fragments, sse, words
+from ._fake_upstream_wire import Reply, fragments
+from ._loopback import Frame, sse, words
 
-__all__ = ["count_tokens", "error_reply", "is_messages_path", "reply", "view"]
+__all__ = ["count_tokens", "error_reply", "reply", "view"]
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", "Invalid request."),
@@ -33,11 +34,6 @@ _ERROR_TYPES = {
     504: ("timeout_error", "Request timed out"),
     529: ("overloaded_error", "Overloaded"),
 }
-
-
-def is_messages_path(path: str) -> bool:
-    """``/v1/messages`` with or without a query string."""
-    return path.split("?", 1)[0].rstrip("/") == "/v1/messages"
 
 
 def _blocks_text(content: Any, *, kinds: tuple[str, ...] = ("text",)) -> str:
@@ -127,7 +123,7 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
     blocks = _blocks(entry, request, number)
     usage = _usage(entry, request, blocks)
     stop = entry.stop_reason or ("tool_use" if entry.tool_calls else "end_turn")
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_fake{number:020d}",
         "type": "message",
         "role": "assistant",
@@ -168,7 +164,7 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
 
 def _block_frames(index: int, block: dict[str, Any], entry: UpstreamEntry) -> list[Frame]:
     kind = block["type"]
-    empty = {
+    empty: dict[str, dict[str, Any]] = {
         "text": {"type": "text", "text": ""},
         "thinking": {"type": "thinking", "thinking": "", "signature": ""},
     }

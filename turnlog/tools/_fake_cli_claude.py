@@ -91,7 +91,7 @@ class _Claude(Renderer):
                     "session_id": self.sid,
                 }
             )
-        start = {
+        start: dict[str, Any] = {
             "id": self.msg_id,
             "type": "message",
             "role": "assistant",

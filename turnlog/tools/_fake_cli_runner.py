@@ -175,8 +175,14 @@ class Renderer:
     def tool_use(self, name: str, tool_input: dict[str, Any], tool_id: str | None) -> None: ...
     def tool_result(self, call: dict[str, Any], output: Any, is_error: bool) -> None: ...
     def warning(self, message: str) -> None: ...
-    def fail(self, kind: str, message: str | None) -> NoReturn: ...
-    def finish(self) -> int: ...
+
+    def fail(self, kind: str, message: str | None) -> NoReturn:
+        """Print the CLI's error for a failed run and exit (each CLI has its own)."""
+        raise NotImplementedError
+
+    def finish(self) -> int:
+        """Print the end of a run; the exit code (each CLI has its own)."""
+        raise NotImplementedError
 
     def take_pending(self, tool_id: str | None) -> dict[str, Any]:
         for i, call in enumerate(self.pending):

@@ -21,7 +21,8 @@ import re
 from typing import Any
 
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
-from ._fake_upstream_wire import Reply, fragments, sse, words
+from ._fake_upstream_wire import Reply, fragments
+from ._loopback import sse, words
 
 __all__ = [
     "BAD_KEY",

@@ -17,35 +17,26 @@ of a model alias (``gpt-4o-mini`` -> ``gpt-4o-mini-2024-07-18``), ``service_tier
 ``message.annotations``, the usage detail objects, ``n`` choices, the ``openai-version`` and
 ``Date`` headers, and random ``chatcmpl-...`` / ``call_...`` ids.
 
-The script is a list of entries (see ``ScriptEntry`` in ``_fake_openai_script``, which also has
-the loader; docs/providers.md has the file format).
+The script is a list of entries (see ``ScriptEntry`` in ``_fake_openai_script``;
+docs/providers.md has the file format).
 For each request the server takes the first unused entry whose ``match`` fits the request;
 when none does, the first unused entry without ``match``. Every request is recorded (body,
 headers with credentials reduced to a presence flag and a SHA-256 digest, receive times) and
 exposed as ``server.requests``, at ``GET /_fake/requests`` and, optionally, in a JSONL file.
 
-The server uses asyncio streams rather than a task group spanning ``__aenter__`` and
-``__aexit__`` so that it can live in a pytest fixture whose setup and teardown run in
-different tasks; connection handlers are tracked and cancelled when the server stops.
+The answers are rendered by ``_fake_openai_wire``; the HTTP plumbing (reading requests,
+chunked SSE writing, the connection tasks) is ``_loopback``'s, shared with ``FakeUpstreamServer``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
-import ipaddress
 import itertools
 import json
-import re
-import secrets
-import string
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from turnlog._errors import UsageError
 
 from ._fake_openai_checks import request_problem
 from ._fake_openai_script import (
@@ -54,10 +45,11 @@ from ._fake_openai_script import (
     ScriptError,
     ScriptMatch,
     ScriptToolCall,
-    coerce_script,
-    load_script,
     matches_request,
 )
+from ._fake_openai_wire import Answer, error_json, send_json
+from ._loopback import HTTPRequest, LoopbackServer, append_jsonl, request_fields
+from ._loopback_script import ScriptSlots, coerce_entries, load_entries
 
 __all__ = [
     "ErrorBody",
@@ -69,95 +61,19 @@ __all__ = [
     "load_script",
 ]
 
-_STATUS_TEXT = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    408: "Request Timeout",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Payload Too Large",
-    422: "Unprocessable Entity",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
-OPENAI_VERSION = "2020-10-01"
-"""The ``openai-version`` header the real API sends."""
-SNAPSHOTS = {
-    "gpt-4o-mini": "gpt-4o-mini-2024-07-18",
-    "gpt-4o": "gpt-4o-2024-08-06",
-    "gpt-4.1": "gpt-4.1-2025-04-14",
-    "gpt-4.1-mini": "gpt-4.1-mini-2025-04-14",
-    "gpt-4.1-nano": "gpt-4.1-nano-2025-04-14",
-    "o3-mini": "o3-mini-2025-01-31",
-}
-"""Model aliases and the dated snapshot the real API reports serving for each."""
-_ID_CHARS = string.ascii_letters + string.digits
 
 
-def _random_id(length: int) -> str:
-    """Random letters and digits, like the ids of the real API (unique across server starts)."""
-    return "".join(secrets.choice(_ID_CHARS) for _ in range(length))
+def load_script(path: str | Path) -> list[ScriptEntry]:
+    """Read a script file: JSON (a list, or ``{"responses": [...]}``) or JSONL (one entry a line).
+
+    Raises:
+        ScriptError: The file is missing, not JSON, or an entry is invalid (names file and entry).
+    """
+    return load_entries(path, ScriptEntry)
 
 
-_MAX_HEADER_BYTES = 64 * 1024
-_MAX_BODY_BYTES = 32 * 1024 * 1024
-
-
-def _dumps(value: Any) -> str:
-    # Chunks on the wire are compact JSON (as in the recorded streams).
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _fragments(text: str, size: int | None) -> list[str]:
-    if size is not None:
-        return [text[i : i + size] for i in range(0, len(text), size)] or [""]
-    return re.findall(r"\s*\S+\s*?(?=\s|$)|\s+", text) or [""]
-
-
-class _Request:
-    """One parsed HTTP request."""
-
-    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.raw_body = body
-        self.text = body.decode("utf-8", errors="replace")
-        try:
-            self.json: Any = json.loads(self.text) if body else None
-        except json.JSONDecodeError:
-            self.json = None
-
-
-class _Slot:
-    """A script entry and how many more requests it may answer."""
-
-    def __init__(self, index: int, entry: ScriptEntry) -> None:
-        self.index = index
-        self.entry = entry
-        self.left = entry.times
-
-    def usable(self) -> bool:
-        return self.left is None or self.left > 0
-
-    def take(self) -> ScriptEntry:
-        if self.left is not None:
-            self.left -= 1
-        return self.entry
-
-
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """A scripted OpenAI-compatible server on a loopback port.
 
     Args:
@@ -181,6 +97,9 @@ class FakeOpenAIServer:
         ```
     """
 
+    name = "fake-openai"
+    noun = "fake server"
+
     def __init__(
         self,
         script: str | Path | Sequence[Mapping[str, Any] | ScriptEntry],
@@ -191,124 +110,45 @@ class FakeOpenAIServer:
         record_path: str | Path | None = None,
         echo: bool = False,
     ) -> None:
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = host == "localhost"
-        if not loopback:
-            raise UsageError(f"the fake server only binds loopback addresses, not {host!r}")
-        self._slots = [_Slot(i, e) for i, e in enumerate(coerce_script(script))]
-        self._host = host
-        self._port = port
+        super().__init__(host=host, port=port)
+        self._script = ScriptSlots(coerce_entries(script, ScriptEntry))
         self._api_key_digest = hashlib.sha256(api_key.encode()).hexdigest() if api_key else None
         self._record_path = Path(record_path) if record_path else None
         self._echo = echo
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._failures: list[BaseException] = []
         self._ids = itertools.count(1)
         self.requests: list[dict[str, Any]] = []
         """Every request received, in order (see the module docstring for the fields)."""
 
     @property
-    def port(self) -> int:
-        """The bound port (after start)."""
-        if self._server is None:
-            raise RuntimeError("the fake server is not running")
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
     def base_url(self) -> str:
         """``http://<host>:<port>/v1``: pass it as ``base_url`` to a client."""
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/v1"
+        return f"{self._root_url}/v1"
 
     def unused(self) -> list[ScriptEntry]:
         """Entries with a finite ``times`` that were not used up."""
-        return [slot.entry for slot in self._slots if slot.left]
+        return self._script.unused()
 
     def assert_complete(self) -> None:
         """Raise ``AssertionError`` when some finite entry was not used up."""
-        left = [slot.index for slot in self._slots if slot.left]
+        left = self._script.unused_indexes()
         if left:
             raise AssertionError(f"fake-openai: script entries {left} were never served")
 
-    async def start(self) -> None:
-        """Bind and start serving (``async with`` calls it)."""
-        self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
+    async def refuse_malformed(self, writer: asyncio.StreamWriter) -> None:
+        """Answer a request that is not HTTP with the real API's error envelope."""
+        await send_json(
+            writer, 400, error_json("malformed HTTP request", "invalid_request_error"), close=True
+        )
 
-    async def stop(self) -> None:
-        """Stop accepting, cancel open connections and wait for them to finish."""
-        if self._server is None:
-            return
-        server, self._server = self._server, None
-        server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        if self._handlers:
-            await asyncio.wait(list(self._handlers))
-        await server.wait_closed()
-        if self._failures:
-            raise RuntimeError("fake-openai: a connection handler failed") from self._failures[0]
-
-    async def __aenter__(self) -> FakeOpenAIServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def serve_forever(self) -> None:
-        """Serve until cancelled (the ``turnlog fake-openai`` command)."""
-        if self._server is None:
-            await self.start()
-        assert self._server is not None
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.stop()
-
-    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A plain callback that starts our own task: the task is tracked so that stop() can
-        # cancel it and collect its outcome (asyncio's own wrapper task cannot be cancelled
-        # cleanly on Python 3.11).
-        task = asyncio.get_running_loop().create_task(self._connection(reader, writer))
-        self._handlers.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._handlers.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._failures.append(task.exception())  # type: ignore[arg-type]
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while await self._serve_one(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away (e.g. after its read timeout): nothing left to answer
-        finally:
-            writer.close()
-
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def serve_one(self, request: HTTPRequest, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection must close."""
-        request = await _read_request(reader)
-        if request is None:
-            return False
-        if isinstance(request, bytes):
-            await _send(
-                writer, 400, _error_json("malformed HTTP request", "invalid_request_error"), close=True
-            )
-            return False
-        keep_alive = request.headers.get("connection", "").lower() != "close"
+        keep_alive = request.keep_alive
         if request.method == "GET" and request.path.rstrip("/") == "/_fake/requests":
-            await _send(writer, 200, json.dumps(self.requests).encode(), close=not keep_alive)
+            await send_json(writer, 200, json.dumps(self.requests).encode(), close=not keep_alive)
             return keep_alive
         record = self._record(request, writer.get_extra_info("peername"))
-        if request.method != "POST" or not request.path.partition("?")[0].rstrip("/").endswith(
-            "/chat/completions"
-        ):
-            body = _error_json(f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
+        if request.method != "POST" or not request.bare_path.endswith("/chat/completions"):
+            body = error_json(f"Invalid URL ({request.method} {request.path})", "invalid_request_error")
             return await self._reply(writer, record, 404, body, keep_alive)
         denied = self._check_key(request)
         if denied is not None:
@@ -316,36 +156,31 @@ class FakeOpenAIServer:
         problem = request_problem(request.json)
         if problem is not None:
             message, param, code = problem
-            body = _error_json(message, "invalid_request_error", code=code, param=param)
+            body = error_json(message, "invalid_request_error", code=code, param=param)
             return await self._reply(writer, record, 400, body, keep_alive)
-        slot = self._choose(request)
-        if slot is None:
-            body = _error_json(
+        claimed = self._script.claim(lambda entry: _fits(entry, request))
+        if claimed is None:
+            body = error_json(
                 f"fake-openai: no scripted response left for request {record['seq']}",
                 "invalid_request_error",
                 code="script_exhausted",
             )
             return await self._reply(writer, record, 400, body, keep_alive)
-        entry = slot.take()
-        record["entry"] = slot.index
+        index, entry = claimed
+        record["entry"] = index
         record["response_status"] = entry.status
-        self._persist(record)
-        return await _Answer(entry, request, next(self._ids), echo=self._echo).send(writer, keep_alive)
+        append_jsonl(self._record_path, record)
+        return await Answer(entry, request, next(self._ids), echo=self._echo).send(writer, keep_alive)
 
     async def _reply(
         self, writer: asyncio.StreamWriter, record: dict[str, Any], status: int, body: bytes, keep_alive: bool
     ) -> bool:
         record["response_status"] = status
-        self._persist(record)
-        await _send(writer, status, body, close=not keep_alive)
+        append_jsonl(self._record_path, record)
+        await send_json(writer, status, body, close=not keep_alive)
         return keep_alive
 
-    def _persist(self, record: dict[str, Any]) -> None:
-        if self._record_path is not None:
-            with self._record_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(record) + "\n")
-
-    def _record(self, request: _Request, peer: Any) -> dict[str, Any]:
+    def _record(self, request: HTTPRequest, peer: object) -> dict[str, Any]:
         headers = {k: v for k, v in request.headers.items() if k not in _CREDENTIAL_HEADERS}
         credentials: dict[str, Any] = {}
         for name in _CREDENTIAL_HEADERS:
@@ -358,12 +193,7 @@ class FakeOpenAIServer:
                     "sha256": hashlib.sha256((token or scheme).encode()).hexdigest(),
                 }
         record = {
-            "seq": len(self.requests) + 1,
-            "received_at": time.time(),
-            "monotonic": time.monotonic(),
-            "client_port": peer[1] if isinstance(peer, tuple) and len(peer) > 1 else None,
-            "method": request.method,
-            "path": request.path,
+            **request_fields(len(self.requests) + 1, request, peer),
             "headers": headers,
             "credentials": credentials,
             "body": request.json,
@@ -374,7 +204,7 @@ class FakeOpenAIServer:
         self.requests.append(record)
         return record
 
-    def _check_key(self, request: _Request) -> bytes | None:
+    def _check_key(self, request: HTTPRequest) -> bytes | None:
         if self._api_key_digest is None:
             return None
         value = request.headers.get("authorization", "")
@@ -389,341 +219,12 @@ class FakeOpenAIServer:
                 "prompted for a username and password. You can obtain an API key from "
                 "https://platform.openai.com/account/api-keys."
             )
-            return _error_json(message, "invalid_request_error")  # the real API sends code null here
+            return error_json(message, "invalid_request_error")  # the real API sends code null here
         else:
             shown = f"{token[:3]}*****{token[-4:]}" if len(token) > 8 else "*****"
             message = f"Incorrect API key provided: {shown}."
-        return _error_json(message, "invalid_request_error", code="invalid_api_key")
-
-    def _choose(self, request: _Request) -> _Slot | None:
-        for slot in self._slots:
-            if slot.usable() and slot.entry.match is not None:
-                if matches_request(slot.entry.match, request.json, request.text):
-                    return slot
-        for slot in self._slots:
-            if slot.usable() and slot.entry.match is None:
-                return slot
-        return None
+        return error_json(message, "invalid_request_error", code="invalid_api_key")
 
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | bytes | None:
-    """The next request; None at a clean end of the connection; bytes when it is malformed."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as exc:
-        return None if not exc.partial else exc.partial
-    except asyncio.LimitOverrunError:
-        return b"header too long"
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        return head
-    method, path, _version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        chunked = await _read_chunked(reader)
-        return head if chunked is None else _Request(method, path, headers, chunked)
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        return head
-    if length < 0 or length > _MAX_BODY_BYTES:
-        return head
-    body = await reader.readexactly(length) if length else b""
-    return _Request(method, path, headers, body)
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes | None:
-    """A chunked request body (trailers skipped); None when it is malformed or too large."""
-    body = b""
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            return None
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":
-                pass
-            return body
-        if len(body) + size > _MAX_BODY_BYTES:
-            return None
-        body += (await reader.readexactly(size + 2))[:-2]
-
-
-def _error_json(message: str, kind: str, *, code: str | None = None, param: str | None = None) -> bytes:
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
-
-
-def _head(status: int, headers: Mapping[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Status')}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-async def _send(
-    writer: asyncio.StreamWriter,
-    status: int,
-    body: bytes,
-    *,
-    close: bool,
-    headers: Mapping[str, str] | None = None,
-) -> None:
-    base = {
-        "date": email.utils.formatdate(usegmt=True),
-        "content-type": "application/json",
-        "content-length": str(len(body)),
-        "x-request-id": f"req_{hashlib.sha256(body).hexdigest()[:24]}",
-        "openai-version": OPENAI_VERSION,
-    }
-    if close:
-        base["connection"] = "close"
-    base.update({k.lower(): v for k, v in (headers or {}).items()})
-    writer.write(_head(status, base) + body)
-    await writer.drain()
-
-
-_DEFAULT_ERRORS = {
-    400: ("Invalid request.", "invalid_request_error", None),
-    401: ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
-    403: ("You are not allowed to sample from this model.", "invalid_request_error", None),
-    404: (
-        "The model does not exist or you do not have access to it.",
-        "invalid_request_error",
-        "model_not_found",
-    ),
-    429: ("Rate limit reached. Please try again later.", "tokens", "rate_limit_exceeded"),
-    500: ("The server had an error while processing your request.", "server_error", None),
-    503: ("The server is overloaded or not ready yet.", "server_error", None),
-}
-
-
-class _Answer:
-    """Renders one script entry as the real API would answer the given request."""
-
-    def __init__(self, entry: ScriptEntry, request: _Request, number: int, *, echo: bool = False) -> None:
-        self.entry = entry
-        # Echo mode: the request line and every header as received, credentials included.
-        lines = [f"{request.method} {request.path}", *(f"{k}: {v}" for k, v in request.headers.items())]
-        self.echo = "\n".join(lines) if echo else None
-        self.request = request
-        body = request.json if isinstance(request.json, dict) else {}
-        self.body = body
-        requested = str(body.get("model") or "gpt-fake")
-        self.model = entry.model or SNAPSHOTS.get(requested, requested)
-        self.id = f"chatcmpl-{_random_id(29)}"
-        self.created = int(time.time())
-        n = body.get("n")
-        self.n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-        self.calls = [
-            {
-                "id": call.id or f"call_{_random_id(24)}",
-                "name": call.name,
-                "arguments": call.arguments
-                if isinstance(call.arguments, str)
-                else json.dumps(call.arguments, separators=(",", ":")),
-            }
-            for i, call in enumerate(entry.tool_calls)
-        ]
-        self.text = self.echo if self.echo is not None else entry.text or ""
-        self.finish = entry.finish_reason or ("tool_calls" if self.calls else "stop")
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"openai-processing-ms": "1", "openai-version": OPENAI_VERSION}
-        if self.entry.retry_after is not None:
-            headers["retry-after"] = f"{self.entry.retry_after:g}"
-        if self.entry.retry_after_ms is not None:
-            headers["retry-after-ms"] = f"{self.entry.retry_after_ms:g}"
-        headers.update({k.lower(): v for k, v in self.entry.headers.items()})
-        return headers
-
-    def usage(self) -> dict[str, Any]:
-        messages = self.body.get("messages") or []
-        prompt = sum(_words(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
-        completion = _words(self.text) + sum(len(c["arguments"]) // 4 + 1 for c in self.calls)
-        usage: dict[str, Any] = {
-            "prompt_tokens": max(prompt, 1),
-            "completion_tokens": completion * self.n,
-            "total_tokens": 0,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {
-                "reasoning_tokens": 0,
-                "audio_tokens": 0,
-                "accepted_prediction_tokens": 0,
-                "rejected_prediction_tokens": 0,
-            },
-        }
-        usage.update(self.entry.usage or {})
-        if not (self.entry.usage and "total_tokens" in self.entry.usage):
-            usage["total_tokens"] = int(usage["prompt_tokens"] or 0) + int(usage["completion_tokens"] or 0)
-        return usage
-
-    async def send(self, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
-        """Write the answer; False when the connection must close afterwards."""
-        if self.entry.delay_ms:
-            await asyncio.sleep(self.entry.delay_ms / 1000.0)
-        entry = self.entry
-        if entry.raw_body is not None:
-            await _send(
-                writer, entry.status, entry.raw_body.encode(), close=not keep_alive, headers=self._headers()
-            )
-        elif entry.status != 200 or entry.error is not None:
-            await _send(
-                writer, entry.status, self._error_body(), close=not keep_alive, headers=self._headers()
-            )
-        elif self.body.get("stream"):
-            return await self._stream(writer, keep_alive)
-        else:
-            body = json.dumps(self.completion()).encode()
-            await _send(writer, 200, body, close=not keep_alive, headers=self._headers())
-        return keep_alive
-
-    def _error_body(self) -> bytes:
-        if self.echo is not None:
-            kind = "server_error" if self.entry.status >= 500 else "invalid_request_error"
-            return _error_json(self.echo, kind)
-        if self.entry.error is not None:
-            return json.dumps({"error": self.entry.error.model_dump()}).encode()
-        message, kind, code = _DEFAULT_ERRORS.get(
-            self.entry.status,
-            (
-                f"HTTP {self.entry.status}",
-                "server_error" if self.entry.status >= 500 else "invalid_request_error",
-                None,
-            ),
-        )
-        return _error_json(message, kind, code=code)
-
-    def completion(self) -> dict[str, Any]:
-        """The non-streamed ``chat.completion`` object."""
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": None if (self.calls or self.entry.refusal) and not self.text else self.text,
-            "refusal": self.entry.refusal,
-            "annotations": [],
-        }
-        if self.calls:
-            message["tool_calls"] = [
-                {
-                    "id": c["id"],
-                    "type": "function",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
-                }
-                for c in self.calls
-            ]
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [
-                {"index": i, "message": message, "logprobs": None, "finish_reason": self.finish}
-                for i in range(self.n)
-            ],
-            "usage": self.usage(),
-            "service_tier": "default",
-            "system_fingerprint": "fp_fake",
-        }
-
-    def chunks(self) -> list[dict[str, Any]]:
-        """The ``chat.completion.chunk`` objects of the stream, usage chunk included when asked."""
-        include_usage = bool((self.body.get("stream_options") or {}).get("include_usage"))
-        deltas: list[tuple[dict[str, Any], str | None]] = []
-        first: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
-        calls = list(self.calls)
-        if calls and not self.text:
-            first = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [self._call_head(0, calls[0])],
-                "refusal": None,
-            }
-        deltas.append((first, None))
-        if self.text:
-            deltas += [({"content": piece}, None) for piece in _fragments(self.text, self.entry.chunk_chars)]
-        if self.entry.refusal:
-            deltas += [
-                ({"refusal": piece}, None) for piece in _fragments(self.entry.refusal, self.entry.chunk_chars)
-            ]
-        for index, call in enumerate(calls):
-            if index > 0 or self.text:
-                deltas.append(({"tool_calls": [self._call_head(index, call)]}, None))
-            for piece in (
-                _fragments(call["arguments"], self.entry.chunk_chars or 8) if call["arguments"] else []
-            ):
-                deltas.append(({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, None))
-        deltas.append(({}, self.finish))
-        out = []
-        for delta, finish in deltas:
-            for index in range(self.n):
-                chunk = self._chunk_head()
-                chunk["choices"] = [
-                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
-                ]
-                if include_usage:
-                    chunk["usage"] = None
-                out.append(chunk)
-        if include_usage:
-            chunk = self._chunk_head()
-            chunk["choices"] = []
-            chunk["usage"] = self.usage()
-            out.append(chunk)
-        return out
-
-    @staticmethod
-    def _call_head(index: int, call: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "index": index,
-            "id": call["id"],
-            "type": "function",
-            "function": {"name": call["name"], "arguments": ""},
-        }
-
-    def _chunk_head(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "service_tier": "default",
-            "system_fingerprint": "fp_fake",
-        }
-
-    async def _stream(self, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
-        headers = {
-            "content-type": "text/event-stream; charset=utf-8",
-            "transfer-encoding": "chunked",
-            "cache-control": "no-cache",
-            "x-request-id": f"req_{self.id[-12:]}",
-            **self._headers(),
-        }
-        if not keep_alive:
-            headers["connection"] = "close"
-        writer.write(_head(200, headers))
-        await writer.drain()
-        events = [_dumps(chunk) for chunk in self.chunks()]
-        cut = self.entry.cut_after
-        if self.entry.stream_error is not None:
-            position = len(events) - 1 - (1 if events and '"choices":[]' in events[-1] else 0)
-            position = min(cut, len(events)) if cut is not None else position
-            events = [*events[:position], _dumps({"error": self.entry.stream_error.model_dump()})]
-            cut = None
-        elif cut is None:
-            events.append("[DONE]")
-        for number, event in enumerate(events):
-            if cut is not None and number >= cut:
-                return False  # close without the terminating chunk: a stream cut mid-way
-            if number and self.entry.chunk_delay_ms:
-                await asyncio.sleep(self.entry.chunk_delay_ms / 1000.0)
-            frame = f"data: {event}\n\n".encode()
-            writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-            await writer.drain()
-        if cut is not None:
-            return False
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        return keep_alive
+def _fits(entry: ScriptEntry, request: HTTPRequest) -> bool:
+    return entry.match is not None and matches_request(entry.match, request.json, request.text)

@@ -1,16 +1,14 @@
-"""The script of the fake OpenAI server: its entries (pydantic models), the file loader, matching.
+"""The script of the fake OpenAI server: its entries (pydantic models) and matching.
 
-A script is a list of ``ScriptEntry``; ``docs/providers.md`` has the file format.
+A script is a list of ``ScriptEntry``; ``docs/providers.md`` has the file format and
+``_loopback_script`` reads it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from turnlog.tools._errors import ScriptError
 
@@ -20,8 +18,6 @@ __all__ = [
     "ScriptError",
     "ScriptMatch",
     "ScriptToolCall",
-    "coerce_script",
-    "load_script",
     "matches_request",
 ]
 
@@ -115,66 +111,6 @@ class ScriptEntry(_Model):
     """Stream: send ``data: {"error": ...}`` after the content (or after ``cut_after`` events) and end."""
     raw_body: str | None = None
     """Send exactly this body (``content-type: application/json`` unless ``headers`` say otherwise)."""
-
-
-def _entries_from(value: Any, source: str) -> list[ScriptEntry]:
-    if isinstance(value, Mapping) and "responses" in value:
-        value = value["responses"]
-    if not isinstance(value, list):
-        raise ScriptError(f"{source}: a script is a list of entries or {{'responses': [...]}}")
-    entries = []
-    for index, item in enumerate(value):
-        entries.append(_entry(item, f"{source}: entry {index}"))
-    return entries
-
-
-def _entry(item: Any, where: str) -> ScriptEntry:
-    if isinstance(item, ScriptEntry):
-        return item
-    try:
-        return ScriptEntry.model_validate(item)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'entry'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ScriptError(f"{where}: {problems}") from exc
-
-
-def load_script(path: str | Path) -> list[ScriptEntry]:
-    """Read a script file: JSON (a list, or ``{"responses": [...]}``) or JSONL (one entry a line).
-
-    Raises:
-        ScriptError: The file is missing, not JSON, or an entry is invalid (names file and entry).
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScriptError(f"{path}: cannot read the script: {exc.strerror}") from exc
-    if path.suffix != ".jsonl":
-        try:
-            return _entries_from(json.loads(text), str(path))
-        except json.JSONDecodeError as exc:
-            if path.suffix == ".json":
-                raise ScriptError(f"{path}: not JSON: {exc}") from exc
-    entries = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ScriptError(f"{path}:{number}: not JSON: {exc}") from exc
-        entries.append(_entry(item, f"{path}:{number}"))
-    return entries
-
-
-def coerce_script(script: str | Path | Sequence[Mapping[str, Any] | ScriptEntry]) -> list[ScriptEntry]:
-    """Entries from a script file path, or from a sequence of dicts and entries."""
-    if isinstance(script, str | Path):
-        return load_script(script)
-    return _entries_from(list(script), "script")
 
 
 def _last_user_text(body: Any) -> str:

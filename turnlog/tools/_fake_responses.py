@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
-from ._fake_upstream_wire import Frame, Reply, dumps, fragments, words
+from ._fake_upstream_wire import Reply, fragments
+from ._loopback import Frame, dumps, words
 
 __all__ = ["error_reply", "reply", "view"]
 
@@ -133,14 +134,15 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
         )
     given = entry.usage or {}
     out = words(text) + sum(len(i.get("arguments", "")) // 4 for i in items)
+    input_tokens = given.get("input_tokens", max(request.input_words, 1))
+    output_tokens = given.get("output_tokens", max(out, 1))
     usage = {
-        "input_tokens": given.get("input_tokens", max(request.input_words, 1)),
+        "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": given.get("cached_tokens", 0)},
-        "output_tokens": given.get("output_tokens", max(out, 1)),
+        "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": given.get("thinking_tokens", 0)},
-        "total_tokens": 0,
+        "total_tokens": input_tokens + output_tokens,
     }
-    usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
     response = {
         "id": f"resp_fake{number:020d}",
         "object": "response",

@@ -19,14 +19,15 @@ naming the exhausted script. Every request is recorded (credentials reduced to a
 /_fake/script`` replaces the script of a running server (a JSON list of entries).
 
 The server runs on the caller's event loop (``async with``) or on its own thread
-(``UpstreamThread``), so that synchronous test fixtures and subprocesses can use it.
+(``UpstreamThread``), so that synchronous test fixtures and subprocesses can use it. The HTTP
+plumbing (reading requests, chunked SSE writing, the connection tasks) is ``_loopback``'s,
+shared with ``FakeOpenAIServer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import itertools
 import json
 import threading
@@ -36,39 +37,32 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
-from turnlog._errors import UsageError
-
 from . import _fake_anthropic, _fake_gemini, _fake_responses
-from ._fake_openai import _head, _read_request, _Request
 from ._fake_upstream_script import (
     Api,
     RequestView,
     ScriptError,
     UpstreamEntry,
     UpstreamError,
-    coerce_upstream_script,
     matches,
 )
 from ._fake_upstream_wire import Reply
+from ._loopback import (
+    HTTPRequest,
+    LoopbackServer,
+    append_jsonl,
+    end_stream,
+    open_stream,
+    request_fields,
+    response_head,
+    send,
+    write_frames,
+)
+from ._loopback_script import ScriptSlots, coerce_entries
 
 __all__ = ["FakeUpstreamServer", "UpstreamThread"]
 
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
-
-
-class _Slot:
-    def __init__(self, index: int, entry: UpstreamEntry) -> None:
-        self.index = index
-        self.entry = entry
-        self.left = entry.times
-
-    def usable(self) -> bool:
-        return self.left is None or self.left > 0
-
-    def take(self) -> UpstreamEntry:
-        if self.left is not None:
-            self.left -= 1
-        return self.entry
 
 
 def _route(method: str, path: str) -> tuple[Api, str] | None:
@@ -88,7 +82,7 @@ def _route(method: str, path: str) -> tuple[Api, str] | None:
     return None
 
 
-class FakeUpstreamServer:
+class FakeUpstreamServer(LoopbackServer):
     """A scripted Anthropic / OpenAI Responses / Gemini API server on a loopback port.
 
     Args:
@@ -107,6 +101,9 @@ class FakeUpstreamServer:
         ```
     """
 
+    name = "fake-upstream"
+    noun = "fake upstream"
+
     def __init__(
         self,
         script: str | Path | Sequence[Mapping[str, Any] | UpstreamEntry] = (),
@@ -117,40 +114,21 @@ class FakeUpstreamServer:
         record_path: str | Path | None = None,
         log: TextIO | None = None,
     ) -> None:
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = host == "localhost"
-        if not loopback:
-            raise UsageError(f"the fake upstream only binds loopback addresses, not {host!r}")
-        self._slots = [_Slot(i, e) for i, e in enumerate(coerce_upstream_script(script))]
-        self._host = host
-        self._port = port
+        super().__init__(host=host, port=port)
+        self._script = ScriptSlots(coerce_entries(script, UpstreamEntry))
         self._api_key = api_key
         self._record_path = Path(record_path) if record_path else None
         self._log = log
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._failures: list[BaseException] = []
         self._ids = itertools.count(int(time.time() * 1000) % 10**9)
-        self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         """Every request received, in order."""
 
     # -- addresses ---------------------------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        """The bound port (after start)."""
-        if self._server is None:
-            raise RuntimeError("the fake upstream is not running")
-        return int(self._server.sockets[0].getsockname()[1])
-
-    @property
     def base_url(self) -> str:
         """``http://<host>:<port>``: ``ANTHROPIC_BASE_URL`` and ``GOOGLE_GEMINI_BASE_URL``."""
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}"
+        return self._root_url
 
     @property
     def openai_base_url(self) -> str:
@@ -161,19 +139,15 @@ class FakeUpstreamServer:
 
     def set_script(self, script: str | Path | Sequence[Mapping[str, Any] | UpstreamEntry]) -> None:
         """Replace the script (entries not yet used are dropped); the request record is kept."""
-        slots = [_Slot(i, e) for i, e in enumerate(coerce_upstream_script(script))]
-        with self._lock:
-            self._slots = slots
+        self._script = ScriptSlots(coerce_entries(script, UpstreamEntry))
 
     def unused(self) -> list[UpstreamEntry]:
         """Entries with a finite ``times`` that were not used up."""
-        with self._lock:
-            return [slot.entry for slot in self._slots if slot.left]
+        return self._script.unused()
 
     def assert_complete(self) -> None:
         """Raise ``AssertionError`` when some finite entry was not used up."""
-        with self._lock:
-            left = [slot.index for slot in self._slots if slot.left]
+        left = self._script.unused_indexes()
         if left:
             raise AssertionError(f"fake-upstream: script entries {left} were never served")
 
@@ -181,73 +155,12 @@ class FakeUpstreamServer:
         """Recorded requests that were answered from the script (not built-in ones), optionally of one API."""
         return [r for r in list(self.requests) if r["entry"] is not None and (api is None or r["api"] == api)]
 
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Bind and start serving (``async with`` calls it)."""
-        self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
-
-    async def stop(self) -> None:
-        """Stop accepting, cancel open connections and wait for them to finish."""
-        if self._server is None:
-            return
-        server, self._server = self._server, None
-        server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        if self._handlers:
-            await asyncio.wait(list(self._handlers))
-        await server.wait_closed()
-        if self._failures:
-            raise RuntimeError("fake-upstream: a connection handler failed") from self._failures[0]
-
-    async def __aenter__(self) -> FakeUpstreamServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def serve_forever(self) -> None:
-        """Serve until cancelled (the ``turnlog fake-upstream`` command)."""
-        if self._server is None:
-            await self.start()
-        assert self._server is not None
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.stop()
-
-    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.get_running_loop().create_task(self._connection(reader, writer))
-        self._handlers.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._handlers.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._failures.append(task.exception())  # type: ignore[arg-type]
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while await self._serve_one(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away (a killed CLI, a read timeout): nothing left to answer
-        finally:
-            writer.close()
-
     # -- one request -------------------------------------------------------------------------
 
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        request = await _read_request(reader)
-        if request is None:
-            return False
-        if isinstance(request, bytes):
-            await _write_json(writer, 400, {"error": "malformed HTTP request"}, {}, close=True)
-            return False
-        keep_alive = request.headers.get("connection", "").lower() != "close"
-        bare = request.path.split("?", 1)[0].rstrip("/")
+    async def serve_one(self, request: HTTPRequest, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection must close."""
+        keep_alive = request.keep_alive
+        bare = request.bare_path
         if bare == "/_fake/requests" and request.method == "GET":
             await _write_json(writer, 200, list(self.requests), {}, close=not keep_alive)
             return keep_alive
@@ -257,7 +170,7 @@ class FakeUpstreamServer:
             except ScriptError as exc:
                 await _write_json(writer, 400, {"error": str(exc)}, {}, close=not keep_alive)
                 return keep_alive
-            await _write_json(writer, 200, {"entries": len(self._slots)}, {}, close=not keep_alive)
+            await _write_json(writer, 200, {"entries": len(self._script)}, {}, close=not keep_alive)
             return keep_alive
         route = _route(request.method, request.path)
         record = self._record(request, route, writer.get_extra_info("peername"))
@@ -267,7 +180,7 @@ class FakeUpstreamServer:
             self._persist(record)
             if request.method == "HEAD":
                 writer.write(
-                    _head(
+                    response_head(
                         status, {"content-length": "0", **({"connection": "close"} if not keep_alive else {})}
                     )
                 )
@@ -287,9 +200,9 @@ class FakeUpstreamServer:
             return keep_alive
         return await _stream(writer, answer, entry, keep_alive)
 
-    def _other(self, request: _Request) -> tuple[int, Any]:
+    def _other(self, request: HTTPRequest) -> tuple[int, Any]:
         """Requests that are not model calls: the root check, model lists, unknown paths."""
-        bare = request.path.split("?", 1)[0].rstrip("/")
+        bare = request.bare_path
         if request.method in ("HEAD", "GET") and bare == "":
             return 200, {}
         if request.method == "GET" and bare in ("/v1/models", "/v1beta/models"):
@@ -302,7 +215,7 @@ class FakeUpstreamServer:
         }
 
     def _answer(
-        self, api: Api, operation: str, request: _Request, number: int, record: dict[str, Any]
+        self, api: Api, operation: str, request: HTTPRequest, number: int, record: dict[str, Any]
     ) -> tuple[Reply, UpstreamEntry | None]:
         """The reply to a model request and the script entry it came from (None: not scripted)."""
         module = {"anthropic": _fake_anthropic, "responses": _fake_responses, "gemini": _fake_gemini}[api]
@@ -317,39 +230,24 @@ class FakeUpstreamServer:
             module.view(request.json, request.path) if api == "gemini" else module.view(request.json)
         )
         record["model"] = view.model
-        slot = self._choose(
-            view, request.text, builtin=api == "gemini" and _fake_gemini.is_routing(request.json)
+        claimed = self._script.claim(
+            lambda entry: entry.match is not None and matches(entry.match, view, request.text),
+            fallback=not (api == "gemini" and _fake_gemini.is_routing(request.json)),
         )
-        if slot is None:
+        if claimed is None:
             if api == "gemini" and _fake_gemini.is_routing(request.json):
                 record["builtin"] = "routing"
                 return _fake_gemini.routing_reply(request.json, view, number), None
             return module.error_reply(400, _exhausted(record["seq"]), number), None
-        entry = slot.take()
-        record["entry"] = slot.index
+        index, entry = claimed
+        record["entry"] = index
         if entry.status != 200:
             answer = module.error_reply(entry.status, entry.error, number, entry.retry_after)
             answer.headers.update(entry.headers)
             return answer, entry
         return module.reply(entry, view, number), entry
 
-    def _choose(self, view: RequestView, body_text: str, *, builtin: bool) -> _Slot | None:
-        with self._lock:
-            for slot in self._slots:
-                if (
-                    slot.usable()
-                    and slot.entry.match is not None
-                    and matches(slot.entry.match, view, body_text)
-                ):
-                    return slot
-            if builtin:
-                return None
-            for slot in self._slots:
-                if slot.usable() and slot.entry.match is None:
-                    return slot
-        return None
-
-    def _check_key(self, api: Api, request: _Request, number: int) -> Reply | None:
+    def _check_key(self, api: Api, request: HTTPRequest, number: int) -> Reply | None:
         if self._api_key is None:
             return None
         headers = request.headers
@@ -368,7 +266,7 @@ class FakeUpstreamServer:
             return _fake_responses.error_reply(401, None, number)
         return _fake_gemini.error_reply(400, _fake_gemini.BAD_KEY, number)
 
-    def _record(self, request: _Request, route: tuple[Api, str] | None, peer: Any) -> dict[str, Any]:
+    def _record(self, request: HTTPRequest, route: tuple[Api, str] | None, peer: object) -> dict[str, Any]:
         headers = {k: v for k, v in request.headers.items() if k not in _CREDENTIAL_HEADERS}
         credentials = {
             name: {"present": True, "sha256": hashlib.sha256(request.headers[name].encode()).hexdigest()}
@@ -376,12 +274,7 @@ class FakeUpstreamServer:
             if name in request.headers
         }
         record: dict[str, Any] = {
-            "seq": len(self.requests) + 1,
-            "received_at": time.time(),
-            "monotonic": time.monotonic(),
-            "client_port": peer[1] if isinstance(peer, tuple) and len(peer) > 1 else None,
-            "method": request.method,
-            "path": request.path,
+            **request_fields(len(self.requests) + 1, request, peer),
             "api": route[0] if route else None,
             "operation": route[1] if route else None,
             "model": None,
@@ -404,9 +297,7 @@ class FakeUpstreamServer:
                 file=self._log,
                 flush=True,
             )
-        if self._record_path is not None:
-            with self._record_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(record) + "\n")
+        append_jsonl(self._record_path, record)
 
 
 def _exhausted(seq: int) -> UpstreamError:
@@ -416,29 +307,17 @@ def _exhausted(seq: int) -> UpstreamError:
 async def _write_json(
     writer: asyncio.StreamWriter, status: int, body: Any, headers: Mapping[str, str], *, close: bool
 ) -> None:
-    data = json.dumps(body).encode()
-    base = {"content-type": "application/json", "content-length": str(len(data))}
-    if close:
-        base["connection"] = "close"
-    base.update({k.lower(): v for k, v in headers.items()})
-    writer.write(_head(status, base) + data)
-    await writer.drain()
+    await send(writer, status, json.dumps(body).encode(), close=close, headers=headers)
 
 
 async def _stream(
     writer: asyncio.StreamWriter, answer: Reply, entry: UpstreamEntry | None, keep_alive: bool
 ) -> bool:
     assert answer.frames is not None
-    headers = {
-        "content-type": "text/event-stream; charset=utf-8",
-        "transfer-encoding": "chunked",
-        "cache-control": "no-cache",
-        **{k.lower(): v for k, v in answer.headers.items()},
-    }
+    headers = {k.lower(): v for k, v in answer.headers.items()}
     if not keep_alive:
         headers["connection"] = "close"
-    writer.write(_head(200, headers))
-    await writer.drain()
+    await open_stream(writer, headers, close=False)
     frames = list(answer.frames)
     cut = entry.cut_after if entry is not None else None
     if answer.error_frame is not None:
@@ -447,20 +326,9 @@ async def _stream(
         frames = [*frames[:position], answer.error_frame]
         cut = None
     delay = (entry.chunk_delay_ms if entry is not None else 0.0) / 1000.0
-    first_paced = True
-    for number, frame in enumerate(frames):
-        if cut is not None and number >= cut:
-            return False  # close without the closing events: a stream cut mid-way
-        if frame.paced:
-            if delay and not first_paced:
-                await asyncio.sleep(delay)
-            first_paced = False
-        writer.write(f"{len(frame.data):x}\r\n".encode() + frame.data + b"\r\n")
-        await writer.drain()
-    if cut is not None and cut < len(frames):
-        return False
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
+    if not await write_frames(writer, frames, cut=cut, delay=delay):
+        return False  # close without the closing events: a stream cut mid-way
+    await end_stream(writer)
     return keep_alive and answer.error_frame is None
 
 

@@ -1,22 +1,21 @@
-"""The script of the fake upstream APIs: entries (pydantic models), the loader, matching.
+"""The script of the fake upstream APIs: entries (pydantic models), matching, templates.
 
 One script serves all three APIs of ``turnlog fake-upstream`` (Anthropic Messages, OpenAI
 Responses, Gemini): an entry says *what* the model answers (text, thinking, tool calls, an
 error with a status code, how slowly it streams) and each API module renders it in its own wire
-format. ``docs/providers.md`` has the file format.
+format. ``docs/providers.md`` has the file format; ``_loopback_script`` reads it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._fake_openai_script import ScriptError
+from ._loopback_script import load_entries
 
 __all__ = [
     "Api",
@@ -26,7 +25,6 @@ __all__ = [
     "UpstreamError",
     "UpstreamMatch",
     "UpstreamToolCall",
-    "coerce_upstream_script",
     "fill_template",
     "load_upstream_script",
     "matches",
@@ -159,63 +157,13 @@ def matches(match: UpstreamMatch, view: RequestView, body_text: str) -> bool:
     return all(checks)
 
 
-def _entries_from(value: Any, source: str) -> list[UpstreamEntry]:
-    if isinstance(value, Mapping) and "responses" in value:
-        value = value["responses"]
-    if not isinstance(value, list):
-        raise ScriptError(f"{source}: a script is a list of entries or {{'responses': [...]}}")
-    return [_entry(item, f"{source}: entry {index}") for index, item in enumerate(value)]
-
-
-def _entry(item: Any, where: str) -> UpstreamEntry:
-    if isinstance(item, UpstreamEntry):
-        return item
-    try:
-        return UpstreamEntry.model_validate(item)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'entry'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ScriptError(f"{where}: {problems}") from exc
-
-
 def load_upstream_script(path: str | Path) -> list[UpstreamEntry]:
     """Read a script file: JSON (a list, or ``{"responses": [...]}``) or JSONL (one entry a line).
 
     Raises:
         ScriptError: The file is missing, not JSON, or an entry is invalid (names file and entry).
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScriptError(f"{path}: cannot read the script: {exc.strerror}") from exc
-    if path.suffix != ".jsonl":
-        try:
-            return _entries_from(json.loads(text), str(path))
-        except json.JSONDecodeError as exc:
-            if path.suffix == ".json":
-                raise ScriptError(f"{path}: not JSON: {exc}") from exc
-    entries = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ScriptError(f"{path}:{number}: not JSON: {exc}") from exc
-        entries.append(_entry(item, f"{path}:{number}"))
-    return entries
-
-
-def coerce_upstream_script(
-    script: str | Path | Sequence[Mapping[str, Any] | UpstreamEntry],
-) -> list[UpstreamEntry]:
-    """Entries from a script file path, or from a sequence of dicts and entries."""
-    if isinstance(script, str | Path):
-        return load_upstream_script(script)
-    return _entries_from(list(script), "script")
+    return load_entries(path, UpstreamEntry)
 
 
 def fill_template(entry: UpstreamEntry, view: RequestView) -> str:

@@ -1,27 +1,21 @@
 """What the API modules of the fake upstream hand to its HTTP server: a reply as frames.
 
 Each API module (``_fake_anthropic``, ``_fake_responses``, ``_fake_gemini``) turns a script entry
-into a ``Reply``: a status, headers and either one JSON body or a list of SSE ``Frame``s. The
-server writes the frames with the entry's pacing (``chunk_delay_ms`` before each fragment frame)
-and cuts (``cut_after``), so the pacing rules live in one place for every API.
+into a ``Reply``: a status, headers and either one JSON body or a list of SSE ``Frame``s
+(``_loopback.sse``). The server writes the frames with the entry's pacing (``chunk_delay_ms``
+before each fragment frame) and cuts (``cut_after``), so the pacing rules live in one place for
+every API.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Frame", "Reply", "dumps", "fragments", "sse", "words"]
+from ._loopback import Frame
 
-
-@dataclass(frozen=True)
-class Frame:
-    """One SSE event, already framed; ``paced`` frames wait ``chunk_delay_ms`` before they go out."""
-
-    data: bytes
-    paced: bool = False
+__all__ = ["Reply", "fragments"]
 
 
 @dataclass
@@ -35,23 +29,6 @@ class Reply:
     error_frame: Frame | None = None
     tail: int = 0
     """How many frames at the end close the stream (an in-stream error replaces them)."""
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON, as the real APIs put on the wire."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def sse(data: Any, *, event: str | None = None, crlf: bool = False, paced: bool = False) -> Frame:
-    """An SSE frame: an optional ``event:`` line and a ``data:`` line with compact JSON."""
-    end = "\r\n\r\n" if crlf else "\n\n"
-    head = f"event: {event}\n" if event else ""
-    return Frame(f"{head}data: {dumps(data)}{end}".encode(), paced)
-
-
-def words(text: str) -> int:
-    """A stand-in token count: whitespace-separated words."""
-    return len(text.split())
 
 
 def fragments(text: str, size: int | None) -> list[str]:

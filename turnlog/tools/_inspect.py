@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ MAX_NAME = 200
 
 __all__ = [
     "MAX_NAME",
+    "add_branch_argument",
     "branch_id_of",
     "branch_names",
     "check_new_name",
@@ -42,6 +44,12 @@ __all__ = [
     "run_view",
     "state_view",
 ]
+
+
+def add_branch_argument(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """Add the positional ``branch`` (an id, a unique id prefix or a name)."""
+    extra: dict[str, Any] = {"nargs": "?", "default": None} if optional else {}
+    parser.add_argument("branch", help="branch id, unique id prefix or name", **extra)
 
 
 def check_store_exists(url: str) -> None:

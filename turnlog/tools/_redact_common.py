@@ -13,6 +13,7 @@ from turnlog.eventstore import (
     EventStore,
     RecordedEvent,
     Redaction,
+    RedactionError,
     RedactionResult,
     SQLiteEventStore,
     is_redacted,
@@ -20,7 +21,9 @@ from turnlog.eventstore import (
 from turnlog.kernel._run_buffer import default_persist_dir, parse_buffer_name
 from turnlog.projections import redaction_keep
 
-__all__ = ["apply_redactions", "describe", "purge_copies", "target_of"]
+from ._command import UserError
+
+__all__ = ["apply_redactions", "describe", "print_purged", "purge_copies", "target_of"]
 
 
 def target_of(event: RecordedEvent, reason: str, actor: str, include_meta: bool = False) -> Redaction:
@@ -33,11 +36,20 @@ def target_of(event: RecordedEvent, reason: str, actor: str, include_meta: bool 
 async def apply_redactions(
     store: EventStore, events: Sequence[RecordedEvent], reason: str, actor: str, *, dry_run: bool
 ) -> list[dict[str, Any]]:
-    """Redact ``events`` (those not redacted yet) in one transaction; rows describing each."""
+    """Redact ``events`` (those not redacted yet) in one transaction; rows describing each.
+
+    Raises:
+        UserError: The store refuses a redaction (its ``RedactionError``, as one line).
+    """
     todo = [event for event in events if not is_redacted(event.data)]
     rows = [describe(event) for event in todo]
     if todo and not dry_run:
-        results: list[RedactionResult] = await store.redact_many([target_of(e, reason, actor) for e in todo])
+        try:
+            results: list[RedactionResult] = await store.redact_many(
+                [target_of(e, reason, actor) for e in todo]
+            )
+        except RedactionError as exc:
+            raise UserError(str(exc)) from exc
         erased = {(r.stream, r.version): r.erased_bytes for r in results}
         for row in rows:
             row["erased_bytes"] = erased.get((row["stream"], row["version"]), 0)
@@ -76,6 +88,12 @@ async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool
             drop_legacy_tables(store_file)
             await store.compact()
     return done
+
+
+def print_purged(purged: Sequence[str], *, dry_run: bool) -> None:
+    """One line per copy of the erased data that was (or would be) removed."""
+    for what in purged:
+        print(f"{'would purge' if dry_run else 'purged'} {what}")
 
 
 def _belongs(path: Path, branch_ids: set[str]) -> bool:

@@ -47,7 +47,7 @@ def _pump(pipe: Any, lines: Queue[str]) -> None:
 
 def serve(store: Path | str, *extra: str) -> Iterator[Served]:
     """Run ``turnlog ui --port 0`` in a child process until the generator is closed."""
-    args = [sys.executable, "-m", "turnlog.tools._cli", "ui", "--store", str(store), "--port", "0", *extra]
+    args = [sys.executable, "-m", "turnlog.tools", "ui", "--store", str(store), "--port", "0", *extra]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: Queue[str] = Queue()
     pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)

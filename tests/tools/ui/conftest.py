@@ -29,7 +29,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The store ``turnlog demo`` leaves (a branch of 38 versions, a fork, a crashed run)."""
     path = tmp_path_factory.mktemp("demo") / "demo.db"
     out = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "demo", "--store", str(path)],
+        [sys.executable, "-m", "turnlog.tools", "demo", "--store", str(path)],
         capture_output=True,
         text=True,
         timeout=120,

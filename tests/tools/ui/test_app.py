@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -16,11 +17,11 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from turnlog.tools import _cli
 from turnlog.tools.ui import display_url
 
 from ._support import XSS_IMG, XSS_SCRIPT, Served, serve
 
+turnlog_main = entry_points(group="console_scripts")["turnlog"].load()  # the installed ``turnlog`` command
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>", re.I)
 
 
@@ -151,7 +152,7 @@ def test_a_loopback_bind_answers_loopback_host_names_only(small_ui: Served) -> N
 
 
 def test_short_token_and_missing_store_are_one_line_errors(tmp_path: Path, small_store: Path) -> None:
-    cmd = [sys.executable, "-m", "turnlog.tools._cli", "ui"]
+    cmd = [sys.executable, "-m", "turnlog.tools", "ui"]
     short = subprocess.run(
         [*cmd, "--store", str(small_store), "--token", "abc"], capture_output=True, text=True
     )
@@ -166,7 +167,7 @@ def test_a_missing_ui_extra_is_a_one_line_error(
     small_store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
-    assert _cli.main(["ui", "--store", str(small_store)]) == 2
+    assert turnlog_main(["ui", "--store", str(small_store)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "turnlog ui: needs the ui extra (uvicorn is missing): pip install 'turnlog[ui]'"
 
@@ -194,7 +195,7 @@ def test_analytics_shows_the_figures_of_turnlog_stats(
         [
             sys.executable,
             "-m",
-            "turnlog.tools._cli",
+            "turnlog.tools",
             "stats",
             "--json",
             "--store",
@@ -231,7 +232,7 @@ def test_analytics_shows_the_figures_of_turnlog_stats(
         [
             sys.executable,
             "-m",
-            "turnlog.tools._cli",
+            "turnlog.tools",
             "stats",
             "--json",
             "--store",
@@ -275,7 +276,7 @@ def test_serves_a_postgresql_store(small_store: Path, pg_url: str) -> None:
         [
             sys.executable,
             "-m",
-            "turnlog.tools._cli",
+            "turnlog.tools",
             "migrate",
             "--from",
             f"sqlite:///{small_store}",

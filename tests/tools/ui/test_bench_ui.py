@@ -11,7 +11,7 @@ from pathlib import Path
 def test_bench_ui_runs_and_prints_json(tmp_path: Path) -> None:
     args = ["--big", "300", "--scrub", "100", "--branches", "120", "--moves", "5", "--json"]
     proc = subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._cli", "bench", "ui", *args],
+        [sys.executable, "-m", "turnlog.tools", "bench", "ui", *args],
         capture_output=True,
         text=True,
         timeout=240,

@@ -42,7 +42,7 @@ def test_the_ui_shows_a_forgotten_branch_by_name_without_its_content(tmp_path: P
         [
             sys.executable,
             "-m",
-            "turnlog.tools._cli",
+            "turnlog.tools",
             "forget",
             "private",
             "--reason",

@@ -21,6 +21,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,9 @@ class _Synth:
         }
 
 
-def synthetic_batches(total: int, *, seed: int = 7, batch: int = 20_000):
+def synthetic_batches(
+    total: int, *, seed: int = 7, batch: int = 20_000
+) -> Iterator[list[tuple[str, list[NewEvent], Any]]]:
     """Yield lists of ``append_batch`` entries holding about ``total`` events in all."""
     synth = _Synth(seed, datetime(2026, 11, 1, tzinfo=UTC))
     branches = [str(uuid7()) for _ in range(max(1, total // 400))]

@@ -27,16 +27,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from uuid import UUID
 
 import anyio
 
-from turnlog.eventstore import NewEvent, open_store, uuid7
+from turnlog.eventstore import EventStore, NewEvent, open_store, uuid7
 from turnlog.eventstore._encoding import encode_json, event_hash
 
 from .._command import emit_json
-from ._options import at_least
+from ._options import Durability, at_least
 
 __all__ = ["add_arguments", "run"]
 
@@ -117,13 +118,13 @@ def _our_url(args: argparse.Namespace, workdir: Path, run_id: str) -> str:
     return f"sqlite:///{workdir / f'ours-{run_id}.db'}"
 
 
-def _open_ours(url: str, durability: str) -> Any:
+def _open_ours(url: str, durability: Durability) -> EventStore:
     if url.startswith("sqlite"):
-        return open_store(url, durability=durability)  # type: ignore[arg-type]
+        return open_store(url, durability=durability)
     return open_store(url)
 
 
-async def _ours_single(url: str, durability: str, n: int, prefix: str) -> float:
+async def _ours_single(url: str, durability: Durability, n: int, prefix: str) -> float:
     streams = [f"{prefix}-single-{k}" for k in range(_STREAMS)]
     versions = [0] * _STREAMS
     async with _open_ours(url, durability) as store:
@@ -137,7 +138,7 @@ async def _ours_single(url: str, durability: str, n: int, prefix: str) -> float:
         return time.perf_counter() - start
 
 
-async def _ours_batch(url: str, durability: str, batches: int, size: int, prefix: str) -> float:
+async def _ours_batch(url: str, durability: Durability, batches: int, size: int, prefix: str) -> float:
     async with _open_ours(url, durability) as store:
         elapsed = 0.0
         for b in range(batches):
@@ -235,7 +236,7 @@ def _raw_batch(path: Path, durability: str, schema: list[str], batches: int, siz
 # --- eventsourcing ------------------------------------------------------------------------------
 
 
-def _eventsourcing() -> Any | None:
+def _eventsourcing() -> tuple[ModuleType, ModuleType] | None:
     try:
         from eventsourcing import persistence, sqlite
     except ImportError:
@@ -264,7 +265,9 @@ def _es_recorder(path: Path, durability: str) -> Any:
 
 
 def _es_single(path: Path, durability: str, n: int, prefix: str) -> float:
-    persistence, _ = _eventsourcing()  # type: ignore[misc]
+    es = _eventsourcing()
+    assert es is not None
+    persistence, _ = es
     datastore, recorder = _es_recorder(path, durability)
     try:
         streams = [f"{prefix}-single-{k}" for k in range(_STREAMS)]
@@ -281,7 +284,9 @@ def _es_single(path: Path, durability: str, n: int, prefix: str) -> float:
 
 
 def _es_batch(path: Path, durability: str, batches: int, size: int, prefix: str) -> float:
-    persistence, _ = _eventsourcing()  # type: ignore[misc]
+    es = _eventsourcing()
+    assert es is not None
+    persistence, _ = es
     datastore, recorder = _es_recorder(path, durability)
     try:
         elapsed = 0.0
@@ -385,6 +390,10 @@ def _ratios(by_peer: dict[str, Figure]) -> dict[str, float | None]:
     }
 
 
+def _met(ratio: float | None, goal: float) -> bool | None:
+    return None if ratio is None else ratio >= goal
+
+
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-") as tmp:
         workdir = Path(tmp)
@@ -419,8 +428,7 @@ def run(args: argparse.Namespace) -> int:
                 },
                 "ratios": ratios,
                 "targets": {
-                    name: {"target": goal, "met": None if ratios[name] is None else ratios[name] >= goal}
-                    for name, goal in targets.items()
+                    name: {"target": goal, "met": _met(ratios[name], goal)} for name, goal in targets.items()
                 },
             }
         )

@@ -1,3 +1,6 @@
+# eventsourcing is an optional extra that the type check runs without, so its classes and its
+# event decorator are Any there: subclassing and decorating with them is the boundary.
+# mypy: disallow-subclassing-any=False, disallow-untyped-decorators=False
 """The eventsourcing peer of ``turnlog bench projections``: replay and time travel of an aggregate.
 
 eventsourcing is the reference Python event-sourcing library. Its peer of a branch is an

@@ -26,7 +26,7 @@ import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from turnlog.kernel.models import ModelRequest, ModelResponse, Usage
 from turnlog.projections import catalogue_upcasters
 from turnlog.tools._command import emit_json
 
-from ._options import at_least
+from ._options import Durability, at_least
 
 __all__ = ["add_arguments", "run"]
 
@@ -118,10 +118,10 @@ async def _time_turns(
 
 
 async def _turnlog(
-    history: int, turns: int, blocks: int, directory: Path, durability: str
+    history: int, turns: int, blocks: int, directory: Path, durability: Durability
 ) -> dict[str, float]:
     url = f"sqlite:///{directory / f'kernel-{history}.db'}"
-    async with open_store(url, upcasters=catalogue_upcasters(), durability=durability) as store:  # type: ignore[arg-type]
+    async with open_store(url, upcasters=catalogue_upcasters(), durability=durability) as store:
         branch = Branch(store=store, system="You are a benchmark.", chat_model=InstantModel())
         await branch.save()
 
@@ -175,7 +175,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _quiet() -> Any:
+def _quiet() -> Iterator[None]:
     # lionagi logs every dump at INFO; keep the benchmark's output readable.
     previous = logging.root.manager.disable
     logging.disable(logging.INFO)
@@ -186,7 +186,7 @@ def _quiet() -> Any:
 
 
 @contextlib.contextmanager
-def _cwd(directory: Path) -> Any:
+def _cwd(directory: Path) -> Iterator[None]:
     # lionagi writes relative files (logs) into the current directory; keep them in the temp dir.
     before = Path.cwd()
     os.chdir(directory)

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Literal
 
-__all__ = ["at_least", "positive_float", "sizes"]
+__all__ = ["Durability", "at_least", "positive_float", "sizes"]
+
+Durability = Literal["normal", "full"]
+"""The values of ``--durability``: SQLite's ``synchronous`` level for every SQLite peer."""
 
 
 def at_least(low: int) -> Callable[[str], int]:

@@ -33,6 +33,7 @@ from urllib.parse import urlencode
 
 import anyio
 import orjson
+from anyio.abc import Process
 
 from turnlog.eventstore import EventStore, open_store
 
@@ -119,7 +120,8 @@ async def _spawn(url: str, writers: int, count: int, rate: float) -> list[Any]:
     return procs
 
 
-async def _readline(proc: Any) -> bytes:
+async def _readline(proc: Process) -> bytes:
+    assert proc.stdout is not None
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = await proc.stdout.receive(1)

@@ -17,6 +17,7 @@ Targets (issue 20): open < 1 s, scrub p95 < 100 ms, list responsive (< 1 s warm)
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import tempfile
@@ -81,10 +82,13 @@ async def _fill(store: EventStore, args: argparse.Namespace) -> None:
 
 @asynccontextmanager
 async def _client(url: str) -> AsyncIterator[httpx.AsyncClient]:
+    from starlette.applications import Starlette
+
     from turnlog.tools.ui import UIConfig, create_app
 
     app = create_app(UIConfig(url))
     inner = app.app  # the Starlette app inside the security guard: run its lifespan here
+    assert isinstance(inner, Starlette)
     async with inner.router.lifespan_context(inner):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -126,7 +130,9 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             moves = []
             for _ in range(args.moves):
                 version = rng.randint(1, args.scrub)
-                moves.append(await _timed(lambda v=version: c.get(f"/branches/scrub/conversation?at={v}")))
+                moves.append(
+                    await _timed(functools.partial(c.get, f"/branches/scrub/conversation?at={version}"))
+                )
         moves.sort()
         result["scrub_p50_ms"] = statistics.median(moves)
         result["scrub_p95_ms"] = moves[min(len(moves) - 1, int(0.95 * len(moves)))]

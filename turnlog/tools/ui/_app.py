@@ -8,10 +8,10 @@ from __future__ import annotations
 import contextlib
 import secrets
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.applications import Starlette
@@ -237,7 +237,7 @@ class _App:
         async def events() -> AsyncIterator[bytes]:
             nonlocal start
             yield b": live\n\n"
-            async with contextlib.aclosing(self.data.store.subscribe(after + 1)) as feed:
+            async with _closing(self.data.store.subscribe(after + 1)) as feed:
                 async for e in feed:
                     if e.stream == stream and e.type == "stream.chunk":
                         start = start if start is not None else e.recorded_at.timestamp()
@@ -279,18 +279,31 @@ class _App:
 
         async def events() -> AsyncIterator[bytes]:
             yield b": live\n\n"
-            async with contextlib.aclosing(self.data.store.subscribe(after + 1)) as feed:
+            async with _closing(self.data.store.subscribe(after + 1)) as feed:
                 async for e in feed:
                     yield _sse("event", pages.event_view(e))
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
 
+_T = TypeVar("_T")
+
+
+@contextlib.asynccontextmanager
+async def _closing(feed: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
+    """Close a subscription when the page's stream ends (the port types it as a plain iterator)."""
+    try:
+        yield feed
+    finally:
+        if isinstance(feed, AsyncGenerator):
+            await feed.aclose()
+
+
 def _sse(kind: str, payload: Any) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload, default=str) + b"\n\n"
 
 
-def create_app(config: UIConfig) -> Any:
+def create_app(config: UIConfig) -> Guard:
     """The ASGI app over ``config.store_url``, wrapped in the security guard.
 
     Example:

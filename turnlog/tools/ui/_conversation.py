@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+
+from pydantic import JsonValue
 
 from turnlog.projections import (
     ActionRequest,
@@ -42,23 +44,30 @@ def _badges(message: AnyMessage, annotated: Collection[str]) -> str:
     return "".join(out)
 
 
+def _tool_name(schema: Mapping[str, JsonValue]) -> str:
+    """A tool schema's name, in the plain form or the OpenAI ``{"function": {...}}`` form."""
+    function = schema.get("function")
+    nested = function.get("name") if isinstance(function, dict) else None
+    return str(schema.get("name") or nested)
+
+
 def _body(message: AnyMessage) -> str:
     if isinstance(message, System):
         return f'<details><summary>system prompt</summary><pre class="text">{h(message.content.system_message)}</pre></details>'
     if isinstance(message, Instruction):
-        c = message.content
-        main = c.plain_content if c.plain_content is not None else c.instruction
+        ask = message.content
+        main = ask.plain_content if ask.plain_content is not None else ask.instruction
         parts = [f'<pre class="text">{_text(main)}</pre>']
-        if c.guidance is not None:
+        if ask.guidance is not None:
             parts.append(
-                f'<details><summary>guidance</summary><pre class="text">{_text(c.guidance)}</pre></details>'
+                f'<details><summary>guidance</summary><pre class="text">{_text(ask.guidance)}</pre></details>'
             )
-        if c.context:
-            parts.append(f"<details><summary>context</summary><pre>{pretty_json(c.context)}</pre></details>")
-        if c.tool_schemas:
-            names = ", ".join(
-                str(s.get("name") or (s.get("function") or {}).get("name")) for s in c.tool_schemas
+        if ask.context:
+            parts.append(
+                f"<details><summary>context</summary><pre>{pretty_json(ask.context)}</pre></details>"
             )
+        if ask.tool_schemas:
+            names = ", ".join(_tool_name(schema) for schema in ask.tool_schemas)
             parts.append(f'<div class="note">tools offered: {h(names)}</div>')
         return "".join(parts)
     if isinstance(message, AssistantResponse):
@@ -72,15 +81,19 @@ def _body(message: AnyMessage) -> str:
         parts.append(f'<pre class="text">{h(text)}</pre>' if text else '<div class="note">(no text)</div>')
         return "".join(parts)
     if isinstance(message, ActionRequest):
-        c = message.content
-        call = f' <span class="muted">call {h(c.call_id)}</span>' if c.call_id else ""
-        return f'<div class="tool">tool call <code>{h(c.function)}</code>{call}</div><pre>{pretty_json(c.arguments)}</pre>'
+        call = message.content
+        call_id = f' <span class="muted">call {h(call.call_id)}</span>' if call.call_id else ""
+        return f'<div class="tool">tool call <code>{h(call.function)}</code>{call_id}</div><pre>{pretty_json(call.arguments)}</pre>'
     if isinstance(message, ActionResponse):
-        c = message.content
-        took = f' <span class="muted">{c.duration_ms:.0f} ms</span>' if c.duration_ms is not None else ""
-        if c.error is not None:
-            return f'<div class="tool error">tool error <code>{h(c.function)}</code>{took}</div><pre class="text">{h(c.error)}</pre>'
-        return f'<div class="tool">tool result <code>{h(c.function)}</code>{took}</div><pre>{pretty_json(c.output)}</pre>'
+        result = message.content
+        took = (
+            f' <span class="muted">{result.duration_ms:.0f} ms</span>'
+            if result.duration_ms is not None
+            else ""
+        )
+        if result.error is not None:
+            return f'<div class="tool error">tool error <code>{h(result.function)}</code>{took}</div><pre class="text">{h(result.error)}</pre>'
+        return f'<div class="tool">tool result <code>{h(result.function)}</code>{took}</div><pre>{pretty_json(result.output)}</pre>'
     return f"<pre>{pretty_json(message.to_dict())}</pre>"  # pragma: no cover - closed union
 
 

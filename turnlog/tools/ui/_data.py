@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from turnlog.eventstore import EventStore, RecordedEvent, VerifyReport
-from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
+from turnlog.kernel import AmbiguousBranch, RecoveryReport, UnknownBranch, find_branch
 from turnlog.projections import (
     BranchDiff,
     BranchState,
@@ -97,7 +98,7 @@ class UIData:
         rows = self.index.search(query)
         return rows[(page - 1) * PAGE : page * PAGE], len(rows)
 
-    async def updated_at(self, branch_id: str) -> Any:
+    async def updated_at(self, branch_id: str) -> datetime | None:
         """The time of the branch's last event."""
         async for event in self.store.read_stream(f"branch-{branch_id}", backwards=True, limit=1):
             return event.recorded_at
@@ -244,7 +245,7 @@ class UIData:
             raise NotFound(f"branch {branch_id} has versions 1 to {head}; cannot fork at {at}")
         return await fork(self.store, branch_id, at, name or None)
 
-    async def recover(self, persist_dir: str | None) -> Any:
+    async def recover(self, persist_dir: str | None) -> RecoveryReport:
         """Close the runs a crash left open (``turnlog recover``)."""
         from turnlog.kernel import recover
 

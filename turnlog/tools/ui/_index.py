@@ -95,9 +95,9 @@ class BranchIndex:
         if ref is None:
             ref = self.runs[run_id] = RunRef(run_id, branch_id, str(data.get("verb")), "open")
         ref.state = _run_state(event)
-        row = self.branches.get(branch_id)
-        if row is not None and event.type == "run.started" and data.get("parent_run_id") is None:
-            row.last_run = ref
+        owner = self.branches.get(branch_id)
+        if owner is not None and event.type == "run.started" and data.get("parent_run_id") is None:
+            owner.last_run = ref
 
     def search(self, query: str) -> list[BranchRow]:
         """Branches whose name contains ``query`` or whose id starts with it, newest first."""

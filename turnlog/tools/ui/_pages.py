@@ -101,7 +101,7 @@ def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
     calls = detail.calls
     first = calls[-1] if calls else {}
     usage = info.usage if info is not None else None
-    status = info.status if info is not None else "unknown"
+    status: str = info.status if info is not None else "unknown"
     if info is not None and info.reason:
         status = f"{status} ({info.reason}: {info.error_type})"
     return [

@@ -105,8 +105,8 @@ class ReadOnlyStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         return self.inner.subscribe(from_position, types=types, stream_prefix=stream_prefix)
 
-    async def verify(self, stream: str | None = None) -> VerifyReport:
-        return await self.inner.verify(stream)
+    async def verify(self, stream: str | None = None, *, quick: bool = False) -> VerifyReport:
+        return await self.inner.verify(stream, quick=quick)
 
     async def save_snapshot(self, snapshot: NewSnapshot) -> None:
         raise self._refuse(f"snapshot of {snapshot.stream!r}")

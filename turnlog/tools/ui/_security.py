@@ -13,8 +13,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from http.cookies import CookieError, SimpleCookie
-from typing import Any
 from urllib.parse import parse_qsl, urlencode
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["CSP", "COOKIE", "Guard"]
 
@@ -31,10 +32,6 @@ _HEADERS = [
     (b"cache-control", b"no-store"),
 ]
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
-
-Scope = dict[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[dict[str, Any]], Any]
 
 
 def _host_name(host: str) -> str:
@@ -54,7 +51,7 @@ class Guard:
     """
 
     def __init__(
-        self, app: Any, *, token: str | None, loopback: bool, refuse: Callable[[int, str], bytes]
+        self, app: ASGIApp, *, token: str | None, loopback: bool, refuse: Callable[[int, str], bytes]
     ) -> None:
         self.app = app
         self.token = token
@@ -66,7 +63,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
-        async def send_with_headers(message: dict[str, Any]) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *_HEADERS]}
             await send(message)
@@ -111,7 +108,8 @@ class Guard:
         except CookieError:  # a malformed cookie header presents no token
             cookie = SimpleCookie()
         if COOKIE in cookie:
-            return cookie[COOKIE].value
+            value: str = cookie[COOKIE].value  # typeshed leaves Morsel.value partly Any
+            return value
         for key, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
             if key == "token":
                 return value
