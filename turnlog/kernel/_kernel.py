@@ -43,7 +43,6 @@ from turnlog.projections import (
     RunStarted,
     SnapshotPolicy,
     StateCache,
-    UsageData,
     apply,
     decode_event,
     fold,
@@ -115,12 +114,6 @@ class Command(Protocol):
     def build(self, state: Any) -> Sequence[EventData]:
         """The payloads to append, given the current state; raise ``UsageError`` to refuse."""
         ...
-
-
-def _usage(usage: Usage) -> UsageData:
-    return UsageData(
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
-    )
 
 
 def _payload(schema: type[EventData], command: Any, **converted: Any) -> EventData:
@@ -230,7 +223,7 @@ class EndRun:
     chunks: int | None = None
 
     def build(self, state: Any) -> Sequence[EventData]:
-        return (_payload(RunEnded, self, usage=_usage(self.usage)),)
+        return (_payload(RunEnded, self, usage=self.usage),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +242,7 @@ class FailRun:
 
     def build(self, state: Any) -> Sequence[EventData]:
         recovered = dict(self.recovered) if self.recovered is not None else None
-        return (_payload(RunFailedData, self, usage=_usage(self.usage), recovered=recovered),)
+        return (_payload(RunFailedData, self, usage=self.usage, recovered=recovered),)
 
 
 # ------------------------------------------------------------------------------------- live branch
@@ -461,10 +454,6 @@ async def _call_observer(handler: Observer, signal: Signal) -> None:
         _log.exception("observer %r raised on %s; the outcome is unchanged", handler, type(signal).__name__)
 
 
-def _usage_of(data: UsageData) -> Usage:
-    return Usage(data.input_tokens, data.output_tokens, data.cost_usd)
-
-
 def signal_for(
     branch_id: str, event: RecordedEvent, extras: Mapping[str, Any], data: EventData | None = None
 ) -> Signal | None:
@@ -487,7 +476,7 @@ def signal_for(
             data.run_id,
             data.verb,
             data.duration_ms,
-            _usage_of(data.usage),
+            data.usage,
             extras.get("result"),
         )
     assert isinstance(data, RunFailedData)
@@ -497,7 +486,7 @@ def signal_for(
         data.run_id,
         data.verb,
         data.duration_ms,
-        _usage_of(data.usage),
+        data.usage,
         data.error_type,
         data.error_message,
         data.reason,

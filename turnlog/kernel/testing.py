@@ -347,7 +347,7 @@ class RecordedModel:
         response = ModelResponse(
             text=AssistantResponse.from_response(raw).response,
             raw=raw,
-            usage=Usage(u.input_tokens, u.output_tokens, u.cost_usd),
+            usage=u,
             model=self.model,
             provider=self.provider,
             latency_ms=0.0,

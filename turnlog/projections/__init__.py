@@ -27,7 +27,6 @@ from ._catalogue import (
     RunFailed,
     RunStarted,
     SessionCreated,
-    UsageData,
     catalogue_upcasters,
     decode_event,
     new_event,
@@ -42,7 +41,7 @@ from ._errors import (
     ProjectionError,
     UnknownEventType,
 )
-from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, decode_many, fold
+from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -73,6 +72,7 @@ from ._snapshots import (
 )
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
 from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary, summarize
+from ._usage import Usage, UsageData
 
 __all__ = [
     "REDACTED_KEY",
@@ -140,11 +140,11 @@ __all__ = [
     "System",
     "SystemContent",
     "UnknownEventType",
+    "Usage",
     "UsageData",
     "apply",
     "catalogue_upcasters",
     "decode_event",
-    "decode_many",
     "diff",
     "event_at",
     "fold",

@@ -22,7 +22,7 @@ from turnlog.eventstore import EventStore, RecordedEvent, Snapshot
 from ._cache import StateCache
 from ._catalogue import BranchForked
 from ._errors import BranchNotFound, FoldError, InvalidTargetError
-from ._fold import _BATCH, Appliers, _Builder, _decode, _fold_batch, apply, gc_paused
+from ._fold import BATCH, Appliers, apply, decode_branch_event, fold_into, gc_paused
 from ._snapshots import (
     PROJECTION_VERSION,
     SnapshotPolicy,
@@ -30,7 +30,7 @@ from ._snapshots import (
     load_snapshot_state,
     snapshot_records,
 )
-from ._state import BranchState
+from ._state import BranchState, StateBuilder
 
 __all__ = ["MAX_FORK_DEPTH", "event_at", "rebuild", "resolve_version", "write_snapshots"]
 
@@ -203,7 +203,7 @@ async def _fold_range(
         return state
     appliers, cache = opts.appliers, opts.cache
     every = cache.every if cache is not None else 0
-    builder = _Builder(state)
+    builder = StateBuilder(state)
 
     def keep(checkpoint: BranchState) -> None:
         cache.add(stream, checkpoint, opts.rules)  # type: ignore[union-attr]
@@ -212,11 +212,11 @@ async def _fold_range(
         batch: list[RecordedEvent] = []
         async for event in store.read_stream(stream, state.version + 1, version):
             batch.append(event)
-            if len(batch) >= _BATCH:
-                _fold_batch(builder, batch, appliers, every, keep)
+            if len(batch) >= BATCH:
+                fold_into(builder, batch, appliers, every, keep)
                 batch = []
         if batch:
-            _fold_batch(builder, batch, appliers, every, keep)
+            fold_into(builder, batch, appliers, every, keep)
     result = builder.freeze()
     if cache is not None:
         cache.add(stream, result, opts.rules)
@@ -230,7 +230,7 @@ async def _first_state(
     first = await _event_at(store, stream, 1)
     if first.type != "branch.forked":
         return apply(None, first, appliers=appliers)
-    data = _decode(first, appliers)
+    data = decode_branch_event(first, appliers)
     assert isinstance(data, BranchForked)
     if depth >= MAX_FORK_DEPTH:
         raise FoldError(stream, 1, first.type, f"forks nest deeper than {MAX_FORK_DEPTH} levels")
@@ -289,7 +289,7 @@ async def _write_chain(
     progress: Callable[[int], Awaitable[None]] | None,
 ) -> int:
     written = 0
-    builder = _Builder(state)
+    builder = StateBuilder(state)
     due: list[BranchState] = []
     batch: list[RecordedEvent] = []
     pending: list[RecordedEvent] = []  # the events after the base: what its delta is made of
@@ -297,11 +297,11 @@ async def _write_chain(
         while True:
             async for event in events:  # resumes the same generator after each batch
                 batch.append(event)
-                if len(batch) >= _BATCH:
+                if len(batch) >= BATCH:
                     break
             if not batch:
                 return written
-            _fold_batch(builder, batch, appliers, policy.every, due.append)
+            fold_into(builder, batch, appliers, policy.every, due.append)
             pending.extend(batch)
             batch = []
             for frozen in due:

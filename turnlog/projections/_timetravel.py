@@ -11,7 +11,7 @@ from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
 
 from ._catalogue import BranchForked, new_event
 from ._errors import BranchNotFound, InvalidTargetError
-from ._fold import Appliers, _decode
+from ._fold import Appliers, decode_branch_event
 from ._messages import (
     ActionRequest,
     ActionResponse,
@@ -84,7 +84,7 @@ def _or_unknown(value: int | None) -> str:
 
 def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
     """One line saying what a branch event did (decoded and validated on the way)."""
-    d: Any = _decode(event, appliers)
+    d: Any = decode_branch_event(event, appliers)
     match event.type:
         case "branch.created":
             return f"created {d.name or d.branch_id!r}" + (" with a system message" if d.system else "")
