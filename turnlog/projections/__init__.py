@@ -1,4 +1,7 @@
-"""turnlog.projections: the conversation domain, the event catalogue and pure folds."""
+"""turnlog.projections: the conversation domain, the event catalogue and pure folds.
+
+``UsageData`` is the former name of ``Usage`` (the same class), importable but not listed.
+"""
 
 from ._cache import StateCache
 from ._catalogue import (
@@ -59,7 +62,7 @@ from ._messages import (
     SystemContent,
     message_from_dict,
 )
-from ._rebuild import MAX_FORK_DEPTH, event_at, rebuild, resolve_version, write_snapshots
+from ._rebuild import rebuild, write_snapshots
 from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_event
 from ._render import render_yaml
 from ._snapshots import (
@@ -71,21 +74,11 @@ from ._snapshots import (
     snapshot_records,
 )
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
-from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary, summarize
-from ._usage import Usage, UsageData
+from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary
+from ._usage import Usage
+from ._usage import UsageData as UsageData  # the former name, kept importable (not in __all__)
 
 __all__ = [
-    "REDACTED_KEY",
-    "redaction_keep",
-    "redaction_of",
-    "visible_event",
-    "BRANCH_EVENT_TYPES",
-    "CATALOGUE",
-    "DEFAULT_SYSTEM_MESSAGE",
-    "MAX_FORK_DEPTH",
-    "META_KEYS",
-    "PROJECTION_VERSION",
-    "SNAPSHOT_TYPE",
     "ActionRequest",
     "ActionRequestContent",
     "ActionResponse",
@@ -95,15 +88,18 @@ __all__ = [
     "Appliers",
     "AssistantResponse",
     "AssistantResponseContent",
+    "BRANCH_EVENT_TYPES",
     "BranchCreated",
     "BranchDiff",
     "BranchForked",
     "BranchIncluded",
     "BranchNotFound",
     "BranchRemoved",
-    "BranchUserSet",
     "BranchState",
+    "BranchUserSet",
+    "CATALOGUE",
     "ChunkReceived",
+    "DEFAULT_SYSTEM_MESSAGE",
     "DefaultBranchSet",
     "EventData",
     "EventDecodeError",
@@ -116,6 +112,7 @@ __all__ = [
     "InvalidEventDataError",
     "InvalidMessageError",
     "InvalidTargetError",
+    "META_KEYS",
     "Message",
     "MessageAdded",
     "MessageAnnotated",
@@ -127,13 +124,16 @@ __all__ = [
     "NodeQueued",
     "NodeSkipped",
     "NodeStarted",
+    "PROJECTION_VERSION",
     "ProjectionError",
     "ProviderSessionBound",
+    "REDACTED_KEY",
     "RunEnded",
     "RunFailed",
     "RunInfo",
     "RunStarted",
     "RunStatus",
+    "SNAPSHOT_TYPE",
     "SessionCreated",
     "SnapshotPolicy",
     "StateCache",
@@ -141,12 +141,10 @@ __all__ = [
     "SystemContent",
     "UnknownEventType",
     "Usage",
-    "UsageData",
     "apply",
     "catalogue_upcasters",
     "decode_event",
     "diff",
-    "event_at",
     "fold",
     "fork",
     "history",
@@ -156,9 +154,10 @@ __all__ = [
     "message_summary",
     "new_event",
     "rebuild",
+    "redaction_keep",
+    "redaction_of",
     "render_yaml",
-    "resolve_version",
     "snapshot_records",
-    "summarize",
+    "visible_event",
     "write_snapshots",
 ]

@@ -631,9 +631,18 @@ class StateBuilder:
         links = self.action_links
         if links and type(msg) is ActionRequest and msg.id in links:
             msg = _linked(msg, links[msg.id])
-        slot = self._index.get(msg.id)
+        index = self._index
+        slot = index.get(msg.id)
         if slot is None:
-            self._append(msg, overwrite=False)
+            n, log = self._n, self._log
+            if len(log) == n:
+                # a new message at the tip of the log (most messages of a fold): _append without
+                # the call, since nothing needs copying
+                log.append(msg)
+                index[msg.id] = n
+                self._n = n + 1
+            else:
+                self._append(msg, overwrite=False)
         elif self._start <= slot < self._n:
             self._set_over(slot, msg)
         else:
