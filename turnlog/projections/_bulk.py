@@ -48,9 +48,9 @@ class SharedFieldsSet(set[str]):
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError("the fields set of a stored message is shared and read-only; copy it first")
 
-    add = discard = remove = pop = clear = update = _refuse  # type: ignore[assignment]
-    intersection_update = difference_update = symmetric_difference_update = _refuse  # type: ignore[assignment]
-    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse  # type: ignore[assignment]
+    add = discard = remove = pop = clear = update = _refuse
+    intersection_update = difference_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
 
 
 class _Unsupported(Exception):
@@ -123,11 +123,11 @@ class _Builder:
                 if content["type"] != "model":
                     raise _Unsupported(f"{cls.__name__}.content is not a model")
                 content_cls = content["cls"]
-                _check_plain(content_cls)  # type: ignore[arg-type]
+                _check_plain(content_cls)
                 inner = self.content(content)
             elif _holds_model(inner, self.definitions, set()):
                 raise _Unsupported(f"{cls.__name__}.{name} holds a model")
-            fields[name] = core_schema.typed_dict_field(inner, required=True)  # type: ignore[arg-type]
+            fields[name] = core_schema.typed_dict_field(inner, required=True)
         if content_cls is None or "kind" not in fields:
             raise _Unsupported(f"{cls.__name__} has no content model or no kind")
         self.plans[cls.__name__] = _plan(cls, content_cls)
@@ -186,11 +186,13 @@ def _build() -> tuple[SchemaValidator, dict[str, _Plan]]:
     choices = {tag: builder.message(choice) for tag, choice in union["choices"].items()}
     if set(choices) != set(builder.plans):
         raise _Unsupported("a kind tag does not name its class")
-    items = core_schema.tagged_union_schema(choices, "kind")  # type: ignore[arg-type]
+    items = core_schema.tagged_union_schema(choices, "kind")
     schema = core_schema.definitions_schema(core_schema.list_schema(items), base["definitions"])
     return SchemaValidator(schema), builder.plans
 
 
+_MESSAGES: SchemaValidator | None
+_PLANS: dict[str, _Plan]
 try:
     _MESSAGES, _PLANS = _build()
     # the slot descriptors of _SLOTS (checked by _build): calling their __set__ is what

@@ -20,7 +20,7 @@ from ._messages import (
     Instruction,
     System,
 )
-from ._rebuild import _stream, event_at
+from ._rebuild import _is_int, _stream, event_at
 from ._redacted import redaction_note
 from ._state import BranchState, RunInfo
 
@@ -212,7 +212,7 @@ async def fork(
     head = await store.stream_version(parent_stream)
     if head == 0:
         raise BranchNotFound(branch_id)
-    if isinstance(at_version, bool) or not isinstance(at_version, int) or not 1 <= at_version <= head:
+    if not _is_int(at_version) or not 1 <= at_version <= head:
         raise InvalidTargetError(
             f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"
         )

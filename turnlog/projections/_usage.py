@@ -85,7 +85,7 @@ def _init(self: Usage, *args: int | float | None, **fields: Any) -> None:
 # the fold reads) stays in pydantic-core instead of calling back into Python twice. Only a
 # direct call ``Usage(...)`` runs ``_init``. Should pydantic ever rebuild the model, it would
 # see the custom __init__ and take the slower path, with the same results.
-Usage.__init__ = _init  # type: ignore[method-assign,assignment]
+Usage.__init__ = _init  # type: ignore[method-assign]
 
 UsageData = Usage
 """The former name of ``Usage`` in this layer (one class: the same type under both names)."""
