@@ -25,6 +25,10 @@ partly in the head) are still read.
 
 Snapshot meta records ``projection_version``; a snapshot written by another projection code
 version is ignored (and replaced by the next snapshot written).
+
+Why one module of about 580 lines: writing a chain and reading it back are two halves of one
+format (what a delta holds is decided on write and undone on read); the head's model lives
+apart in ``_snapshot_head``.
 """
 
 from __future__ import annotations
