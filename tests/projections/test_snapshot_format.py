@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from turnlog.eventstore import NewSnapshot, open_store
-from turnlog.projections import PROJECTION_VERSION, BranchState, load_snapshot_state
+from turnlog.projections import PROJECTION_VERSION, SNAPSHOT_TYPE, BranchState, load_snapshot_state
+from turnlog.projections._snapshot_head import SnapshotHead
 
 DATA = Path(__file__).parent / "data"
 
@@ -71,3 +72,33 @@ async def test_a_schema_2_chain_written_by_the_earlier_head_code_still_loads() -
         state = await load_snapshot_state(scratch, "branch-b", fixture["version"])
     assert state is not None
     assert describe(state) == fixture["state"]
+
+
+def test_the_typed_head_writes_back_exactly_what_the_schema_2_writer_stored() -> None:
+    fixture = json.loads((DATA / "branch_state_schema2.json").read_text())
+    heads = [r for r in fixture["records"] if r["type"] == SNAPSHOT_TYPE]
+    assert {h["data"]["maps"] for h in heads} == {"full", "delta"}
+    for record in heads:
+        assert record["schema"] == SnapshotHead.SCHEMA
+        head = SnapshotHead.model_validate(record["data"])
+        assert head.model_dump(mode="json") == record["data"]
+
+
+async def test_a_schema_1_head_loads_like_the_schema_2_head_it_holds() -> None:
+    """Schema 1: every head a keyframe, its messages in the head, no maps, depth or last_id."""
+    fixture = json.loads((DATA / "branch_state_schema2.json").read_text())
+    by_key = {(r["type"], r["version"]): r for r in fixture["records"]}
+    head, part = by_key[(SNAPSHOT_TYPE, 5)], by_key[(f"{SNAPSHOT_TYPE}.part1", 5)]
+    old = {k: v for k, v in head["data"].items() if k not in ("maps", "depth", "last_id")}
+    old.update(messages=part["data"]["messages"], parts=1)
+    meta = {"projection_version": PROJECTION_VERSION}
+    async with open_store("memory://") as new_store, open_store("memory://") as old_store:
+        for record in (head, part):
+            await new_store.save_snapshot(
+                NewSnapshot("branch-b", 5, record["type"], record["data"], record["schema"], meta)
+            )
+        await old_store.save_snapshot(NewSnapshot("branch-b", 5, SNAPSHOT_TYPE, old, 1, meta))
+        expected = await load_snapshot_state(new_store, "branch-b", 5)
+        loaded = await load_snapshot_state(old_store, "branch-b", 5)
+    assert expected is not None and loaded is not None
+    assert loaded == expected and len(loaded) > 0
