@@ -24,7 +24,7 @@ from ._decode import decode_messages
 from ._messages import AnyMessage
 from ._state import ForkOrigin, IsoTime, RunInfo
 
-__all__ = ["READABLE_SCHEMAS", "HeadMaps", "HeadMapsMemo", "SnapshotHead"]
+__all__ = ["READABLE_SCHEMAS", "HeadLink", "HeadMaps", "HeadMapsMemo", "SnapshotHead"]
 
 READABLE_SCHEMAS = frozenset({1, 2})
 """The head schemas this code reads (it writes ``SnapshotHead.SCHEMA``)."""
@@ -34,7 +34,44 @@ _Message = dict[str, Any]
 """A stored message: its JSON form (``Message.to_dict()``)."""
 
 
-class SnapshotHead(BaseModel):
+class HeadLink(BaseModel):
+    """The fields of a head that place it in its chain (a head read without its state fields).
+
+    Walking a chain back needs only these, so a walk never validates the runs of the keyframes
+    it passes: extra keys are ignored here, and ``SnapshotHead`` (which forbids them) is
+    validated only for the heads whose state or maps are read.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    branch_id: str
+    """The branch."""
+    start: int
+    """The view is slots ``start`` to ``n - 1`` of the branch's message log."""
+    n: int
+    """See ``start``."""
+    maps: Literal["full", "delta"] = "full"
+    """Whether runs, links and overrides are complete (a keyframe) or changes since the base."""
+    depth: int = 0
+    """How many delta heads stand between this head and its keyframe (0: it is one)."""
+    base_version: int | None
+    """The head this one extends (its slots and, for a delta, its maps), or None."""
+    base_n: int
+    """The message slots of the base; this head's records hold slots ``base_n`` to ``n - 1``."""
+    last_id: str | None = None
+    """The id in the last slot of the view: a state lending its messages must hold it too."""
+    messages: list[_Message | None]
+    """Slots stored in the head itself (schema 1; empty since, the parts hold them)."""
+    parts: int = 1
+    """1 + the number of part records."""
+
+    @property
+    def chain_depth(self) -> int:
+        """``depth`` for a delta head, 0 for a keyframe."""
+        return self.depth if self.maps == "delta" else 0
+
+
+class SnapshotHead(HeadLink):
     """The head record of a branch state snapshot (type ``branch_state``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,8 +79,6 @@ class SnapshotHead(BaseModel):
     SCHEMA: ClassVar[int] = 2
     """The schema written (``Snapshot.schema``)."""
 
-    branch_id: str
-    """The branch."""
     name: str | None
     """``BranchState.name``."""
     user: str | None
@@ -76,31 +111,8 @@ class SnapshotHead(BaseModel):
     """``BranchState.updated_at``."""
     model_calls: int
     """``BranchState.model_calls``."""
-    start: int
-    """The view is slots ``start`` to ``n - 1`` of the branch's message log."""
-    n: int
-    """See ``start``."""
     over: list[tuple[int, _Message]]
     """Slot -> the message the view shows there: all or the changed ones, as ``runs``."""
-    maps: Literal["full", "delta"] = "full"
-    """Whether runs, links and overrides are complete (a keyframe) or changes since the base."""
-    depth: int = 0
-    """How many delta heads stand between this head and its keyframe (0: it is one)."""
-    base_version: int | None
-    """The head this one extends (its slots and, for a delta, its maps), or None."""
-    base_n: int
-    """The message slots of the base; this head's records hold slots ``base_n`` to ``n - 1``."""
-    last_id: str | None = None
-    """The id in the last slot of the view: a state lending its messages must hold it too."""
-    messages: list[_Message | None]
-    """Slots stored in the head itself (schema 1; empty since, the parts hold them)."""
-    parts: int = 1
-    """1 + the number of part records."""
-
-    @property
-    def chain_depth(self) -> int:
-        """``depth`` for a delta head, 0 for a keyframe."""
-        return self.depth if self.maps == "delta" else 0
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ from ._decode import decode_messages
 from ._errors import ProjectionError
 from ._fold import gc_paused
 from ._messages import AnyMessage, System
-from ._snapshot_head import READABLE_SCHEMAS, HeadMaps, HeadMapsMemo, SnapshotHead
+from ._snapshot_head import READABLE_SCHEMAS, HeadLink, HeadMaps, HeadMapsMemo, SnapshotHead
 from ._state import BranchState
 
 __all__ = [
@@ -110,24 +110,32 @@ def _usable(snap: Snapshot | None) -> bool:
 
 
 class _Head:
-    """A usable head record and its validated ``SnapshotHead``."""
+    """A usable head record: its chain fields (``link``) at once, the whole head when asked."""
 
-    __slots__ = ("head", "snap")
+    __slots__ = ("_head", "link", "snap")
 
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
-        self.head = SnapshotHead.model_validate(snap.data)
+        self.link = HeadLink.model_validate(snap.data)
+        self._head: SnapshotHead | None = None
+
+    @property
+    def head(self) -> SnapshotHead:
+        """The validated head (validated once, on first use)."""
+        if self._head is None:
+            self._head = SnapshotHead.model_validate(self.snap.data)
+        return self._head
 
 
-def _head_or_none(snap: Snapshot | None) -> SnapshotHead | None:
-    """The head of a usable record written before (None when it is not usable or does not validate).
+def _link_or_none(snap: Snapshot | None) -> HeadLink | None:
+    """The chain fields of a usable head written before (None: not usable, or they do not validate).
 
     Only used to decide what the next snapshot holds: a head that does not validate is not a base.
     """
     if snap is None or not _usable(snap):
         return None
     try:
-        return SnapshotHead.model_validate(snap.data)
+        return HeadLink.model_validate(snap.data)
     except ValidationError:
         return None
 
@@ -159,7 +167,7 @@ async def maybe_snapshot(
         return False
     base = prev if usable else None
     changed = None
-    base_head = _head_or_none(base)
+    base_head = _link_or_none(base)
     if base is not None and base_head is not None and base_head.chain_depth + 1 < policy.keyframe_every:
         since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
         changed = delta_changes(base, state, since, policy.keyframe_every)
@@ -225,7 +233,7 @@ def delta_changes(
     None when there is no base, when the base's keyframe is ``keyframe_every - 1`` deltas
     back, when an event is missing, or when ``changes_in`` says None.
     """
-    head = _head_or_none(base)
+    head = _link_or_none(base)
     if (
         base is None
         or head is None
@@ -264,7 +272,7 @@ def snapshot_records(
     (type ``branch_state.part<k>``, same version).
     """
     start, n = state.slot_bounds()
-    prev = _head_or_none(base) if base is not None and base.version < state.version else None
+    prev = _link_or_none(base) if base is not None and base.version < state.version else None
     if prev is None or not 0 <= prev.n <= n:
         prev, changed = None, None
     base_n = prev.n if prev is not None else 0
@@ -282,7 +290,9 @@ def snapshot_records(
     # slots before the view's start are never shown again: they are stored as null
     messages = [m.to_dict() if m is not None else None for m in slots]
     parts = _split(messages) if messages else []
-    head = SnapshotHead(
+    # built without validation: every value comes from a state the fold made (validated when
+    # its events were read), and a head of thousands of runs would be validated only to be dumped
+    head = SnapshotHead.model_construct(
         branch_id=state.branch_id,
         name=state.name,
         user=state.user,
@@ -333,9 +343,9 @@ def snapshot_records(
 
 async def _messages_of(store: EventStore, link: _Head) -> list[Any] | None:
     """Every message slot a chain link holds (its extra parts loaded), or None if one is gone."""
-    messages = list(link.head.messages)
+    messages = list(link.link.messages)
     snap = link.snap
-    for k in range(1, link.head.parts):
+    for k in range(1, link.link.parts):
         part = await store.load_snapshot(snap.stream, snap.version, type=f"{SNAPSHOT_TYPE}.part{k}")
         if (
             part is None
@@ -358,7 +368,7 @@ class _Heads:
 
     async def base_of(self, link: _Head) -> _Head | None:
         """The head ``link`` is based on, or None when it is gone, outdated or does not match."""
-        base_version = link.head.base_version
+        base_version = link.link.base_version
         if base_version is None:
             return None
         prev = self.seen.get(base_version)
@@ -367,7 +377,7 @@ class _Heads:
             if snap is None or not _usable(snap) or snap.version != base_version:
                 return None
             prev = self.seen[base_version] = _Head(snap)
-        if prev.head.n != link.head.base_n:
+        if prev.link.n != link.link.base_n:
             return None
         return prev
 
@@ -386,13 +396,13 @@ async def _maps_of(heads: _Heads, head: _Head, memo: HeadMapsMemo | None) -> Hea
         maps = memo.get(stream, version) if memo is not None else None
         if maps is not None:
             break
-        if link.head.maps != "delta":
+        if link.link.maps != "delta":
             maps = HeadMaps({}, {}, {})
             maps.add(link.head)
             if memo is not None:
                 memo.put(stream, version, maps)
             break
-        if len(deltas) >= _MAX_DELTAS or link.head.base_version is None:
+        if len(deltas) >= _MAX_DELTAS or link.link.base_version is None:
             return None
         deltas.append(link.head)
         prev = await heads.base_of(link)
@@ -521,7 +531,7 @@ async def _chain(heads: _Heads, top: _Head, stop: int) -> tuple[list[Any], int] 
         return None
     parts: list[list[Any]] = [first_part]
     link = top
-    while link.head.base_version is not None and link.head.base_n > stop:
+    while link.link.base_version is not None and link.link.base_n > stop:
         prev = await heads.base_of(link)
         if prev is None:
             return None
@@ -533,7 +543,7 @@ async def _chain(heads: _Heads, top: _Head, stop: int) -> tuple[list[Any], int] 
     raw: list[Any] = []
     for chunk in reversed(parts):
         raw.extend(chunk)
-    return raw, link.head.base_n if link.head.base_version is not None else 0
+    return raw, link.link.base_n if link.link.base_version is not None else 0
 
 
 def _extend(lender: BranchState, raw: list[Any], prefix: int) -> bool:
