@@ -51,3 +51,11 @@ def test_validating_stored_usage_stays_in_pydantic_core() -> None:
     assert read.usage == Usage(2) and read.usage.model_fields_set == {"input_tokens"}
     with pytest.raises(ValidationError, match="extra"):
         Usage.model_validate({"tokens": 1})
+
+
+def test_usage_reported_by_a_chunk_or_a_recorded_call() -> None:
+    """Lenient: a value of the wrong type counts as unknown instead of failing the run."""
+    assert Usage.from_reported({"input_tokens": 5, "output_tokens": 2, "cost_usd": 1}) == Usage(5, 2, 1.0)
+    assert Usage.from_reported({"input_tokens": "5", "output_tokens": True, "cost_usd": "x"}) == Usage()
+    assert Usage.from_reported({}) == Usage()
+    assert Usage.from_reported(Usage(3, 4, 0.5).to_dict()) == Usage(3, 4, 0.5)

@@ -155,7 +155,7 @@ class ReplayModel:
             text=expected.fallback_text if text is None else text,
             tool_calls=expected.tool_calls,
             raw=dict(raw),
-            usage=Usage(usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cost_usd")),
+            usage=Usage.from_reported(usage),
             model=self.model,
             provider=self.provider,
             latency_ms=float(expected.called.get("latency_ms") or 0.0),

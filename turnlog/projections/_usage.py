@@ -9,6 +9,7 @@ had its own copy of the type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -55,6 +56,26 @@ class Usage(BaseModel):
             add(self.input_tokens, other.input_tokens),
             add(self.output_tokens, other.output_tokens),
             add(self.cost_usd, other.cost_usd),
+        )
+
+    @classmethod
+    def from_reported(cls, reported: Mapping[str, Any]) -> Usage:
+        """The usage a stream chunk or a recorded call reports as a JSON object.
+
+        Reads ``input_tokens``, ``output_tokens`` and ``cost_usd``; a value of the wrong type
+        (a string, a bool, a fraction of a token) counts as unknown instead of failing the run.
+        """
+
+        def tokens(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def cost(value: Any) -> float | None:
+            return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+        return cls(
+            tokens(reported.get("input_tokens")),
+            tokens(reported.get("output_tokens")),
+            cost(reported.get("cost_usd")),
         )
 
     def to_dict(self) -> dict[str, Any]:
