@@ -116,6 +116,10 @@ class BranchState:
     States may be shared freely between tasks. Folding onto the *same* state from two OS
     threads at once is not supported (the shared message storage is grown without a lock).
 
+    Snapshots read and restore the message storage through ``slot_bounds``,
+    ``recorded_slots``, ``overrides``, ``overridden_slots``, ``lendable_slots``, ``holds_ids``,
+    ``can_grow_at``, ``grow`` and ``restored``; nothing outside this module touches it.
+
     Attributes:
         branch_id: The branch id (stream ``branch-<branch_id>``).
         name: Human name.
