@@ -293,8 +293,10 @@ async def test_a_long_run_of_messages_is_checked_for_order_like_apply(store) -> 
     assert [m.content.instruction for m in fold([*other, *stranger]).messages] == ["elsewhere"]
 
 
-async def test_decode_many_gives_each_message_added_its_message_and_run(store) -> None:
-    from turnlog.projections import decode_many
+async def test_batch_decoding_gives_what_decode_event_gives_and_checks_run_ids(store) -> None:
+    """The fold's batch decoder: per event what decode_event gives (a message.added: its message)."""
+    from turnlog.projections import decode_event
+    from turnlog.projections._decode import decode_payloads
 
     events = await new_branch(store, "b1")
     asked = Instruction.create("q")
@@ -303,10 +305,16 @@ async def test_decode_many_gives_each_message_added_its_message_and_run(store) -
         "b1",
         [MessageAdded(message=asked, run_id="r1"), MessagesCleared(), MessageAdded(message=asked)],
     )
-    decoded = decode_many(events)
-    assert [d.message for d in (decoded[1], decoded[3])] == [asked, asked]
-    assert (decoded[1].run_id, decoded[3].run_id) == ("r1", None)
+    one_by_one = [decode_event(e) for e in events]
+    assert [d.message for d in (one_by_one[1], one_by_one[3])] == [asked, asked]  # type: ignore[attr-defined]
+    assert (one_by_one[1].run_id, one_by_one[3].run_id) == ("r1", None)  # type: ignore[attr-defined]
+    decoded = decode_payloads(events)
+    assert decoded == [one_by_one[0], asked, one_by_one[2], asked]
     assert isinstance(decoded[2], MessagesCleared)
+    await store.append("branch-b1", [NewEvent("message.added", {"message": asked.to_dict(), "run_id": 5})])
+    bad = [e async for e in store.read_stream("branch-b1", 5)]
+    with pytest.raises(EventDecodeError, match="run_id"):
+        fold([*events, *bad])
 
 
 async def test_folding_leaves_the_collector_as_it_found_it(store) -> None:

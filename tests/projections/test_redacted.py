@@ -6,9 +6,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnlog.eventstore import MemoryEventStore
-from turnlog.projections import ActionRequest, ActionResponse, Instruction, MessageAdded
-from turnlog.projections._rebuild import rebuild
-from turnlog.projections._redacted import REDACTED_KEY, redaction_keep
+from turnlog.projections import (
+    REDACTED_KEY,
+    ActionRequest,
+    ActionResponse,
+    Instruction,
+    MessageAdded,
+    rebuild,
+    redaction_keep,
+)
 
 from .helpers import Script, append, new_branch, op_lists
 

@@ -212,11 +212,7 @@ class StreamAssembler:
             self.last_result = dict(meta)
         usage = meta.get("usage") if meta else None
         if isinstance(usage, Mapping):
-            self.usage = self.usage + Usage(
-                _int(usage.get("input_tokens")),
-                _int(usage.get("output_tokens")),
-                _float(usage.get("cost_usd")),
-            )
+            self.usage = self.usage + Usage.from_reported(usage)
         sid = meta.get("session_id") if meta else None
         if isinstance(sid, str) and sid and self.session_id is None:
             self.session_id = sid
@@ -272,14 +268,6 @@ def _response_extra(chunk: StreamChunk) -> dict[str, Any] | None:
     if isinstance(meta.get("source"), str):
         extra["source"] = meta["source"]
     return extra or None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _json(value: Any) -> Any:

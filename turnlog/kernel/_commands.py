@@ -27,7 +27,6 @@ from turnlog.projections import (
     RunEnded,
     RunFailed,
     RunStarted,
-    UsageData,
 )
 
 __all__ = [
@@ -55,12 +54,6 @@ class Command(Protocol):
         Raise ``UsageError`` to refuse.
         """
         ...
-
-
-def _usage(usage: Usage) -> UsageData:
-    return UsageData(
-        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
-    )
 
 
 def _payload(schema: type[EventData], command: Any, **converted: Any) -> EventData:
@@ -179,7 +172,7 @@ class EndRun:
     chunks: int | None = None
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
-        return (_payload(RunEnded, self, usage=_usage(self.usage)),)
+        return (_payload(RunEnded, self, usage=self.usage),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,4 +191,4 @@ class FailRun:
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
         recovered = dict(self.recovered) if self.recovered is not None else None
-        return (_payload(RunFailed, self, usage=_usage(self.usage), recovered=recovered),)
+        return (_payload(RunFailed, self, usage=self.usage, recovered=recovered),)

@@ -52,7 +52,6 @@ from turnlog.projections import (
     RunStarted,
     SnapshotPolicy,
     StateCache,
-    UsageData,
     apply,
     decode_event,
     fold,
@@ -275,10 +274,6 @@ async def _call_observer(handler: Observer, signal: Signal) -> None:
         _log.exception("observer %r raised on %s; the outcome is unchanged", handler, type(signal).__name__)
 
 
-def _usage_of(data: UsageData) -> Usage:
-    return Usage(data.input_tokens, data.output_tokens, data.cost_usd)
-
-
 def signal_for(
     branch_id: str, event: RecordedEvent, extras: Mapping[str, Any], data: EventData | None = None
 ) -> Signal | None:
@@ -301,7 +296,7 @@ def signal_for(
             data.run_id,
             data.verb,
             data.duration_ms,
-            _usage_of(data.usage),
+            data.usage,
             extras.get("result"),
         )
     assert isinstance(data, RunFailed)
@@ -311,7 +306,7 @@ def signal_for(
         data.run_id,
         data.verb,
         data.duration_ms,
-        _usage_of(data.usage),
+        data.usage,
         data.error_type,
         data.error_message,
         data.reason,

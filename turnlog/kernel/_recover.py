@@ -60,7 +60,6 @@ from turnlog.projections import (
     ProviderSessionBound,
     RunFailed,
     RunStarted,
-    UsageData,
 )
 
 from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
@@ -347,9 +346,7 @@ async def _close_run(
                 run_id=run.run_id,
                 verb=run.verb,
                 duration_ms=max(0.0, duration),
-                usage=UsageData(
-                    input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd
-                ),
+                usage=u,
                 error_type=_CRASH_TYPE,
                 error_message=_CRASH_MESSAGE,
                 reason="crashed",

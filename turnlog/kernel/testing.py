@@ -422,7 +422,7 @@ class RecordedModel:
             text=text,
             tool_calls=tool_calls,
             raw=dict(call.response or {}),
-            usage=Usage(u.input_tokens, u.output_tokens, u.cost_usd),
+            usage=u,
             model=self.model,
             provider=self.provider,
             latency_ms=latency_ms,

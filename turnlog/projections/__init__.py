@@ -1,4 +1,7 @@
-"""turnlog.projections: the conversation domain, the event catalogue and pure folds."""
+"""turnlog.projections: the conversation domain, the event catalogue and pure folds.
+
+``UsageData`` is the former name of ``Usage`` (the same class), importable but not listed.
+"""
 
 from ._cache import StateCache
 from ._catalogue import (
@@ -27,7 +30,6 @@ from ._catalogue import (
     RunFailed,
     RunStarted,
     SessionCreated,
-    UsageData,
     catalogue_upcasters,
     decode_event,
     new_event,
@@ -44,7 +46,7 @@ from ._errors import (
     UnknownEventType,
     UsageError,
 )
-from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, decode_many, fold
+from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -62,7 +64,7 @@ from ._messages import (
     SystemContent,
     message_from_dict,
 )
-from ._rebuild import MAX_FORK_DEPTH, event_at, rebuild, resolve_version, write_snapshots
+from ._rebuild import rebuild, write_snapshots
 from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_data, visible_event
 from ._render import render_yaml
 from ._snapshots import (
@@ -74,21 +76,11 @@ from ._snapshots import (
     snapshot_records,
 )
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
-from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary, summarize
+from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary
+from ._usage import Usage
+from ._usage import UsageData as UsageData  # the former name, kept importable (not in __all__)
 
 __all__ = [
-    "REDACTED_KEY",
-    "redaction_keep",
-    "redaction_of",
-    "visible_data",
-    "visible_event",
-    "BRANCH_EVENT_TYPES",
-    "CATALOGUE",
-    "DEFAULT_SYSTEM_MESSAGE",
-    "MAX_FORK_DEPTH",
-    "META_KEYS",
-    "PROJECTION_VERSION",
-    "SNAPSHOT_TYPE",
     "ActionRequest",
     "ActionRequestContent",
     "ActionResponse",
@@ -98,14 +90,17 @@ __all__ = [
     "Appliers",
     "AssistantResponse",
     "AssistantResponseContent",
+    "BRANCH_EVENT_TYPES",
     "BranchCreated",
     "BranchDiff",
     "BranchForked",
     "BranchIncluded",
     "BranchRemoved",
-    "BranchUserSet",
     "BranchState",
+    "BranchUserSet",
+    "CATALOGUE",
     "ChunkReceived",
+    "DEFAULT_SYSTEM_MESSAGE",
     "DefaultBranchSet",
     "EventData",
     "EventDecodeError",
@@ -118,6 +113,7 @@ __all__ = [
     "InvalidEventDataError",
     "InvalidMessageError",
     "InvalidTargetError",
+    "META_KEYS",
     "Message",
     "MessageAdded",
     "MessageAnnotated",
@@ -129,13 +125,16 @@ __all__ = [
     "NodeQueued",
     "NodeSkipped",
     "NodeStarted",
+    "PROJECTION_VERSION",
     "ProjectionError",
     "ProviderSessionBound",
+    "REDACTED_KEY",
     "RunEnded",
     "RunFailed",
     "RunInfo",
     "RunStarted",
     "RunStatus",
+    "SNAPSHOT_TYPE",
     "SessionCreated",
     "SnapshotPolicy",
     "StateCache",
@@ -144,14 +143,12 @@ __all__ = [
     "TurnlogError",
     "UnknownBranch",
     "UnknownEventType",
-    "UsageData",
+    "Usage",
     "UsageError",
     "apply",
     "catalogue_upcasters",
     "decode_event",
-    "decode_many",
     "diff",
-    "event_at",
     "fold",
     "fork",
     "history",
@@ -161,9 +158,11 @@ __all__ = [
     "message_summary",
     "new_event",
     "rebuild",
+    "redaction_keep",
+    "redaction_of",
     "render_yaml",
-    "resolve_version",
     "snapshot_records",
-    "summarize",
+    "visible_data",
+    "visible_event",
     "write_snapshots",
 ]

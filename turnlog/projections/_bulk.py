@@ -15,8 +15,25 @@ message kept (864 bytes instead of 2,063 for the benchmark's messages):
 The validation itself is pydantic's. The schema is derived from the models' core schemas:
 typed dicts with the same field validators, strict, with extra keys forbidden and every field
 required. When the fast path does not accept an item as it is (a missing field, a time not in
-UTC, any invalid value), it returns None. The caller then validates the general way, so
-results and errors do not depend on which path ran.
+UTC, any invalid value), it returns None. The caller (``_decode.decode_messages``, the one
+entry for stored messages) then validates the general way, so results and errors do not
+depend on which path ran.
+
+Why building the objects by hand is kept, and how it is guarded. pydantic is pinned only from
+below, and what an instance holds is pydantic's business; ``model_construct`` would be the
+public way, but it builds a fields set per object and runs in Python per field, which gives up
+both gains above. So the path switches itself off (``ENABLED`` False, every message then
+validated the general way) unless all of these hold at import:
+
+- pydantic is of major version 2, and ``BaseModel.__slots__`` is exactly what this module sets;
+- every message and content model is plain (``_check_plain``: no validators beyond fields, no
+  private attributes, no post-init, extra keys forbidden) and its schema has the known shape;
+- a self-check: one stored message of every kind, built here and by
+  ``TypeAdapter(list[AnyMessage])``, agrees in class, ``__dict__``, fields set, extra, private
+  and dump.
+
+``tests/projections/test_bulk.py`` holds the path to the same contract with Hypothesis over
+random and mutated messages, and checks that it is on.
 """
 
 from __future__ import annotations
@@ -25,10 +42,19 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+import pydantic
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import CoreSchema, SchemaValidator, core_schema
 
-from ._messages import AnyMessage, Message
+from ._messages import (
+    ActionRequest,
+    ActionResponse,
+    AnyMessage,
+    AssistantResponse,
+    Instruction,
+    Message,
+    System,
+)
 
 __all__ = ["ENABLED", "SharedFieldsSet", "validate_messages"]
 
@@ -48,9 +74,9 @@ class SharedFieldsSet(set[str]):
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise TypeError("the fields set of a stored message is shared and read-only; copy it first")
 
-    add = discard = remove = pop = clear = update = _refuse  # type: ignore[assignment]
-    intersection_update = difference_update = symmetric_difference_update = _refuse  # type: ignore[assignment]
-    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse  # type: ignore[assignment]
+    add = discard = remove = pop = clear = update = _refuse
+    intersection_update = difference_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
 
 
 class _Unsupported(Exception):
@@ -123,11 +149,11 @@ class _Builder:
                 if content["type"] != "model":
                     raise _Unsupported(f"{cls.__name__}.content is not a model")
                 content_cls = content["cls"]
-                _check_plain(content_cls)  # type: ignore[arg-type]
+                _check_plain(content_cls)
                 inner = self.content(content)
             elif _holds_model(inner, self.definitions, set()):
                 raise _Unsupported(f"{cls.__name__}.{name} holds a model")
-            fields[name] = core_schema.typed_dict_field(inner, required=True)  # type: ignore[arg-type]
+            fields[name] = core_schema.typed_dict_field(inner, required=True)
         if content_cls is None or "kind" not in fields:
             raise _Unsupported(f"{cls.__name__} has no content model or no kind")
         self.plans[cls.__name__] = _plan(cls, content_cls)
@@ -186,24 +212,37 @@ def _build() -> tuple[SchemaValidator, dict[str, _Plan]]:
     choices = {tag: builder.message(choice) for tag, choice in union["choices"].items()}
     if set(choices) != set(builder.plans):
         raise _Unsupported("a kind tag does not name its class")
-    items = core_schema.tagged_union_schema(choices, "kind")  # type: ignore[arg-type]
+    items = core_schema.tagged_union_schema(choices, "kind")
     schema = core_schema.definitions_schema(core_schema.list_schema(items), base["definitions"])
     return SchemaValidator(schema), builder.plans
 
 
-try:
-    _MESSAGES, _PLANS = _build()
-    # the slot descriptors of _SLOTS (checked by _build): calling their __set__ is what
-    # object.__setattr__ ends in, without the lookup; three of them are set on every object
-    _SET_FIELDS, _SET_EXTRA, _SET_PRIVATE = (vars(BaseModel)[name].__set__ for name in _SLOTS[1:])
-    ENABLED = True
-    """Whether the fast path is on (the models use nothing it cannot reproduce)."""
-except (_Unsupported, KeyError, TypeError, AttributeError, ValueError):  # pragma: no cover
-    # A pydantic whose schemas have another shape than the one this path was written for
-    # (KeyError and the like while deriving the schema) switches it off, not the package:
-    # every message then goes through the general validation. A test checks it is on.
-    _MESSAGES, _PLANS = None, {}
-    ENABLED = False
+def _self_check() -> None:
+    """Build one stored message of every kind here and the general way; refuse any difference."""
+    samples = [
+        System.create("s"),
+        Instruction.create("q", guidance="g", context=[{"k": 1}]),
+        AssistantResponse.create("a", metadata={"n": 1}),
+        ActionRequest.create("f", {"x": 1}),
+        ActionResponse.create(function="f", output={"ok": True}),
+    ]
+    items = [m.to_dict() for m in samples]
+    general = TypeAdapter(list[AnyMessage]).validate_python(items, strict=True)
+    built = _construct(_MESSAGES.validate_python(items, strict=True)) if _MESSAGES is not None else None
+    if built is None or len(built) != len(general):
+        raise _Unsupported("the self-check did not build its samples")
+    for a, b in zip(built, general, strict=True):
+        for x, y in ((a, b), (a.content, b.content)):
+            if (
+                type(x) is not type(y)
+                or list(x.__dict__.items()) != list(y.__dict__.items())
+                or x.model_fields_set != y.model_fields_set
+                or (x.__pydantic_extra__, x.__pydantic_private__)
+                != (y.__pydantic_extra__, y.__pydantic_private__)
+            ):
+                raise _Unsupported(f"a {type(y).__name__} built here differs from pydantic's")
+        if a != b or a.model_dump() != b.model_dump():
+            raise _Unsupported(f"a {type(b).__name__} built here differs from pydantic's")
 
 
 def validate_messages(items: list[Any]) -> list[AnyMessage] | None:
@@ -252,3 +291,23 @@ def _construct(validated: list[dict[str, Any]]) -> list[AnyMessage] | None:
         set_private(message, None)
         append(message)
     return out
+
+
+_MESSAGES: SchemaValidator | None
+_PLANS: dict[str, _Plan]
+try:
+    if not pydantic.VERSION.startswith("2."):
+        raise _Unsupported(f"written for pydantic 2, found {pydantic.VERSION}")
+    _MESSAGES, _PLANS = _build()
+    # the slot descriptors of _SLOTS (checked by _build): calling their __set__ is what
+    # object.__setattr__ ends in, without the lookup; three of them are set on every object
+    _SET_FIELDS, _SET_EXTRA, _SET_PRIVATE = (vars(BaseModel)[name].__set__ for name in _SLOTS[1:])
+    _self_check()
+    ENABLED = True
+    """Whether the fast path is on (the models use nothing it cannot reproduce)."""
+except (_Unsupported, KeyError, TypeError, AttributeError, ValueError):  # pragma: no cover
+    # A pydantic whose schemas have another shape than the one this path was written for
+    # (KeyError and the like while deriving the schema) switches it off, not the package:
+    # every message then goes through the general validation. A test checks it is on.
+    _MESSAGES, _PLANS = None, {}
+    ENABLED = False

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore
 
-from ._snapshots import KeyframeMemo
+from ._snapshot_head import HeadMapsMemo
 from ._state import BranchState
 
 __all__ = ["StateCache"]
@@ -74,7 +74,7 @@ class StateCache:
         self.every = every
         self.max_streams = max_streams
         self._streams: OrderedDict[tuple[str, int], _Checkpoints] = OrderedDict()
-        self.keyframes = KeyframeMemo(4 * max_streams)
+        self.keyframes = HeadMapsMemo(4 * max_streams)
         """Decoded snapshot keyframes (runs, links, overrides), reused by later loads."""
 
     def _entry(self, stream: str, rules: int, create: bool) -> _Checkpoints | None:
@@ -110,7 +110,7 @@ class StateCache:
     def clear(self) -> None:
         """Forget every state."""
         self._streams.clear()
-        self.keyframes = KeyframeMemo(4 * self.max_streams)
+        self.keyframes = HeadMapsMemo(4 * self.max_streams)
 
     def __len__(self) -> int:
         """How many states are cached."""

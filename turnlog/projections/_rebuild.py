@@ -13,8 +13,8 @@ its own k-th event"; targets by position or time also only look at the fork's ow
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 
 from turnlog._errors import UsageError
@@ -23,7 +23,7 @@ from turnlog.eventstore import EventStore, RecordedEvent, Snapshot
 from ._cache import StateCache
 from ._catalogue import BranchForked
 from ._errors import FoldError, InvalidTargetError, UnknownBranch
-from ._fold import _BATCH, Appliers, _Builder, _decode, _fold_batch, apply, gc_paused
+from ._fold import BATCH, Appliers, apply, decode_branch_event, fold_into, gc_paused
 from ._snapshots import (
     PROJECTION_VERSION,
     SnapshotPolicy,
@@ -31,7 +31,7 @@ from ._snapshots import (
     load_snapshot_state,
     snapshot_records,
 )
-from ._state import BranchState
+from ._state import BranchState, StateBuilder
 
 __all__ = ["MAX_FORK_DEPTH", "event_at", "rebuild", "resolve_version", "write_snapshots"]
 
@@ -49,14 +49,31 @@ MAX_FORK_DEPTH = 1000
 """Forks of forks deeper than this are refused (a guard against a corrupt, cyclic log)."""
 
 
+def _is_int(value: object) -> bool:
+    """Whether a target is an int (callers may pass anything at runtime; a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _stream(branch_id: str) -> str:
-    if not isinstance(branch_id, str) or not branch_id:
+    checked: object = branch_id  # callers may pass anything at runtime
+    if not isinstance(checked, str) or not checked:
         raise InvalidTargetError(f"branch_id must be a non-empty string, got {branch_id!r}")
     return f"branch-{branch_id}"
 
 
+@asynccontextmanager
+async def _closing(events: AsyncIterator[RecordedEvent]) -> AsyncIterator[AsyncIterator[RecordedEvent]]:
+    """Close the store's reader (an async generator) when the caller stops early."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def _event_at(store: EventStore, stream: str, version: int) -> RecordedEvent:
-    async with aclosing(store.read_stream(stream, version, version)) as events:
+    async with _closing(store.read_stream(stream, version, version)) as events:
         async for event in events:
             return event
     raise UnknownBranch(stream.removeprefix("branch-"), detail=f"has no version {version}")
@@ -100,18 +117,19 @@ async def resolve_version(
     if head == 0:
         raise UnknownBranch(branch_id)
     if at_version is not None:
-        if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
+        if not _is_int(at_version) or at_version < 1:
             raise InvalidTargetError(f"at_version must be an int >= 1, got {at_version!r}")
         if at_version > head:
             raise InvalidTargetError(f"branch {branch_id!r} is at version {head}; at_version={at_version}")
         return at_version
     if at_position is not None:
-        if isinstance(at_position, bool) or not isinstance(at_position, int):
+        if not _is_int(at_position):
             raise InvalidTargetError(f"at_position must be an int, got {at_position!r}")
         version = await _last_at_or_before(store, stream, head, lambda e: e.position <= at_position)
         what = f"position {at_position}"
     elif at_time is not None:
-        if not isinstance(at_time, datetime) or at_time.tzinfo is None:
+        moment: object = at_time  # callers may pass anything at runtime
+        if not isinstance(moment, datetime) or moment.tzinfo is None:
             raise InvalidTargetError(f"at_time must be an aware datetime, got {at_time!r}")
         version = await _last_at_or_before(store, stream, head, lambda e: e.recorded_at <= at_time)
         what = f"time {at_time.isoformat()}"
@@ -204,7 +222,7 @@ async def _fold_range(
         return state
     appliers, cache = opts.appliers, opts.cache
     every = cache.every if cache is not None else 0
-    builder = _Builder(state)
+    builder = StateBuilder(state)
 
     def keep(checkpoint: BranchState) -> None:
         cache.add(stream, checkpoint, opts.rules)  # type: ignore[union-attr]
@@ -213,11 +231,11 @@ async def _fold_range(
         batch: list[RecordedEvent] = []
         async for event in store.read_stream(stream, state.version + 1, version):
             batch.append(event)
-            if len(batch) >= _BATCH:
-                _fold_batch(builder, batch, appliers, every, keep)
+            if len(batch) >= BATCH:
+                fold_into(builder, batch, appliers, every, keep)
                 batch = []
         if batch:
-            _fold_batch(builder, batch, appliers, every, keep)
+            fold_into(builder, batch, appliers, every, keep)
     result = builder.freeze()
     if cache is not None:
         cache.add(stream, result, opts.rules)
@@ -231,7 +249,7 @@ async def _first_state(
     first = await _event_at(store, stream, 1)
     if first.type != "branch.forked":
         return apply(None, first, appliers=appliers)
-    data = _decode(first, appliers)
+    data = decode_branch_event(first, appliers)
     assert isinstance(data, BranchForked)
     if depth >= MAX_FORK_DEPTH:
         raise FoldError(stream, 1, first.type, f"forks nest deeper than {MAX_FORK_DEPTH} levels")
@@ -290,19 +308,19 @@ async def _write_chain(
     progress: Callable[[int], Awaitable[None]] | None,
 ) -> int:
     written = 0
-    builder = _Builder(state)
+    builder = StateBuilder(state)
     due: list[BranchState] = []
     batch: list[RecordedEvent] = []
     pending: list[RecordedEvent] = []  # the events after the base: what its delta is made of
-    async with aclosing(store.read_stream(stream, state.version + 1, head)) as events:
+    async with _closing(store.read_stream(stream, state.version + 1, head)) as events:
         while True:
             async for event in events:  # resumes the same generator after each batch
                 batch.append(event)
-                if len(batch) >= _BATCH:
+                if len(batch) >= BATCH:
                     break
             if not batch:
                 return written
-            _fold_batch(builder, batch, appliers, policy.every, due.append)
+            fold_into(builder, batch, appliers, policy.every, due.append)
             pending.extend(batch)
             batch = []
             for frozen in due:

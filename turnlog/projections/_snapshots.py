@@ -14,6 +14,9 @@ snapshot of the same stream (``base_version``):
   not known. Loading merges the heads back to the keyframe. A branch with a hundred thousand runs therefore
   does not write them all again every thousand events.
 
+A head is a ``SnapshotHead`` (``_snapshot_head``); this module writes and reads chains of them
+and never touches a state's storage except through the snapshot support of ``BranchState``.
+
 A chain with a missing, foreign or outdated link is not used: ``rebuild`` folds from the
 events instead, with the same result. The store itself never returns a record whose digest
 does not match its bytes or that does not stand on the log's event at its version (an
@@ -22,37 +25,40 @@ partly in the head) are still read.
 
 Snapshot meta records ``projection_version``; a snapshot written by another projection code
 version is ignored (and replaced by the next snapshot written).
+
+Why one module of about 580 lines: writing a chain and reading it back are two halves of one
+format (what a delta holds is decided on write and undone on read); the head's model lives
+apart in ``_snapshot_head``.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from turnlog._errors import UsageError
 from turnlog.eventstore import EventStore, NewSnapshot, RecordedEvent, Snapshot
 
-from ._bulk import validate_messages
-from ._catalogue import CATALOGUE, UsageData
+from ._catalogue import CATALOGUE
+from ._decode import decode_messages
 from ._errors import ProjectionError
 from ._fold import gc_paused
-from ._messages import AnyMessage, System, message_from_dict
-from ._state import BranchState, ForkOrigin, RunInfo, _set_storage
+from ._messages import AnyMessage, System
+from ._snapshot_head import READABLE_SCHEMAS, HeadLink, HeadMaps, HeadMapsMemo, SnapshotHead
+from ._state import BranchState
 
 __all__ = [
     "PROJECTION_VERSION",
-    "Keyframe",
-    "KeyframeMemo",
     "SNAPSHOT_TYPE",
+    "Changes",
     "SnapshotPolicy",
+    "changes_in",
+    "delta_changes",
     "load_snapshot_state",
     "maybe_snapshot",
     "snapshot_records",
@@ -64,12 +70,9 @@ PROJECTION_VERSION = 1
 SNAPSHOT_TYPE = "branch_state"
 """The snapshot type of branch states."""
 
-_SNAPSHOT_SCHEMA = 2
-_READABLE_SCHEMAS = frozenset({1, 2})
 _MAX_DELTAS = 4096
 """A chain of more delta heads than this is taken as broken (it is never written)."""
 _PART_BYTES = 4 * 1024 * 1024  # keeps every record far below the store's size limit
-_MESSAGES: TypeAdapter[list[AnyMessage | None]] = TypeAdapter(list[AnyMessage | None])
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +105,40 @@ def _usable(snap: Snapshot | None) -> bool:
     return (
         snap is not None
         and snap.type == SNAPSHOT_TYPE
-        and snap.schema in _READABLE_SCHEMAS
+        and snap.schema in READABLE_SCHEMAS
         and snap.meta.get("projection_version") == PROJECTION_VERSION
     )
+
+
+class _Head:
+    """A usable head record: its chain fields (``link``) at once, the whole head when asked."""
+
+    __slots__ = ("_head", "link", "snap")
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.link = HeadLink.model_validate(snap.data)
+        self._head: SnapshotHead | None = None
+
+    @property
+    def head(self) -> SnapshotHead:
+        """The validated head (validated once, on first use)."""
+        if self._head is None:
+            self._head = SnapshotHead.model_validate(self.snap.data)
+        return self._head
+
+
+def _link_or_none(snap: Snapshot | None) -> HeadLink | None:
+    """The chain fields of a usable head written before (None: not usable, or they do not validate).
+
+    Only used to decide what the next snapshot holds: a head that does not validate is not a base.
+    """
+    if snap is None or not _usable(snap):
+        return None
+    try:
+        return HeadLink.model_validate(snap.data)
+    except ValidationError:
+        return None
 
 
 async def maybe_snapshot(
@@ -134,7 +168,8 @@ async def maybe_snapshot(
         return False
     base = prev if usable else None
     changed = None
-    if base is not None and _depth(base) + 1 < policy.keyframe_every:
+    base_head = _link_or_none(base)
+    if base is not None and base_head is not None and base_head.chain_depth + 1 < policy.keyframe_every:
         since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
         changed = delta_changes(base, state, since, policy.keyframe_every)
     # extra parts first, the head last: a head is only ever visible with all its parts
@@ -187,9 +222,7 @@ def changes_in(events: Sequence[RecordedEvent], state: BranchState) -> Changes |
             ids.add(str(data.get("message_id")))
         elif kind not in _NO_MAP_CHANGE:
             return None
-    index, over = state._index, state._over
-    slots = {slot for slot in map(index.get, ids) if slot is not None and slot in over}
-    return Changes(frozenset(runs), frozenset(links), frozenset(slots))
+    return Changes(frozenset(runs), frozenset(links), frozenset(state.overridden_slots(ids)))
 
 
 def delta_changes(
@@ -201,17 +234,18 @@ def delta_changes(
     None when there is no base, when the base's keyframe is ``keyframe_every - 1`` deltas
     back, when an event is missing, or when ``changes_in`` says None.
     """
-    if base is None or base.version >= state.version or _depth(base) + 1 >= keyframe_every:
+    head = _link_or_none(base)
+    if (
+        base is None
+        or head is None
+        or base.version >= state.version
+        or head.chain_depth + 1 >= keyframe_every
+    ):
         return None
     since = [e for e in events if base.version < e.version <= state.version]
     if len(since) != state.version - base.version:
         return None
     return changes_in(since, state)
-
-
-def _depth(head: Snapshot) -> int:
-    """How many delta heads stand between ``head`` and its keyframe (0: it is one)."""
-    return int(head.data.get("depth", 0)) if head.data.get("maps") == "delta" else 0
 
 
 def _split(messages: list[Any]) -> list[list[Any]]:
@@ -238,84 +272,85 @@ def snapshot_records(
     The last record is the head (type ``branch_state``); the ones before it hold the messages
     (type ``branch_state.part<k>``, same version).
     """
-    base_n = 0
-    if base is not None and base.version < state.version and 0 <= base.data.get("n", -1) <= state._n:
-        base_n = int(base.data["n"])
-    else:
-        base = None
-    if base is None:
-        changed = None
-    log = state._log
-    start, n = state._start, state._n
+    start, n = state.slot_bounds()
+    prev = _link_or_none(base) if base is not None and base.version < state.version else None
+    if prev is None or not 0 <= prev.n <= n:
+        prev, changed = None, None
+    base_n = prev.n if prev is not None else 0
+    overrides = state.overrides()
     if changed is None:
         runs = list(state.runs.values())
         links = dict(state.action_links)
-        over = [(slot, msg) for slot, msg in state._over.items() if start <= slot < n]
+        over = list(overrides.items())
     else:
         runs = [r for r in state.runs.values() if r.run_id in changed.runs]
         links = {k: state.action_links[k] for k in changed.links if k in state.action_links}
-        over = [(slot, state._over[slot]) for slot in sorted(changed.slots) if start <= slot < n]
-    last = log[n - 1] if start < n else None
-    data: dict[str, Any] = {
-        "branch_id": state.branch_id,
-        "name": state.name,
-        "user": state.user,
-        "session_id": state.session_id,
-        "system": state.system.to_dict() if state.system is not None else None,
-        "chat_model": dict(state.chat_model) if state.chat_model is not None else None,
-        "parse_model": dict(state.parse_model) if state.parse_model is not None else None,
-        "metadata": dict(state.metadata),
-        "runs": [_run_to_dict(r) for r in runs],
-        "provider_sessions": [
-            [p, m, s, *([state.provider_cwds[(p, m)]] if (p, m) in state.provider_cwds else [])]
+        over = [(slot, overrides[slot]) for slot in sorted(changed.slots) if slot in overrides]
+    slots = state.recorded_slots(base_n)
+    [last] = state.recorded_slots(n - 1) if start < n else [None]
+    # slots before the view's start are never shown again: they are stored as null
+    messages = [m.to_dict() if m is not None else None for m in slots]
+    parts = _split(messages) if messages else []
+    # built without validation: every value comes from a state the fold made (validated when
+    # its events were read), and a head of thousands of runs would be validated only to be dumped
+    head = SnapshotHead.model_construct(
+        branch_id=state.branch_id,
+        name=state.name,
+        user=state.user,
+        session_id=state.session_id,
+        system=state.system.to_dict() if state.system is not None else None,
+        chat_model=dict(state.chat_model) if state.chat_model is not None else None,
+        parse_model=dict(state.parse_model) if state.parse_model is not None else None,
+        metadata=dict(state.metadata),
+        runs=runs,
+        provider_sessions=[
+            (p, m, s, state.provider_cwds[(p, m)]) if (p, m) in state.provider_cwds else (p, m, s)
             for (p, m), s in state.provider_sessions.items()
         ],
-        "action_links": links,
-        "forked_from": _fork_to_dict(state.forked_from),
-        "version": state.version,
-        "position": state.position,
-        "created_at": _iso(state.created_at),
-        "updated_at": _iso(state.updated_at),
-        "model_calls": state.model_calls,
-        "start": state._start,
-        "n": state._n,
-        "over": [[slot, msg.to_dict()] for slot, msg in over],
-        "maps": "full" if changed is None else "delta",
-        "depth": 0 if changed is None else _depth(base) + 1,  # type: ignore[arg-type]
-        "base_version": base.version if base is not None else None,
-        "base_n": base_n,
-        # the id in the last slot of the view: a state that lends its messages must hold it too
-        "last_id": last.id if last is not None else None,
+        action_links=links,
+        forked_from=state.forked_from,
+        version=state.version,
+        position=state.position,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        model_calls=state.model_calls,
+        start=start,
+        n=n,
+        over=[(slot, msg.to_dict()) for slot, msg in over],
+        maps="full" if changed is None else "delta",
+        depth=0 if changed is None or prev is None else prev.chain_depth + 1,
+        base_version=base.version if prev is not None and base is not None else None,
+        base_n=base_n,
+        last_id=last.id if last is not None else None,
         # the messages live in the parts, so that a head stays small
-        "messages": [],
-    }
-    # slots before the view's start are never shown again: store them as null
-    messages = [
-        m.to_dict() if m is not None and i >= start else None
-        for i, m in enumerate(log[base_n:n], start=base_n)
-    ]
-    parts = _split(messages) if messages else []
-    data["parts"] = len(parts) + 1
+        messages=[],
+        parts=len(parts) + 1,
+    )
     stream = f"branch-{state.branch_id}"
     meta = {"projection_version": PROJECTION_VERSION}
     records = [
         NewSnapshot(
-            stream, state.version, f"{SNAPSHOT_TYPE}.part{k}", {"messages": p}, _SNAPSHOT_SCHEMA, meta
+            stream, state.version, f"{SNAPSHOT_TYPE}.part{k}", {"messages": p}, SnapshotHead.SCHEMA, meta
         )
         for k, p in enumerate(parts, start=1)
     ]
-    records.append(NewSnapshot(stream, state.version, SNAPSHOT_TYPE, data, _SNAPSHOT_SCHEMA, meta))
+    records.append(
+        NewSnapshot(
+            stream, state.version, SNAPSHOT_TYPE, head.model_dump(mode="json"), SnapshotHead.SCHEMA, meta
+        )
+    )
     return records
 
 
-async def _messages_of(store: EventStore, link: Snapshot) -> list[Any] | None:
+async def _messages_of(store: EventStore, link: _Head) -> list[Any] | None:
     """Every message slot a chain link holds (its extra parts loaded), or None if one is gone."""
-    messages = list(link.data["messages"])
-    for k in range(1, int(link.data.get("parts", 1))):
-        part = await store.load_snapshot(link.stream, link.version, type=f"{SNAPSHOT_TYPE}.part{k}")
+    messages = list(link.link.messages)
+    snap = link.snap
+    for k in range(1, link.link.parts):
+        part = await store.load_snapshot(snap.stream, snap.version, type=f"{SNAPSHOT_TYPE}.part{k}")
         if (
             part is None
-            or part.version != link.version
+            or part.version != snap.version
             or part.meta.get("projection_version") != PROJECTION_VERSION
         ):
             return None
@@ -324,113 +359,53 @@ async def _messages_of(store: EventStore, link: Snapshot) -> list[Any] | None:
 
 
 class _Heads:
-    """The heads of one chain, each read from the store at most once per load."""
+    """The heads of one chain, each read from the store (and validated) at most once per load."""
 
     __slots__ = ("seen", "store", "stream")
 
-    def __init__(self, store: EventStore, stream: str, head: Snapshot) -> None:
+    def __init__(self, store: EventStore, stream: str, head: _Head) -> None:
         self.store, self.stream = store, stream
-        self.seen: dict[int, Snapshot] = {head.version: head}
+        self.seen: dict[int, _Head] = {head.snap.version: head}
 
-    async def base_of(self, link: Snapshot) -> Snapshot | None:
+    async def base_of(self, link: _Head) -> _Head | None:
         """The head ``link`` is based on, or None when it is gone, outdated or does not match."""
-        base_version = int(link.data["base_version"])
+        base_version = link.link.base_version
+        if base_version is None:
+            return None
         prev = self.seen.get(base_version)
         if prev is None:
-            prev = await self.store.load_snapshot(self.stream, base_version, type=SNAPSHOT_TYPE)
-            if prev is None or not _usable(prev) or prev.version != base_version:
+            snap = await self.store.load_snapshot(self.stream, base_version, type=SNAPSHOT_TYPE)
+            if snap is None or not _usable(snap) or snap.version != base_version:
                 return None
-            self.seen[base_version] = prev
-        if int(prev.data["n"]) != int(link.data["base_n"]):
+            prev = self.seen[base_version] = _Head(snap)
+        if prev.link.n != link.link.base_n:
             return None
         return prev
 
 
-@dataclass(slots=True)
-class Keyframe:
-    """The decoded runs, action links and overrides of a head, merged from its keyframe on."""
-
-    runs: dict[str, RunInfo]
-    links: dict[str, str]
-    over: dict[int, AnyMessage]
-
-    def merged(self, deltas: Sequence[Snapshot]) -> Keyframe:
-        """A copy with the maps of ``deltas`` (oldest first) applied; ``self`` is unchanged."""
-        out = Keyframe(dict(self.runs), dict(self.links), dict(self.over))
-        for link in deltas:
-            _apply_maps(out, link.data)
-        return out
-
-
-def _apply_maps(maps: Keyframe, d: Mapping[str, Any]) -> None:
-    for run in d["runs"]:
-        # a changed run keeps its place, a new one goes last: the order of the fold
-        maps.runs[run["run_id"]] = _run_from_dict(run)
-    maps.links.update(d["action_links"])
-    for slot, message in d["over"]:
-        maps.over[int(slot)] = message_from_dict(message)
-
-
-class KeyframeMemo:
-    """The decoded maps (runs, links, overrides) of recently loaded heads, for the next loads.
-
-    A keyframe holds every run, link and override of its branch, O(runs) to read and decode;
-    the heads after it hold only what changed. ``StateCache`` keeps one and passes it to
-    ``load_snapshot_state``: a load then reads and decodes only the delta heads after the
-    newest head of its chain already decoded. A head never changes once written, and the kept
-    maps are never changed (a load merges into a copy); maps of heads near each other share
-    their run objects.
-
-    Args:
-        size: How many heads to keep, the least recently used going first.
-    """
-
-    __slots__ = ("_items", "size")
-
-    def __init__(self, size: int = 16) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[str, int], Keyframe] = OrderedDict()
-
-    def get(self, stream: str, version: int) -> Keyframe | None:
-        """The decoded keyframe of ``stream`` at ``version``, if kept."""
-        found = self._items.get((stream, version))
-        if found is not None:
-            self._items.move_to_end((stream, version))
-        return found
-
-    def put(self, stream: str, version: int, keyframe: Keyframe) -> None:
-        """Keep a decoded keyframe."""
-        self._items[(stream, version)] = keyframe
-        self._items.move_to_end((stream, version))
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-async def _maps_of(heads: _Heads, head: Snapshot, memo: KeyframeMemo | None) -> Keyframe | None:
+async def _maps_of(heads: _Heads, head: _Head, memo: HeadMapsMemo | None) -> HeadMaps | None:
     """The runs, links and overrides of ``head``: its keyframe and the deltas after it.
 
     The walk back stops at the first head whose maps ``memo`` holds; what it decodes goes into
     ``memo``. None for a broken chain.
     """
     stream = heads.stream
-    deltas: list[Snapshot] = []
+    deltas: list[SnapshotHead] = []
     link = head
     while True:
-        maps = memo.get(stream, link.version) if memo is not None else None
+        version = link.snap.version
+        maps = memo.get(stream, version) if memo is not None else None
         if maps is not None:
             break
-        if link.data.get("maps") != "delta":
-            maps = Keyframe({}, {}, {})
-            _apply_maps(maps, link.data)
+        if link.link.maps != "delta":
+            maps = HeadMaps({}, {}, {})
+            maps.add(link.head)
             if memo is not None:
-                memo.put(stream, link.version, maps)
+                memo.put(stream, version, maps)
             break
-        if len(deltas) >= _MAX_DELTAS or link.data["base_version"] is None:
+        if len(deltas) >= _MAX_DELTAS or link.link.base_version is None:
             return None
-        deltas.append(link)
+        deltas.append(link.head)
         prev = await heads.base_of(link)
         if prev is None:
             return None
@@ -440,7 +415,7 @@ async def _maps_of(heads: _Heads, head: Snapshot, memo: KeyframeMemo | None) -> 
     merged = maps.merged(deltas[::-1])
     if memo is not None:
         # the maps of the next head are this one's plus one delta: keep them too
-        memo.put(stream, head.version, merged)
+        memo.put(stream, head.snap.version, merged)
     return merged
 
 
@@ -451,7 +426,7 @@ async def load_snapshot_state(
     *,
     newer_than: int = 0,
     donors: Sequence[BranchState | None] = (),
-    memo: KeyframeMemo | None = None,
+    memo: HeadMapsMemo | None = None,
 ) -> BranchState | None:
     """The state of the newest usable snapshot chain at or before a version, or None.
 
@@ -467,10 +442,10 @@ async def load_snapshot_state(
             ``StateCache`` passes its nearest states below and above the target). The message
             slots a donor already holds are taken from it, shared as between the states of one
             fold, instead of being read from the chain and validated again. A donor is used
-            only where sharing is exact: the same view start and the same last message id,
-            and for a donor below, a log that ends where it does and no id of the newer slots
-            already in its index.
-        memo: Decoded keyframes to reuse and to add to (``StateCache`` passes its own).
+            only where sharing is exact (see ``BranchState.lendable_slots``), and for a donor
+            below, only when its log ends where it does and no id of the newer slots is in
+            its index yet.
+        memo: Decoded maps of heads to reuse and to add to (``StateCache`` passes its own).
 
     Raises:
         ProjectionError: a snapshot of the current projection version does not decode.
@@ -488,24 +463,25 @@ async def _load_chain(
     at_or_before: int,
     newer_than: int,
     donors: list[BranchState],
-    memo: KeyframeMemo | None,
+    memo: HeadMapsMemo | None,
 ) -> BranchState | None:
-    head = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
-    if head is None or not _usable(head) or head.version <= newer_than:
+    snap = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
+    if snap is None or not _usable(snap) or snap.version <= newer_than:
         return None
-    heads = _Heads(store, stream, head)
     try:
-        maps = await _maps_of(heads, head, memo)
+        top = _Head(snap)
+        heads = _Heads(store, stream, top)
+        maps = await _maps_of(heads, top, memo)
         if maps is None:
             return None
-        n, start = int(head.data["n"]), int(head.data["start"])
-        lender, prefix = _lender(head, donors, n, start)
-        if lender is not None and prefix >= n:
+        head = top.head
+        lender, prefix = _lender(head, donors)
+        if lender is not None and prefix >= head.n:
             # every slot of the head is already in memory: only the small part is read
-            return _state_from(head, lender._log, lender._index, maps)
+            return _state_from(head, maps, lender=lender)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
-        raise _undecodable(stream, head, exc) from exc
-    chain = await _chain(heads, head, max(start, prefix))
+        raise _undecodable(stream, snap, exc) from exc
+    chain = await _chain(heads, top, max(head.start, prefix))
     if chain is None:
         return None
     raw, base_n = chain
@@ -513,74 +489,50 @@ async def _load_chain(
         if (
             lender is not None
             and base_n <= prefix
-            and _same_ids(raw[: prefix - base_n], lender._log, base_n)
+            and lender.holds_ids(raw[: prefix - base_n], base_n)
             and _extend(lender, raw[prefix - base_n :], prefix)
         ):
-            return _state_from(head, lender._log, lender._index, maps)
+            return _state_from(head, maps, lender=lender)
         full: list[Any] = [None] * base_n
         full.extend(raw)
-        if len(full) != n:
-            raise ValueError(f"the snapshot chain holds {len(full)} message slots, expected {n}")
+        if len(full) != head.n:
+            raise ValueError(f"the snapshot chain holds {len(full)} message slots, expected {head.n}")
         # slots before the view's start stay None: they are never shown again
-        full[:start] = [None] * start
-        log, index = _validate_log(full, start)
-        return _state_from(head, log, index, maps)
+        start = head.start
+        slots: list[AnyMessage | None] = [None] * start
+        slots.extend(decode_messages(full[start:]))
+        return _state_from(head, maps, slots=slots)
     except (ValidationError, ValueError, KeyError, TypeError) as exc:
-        raise _undecodable(stream, head, exc) from exc
+        raise _undecodable(stream, snap, exc) from exc
 
 
-def _undecodable(stream: str, head: Snapshot, exc: Exception) -> ProjectionError:
-    return ProjectionError(f"snapshot of stream {stream!r} at version {head.version} does not decode: {exc}")
+def _undecodable(stream: str, snap: Snapshot, exc: Exception) -> ProjectionError:
+    return ProjectionError(f"snapshot of stream {stream!r} at version {snap.version} does not decode: {exc}")
 
 
-def _lender(head: Snapshot, donors: list[BranchState], n: int, start: int) -> tuple[BranchState | None, int]:
-    """The donor whose message slots the head may share, and how many slots it lends (0: none).
-
-    A donor lends its slots below ``min(its _n, n)`` when its view starts where the head's
-    does. Every message in a view has a unique id whose index entry is its slot, and a key of
-    an index never changes once a state holds it, so the donor's index is right for every
-    message of the head's view too. A donor whose view starts elsewhere may index a message of
-    the head's view under a later slot (an id added again after ``messages.cleared``) and is not
-    used. A donor that lends every slot must also hold the head's last message id there.
-    """
+def _lender(head: SnapshotHead, donors: list[BranchState]) -> tuple[BranchState | None, int]:
+    """The donor whose message slots the head may share, and how many slots it lends (0: none)."""
     best: tuple[BranchState | None, int] = (None, 0)
-    last_id = head.data.get("last_id")
     for donor in donors:
-        if donor._start != start or donor.branch_id != head.data["branch_id"] or donor._n <= start:
+        if donor.branch_id != head.branch_id:
             continue
-        lends = min(donor._n, n)
-        if lends <= best[1]:
-            continue
-        if lends == n:
-            last = donor._log[n - 1]
-            if last_id is None or last is None or last.id != last_id:
-                continue
-        best = (donor, lends)
+        lends = donor.lendable_slots(head.start, head.n, head.last_id)
+        if lends > best[1]:
+            best = (donor, lends)
     return best
 
 
-def _same_ids(stored: list[Any], log: list[AnyMessage | None], first: int) -> bool:
-    """Whether the stored slots from slot ``first`` on hold the ids ``log`` holds there."""
-    for slot, item in enumerate(stored, start=first):
-        held = log[slot]
-        if item is None or held is None:
-            continue  # before the view's start: never shown
-        if not isinstance(item, dict) or item.get("id") != held.id:
-            return False
-    return True
-
-
-async def _chain(heads: _Heads, head: Snapshot, stop: int) -> tuple[list[Any], int] | None:
-    """The message slots of the chain from ``head`` back to a link based at or below ``stop``.
+async def _chain(heads: _Heads, top: _Head, stop: int) -> tuple[list[Any], int] | None:
+    """The message slots of the chain from ``top`` back to a link based at or below ``stop``.
 
     Returns the slots in order and the slot number of the first, or None for a broken chain.
     """
-    first_part = await _messages_of(heads.store, head)
+    first_part = await _messages_of(heads.store, top)
     if first_part is None:
         return None
     parts: list[list[Any]] = [first_part]
-    link = head
-    while link.data["base_version"] is not None and int(link.data["base_n"]) > stop:
+    link = top
+    while link.link.base_version is not None and link.link.base_n > stop:
         prev = await heads.base_of(link)
         if prev is None:
             return None
@@ -592,122 +544,55 @@ async def _chain(heads: _Heads, head: Snapshot, stop: int) -> tuple[list[Any], i
     raw: list[Any] = []
     for chunk in reversed(parts):
         raw.extend(chunk)
-    return raw, int(link.data["base_n"]) if link.data["base_version"] is not None else 0
+    return raw, link.link.base_n if link.link.base_version is not None else 0
 
 
 def _extend(lender: BranchState, raw: list[Any], prefix: int) -> bool:
-    """Append the validated ``raw`` slots to the lender's log and index in place; whether it did.
+    """Append the decoded ``raw`` slots to the lender's shared log in place; whether it did.
 
-    In place as a fold at the tip of the log appends: only when the lender's log ends at its
-    ``_n`` and no new id is in its index (else the caller loads the whole chain).
+    In place as a fold at the tip of the log appends: only when the lender's log ends at
+    ``prefix`` and no new id is in its index (else the caller loads the whole chain).
     """
-    if len(lender._log) != prefix or any(m is None for m in raw):
+    if not lender.can_grow_at(prefix) or any(m is None for m in raw):
         return False
-    messages = validate_messages(raw) if raw else []
-    if messages is None:
-        messages = _MESSAGES.validate_python(raw)
-    ids = [m.id for m in messages]  # type: ignore[union-attr]
-    index = lender._index
-    if len(set(ids)) != len(ids) or any(i in index for i in ids):
-        return False
-    lender._log.extend(messages)
-    index.update(zip(ids, range(prefix, prefix + len(ids)), strict=True))
-    return True
+    return lender.grow(decode_messages(raw) if raw else [])
 
 
 def _state_from(
-    snap: Snapshot, log: list[AnyMessage | None], index: dict[str, int], maps: Keyframe
+    head: SnapshotHead,
+    maps: HeadMaps,
+    *,
+    slots: list[AnyMessage | None] | None = None,
+    lender: BranchState | None = None,
 ) -> BranchState:
-    d = snap.data
-    n, start = int(d["n"]), int(d["start"])
-    if len(log) < n:
-        raise ValueError(f"the message log holds {len(log)} slots, expected {n}")
-    over = {slot: msg for slot, msg in maps.over.items() if start <= slot < n}
-    system = d["system"]
-    state = BranchState(
-        d["branch_id"],
-        name=d["name"],
-        user=d["user"],
-        session_id=d["session_id"],
-        system=System.model_validate(system) if system is not None else None,
-        chat_model=MappingProxyType(d["chat_model"]) if d["chat_model"] is not None else None,
-        parse_model=MappingProxyType(d["parse_model"]) if d["parse_model"] is not None else None,
-        metadata=d["metadata"],
-        runs=maps.runs,
-        provider_sessions={(e[0], e[1]): e[2] for e in d["provider_sessions"]},
-        provider_cwds={(e[0], e[1]): e[3] for e in d["provider_sessions"] if len(e) > 3},
-        action_links=maps.links,
-        forked_from=ForkOrigin(**d["forked_from"]) if d["forked_from"] is not None else None,
-        version=int(d["version"]),
-        position=int(d["position"]),
-        created_at=_from_iso(d["created_at"]),
-        updated_at=_from_iso(d["updated_at"]),
-        model_calls=int(d["model_calls"]),
+    system = decode_messages([head.system])[0] if head.system is not None else None
+    if system is not None and not isinstance(system, System):
+        raise ValueError(f"the system message of the head is a {type(system).__name__}")
+    fields = {
+        "name": head.name,
+        "user": head.user,
+        "session_id": head.session_id,
+        "system": system,
+        "chat_model": MappingProxyType(head.chat_model) if head.chat_model is not None else None,
+        "parse_model": MappingProxyType(head.parse_model) if head.parse_model is not None else None,
+        "metadata": head.metadata,
+        "runs": maps.runs,
+        "provider_sessions": {(e[0], e[1]): e[2] for e in head.provider_sessions},
+        "provider_cwds": {(e[0], e[1]): e[3] for e in head.provider_sessions if len(e) > 3},
+        "action_links": maps.links,
+        "forked_from": head.forked_from,
+        "version": head.version,
+        "position": head.position,
+        "created_at": head.created_at,
+        "updated_at": head.updated_at,
+        "model_calls": head.model_calls,
+    }
+    return BranchState.restored(
+        head.branch_id,
+        fields,
+        start=head.start,
+        n=head.n,
+        overrides=maps.over,
+        slots=slots,
+        lender=lender,
     )
-    _set_storage(state, log, n, start, index, MappingProxyType(over) if over else MappingProxyType({}))
-    return state
-
-
-def _validate_log(raw: list[Any], start: int) -> tuple[list[AnyMessage | None], dict[str, int]]:
-    """The validated message slots of a snapshot chain and the slot of each message id.
-
-    The first ``start`` slots are None.
-    """
-    # the usual case (every slot of the view holds a stored message) takes the bulk path
-    messages = validate_messages(raw[start:]) if start < len(raw) else []
-    if messages is None:
-        log = _MESSAGES.validate_python(raw)
-        return log, {m.id: i for i, m in enumerate(log) if m is not None}
-    full: list[AnyMessage | None] = [None] * start
-    full.extend(messages)
-    # a later slot of the same id wins, as in the fold
-    return full, dict(zip(map(_ID, messages), range(start, start + len(messages)), strict=True))
-
-
-_ID = attrgetter("id")
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
-
-
-def _from_iso(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text is not None else None
-
-
-def _fork_to_dict(origin: ForkOrigin | None) -> dict[str, Any] | None:
-    if origin is None:
-        return None
-    return {
-        "parent_branch_id": origin.parent_branch_id,
-        "parent_stream": origin.parent_stream,
-        "parent_version": origin.parent_version,
-    }
-
-
-def _run_to_dict(run: RunInfo) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "verb": run.verb,
-        "status": run.status,
-        "started_at": _iso(run.started_at),
-        "ended_at": _iso(run.ended_at),
-        "duration_ms": run.duration_ms,
-        "usage": run.usage.model_dump(),
-        "parent_run_id": run.parent_run_id,
-        "provider": run.provider,
-        "model": run.model,
-        "chunks": run.chunks,
-        "error_type": run.error_type,
-        "error_message": run.error_message,
-        "reason": run.reason,
-        "recovered": run.recovered,
-    }
-
-
-def _run_from_dict(d: Mapping[str, Any]) -> RunInfo:
-    fields = dict(d)
-    fields["started_at"] = _from_iso(fields["started_at"])
-    fields["ended_at"] = _from_iso(fields["ended_at"])
-    fields["usage"] = UsageData.model_validate(fields["usage"])
-    return RunInfo(**fields)

@@ -11,7 +11,7 @@ from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
 
 from ._catalogue import BranchForked, new_event
 from ._errors import InvalidTargetError, UnknownBranch
-from ._fold import Appliers, _decode
+from ._fold import Appliers, decode_branch_event
 from ._messages import (
     ActionRequest,
     ActionResponse,
@@ -20,7 +20,7 @@ from ._messages import (
     Instruction,
     System,
 )
-from ._rebuild import _stream, event_at
+from ._rebuild import _is_int, _stream, event_at
 from ._redacted import redaction_note
 from ._state import BranchState, RunInfo
 
@@ -84,7 +84,7 @@ def _or_unknown(value: int | None) -> str:
 
 def summarize(event: RecordedEvent, appliers: Appliers | None = None) -> str:
     """One line saying what a branch event did (decoded and validated on the way)."""
-    d: Any = _decode(event, appliers)
+    d: Any = decode_branch_event(event, appliers)
     match event.type:
         case "branch.created":
             return f"created {d.name or d.branch_id!r}" + (" with a system message" if d.system else "")
@@ -212,7 +212,7 @@ async def fork(
     head = await store.stream_version(parent_stream)
     if head == 0:
         raise UnknownBranch(branch_id)
-    if isinstance(at_version, bool) or not isinstance(at_version, int) or not 1 <= at_version <= head:
+    if not _is_int(at_version) or not 1 <= at_version <= head:
         raise InvalidTargetError(
             f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"
         )

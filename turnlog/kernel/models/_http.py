@@ -112,7 +112,7 @@ def with_reported(answer: ModelResponse, headers: httpx.Headers) -> ModelRespons
     for name in COST_HEADERS:
         cost = number(headers.get(name))
         if cost is not None:
-            changes["usage"] = dataclasses.replace(answer.usage, cost_usd=cost)
+            changes["usage"] = answer.usage.model_copy(update={"cost_usd": cost})
             break
     for name in SERVED_MODEL_HEADERS:
         served = (headers.get(name) or "").strip()

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from turnlog.projections import Usage
+
 __all__ = [
     "ChatModel",
     "ChunkSink",
@@ -22,39 +24,6 @@ __all__ = [
     "ToolCall",
     "Usage",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage and cost of one call (or the sum of several).
-
-    Attributes:
-        input_tokens: Prompt tokens (None when the provider did not say).
-        output_tokens: Completion tokens (None when the provider did not say).
-        cost_usd: Cost in US dollars when known; None (not zero) when unknown.
-    """
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost_usd: float | None = None
-
-    def __add__(self, other: Usage) -> Usage:
-        def add(a: float | int | None, b: float | int | None) -> Any:
-            return b if a is None else a if b is None else a + b
-
-        return Usage(
-            add(self.input_tokens, other.input_tokens),
-            add(self.output_tokens, other.output_tokens),
-            add(self.cost_usd, other.cost_usd),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON object of the three fields."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": self.cost_usd,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from turnlog.kernel._persist import ChunkLog
 from turnlog.kernel.models import ModelRequest, public_params, request_fingerprint
 from turnlog.kernel.operations._cli_prompt import CLIPrompt
 from turnlog.kernel.operations._cli_session import SessionPlan
-from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled, UsageData
+from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
@@ -136,9 +136,7 @@ class RunState:
             context_providers=list(self.context.fired),
             fingerprint=request_fingerprint(request, model=self.model_name),
             response=_json(self.assembler.last_result) if self.assembler.last_result else None,
-            usage=UsageData(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=usage.cost_usd
-            ),
+            usage=usage,
             latency_ms=duration_ms,
             ttft_ms=(self.first_chunk_at - self.started) * 1000 if self.first_chunk_at is not None else None,
             status="ok" if error is None else "error",

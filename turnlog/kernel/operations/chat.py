@@ -39,7 +39,7 @@ from turnlog.kernel.models import (
     request_fingerprint,
 )
 from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
-from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, UsageData
+from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, Usage
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
@@ -212,11 +212,8 @@ def _served(response: ModelResponse | None, requested: str) -> str | None:
     return served if served and served != requested else None
 
 
-def _usage(response: ModelResponse | None) -> UsageData:
-    if response is None:
-        return UsageData()
-    u = response.usage
-    return UsageData(input_tokens=u.input_tokens, output_tokens=u.output_tokens, cost_usd=u.cost_usd)
+def _usage(response: ModelResponse | None) -> Usage:
+    return response.usage if response is not None else Usage()
 
 
 @overload
