@@ -18,7 +18,8 @@ from turnlog.eventstore import (
     SQLiteEventStore,
     UpgradeRefused,
 )
-from turnlog.eventstore._encoding import ChainChecker, encode_json, event_hash, legacy_event_hash
+from turnlog.eventstore._chain import ChainChecker
+from turnlog.eventstore._encoding import encode_json, event_hash, legacy_event_hash
 from turnlog.eventstore._raw import RawEvent
 
 SECRET = "alice-secret-4711@example.com"

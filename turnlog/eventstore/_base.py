@@ -8,7 +8,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._errors import StoreError
 from ._records import (
     ANY,
@@ -23,6 +22,7 @@ from ._records import (
 )
 from ._redaction import Redaction, RedactionResult, check_targets, merge_targets
 from ._upcasting import Upcasters
+from ._validation import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["EventStore"]
 

@@ -22,19 +22,18 @@ from uuid import UUID
 
 import orjson
 
-from ._encoding import (
+from ._encoding import check_finite, encode_object
+from ._errors import EventTooLarge, InvalidEventError
+from ._ids import check_event_id, uuid7
+from ._records import EncodedEvent, NewEvent
+from ._validation import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
     check_event_type,
     check_expected_version,
-    check_finite,
     check_stream_name,
     encode_new_events,
-    encode_object,
 )
-from ._errors import EventTooLarge, InvalidEventError
-from ._ids import check_event_id, uuid7
-from ._records import EncodedEvent, NewEvent
 
 __all__ = ["EventEncoder", "check_encoded", "encode_events"]
 

@@ -15,26 +15,10 @@ import anyio
 import anyio.lowlevel
 
 from ._base import EventStore
+from ._chain import ChainChecker
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_expected_version,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_events,
-    prepare_snapshot,
-    version_matches,
-)
+from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, StoreError
 from ._ids import uuid7
 from ._records import (
@@ -57,8 +41,22 @@ from ._redaction import (
     RedactionResult,
     plan_redaction,
 )
+from ._results import match_resent
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_expected_version,
+    check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_type_filter,
+    prepare_batch,
+    prepare_events,
+    version_matches,
+)
 
 __all__ = ["MemoryEventStore"]
 

@@ -8,9 +8,9 @@ import urllib.parse
 from typing import Literal
 
 from ._base import EventStore
-from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._errors import UnsupportedStoreURL
 from ._upcasting import Upcasters
+from ._validation import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["DEFAULT_STORE_PATH", "open_store"]
 

@@ -42,25 +42,10 @@ from uuid import UUID
 import anyio
 
 from ._base import EventStore
+from ._chain import ChainChecker
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_snapshot,
-    to_micros,
-    version_matches,
-)
+from ._encoding import chain_hashes, to_micros
 from ._errors import (
     ConcurrencyError,
     IdempotencyError,
@@ -106,7 +91,19 @@ from ._records import (
     VerifyReport,
 )
 from ._redaction import REDACTIONS_STREAM, Redaction, RedactionRecords, RedactionResult
+from ._results import match_resent
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_type_filter,
+    prepare_batch,
+    version_matches,
+)
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 

@@ -14,10 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, Protocol
 
-from ._encoding import check_stream_name, decode_payload
+from ._decoding import decode_payload
 from ._errors import InvalidEventError
 from ._ids import check_event_id
 from ._upcasting import Upcasters
+from ._validation import check_stream_name
 
 __all__ = [
     "RAW_PAGE",

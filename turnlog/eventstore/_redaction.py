@@ -22,9 +22,10 @@ from typing import Any
 
 import orjson
 
-from ._encoding import encode_json, payload_digest
-from ._errors import StoreError
+from ._encoding import digest_event_hash, encode_json, legacy_event_hash, payload_digest
+from ._errors import InvalidEventError, StoreError
 from ._records import NewEvent, Problem
+from ._validation import check_stream_name
 
 __all__ = [
     "MARKER_KEY",
@@ -292,9 +293,6 @@ def part_digest(
 
 def check_targets(targets: Sequence[Redaction]) -> None:
     """Refuse malformed redaction requests before anything is read or written."""
-    from ._encoding import check_stream_name
-    from ._errors import InvalidEventError
-
     if not targets:
         raise InvalidEventError("redact needs at least one event")
     for target in targets:
@@ -335,8 +333,6 @@ def plan_redaction(target: Redaction, row: Sequence[Any]) -> Plan | RedactionRes
         RedactionError: the row is hashed by the legacy chain, or its bytes do not match its
             hash (a damaged event is never re-blessed: run ``verify``).
     """
-    from ._encoding import digest_event_hash, legacy_event_hash
-
     _, event_id, stream, version, type_, schema, data, meta, recorded_at, prev_hash, hash_ = row
     event_id = str(event_id)
     data_b, meta_b = _as_bytes(data), _as_bytes(meta)
@@ -411,8 +407,6 @@ def event_hash_matches(
     A redaction marker counts by the digest it names (``verify`` then checks that digest
     against the redaction record); an event of the legacy chain by its bytes.
     """
-    from ._encoding import digest_event_hash, legacy_event_hash
-
     args = (prev_hash, event_id, stream, version, type_, schema)
     data_m, meta_m = stored_marker(data), stored_marker(meta)
     data_d = data_m.digest if data_m is not None else payload_digest(data)

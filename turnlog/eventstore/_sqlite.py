@@ -54,26 +54,10 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ._base import EventStore
+from ._chain import ChainChecker
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_expected_version,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_events,
-    prepare_snapshot,
-    version_matches,
-)
+from ._encoding import chain_hashes
 from ._errors import (
     ConcurrencyError,
     CorruptStoreError,
@@ -106,6 +90,8 @@ from ._records import (
     VerifyReport,
 )
 from ._redaction import Redaction, RedactionRecords, RedactionResult
+from ._results import match_resent
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._sqlite_redact import erase_freed, redact_sync, redaction_rows, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
@@ -119,6 +105,18 @@ from ._sqlite_schema import (
     write_transaction,
 )
 from ._upcasting import Upcasters
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_expected_version,
+    check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_type_filter,
+    prepare_batch,
+    prepare_events,
+    version_matches,
+)
 from ._worker import Worker
 
 __all__ = ["FORMAT_VERSION", "SQLiteEventStore"]

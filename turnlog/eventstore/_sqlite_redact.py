@@ -12,12 +12,12 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ._encoding import PreparedAppend, prepare_events
 from ._errors import StoreUnavailable
 from ._records import ANY
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
 from ._sqlite_schema import write_transaction
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
+from ._validation import PreparedAppend, prepare_events
 
 if TYPE_CHECKING:
     from ._sqlite import SQLiteEventStore

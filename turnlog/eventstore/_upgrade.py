@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._encoding import ChainChecker, digest_event_hash, payload_digest
+from ._chain import ChainChecker
+from ._encoding import digest_event_hash, payload_digest
 from ._errors import StoreError
 from ._records import NewEvent, Problem
 from ._redaction import REDACTIONS_STREAM, RedactionRecords
