@@ -41,7 +41,7 @@ from ._redaction import (
     RedactionResult,
     plan_redaction,
 )
-from ._results import match_resent
+from ._results import append_result, match_resent
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
@@ -160,7 +160,7 @@ class MemoryEventStore(EventStore):
             if not version_matches(entry.expected, version):
                 raise ConcurrencyError(entry.stream, entry.expected, version)
             stream = entry.stream
-            first = position + 1
+            start = len(new_rows)
             for ev, digest in zip(
                 entry.events, chain_hashes(stream, version, prev, entry.events, now), strict=True
             ):
@@ -182,9 +182,8 @@ class MemoryEventStore(EventStore):
                     )
                 )
                 prev = digest
-            positions = range(first, position + 1)
             heads[entry.stream] = (version, prev)
-            results.append(AppendResult(tuple(positions), version))
+            results.append(append_result(new_rows[start:], version, self.upcasters))
         for row in new_rows:
             self._rows.append(row)
             self._streams.setdefault(row.stream, []).append(row.position)
@@ -207,8 +206,11 @@ class MemoryEventStore(EventStore):
                         row.schema,
                         row.data,
                         row.meta,
+                        row.recorded_at,
+                        row.prev_hash,
+                        row.hash,
                     )
-        return match_resent(entries, stored) if stored else None
+        return match_resent(entries, stored, self.upcasters) if stored else None
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None

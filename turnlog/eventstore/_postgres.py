@@ -58,6 +58,7 @@ from ._errors import (
 from ._group_commit import GroupCommit
 from ._ids import uuid7
 from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._postgres_port import planned_result, resent_rows_query, stored_row
 from ._postgres_redact import redact_postgres, redaction_rows_query
 from ._postgres_sql import (
     FORMAT_VERSION,
@@ -91,7 +92,7 @@ from ._records import (
     VerifyReport,
 )
 from ._redaction import REDACTIONS_STREAM, Redaction, RedactionRecords, RedactionResult
-from ._results import match_resent
+from ._results import append_result, match_resent
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
 from ._validation import (
@@ -401,7 +402,7 @@ class PostgresEventStore(EventStore):
                 _check_uuid(event.id, entry.stream, index)
         if self._closed:
             raise StoreError("the store is closed")
-        return await self._group.submit(prepared)
+        return await self._with_events(await self._group.submit(prepared))
 
     async def _commit_group(self, units: list[list[PreparedAppend]]) -> list[Any]:
         """Store concurrent appends in one transaction; one outcome (results or error) each."""
@@ -474,7 +475,7 @@ class PostgresEventStore(EventStore):
         outcomes = plan.outcomes
         for index, spans in plan.inserts:
             outcomes[index] = [
-                AppendResult(tuple(range(first + offset, first + offset + count)), version)
+                planned_result(plan.columns, first, offset, count, version, self.upcasters)
                 for offset, count, version in spans
             ]
         return outcomes, plan.deferred
@@ -878,6 +879,22 @@ class PostgresEventStore(EventStore):
                     data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
                 [astuple(snap) for snap in snapshots],
             )
+
+    # -- additions to the port (see _postgres_port) -------------------------------------
+
+    async def _with_events(self, results: list[AppendResult]) -> list[AppendResult]:
+        """``results`` with their recorded events: a re-sent append's are read back here."""
+        missing = [position for result in results if result.rows is None for position in result.positions]
+        if not missing:
+            return results
+        query = resent_rows_query(self._sql.events, ROW_COLUMNS)
+        rows = {row[0]: stored_row(row) for row in await self._fetch("append", query, [missing])}
+        return [
+            result
+            if result.rows is not None
+            else append_result([rows[p] for p in result.positions], result.version, self.upcasters)
+            for result in results
+        ]
 
 
 def _is_dead(conn: Any) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias
@@ -145,17 +145,98 @@ class RecordedEvent:
     hash: str
 
 
-@dataclass(frozen=True, slots=True)
 class AppendResult:
-    """What an append stored.
+    """What an append stored: positions, the stream's new version, and the events themselves.
+
+    ``events`` are the ``RecordedEvent`` s a read of those positions returns (decoded and
+    upcast the same way), so a writer that folds what it appended needs no read-back. A
+    re-sent append (same ids, same content) returns the original result, events included.
+    The events are decoded on first access, from the rows the store kept: an append whose
+    caller never looks at them pays nothing for them.
+
+    Two results are equal when their positions and versions are (the events follow from
+    those in one store).
 
     Attributes:
         positions: Global positions of the appended events, in order.
         version: The stream's version after the append.
     """
 
+    __slots__ = ("_decode", "_events", "_rows", "positions", "version")
+
     positions: tuple[int, ...]
     version: int
+
+    def __init__(
+        self,
+        positions: tuple[int, ...],
+        version: int,
+        *,
+        rows: Sequence[Sequence[Any]] | None = None,
+        decode: Callable[[Sequence[Any]], RecordedEvent] | None = None,
+    ) -> None:
+        """Make a result; a store passes its stored ``rows`` (``RawEvent`` order) and their ``decode``."""
+        _set = object.__setattr__
+        _set(self, "positions", positions)
+        _set(self, "version", version)
+        _set(self, "_rows", rows)
+        _set(self, "_decode", decode)
+        _set(self, "_events", None)
+
+    @property
+    def events(self) -> tuple[RecordedEvent, ...]:
+        """The events stored, in order, exactly as a read returns them.
+
+        Raises:
+            AttributeError: the result was made without its rows (by hand, not by a store).
+        """
+        events: tuple[RecordedEvent, ...] | None = self._events
+        if events is None:
+            rows, decode = self._rows, self._decode
+            if rows is None or decode is None:
+                raise AttributeError("this AppendResult was made without the events it stands for")
+            events = tuple(map(decode, rows))
+            object.__setattr__(self, "_events", events)
+        return events
+
+    @property
+    def rows(self) -> Sequence[Sequence[Any]] | None:
+        """The stored rows behind ``events`` (``RawEvent`` field order), None when not known."""
+        return self._rows
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"AppendResult is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"AppendResult is immutable: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not AppendResult:
+            return NotImplemented
+        assert isinstance(other, AppendResult)
+        return self.positions == other.positions and self.version == other.version
+
+    def __hash__(self) -> int:
+        return hash((self.positions, self.version))
+
+    def __repr__(self) -> str:
+        return f"AppendResult(positions={self.positions!r}, version={self.version!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy carries the decoded events, not the decoder (whose upcasters may not pickle).
+        events = self.events if self._rows is not None and self._decode is not None else None
+        return _rebuilt_result, (self.positions, self.version, self._rows, events)
+
+
+def _rebuilt_result(
+    positions: tuple[int, ...],
+    version: int,
+    rows: Sequence[Sequence[Any]] | None,
+    events: tuple[RecordedEvent, ...] | None,
+) -> AppendResult:
+    result = AppendResult(positions, version, rows=rows)
+    object.__setattr__(result, "_events", events)
+    return result
 
 
 @dataclass(frozen=True, slots=True)

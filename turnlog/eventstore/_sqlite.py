@@ -90,7 +90,7 @@ from ._records import (
     VerifyReport,
 )
 from ._redaction import Redaction, RedactionRecords, RedactionResult
-from ._results import match_resent
+from ._results import append_result, chained_rows, match_resent
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._sqlite_redact import erase_freed, redact_sync, redaction_rows, upgrade_sync
 from ._sqlite_schema import (
@@ -458,7 +458,8 @@ class SQLiteEventStore(EventStore):
                 if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
                     raise StoreError(f"{self.path}: the insert reported no position")
                 count = len(events)
-                results.append(AppendResult(tuple(range(last - count + 1, last + 1)), version + count))
+                rows = chained_rows(last - count + 1, stream, version, prev, events, hashes, now)
+                results.append(append_result(rows, version + count, self.upcasters))
         except sqlite3.IntegrityError as exc:
             # A stored event id: either a re-send of an acknowledged append or a clash.
             if savepoint is None:
@@ -486,14 +487,14 @@ class SQLiteEventStore(EventStore):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             sql = (
-                "SELECT id, position, stream, version, type, schema, data, meta "
+                "SELECT id, position, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash "
                 f"FROM events WHERE id IN ({marks})"
             )
             for row in conn.execute(sql, chunk):
                 stored[row[0]] = row[1:]
         if not stored:
             return None
-        return match_resent(entries, stored)
+        return match_resent(entries, stored, self.upcasters)
 
     # ------------------------------------------------------------------ reads
 
