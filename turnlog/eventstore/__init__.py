@@ -1,4 +1,11 @@
-"""turnlog.eventstore: the append-only log. It knows nothing about conversations."""
+"""turnlog.eventstore: the append-only log. It knows nothing about conversations.
+
+``PostgresEventStore`` is loaded on first use (``turnlog.eventstore.PostgresEventStore``), so
+that the package imports without the PostgreSQL driver; without it, that name raises
+``ImportError`` naming the extra to install (``pip install 'turnlog[postgres]'``).
+"""
+
+from typing import TYPE_CHECKING
 
 from ._base import EventStore
 from ._encoder import EventEncoder, encode_events
@@ -20,7 +27,7 @@ from ._errors import (
 from ._ids import uuid7
 from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, MigrationError, migrate
-from ._open import open_store
+from ._open import StoreURL, open_store, parse_store_url
 from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
@@ -50,7 +57,11 @@ from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
 
+if TYPE_CHECKING:
+    from ._postgres import PostgresEventStore
+
 __all__ = [
+    "PostgresEventStore",
     "REDACTIONS_STREAM",
     "UPGRADES_STREAM",
     "UpgradeRefused",
@@ -101,5 +112,16 @@ __all__ = [
     "VerifyReport",
     "migrate",
     "open_store",
+    "parse_store_url",
+    "StoreURL",
     "uuid7",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: the PostgreSQL backend needs an optional driver, so it is imported on first use.
+    if name == "PostgresEventStore":
+        from ._open import postgres_store_class
+
+        return postgres_store_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

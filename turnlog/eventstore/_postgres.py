@@ -57,6 +57,7 @@ from ._errors import (
 )
 from ._group_commit import GroupCommit
 from ._ids import uuid7
+from ._open import parse_postgres_url as parse_url
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_port import planned_result, resent_rows_query, stored_row
 from ._postgres_redact import redact_postgres, redaction_rows_query
@@ -69,7 +70,6 @@ from ._postgres_sql import (
     advisory_key,
     import_psycopg,
     masked,
-    parse_url,
 )
 from ._raw import (
     RAW_PAGE,
