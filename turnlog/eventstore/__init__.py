@@ -21,6 +21,7 @@ from ._errors import (
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
+    TrackingError,
     TurnlogError,
     UnsupportedStoreURL,
 )
@@ -41,6 +42,7 @@ from ._records import (
     Problem,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import (
@@ -106,6 +108,8 @@ __all__ = [
     "StoreNotFound",
     "StoreUnavailable",
     "TurnlogError",
+    "Tracking",
+    "TrackingError",
     "UnsupportedStoreURL",
     "Upcaster",
     "Upcasters",

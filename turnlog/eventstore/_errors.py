@@ -14,6 +14,7 @@ Every error turnlog raises derives from ``TurnlogError``; the store's errors fro
         ├── CorruptEventError       a stored payload cannot be decoded
         ├── CorruptStoreError       the store's files or rows are damaged beyond one event
         ├── StoreUnavailable        the backend cannot be reached or dropped the connection
+        ├── TrackingError           a consumer's position would not move forward (consumer, position, recorded)
         └── UnsupportedStoreURL     open_store() got a scheme it does not know (ValueError)
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "StoreNotFound",
     "StoreUnavailable",
     "UnsupportedStoreURL",
+    "TrackingError",
 ]
 
 
@@ -186,3 +188,21 @@ class StoreUnavailable(StoreError):
 
 class UnsupportedStoreURL(StoreError, ValueError):
     """``open_store`` was given a URL whose scheme no backend handles."""
+
+
+class TrackingError(StoreError):
+    """A consumer's position would not move forward; nothing was stored (no event either).
+
+    Attributes:
+        consumer: The consumer named.
+        position: The position it tried to record.
+        recorded: The position already recorded for it.
+    """
+
+    def __init__(self, consumer: str, position: int, recorded: int) -> None:
+        self.consumer = consumer
+        self.position = position
+        self.recorded = recorded
+        super().__init__(
+            f"consumer {consumer!r} is at position {recorded}; position {position} does not move it forward"
+        )

@@ -19,7 +19,7 @@ from ._chain import ChainChecker
 from ._decoding import decode_event
 from ._encoder import check_encoded
 from ._encoding import chain_hashes
-from ._errors import ConcurrencyError, StoreError
+from ._errors import ConcurrencyError, StoreError, TrackingError
 from ._ids import uuid7
 from ._records import (
     ANY,
@@ -30,6 +30,7 @@ from ._records import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import (
@@ -52,6 +53,7 @@ from ._validation import (
     check_read_range,
     check_stream_name,
     check_stream_prefix,
+    check_tracking,
     check_type_filter,
     prepare_batch,
     prepare_events,
@@ -93,7 +95,7 @@ class MemoryEventStore(EventStore):
         1
     """
 
-    capabilities: frozenset[str] = frozenset({"gapless_positions", "redact"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions", "redact", "tracking"})
 
     def __init__(
         self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -105,6 +107,7 @@ class MemoryEventStore(EventStore):
         self._streams: dict[str, list[int]] = {}
         self._ids: dict[str, int] = {}
         self._snapshots: dict[tuple[str, str, int], tuple[int, bytes, bytes, int]] = {}
+        self._tracking: dict[str, int] = {}
         self._wake: anyio.Event | None = None
         self._closed = False
 
@@ -140,11 +143,13 @@ class MemoryEventStore(EventStore):
         await anyio.lowlevel.checkpoint()
         return results
 
-    def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
+    def _write(self, entries: list[PreparedAppend], tracking: Tracking | None = None) -> list[AppendResult]:
         # Everything is computed before the first mutation, so a failure stores nothing.
         resent = self._resent(entries)
         if resent is not None:
             return resent
+        if tracking is not None:
+            self._check_tracking(tracking)
         now = time.time_ns() // 1000
         position = len(self._rows)
         heads: dict[str, tuple[int, str]] = {}
@@ -184,11 +189,41 @@ class MemoryEventStore(EventStore):
                 prev = digest
             heads[entry.stream] = (version, prev)
             results.append(append_result(new_rows[start:], version, self.upcasters))
+        if tracking is not None:
+            self._tracking[tracking.consumer] = tracking.position
         for row in new_rows:
             self._rows.append(row)
             self._streams.setdefault(row.stream, []).append(row.position)
             self._ids[row.id] = row.position
         self._notify()
+        return results
+
+    def _check_tracking(self, tracking: Tracking) -> None:
+        recorded = self._tracking.get(tracking.consumer)
+        if recorded is not None and tracking.position <= recorded:
+            raise TrackingError(tracking.consumer, tracking.position, recorded)
+
+    # ------------------------------------------------------------------ tracking (capability "tracking")
+
+    async def save_tracking(self, consumer: str, position: int) -> None:
+        self._check_open()
+        tracking = check_tracking(Tracking(consumer, position))
+        self._check_tracking(tracking)
+        self._tracking[consumer] = position
+        await anyio.lowlevel.checkpoint()
+
+    async def tracking_position(self, consumer: str) -> int | None:
+        self._check_open()
+        check_tracking(Tracking(consumer, 0))
+        return self._tracking.get(consumer)
+
+    async def append_tracked(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]], tracking: Tracking
+    ) -> list[AppendResult]:
+        self._check_open()
+        prepared = prepare_batch(entries, self.max_event_bytes)
+        results = self._write(prepared, check_tracking(tracking))
+        await anyio.lowlevel.checkpoint()
         return results
 
     def _resent(self, entries: list[PreparedAppend]) -> list[AppendResult] | None:

@@ -1,9 +1,14 @@
-"""What the PostgreSQL store adds to the port, kept apart from its append path: recorded events.
+"""What the PostgreSQL store adds to the port, kept apart from its append path: recorded events, tracking.
 
 The append path (``_postgres``) plans its rows column by column (``_plan_group``); an
 append's result carries those rows (``planned_result``). A re-sent append finds only part of
 each stored row in its first lookup, so its result gets the rows it stands for afterwards
-(``resent_rows``), in one more query that only re-sends pay for.
+(``resent_rows_query``), in one more query that only re-sends pay for.
+
+Tracking (the ``"tracking"`` capability) uses the schema's ``tracking`` table. An append with
+tracking (``append_tracked``) inserts its events first and moves the consumer second, in one
+transaction: the events' statement must take the transaction id together with the positions
+(see ``_postgres``), so nothing may assign the id before it.
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._records import AppendResult
+from ._errors import TrackingError
+from ._records import AppendResult, Tracking
 from ._results import append_result
 from ._upcasting import Upcasters
 
-__all__ = ["planned_result", "resent_rows_query", "stored_row"]
+__all__ = ["TrackingSql", "planned_result", "record_tracking", "resent_rows_query", "stored_row"]
 
 
 def planned_result(
@@ -43,3 +49,30 @@ def resent_rows_query(events_table: str, row_columns: str) -> str:
 def stored_row(row: Sequence[Any]) -> tuple[Any, ...]:
     """A fetched event row (``RawEvent`` order) with the id as text and the payloads as bytes."""
     return (row[0], str(row[1]), *row[2:6], bytes(row[6]), bytes(row[7]), *row[8:])
+
+
+class TrackingSql:
+    """The statements of the ``tracking`` capability on the schema's ``tracking`` table."""
+
+    def __init__(self, schema: str) -> None:
+        table = f'"{schema}".tracking'
+        # Moves the consumer forward only: a position at or below the recorded one returns no row.
+        # ON CONFLICT locks the consumer's row, so two writers of one consumer take turns.
+        self.advance = (
+            f"INSERT INTO {table} (consumer, position) VALUES (%s, %s) "
+            f"ON CONFLICT (consumer) DO UPDATE SET position = excluded.position "
+            f"WHERE {table}.position < excluded.position RETURNING position"
+        )
+        self.position = f"SELECT position FROM {table} WHERE consumer = %s"
+
+
+async def record_tracking(conn: Any, sql: TrackingSql, tracking: Tracking) -> None:
+    """Move ``tracking.consumer`` to ``tracking.position`` on ``conn`` (inside the caller's transaction, if any).
+
+    Raises:
+        TrackingError: the consumer's recorded position is at or above ``tracking.position``.
+    """
+    moved = await (await conn.execute(sql.advance, [tracking.consumer, tracking.position])).fetchone()
+    if moved is None:
+        row = await (await conn.execute(sql.position, [tracking.consumer])).fetchone()
+        raise TrackingError(tracking.consumer, tracking.position, int(row[0]) if row is not None else -1)

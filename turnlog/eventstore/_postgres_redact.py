@@ -10,15 +10,29 @@ included) into new files, so no dead tuple keeps the old bytes in the database's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
-from ._postgres_sql import ROW_COLUMNS
+from ._postgres_sql import ROW_COLUMNS, Sql
+from ._records import AppendResult, NewEvent
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
 
-if TYPE_CHECKING:
-    from ._postgres import PostgresEventStore
+__all__ = ["RedactingStore", "redact_postgres", "redaction_rows_query"]
 
-__all__ = ["redact_postgres", "redaction_rows_query"]
+
+class RedactingStore(Protocol):
+    """What redaction uses of the PostgreSQL store: its statements, a pooled connection, ``append``.
+
+    A protocol rather than the store's class, so this module does not import ``_postgres``
+    (which imports this one).
+    """
+
+    _sql: Sql
+
+    def _connection(self, action: str) -> AbstractAsyncContextManager[Any]: ...
+
+    async def append(self, stream: str, events: Sequence[NewEvent]) -> AppendResult: ...
 
 
 def redaction_rows_query(events_table: str) -> str:
@@ -26,7 +40,7 @@ def redaction_rows_query(events_table: str) -> str:
     return f"SELECT version, data FROM {events_table} WHERE stream = %s ORDER BY version"
 
 
-async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -> list[RedactionResult]:
+async def redact_postgres(store: RedactingStore, targets: list[Redaction]) -> list[RedactionResult]:
     """Redact ``targets`` on ``store`` (see the module docstring for the steps)."""
     sql = store._sql
     plans: list[Plan | RedactionResult] = []
@@ -57,7 +71,7 @@ async def redact_postgres(store: PostgresEventStore, targets: list[Redaction]) -
     return [plan.result() if isinstance(plan, Plan) else plan for plan in plans]
 
 
-async def vacuum_full(store: PostgresEventStore) -> None:
+async def vacuum_full(store: RedactingStore) -> None:
     """Rewrite the events and snapshots tables (and their TOAST tables) without dead tuples."""
     sql = store._sql
     async with store._connection("vacuum") as conn:

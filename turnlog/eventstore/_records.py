@@ -23,6 +23,7 @@ __all__ = [
     "Problem",
     "RecordedEvent",
     "Snapshot",
+    "Tracking",
     "VerifyReport",
 ]
 
@@ -237,6 +238,23 @@ def _rebuilt_result(
     result = AppendResult(positions, version, rows=rows)
     object.__setattr__(result, "_events", events)
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class Tracking:
+    """A consumer's place in a log: the last position it has processed.
+
+    Record it with ``EventStore.save_tracking``, or with the events it led to in one
+    transaction (``EventStore.append_tracked``); read it with ``tracking_position``. A
+    consumer's position only moves forward.
+
+    Attributes:
+        consumer: The consumer's name (the rules of a stream name apply).
+        position: The last position it processed (of this store's log or of another one).
+    """
+
+    consumer: str
+    position: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from uuid import UUID
 from ._encoding import encode_object
 from ._errors import EventTooLarge, InvalidEventError
 from ._ids import check_event_id
-from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, sealed_encoded
+from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, Tracking, sealed_encoded
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -29,6 +29,7 @@ __all__ = [
     "check_read_range",
     "check_stream_name",
     "check_stream_prefix",
+    "check_tracking",
     "check_type_filter",
     "encode_new_events",
     "prepare_batch",
@@ -228,3 +229,21 @@ def prepare_batch(entries: object, max_event_bytes: int) -> list[PreparedAppend]
             seen.add(ev.id)
         prepared.append(PreparedAppend(name, evs, expected))
     return prepared
+
+
+def check_tracking(tracking: object) -> Tracking:
+    """Return ``tracking`` if it is a ``Tracking`` with a valid consumer name and an int position >= 0.
+
+    Raises:
+        InvalidEventError: naming what is wrong.
+    """
+    if not isinstance(tracking, Tracking):
+        raise InvalidEventError(f"expected a Tracking, got {type(tracking).__name__}")
+    try:
+        check_stream_name(tracking.consumer)
+    except InvalidEventError as exc:
+        raise InvalidEventError(f"tracking: {str(exc).replace('stream name', 'consumer name')}") from None
+    position = tracking.position
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise InvalidEventError(f"tracking position must be an int >= 0, not {position!r}")
+    return tracking
