@@ -19,10 +19,12 @@ from turnlog.eventstore import (
     InvalidEventError,
     NewEvent,
     Upcasters,
+    encode_json,
+    event_hash,
 )
 from turnlog.eventstore._chain import ChainChecker
 from turnlog.eventstore._decoding import decode_payload
-from turnlog.eventstore._encoding import encode_json, event_hash, from_micros, to_micros
+from turnlog.eventstore._encoding import from_micros, to_micros
 from turnlog.eventstore._results import match_resent
 from turnlog.eventstore._validation import (
     PreparedAppend,

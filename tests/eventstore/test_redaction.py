@@ -13,14 +13,16 @@ from turnlog.eventstore import (
     MemoryEventStore,
     NewEvent,
     NewSnapshot,
+    RawEvent,
     Redaction,
     RedactionError,
     SQLiteEventStore,
     UpgradeRefused,
+    encode_json,
+    event_hash,
 )
 from turnlog.eventstore._chain import ChainChecker
-from turnlog.eventstore._encoding import encode_json, event_hash, legacy_event_hash
-from turnlog.eventstore._raw import RawEvent
+from turnlog.eventstore._encoding import legacy_event_hash
 
 SECRET = "alice-secret-4711@example.com"
 

@@ -5,7 +5,7 @@ that the package imports without the PostgreSQL driver; without it, that name ra
 ``ImportError`` naming the extra to install (``pip install 'turnlog[postgres]'``).
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._base import EventStore
 from ._encoder import EventEncoder, encode_events
@@ -59,27 +59,11 @@ from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._postgres import PostgresEventStore
 
 __all__ = [
-    "PostgresEventStore",
-    "REDACTIONS_STREAM",
-    "UPGRADES_STREAM",
-    "UpgradeRefused",
-    "Redacted",
-    "Redaction",
-    "RedactionError",
-    "RedactionResult",
-    "event_hash_matches",
-    "is_redacted",
-    "redacted_marker",
-    "encode_events",
-    "encode_json",
-    "event_hash",
     "ANY",
-    "NO_STREAM",
-    "STREAM_EXISTS",
     "AppendResult",
     "ConcurrencyError",
     "CorruptEventError",
@@ -94,30 +78,46 @@ __all__ = [
     "MemoryEventStore",
     "MigrateReport",
     "MigrationError",
+    "NO_STREAM",
     "NewEvent",
     "NewSnapshot",
+    "PostgresEventStore",
     "Problem",
+    "REDACTIONS_STREAM",
     "RawCopy",
     "RawEvent",
     "RawSnapshot",
     "RecordedEvent",
+    "Redacted",
+    "Redaction",
+    "RedactionError",
+    "RedactionResult",
     "SQLiteEventStore",
+    "STREAM_EXISTS",
     "Snapshot",
     "StoreError",
     "StoreFormatError",
     "StoreNotFound",
+    "StoreURL",
     "StoreUnavailable",
-    "TurnlogError",
     "Tracking",
     "TrackingError",
+    "TurnlogError",
+    "UPGRADES_STREAM",
     "UnsupportedStoreURL",
     "Upcaster",
     "Upcasters",
+    "UpgradeRefused",
     "VerifyReport",
+    "encode_events",
+    "encode_json",
+    "event_hash",
+    "event_hash_matches",
+    "is_redacted",
     "migrate",
     "open_store",
     "parse_store_url",
-    "StoreURL",
+    "redacted_marker",
     "uuid7",
 ]
 
