@@ -143,9 +143,15 @@ class ChainChecker:
         if erased is not None:
             self.redactions.seen.add((stream, version))
         data_d, data_gone = self._part_digest(
-            data_b, erased and erased.data_digest, "payload", problem, erased and erased.kept
+            data_b,
+            None if erased is None else erased.data_digest,
+            "payload",
+            problem,
+            None if erased is None else erased.kept,
         )
-        meta_d, meta_gone = self._part_digest(meta_b, erased and erased.meta_digest, "meta", problem)
+        meta_d, meta_gone = self._part_digest(
+            meta_b, None if erased is None else erased.meta_digest, "meta", problem
+        )
         args = (prev_hash, event_id, stream, version, type_, schema)
         if digest_event_hash(*args, data_d, meta_d, recorded_at_us) == hash_:
             if data_gone or meta_gone:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, make_dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ._decoding import decode_payload
 from ._errors import InvalidEventError
@@ -94,7 +94,7 @@ def raw_event(row: Sequence[Any]) -> RawEvent:
     """
     event = _RawEventFields(*row)
     event.__class__ = RawEvent
-    return event  # type: ignore[return-value]
+    return cast(RawEvent, event)
 
 
 @dataclass(frozen=True, slots=True)

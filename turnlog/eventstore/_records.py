@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias
+from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias, cast
 from uuid import UUID
 
 from ._ids import uuid7
@@ -99,7 +99,7 @@ class EncodedEvent(_EncodedFields):
         raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
 
     @classmethod
-    def _make(cls, iterable: object) -> NoReturn:
+    def _make(cls, iterable: object) -> NoReturn:  # type: ignore[override]  # refuses, by design
         raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
 
     def _replace(self, **kwargs: object) -> NoReturn:
@@ -112,7 +112,8 @@ class EncodedEvent(_EncodedFields):
 
 def sealed_encoded(fields: tuple[str, str, int, bytes, bytes]) -> EncodedEvent:
     """Build an ``EncodedEvent`` from fields already validated (for the encoders only)."""
-    return tuple.__new__(EncodedEvent, fields)
+    # tuple.__new__ directly: EncodedEvent's own __new__ refuses every caller.
+    return cast(EncodedEvent, tuple.__new__(cast(Any, EncodedEvent), fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,9 @@ class AppendResult:
 
     positions: tuple[int, ...]
     version: int
+    _rows: Sequence[Sequence[Any]] | None
+    _decode: Callable[[Sequence[Any]], RecordedEvent] | None
+    _events: tuple[RecordedEvent, ...] | None
 
     def __init__(
         self,

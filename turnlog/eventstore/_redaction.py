@@ -301,11 +301,11 @@ def check_targets(targets: Sequence[Redaction]) -> None:
         check_stream_name(target.stream)
         if target.stream == REDACTIONS_STREAM:
             raise RedactionError(target.stream, target.version, "redaction records cannot be redacted")
-        if isinstance(target.version, bool) or not isinstance(target.version, int) or target.version < 1:
-            raise InvalidEventError(
-                f"version must be an int >= 1, not {target.version!r}", stream=target.stream
-            )
-        if not isinstance(target.reason, str) or not target.reason.strip():
+        version: object = target.version
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidEventError(f"version must be an int >= 1, not {version!r}", stream=target.stream)
+        reason: object = target.reason
+        if not isinstance(reason, str) or not reason.strip():
             raise InvalidEventError("a redaction needs a reason (a non-empty str)", stream=target.stream)
         if not isinstance(target.actor, str):
             raise InvalidEventError("actor must be a str", stream=target.stream)

@@ -57,13 +57,13 @@ def prepare_snapshot(snapshot: object, max_event_bytes: int) -> PreparedSnapshot
     if not isinstance(snapshot, NewSnapshot):
         raise InvalidEventError(f"expected a NewSnapshot, got {type(snapshot).__name__}")
     name = check_stream_name(snapshot.stream)
-    version = snapshot.version
+    version: object = snapshot.version
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise InvalidEventError(f"snapshot version must be an int >= 0, not {version!r}", stream=name)
-    stype = snapshot.type
+    stype: object = snapshot.type
     if not isinstance(stype, str) or len(stype) > MAX_TYPE_LEN or not _TYPE_RE.match(stype):
         raise InvalidEventError(f"malformed snapshot type {stype!r}", stream=name)
-    schema = snapshot.schema
+    schema: object = snapshot.schema
     if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
         raise InvalidEventError(f"snapshot schema must be an int >= 1, not {schema!r}", stream=name)
     data = encode_object(snapshot.data, "snapshot data", name, 0)

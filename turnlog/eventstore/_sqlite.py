@@ -135,9 +135,9 @@ _INLINE_MAX_BYTES = 256 * 1024
 _CHECKPOINT_WAL_BYTES = 4 * 1024 * 1024
 _POLL_INTERVAL = 0.025
 _NO_BOUND = 2**62
-_ROW_POSITION = itemgetter(0)
+_ROW_POSITION: Callable[[tuple[Any, ...]], int] = itemgetter(0)
 """The key of a stored row in ``read_all`` pages (its position)."""
-_ROW_VERSION = itemgetter(3)
+_ROW_VERSION: Callable[[tuple[Any, ...]], int] = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
 _EVENT_HASH = "SELECT hash FROM events WHERE stream = ? AND version = ?"
 

@@ -184,8 +184,8 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
         size = len(data) + len(meta)
         if size > max_event_bytes:
             raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
-        eid = event.id
-        eid = str(eid) if eid.__class__ is UUID else check_event_id(eid, stream, index)
+        given: object = event.id
+        eid = str(given) if given.__class__ is UUID else check_event_id(given, stream, index)
         if eid in seen:
             raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=stream, index=index)
         seen.add(eid)
@@ -243,7 +243,7 @@ def check_tracking(tracking: object) -> Tracking:
         check_stream_name(tracking.consumer)
     except InvalidEventError as exc:
         raise InvalidEventError(f"tracking: {str(exc).replace('stream name', 'consumer name')}") from None
-    position = tracking.position
+    position: object = tracking.position
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise InvalidEventError(f"tracking position must be an int >= 0, not {position!r}")
     return tracking
