@@ -102,10 +102,8 @@ async def test_upgrade_chain_verifies_first_then_rehashes_and_records(tmp_path: 
     async with store:
         rows = _legacy_rows(3)
         if isinstance(store, MemoryEventStore):
-            from turnlog.eventstore._memory import _Row
-
             for row in rows:
-                store._rows.append(_Row(*(getattr(row, f) for f in row.__slots__)))
+                store._rows.append(row)
                 store._streams.setdefault(row.stream, []).append(row.position)
         else:
             await store.import_raw(rows)

@@ -79,13 +79,14 @@ class ChainChecker:
             (position, event_id, stream, version, type_, schema, data, meta, recorded_at_us, prev_hash, hash_)
         )
 
-    def add_row(self, row: Sequence[Any]) -> None:
+    def add_row(self, row: Iterable[Any]) -> None:
         """Check one stored row whose fields come in ``RawEvent`` order.
 
         That is ``(position, id, stream, version, type, schema, data, meta, recorded_at_us,
         prev_hash, hash)``, the order every backend selects for ``verify``; rows must come
         ordered by stream, then version.
         """
+        row = tuple(row)
         position, event_id, stream, version, _, _, data, meta, _, prev_hash, hash_ = row
         if stream != self._stream:
             self._stream = stream

@@ -7,7 +7,7 @@ that cannot be decoded raises the same ``CorruptEventError`` everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from uuid import UUID, SafeUUID
@@ -96,7 +96,7 @@ _last_moment: tuple[int, datetime] = (0, _EPOCH)
 """The latest ``recorded_at`` decoded: the events of one append share their timestamp."""
 
 
-def decode_event(upcasters: Upcasters, row: Sequence[Any]) -> RecordedEvent:
+def decode_event(upcasters: Upcasters, row: Iterable[Any]) -> RecordedEvent:
     """Turn a stored row in ``RawEvent`` field order into a ``RecordedEvent`` (decoded, upcast).
 
     The id may be stored as text or as a ``UUID``.

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -21,6 +22,7 @@ from ._encoder import check_encoded
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, StoreError, TrackingError
 from ._ids import uuid7
+from ._raw import RawEvent, raw_event
 from ._records import (
     ANY,
     AppendResult,
@@ -65,22 +67,6 @@ __all__ = ["MemoryEventStore"]
 _PAGE = 500
 
 
-class _Row(NamedTuple):
-    """A stored event, fields in ``RawEvent`` order (a tuple: one is made per appended event)."""
-
-    position: int
-    id: str
-    stream: str
-    version: int
-    type: str
-    schema: int
-    data: bytes
-    meta: bytes
-    recorded_at: int
-    prev_hash: str
-    hash: str
-
-
 class MemoryEventStore(EventStore):
     """An event store held in process memory.
 
@@ -103,7 +89,7 @@ class MemoryEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self.url = "memory://"
         self._store_id = str(uuid7())
-        self._rows: list[_Row] = []
+        self._rows: list[RawEvent] = []
         self._streams: dict[str, list[int]] = {}
         self._ids: dict[str, int] = {}
         self._snapshots: dict[tuple[str, str, int], tuple[int, bytes, bytes, int]] = {}
@@ -153,7 +139,7 @@ class MemoryEventStore(EventStore):
         now = time.time_ns() // 1000
         position = len(self._rows)
         heads: dict[str, tuple[int, str]] = {}
-        new_rows: list[_Row] = []
+        new_rows: list[RawEvent] = []
         results: list[AppendResult] = []
         for entry in entries:
             head = heads.get(entry.stream)
@@ -172,18 +158,20 @@ class MemoryEventStore(EventStore):
                 version += 1
                 position += 1
                 new_rows.append(
-                    _Row(
-                        position,
-                        ev.id,
-                        stream,
-                        version,
-                        ev.type,
-                        ev.schema,
-                        ev.data,
-                        ev.meta,
-                        now,
-                        prev,
-                        digest,
+                    raw_event(
+                        (
+                            position,
+                            ev.id,
+                            stream,
+                            version,
+                            ev.type,
+                            ev.schema,
+                            ev.data,
+                            ev.meta,
+                            now,
+                            prev,
+                            digest,
+                        )
                     )
                 )
                 prev = digest
@@ -241,7 +229,7 @@ class MemoryEventStore(EventStore):
                         row.schema,
                         row.data,
                         row.meta,
-                        row.recorded_at,
+                        row.recorded_at_us,
                         row.prev_hash,
                         row.hash,
                     )
@@ -254,7 +242,7 @@ class MemoryEventStore(EventStore):
 
     # ------------------------------------------------------------------ reads
 
-    async def _emit(self, rows: Iterable[_Row], limit: int | None) -> AsyncIterator[RecordedEvent]:
+    async def _emit(self, rows: Iterable[RawEvent], limit: int | None) -> AsyncIterator[RecordedEvent]:
         count = 0
         for row in rows:
             if limit is not None and count >= limit:
@@ -393,7 +381,7 @@ class MemoryEventStore(EventStore):
                 ]
             )
             for position, prev, digest in plan.updates:
-                self._rows[position - 1] = self._rows[position - 1]._replace(prev_hash=prev, hash=digest)
+                self._rows[position - 1] = replace(self._rows[position - 1], prev_hash=prev, hash=digest)
             for key in [key for key in self._snapshots if key[0] in plan.streams]:
                 del self._snapshots[key]
         await anyio.lowlevel.checkpoint()
@@ -416,7 +404,7 @@ class MemoryEventStore(EventStore):
             for position, plan in plans:
                 if isinstance(plan, Plan):
                     row = self._rows[position - 1]
-                    self._rows[position - 1] = row._replace(data=plan.data, meta=plan.meta)
+                    self._rows[position - 1] = replace(row, data=plan.data, meta=plan.meta)
             for name in {plan.target.stream for _, plan in plans if isinstance(plan, Plan)}:
                 for key in [key for key in self._snapshots if key[0] == name]:
                     del self._snapshots[key]

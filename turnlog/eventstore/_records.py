@@ -1,9 +1,24 @@
-"""The records that go into and come out of a store."""
+"""The records that go into and come out of a store.
+
+An event has one type per purpose on its way through the store (docs/eventstore.md, "One
+event type per purpose"):
+
+- ``NewEvent``: what a writer appends (Python payloads, the id made by the writer);
+  nothing is checked until the append.
+- ``EncodedEvent``: an event validated and canonically encoded once, not yet bound to a
+  stream, so that a writer of many events (a stream's chunks) or a retry does not pay for it
+  again (``append_encoded``). Only the encoders make one, so a store may trust it.
+- ``RawEvent`` (``_raw``): a stored row exactly as kept (canonical bytes, position, hashes),
+  for copies between backends, ``verify`` and readers that decode only what they need. The
+  backends' rows are tuples in its field order, and the in-memory store keeps ``RawEvent`` s.
+- ``RecordedEvent``: a stored event decoded and upcast, what readers fold; reads,
+  subscriptions and ``AppendResult.events`` return it.
+"""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias, cast
@@ -168,8 +183,8 @@ class AppendResult:
 
     positions: tuple[int, ...]
     version: int
-    _rows: Sequence[Sequence[Any]] | None
-    _decode: Callable[[Sequence[Any]], RecordedEvent] | None
+    _rows: Sequence[Iterable[Any]] | None
+    _decode: Callable[[Iterable[Any]], RecordedEvent] | None
     _events: tuple[RecordedEvent, ...] | None
 
     def __init__(
@@ -177,8 +192,8 @@ class AppendResult:
         positions: tuple[int, ...],
         version: int,
         *,
-        rows: Sequence[Sequence[Any]] | None = None,
-        decode: Callable[[Sequence[Any]], RecordedEvent] | None = None,
+        rows: Sequence[Iterable[Any]] | None = None,
+        decode: Callable[[Iterable[Any]], RecordedEvent] | None = None,
     ) -> None:
         """Make a result; a store passes its stored ``rows`` (``RawEvent`` order) and their ``decode``."""
         _set = object.__setattr__
@@ -205,7 +220,7 @@ class AppendResult:
         return events
 
     @property
-    def rows(self) -> Sequence[Sequence[Any]] | None:
+    def rows(self) -> Sequence[Iterable[Any]] | None:
         """The stored rows behind ``events`` (``RawEvent`` field order), None when not known."""
         return self._rows
 
@@ -236,7 +251,7 @@ class AppendResult:
 def _rebuilt_result(
     positions: tuple[int, ...],
     version: int,
-    rows: Sequence[Sequence[Any]] | None,
+    rows: Sequence[Iterable[Any]] | None,
     events: tuple[RecordedEvent, ...] | None,
 ) -> AppendResult:
     result = AppendResult(positions, version, rows=rows)

@@ -326,7 +326,7 @@ class Plan:
         return RedactionResult(self.target.stream, self.target.version, self.type, True, self.erased_bytes)
 
 
-def plan_redaction(target: Redaction, row: Sequence[Any]) -> Plan | RedactionResult:
+def plan_redaction(target: Redaction, row: Iterable[Any]) -> Plan | RedactionResult:
     """Plan the redaction of one stored row (``RawEvent`` order); a result when it is a no-op.
 
     Raises:

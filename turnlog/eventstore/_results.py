@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ._decoding import decode_event
 from ._errors import IdempotencyError
+from ._raw import RawEvent
 from ._records import AppendResult, EncodedEvent
 from ._upcasting import Upcasters
 from ._validation import PreparedAppend
@@ -15,15 +16,20 @@ from ._validation import PreparedAppend
 __all__ = ["append_result", "chained_rows", "match_resent"]
 
 
-def append_result(rows: Sequence[Sequence[Any]], version: int, upcasters: Upcasters) -> AppendResult:
+def append_result(rows: Sequence[Iterable[Any]], version: int, upcasters: Upcasters) -> AppendResult:
     """The result of an append that stored ``rows`` (``RawEvent`` field order), leaving the stream at ``version``.
 
     Its ``events`` are decoded from the rows on first access, with the store's ``upcasters``,
     exactly as ``read_stream`` decodes them.
     """
-    return AppendResult(
-        tuple([row[0] for row in rows]), version, rows=rows, decode=partial(decode_event, upcasters)
-    )
+    return AppendResult(_positions(rows), version, rows=rows, decode=partial(decode_event, upcasters))
+
+
+def _positions(rows: Sequence[Iterable[Any]]) -> tuple[int, ...]:
+    """The positions of stored rows: ``RawEvent`` s (the in-memory store) or tuples in their order."""
+    if rows and isinstance(rows[0], RawEvent):
+        return tuple([cast(RawEvent, row).position for row in rows])
+    return tuple([cast(Sequence[int], row)[0] for row in rows])
 
 
 def match_resent(

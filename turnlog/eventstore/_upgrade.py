@@ -11,7 +11,7 @@ stream's last event, so an old hash kept elsewhere can still be matched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,12 +55,13 @@ class ChainUpgrade:
     streams: list[str]
 
 
-def plan_upgrade(rows: Sequence[Sequence[Any]], actor: str) -> ChainUpgrade:
+def plan_upgrade(stored: Iterable[Iterable[Any]], actor: str) -> ChainUpgrade:
     """Check every stored row (``RawEvent`` order, by stream then version) and plan the upgrade.
 
     Raises:
         UpgradeRefused: the log does not verify.
     """
+    rows = [tuple(row) for row in stored]
     records = RedactionRecords.from_rows((r[3], r[6]) for r in rows if r[2] == REDACTIONS_STREAM)
     checker = ChainChecker(records)
     for row in rows:
