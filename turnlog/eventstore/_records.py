@@ -196,12 +196,13 @@ class AppendResult:
         decode: Callable[[Iterable[Any]], RecordedEvent] | None = None,
     ) -> None:
         """Make a result; a store passes its stored ``rows`` (``RawEvent`` order) and their ``decode``."""
+        # One is made per append: the slots are set directly (``_events`` stays unset until
+        # ``events`` decodes them), which costs about half of a frozen dataclass's __init__.
         _set = object.__setattr__
         _set(self, "positions", positions)
         _set(self, "version", version)
         _set(self, "_rows", rows)
         _set(self, "_decode", decode)
-        _set(self, "_events", None)
 
     @property
     def events(self) -> tuple[RecordedEvent, ...]:
@@ -210,7 +211,7 @@ class AppendResult:
         Raises:
             AttributeError: the result was made without its rows (by hand, not by a store).
         """
-        events: tuple[RecordedEvent, ...] | None = self._events
+        events: tuple[RecordedEvent, ...] | None = getattr(self, "_events", None)
         if events is None:
             rows, decode = self._rows, self._decode
             if rows is None or decode is None:

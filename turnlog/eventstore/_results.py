@@ -27,6 +27,8 @@ def append_result(rows: Sequence[Iterable[Any]], version: int, upcasters: Upcast
 
 def _positions(rows: Sequence[Iterable[Any]]) -> tuple[int, ...]:
     """The positions of stored rows: ``RawEvent`` s (the in-memory store) or tuples in their order."""
+    if len(rows) == 1 and rows[0].__class__ is tuple:
+        return (cast(tuple[int, ...], rows[0])[0],)
     if rows and isinstance(rows[0], RawEvent):
         return tuple([cast(RawEvent, row).position for row in rows])
     return tuple([cast(Sequence[int], row)[0] for row in rows])
@@ -91,6 +93,10 @@ def chained_rows(
 
     ``hashes`` are the events' chain hashes (``chain_hashes``), the first following ``prev_hash``.
     """
+    if len(events) == 1:  # the common single-event append, without the loop
+        ev = events[0]
+        return [(first_position, ev[0], stream, version + 1, ev[1], ev[2], ev[3], ev[4], recorded_at_us, prev_hash,
+                 hashes[0])]  # fmt: skip
     prevs = [prev_hash, *hashes[:-1]]
     return [
         (
