@@ -25,7 +25,9 @@ from uuid import UUID
 import anyio
 import pytest
 from encoded_conformance import EncodedAppendConformance
+from recorded_conformance import RecordedEventsConformance
 from redaction_conformance import RedactionConformance
+from tracking_conformance import TrackingConformance
 
 from turnlog.eventstore import (
     ANY,
@@ -78,10 +80,14 @@ async def fill(store: EventStore, stream: str, count: int) -> list[int]:
     return list(result.positions)
 
 
-class StoreConformance(EncodedAppendConformance, RedactionConformance):
+class StoreConformance(
+    EncodedAppendConformance, RecordedEventsConformance, TrackingConformance, RedactionConformance
+):
     """Guarantees every backend keeps (DESIGN.md §2), one short test each.
 
-    The tests of ``append_encoded`` and of long appends come from ``EncodedAppendConformance``.
+    The tests of ``append_encoded`` and of long appends come from ``EncodedAppendConformance``,
+    those of the events an append returns from ``RecordedEventsConformance``, those of
+    consumers' positions from ``TrackingConformance``.
     """
 
     shares_across_processes = True

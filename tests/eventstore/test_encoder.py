@@ -22,7 +22,8 @@ from turnlog.eventstore import (
     event_hash,
     uuid7,
 )
-from turnlog.eventstore._encoding import chain_hashes, prepare_events
+from turnlog.eventstore._encoding import chain_hashes
+from turnlog.eventstore._validation import prepare_events
 
 kinds = st.tuples(
     st.sampled_from(["a.b", "stream.chunk", "x" * 40]),

@@ -19,20 +19,19 @@ from turnlog.eventstore import (
     InvalidEventError,
     NewEvent,
     Upcasters,
+    encode_json,
+    event_hash,
 )
-from turnlog.eventstore._encoding import (
-    ChainChecker,
+from turnlog.eventstore._chain import ChainChecker
+from turnlog.eventstore._decoding import decode_payload
+from turnlog.eventstore._encoding import from_micros, to_micros
+from turnlog.eventstore._results import match_resent
+from turnlog.eventstore._validation import (
     PreparedAppend,
     check_expected_version,
     check_stream_name,
-    decode_payload,
-    encode_json,
-    event_hash,
-    from_micros,
-    match_resent,
     prepare_batch,
     prepare_events,
-    to_micros,
     version_matches,
 )
 

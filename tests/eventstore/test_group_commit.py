@@ -23,13 +23,13 @@ from turnlog.eventstore import (
     EventStore,
     IdempotencyError,
     NewEvent,
+    PostgresEventStore,
+    SQLiteEventStore,
     StoreError,
     StoreUnavailable,
     open_store,
 )
 from turnlog.eventstore._group_commit import GroupCommit
-from turnlog.eventstore._postgres import PostgresEventStore
-from turnlog.eventstore._sqlite import SQLiteEventStore
 
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from conformance import StoreConformance, collect, ev
@@ -20,7 +21,7 @@ class TestMemoryStore(StoreConformance):
     async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
         assert isinstance(store, MemoryEventStore)
         position = store._streams[stream][version - 1]
-        store._rows[position - 1] = store._rows[position - 1]._replace(data=data)
+        store._rows[position - 1] = replace(store._rows[position - 1], data=data)
 
     async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
         assert isinstance(store, MemoryEventStore)

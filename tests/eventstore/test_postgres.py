@@ -23,16 +23,18 @@ from turnlog.eventstore import (
     EventStore,
     InvalidEventError,
     NewEvent,
+    PostgresEventStore,
     RecordedEvent,
     StoreError,
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
     UnsupportedStoreURL,
+    encode_json,
+    event_hash,
     open_store,
 )
-from turnlog.eventstore._encoding import encode_json, event_hash
-from turnlog.eventstore._postgres import FORMAT_VERSION, PostgresEventStore
+from turnlog.eventstore._postgres import FORMAT_VERSION
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
@@ -353,7 +355,7 @@ class TestPostgresServer:
             """
             import sys, anyio, psycopg
             from turnlog.eventstore import NewEvent, StoreUnavailable
-            from turnlog.eventstore._postgres import PostgresEventStore
+            from turnlog.eventstore import PostgresEventStore
 
             async def main(url, dsn, app):
                 async with PostgresEventStore(url, poll_interval=0.1) as store:
@@ -451,7 +453,7 @@ class TestPostgresServer:
             """
             import sys, anyio
             from turnlog.eventstore import NewEvent
-            from turnlog.eventstore._postgres import PostgresEventStore
+            from turnlog.eventstore import PostgresEventStore
             async def main():
                 async with PostgresEventStore(sys.argv[1]) as store:
                     for n in range(5):

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from turnlog.eventstore import NewEvent, StoreUnavailable
-from turnlog.eventstore._postgres import PostgresEventStore
+from turnlog.eventstore import PostgresEventStore
 
 
 class Proxy:

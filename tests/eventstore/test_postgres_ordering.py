@@ -24,8 +24,7 @@ import anyio
 import orjson
 import pytest
 
-from turnlog.eventstore import ANY, NewEvent, RecordedEvent, VerifyReport
-from turnlog.eventstore._postgres import PostgresEventStore
+from turnlog.eventstore import ANY, NewEvent, PostgresEventStore, RecordedEvent, VerifyReport
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
@@ -45,7 +44,7 @@ WORKER = textwrap.dedent(
     """
     import random, sys, time, anyio, orjson
     from turnlog.eventstore import ConcurrencyError, NewEvent
-    from turnlog.eventstore._postgres import PostgresEventStore
+    from turnlog.eventstore import PostgresEventStore
 
     async def main(url, worker, count, streams):
         rng = random.Random(worker)

@@ -13,13 +13,16 @@ from turnlog.eventstore import (
     MemoryEventStore,
     NewEvent,
     NewSnapshot,
+    RawEvent,
     Redaction,
     RedactionError,
     SQLiteEventStore,
     UpgradeRefused,
+    encode_json,
+    event_hash,
 )
-from turnlog.eventstore._encoding import ChainChecker, encode_json, event_hash, legacy_event_hash
-from turnlog.eventstore._raw import RawEvent
+from turnlog.eventstore._chain import ChainChecker
+from turnlog.eventstore._encoding import legacy_event_hash
 
 SECRET = "alice-secret-4711@example.com"
 
@@ -99,10 +102,8 @@ async def test_upgrade_chain_verifies_first_then_rehashes_and_records(tmp_path: 
     async with store:
         rows = _legacy_rows(3)
         if isinstance(store, MemoryEventStore):
-            from turnlog.eventstore._memory import _Row
-
             for row in rows:
-                store._rows.append(_Row(*(getattr(row, f) for f in row.__slots__)))
+                store._rows.append(row)
                 store._streams.setdefault(row.stream, []).append(row.position)
         else:
             await store.import_raw(rows)

@@ -334,8 +334,8 @@ async def test_a_plain_path_in_the_environment_keeps_its_question_mark(
 
 
 def test_postgres_without_the_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    """postgresql:// loads its backend lazily; when it cannot, the error names the extra."""
-    monkeypatch.setitem(sys.modules, "turnlog.eventstore._postgres", None)
+    """postgresql:// loads its backend lazily; when psycopg is missing, the error names the extra."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
     for url in ("postgresql://u@h/db", "postgres://u@h/db"):
         with pytest.raises(UnsupportedStoreURL, match=r"turnlog\[postgres\]"):
             open_store(url)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from turnlog.eventstore import CorruptEventError, NewEvent, VerifyReport, open_store
-from turnlog.eventstore._encoding import event_hash
+from turnlog.eventstore import CorruptEventError, NewEvent, VerifyReport, event_hash, open_store
 
 A, B = "branch-a", "branch-b"
 

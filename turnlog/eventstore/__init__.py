@@ -1,4 +1,11 @@
-"""turnlog.eventstore: the append-only log. It knows nothing about conversations."""
+"""turnlog.eventstore: the append-only log. It knows nothing about conversations.
+
+``PostgresEventStore`` is loaded on first use (``turnlog.eventstore.PostgresEventStore``), so
+that the package imports without the PostgreSQL driver; without it, that name raises
+``ImportError`` naming the extra to install (``pip install 'turnlog[postgres]'``).
+"""
+
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._base import EventStore
 from ._encoder import EventEncoder, encode_events
@@ -14,6 +21,7 @@ from ._errors import (
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
+    TrackingError,
     TurnlogError,
     UnsupportedStoreURL,
     UsageError,
@@ -21,7 +29,7 @@ from ._errors import (
 from ._ids import uuid7
 from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, MigrationError, migrate
-from ._open import open_store
+from ._open import StoreURL, open_store, parse_store_url
 from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
@@ -35,6 +43,7 @@ from ._records import (
     Problem,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import (
@@ -51,23 +60,11 @@ from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
 
+if _TYPE_CHECKING:
+    from ._postgres import PostgresEventStore
+
 __all__ = [
-    "REDACTIONS_STREAM",
-    "UPGRADES_STREAM",
-    "UpgradeRefused",
-    "Redacted",
-    "Redaction",
-    "RedactionError",
-    "RedactionResult",
-    "event_hash_matches",
-    "is_redacted",
-    "redacted_marker",
-    "encode_events",
-    "encode_json",
-    "event_hash",
     "ANY",
-    "NO_STREAM",
-    "STREAM_EXISTS",
     "AppendResult",
     "ConcurrencyError",
     "CorruptEventError",
@@ -82,26 +79,55 @@ __all__ = [
     "MemoryEventStore",
     "MigrateReport",
     "MigrationError",
+    "NO_STREAM",
     "NewEvent",
     "NewSnapshot",
+    "PostgresEventStore",
     "Problem",
+    "REDACTIONS_STREAM",
     "RawCopy",
     "RawEvent",
     "RawSnapshot",
     "RecordedEvent",
+    "Redacted",
+    "Redaction",
+    "RedactionError",
+    "RedactionResult",
     "SQLiteEventStore",
+    "STREAM_EXISTS",
     "Snapshot",
     "StoreError",
     "StoreFormatError",
     "StoreNotFound",
+    "StoreURL",
     "StoreUnavailable",
+    "Tracking",
+    "TrackingError",
     "TurnlogError",
+    "UPGRADES_STREAM",
     "UnsupportedStoreURL",
     "Upcaster",
     "Upcasters",
+    "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "encode_events",
+    "encode_json",
+    "event_hash",
+    "event_hash_matches",
+    "is_redacted",
     "migrate",
     "open_store",
+    "parse_store_url",
+    "redacted_marker",
     "uuid7",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562: the PostgreSQL backend needs an optional driver, so it is imported on first use.
+    if name == "PostgresEventStore":
+        from ._open import postgres_store_class
+
+        return postgres_store_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ._encoding import DEFAULT_MAX_EVENT_BYTES
 from ._errors import StoreError
 from ._records import (
     ANY,
@@ -19,10 +18,12 @@ from ._records import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import Redaction, RedactionResult, check_targets, merge_targets
 from ._upcasting import Upcasters
+from ._validation import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = ["EventStore"]
 
@@ -40,7 +41,10 @@ class EventStore(ABC):
       (``raw_events``, ``raw_snapshots``, ``import_raw``: the ``RawCopy`` protocol), which is
       what ``migrate`` uses to copy a store between backends;
     - ``"redact"``: ``redact`` and ``redact_many`` erase payloads while the chain stays
-      provable (see docs/redaction.md).
+      provable (see docs/redaction.md);
+    - ``"tracking"``: consumers keep their place in a log in the store (``save_tracking``,
+      ``tracking_position``), also in the same transaction as the events they lead to
+      (``append_tracked``), so a consumer that crashes never records its output twice.
 
     A store may declare fewer capabilities than its class when how it was opened rules one
     out (a SQLite store in memory has no ``"raw_copy"``), so check them on the instance.
@@ -242,6 +246,41 @@ class EventStore(ABC):
             UpgradeRefused: the log does not verify.
         """
         raise StoreError(f"{type(self).__name__} cannot upgrade its chain")
+
+    # ------------------------------------------------------------------ capability "tracking"
+
+    async def save_tracking(self, consumer: str, position: int) -> None:
+        """Record that ``consumer`` has processed a log up to ``position`` (capability ``"tracking"``).
+
+        A consumer's position only moves forward.
+
+        Raises:
+            TrackingError: ``position`` is at or below the one recorded (its ``recorded``
+                says which); nothing changes.
+            InvalidEventError: a malformed consumer name, or a position that is not an int >= 0.
+        """
+        raise StoreError(f"{type(self).__name__} does not record tracking")
+
+    async def tracking_position(self, consumer: str) -> int | None:
+        """The position last recorded for ``consumer``, or None when it has none."""
+        raise StoreError(f"{type(self).__name__} does not record tracking")
+
+    async def append_tracked(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]], tracking: Tracking
+    ) -> list[AppendResult]:
+        """``append_batch`` and ``save_tracking`` in one transaction: all of it is stored, or nothing.
+
+        A consumer that records its output with the position of the event it processed can
+        crash at any point and resume from ``tracking_position``: what it wrote for an event
+        is stored exactly when that event's position is. Re-sending an append already stored
+        returns its original results and stores nothing, as ``append_batch`` does.
+
+        Raises:
+            TrackingError: ``tracking.position`` is at or below the consumer's recorded one;
+                nothing is stored.
+            ConcurrencyError, IdempotencyError, InvalidEventError: as ``append_batch``.
+        """
+        raise StoreError(f"{type(self).__name__} does not record tracking")
 
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
         """The backend's redaction; ``targets`` are validated and each event is named once."""

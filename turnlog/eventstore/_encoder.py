@@ -17,24 +17,23 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import orjson
 
-from ._encoding import (
+from ._encoding import check_finite, encode_object
+from ._errors import EventTooLarge, InvalidEventError
+from ._ids import check_event_id, uuid7
+from ._records import EncodedEvent, NewEvent
+from ._validation import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
     check_event_type,
     check_expected_version,
-    check_finite,
     check_stream_name,
     encode_new_events,
-    encode_object,
 )
-from ._errors import EventTooLarge, InvalidEventError
-from ._ids import check_event_id, uuid7
-from ._records import EncodedEvent, NewEvent
 
 __all__ = ["EventEncoder", "check_encoded", "encode_events"]
 
@@ -75,8 +74,9 @@ class EventEncoder:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         check_event_type(type, None, None)
-        if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
-            raise InvalidEventError(f"schema must be an int >= 1, not {schema!r}")
+        given: object = schema
+        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+            raise InvalidEventError(f"schema must be an int >= 1, not {given!r}")
         self.type: str = str(type)
         self.schema: int = int(schema)
         self.meta: bytes = encode_object({} if meta is None else meta, "meta", None, None)
@@ -113,13 +113,15 @@ class EventEncoder:
         size = len(payload) + len(meta)
         if size > self.max_event_bytes:
             raise EventTooLarge(size, self.max_event_bytes)
-        if id.__class__ is int and 0 <= id < _UUID_LIMIT:  # type: ignore[operator]
+        if id.__class__ is int and 0 <= id < _UUID_LIMIT:
             # A writer's int id (the common case of a stream), formatted inline.
             digits = f"{id:032x}"
             text = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
         else:
             text = _id_text(id)
-        return _new_tuple(EncodedEvent, (text, self.type, self.schema, payload, meta))
+        return cast(
+            EncodedEvent, _new_tuple(cast(Any, EncodedEvent), (text, self.type, self.schema, payload, meta))
+        )
 
 
 def _id_text(id: object) -> str:

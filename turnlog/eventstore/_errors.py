@@ -18,7 +18,8 @@ precise subclass. The whole tree is drawn in ``docs/errors.md``::
         ├── UnsupportedStoreURL     open_store() got a scheme it does not know (UsageError)
         ├── MigrationError          migrate() refused; the refusing step wrote nothing (reason, position)
         ├── UpgradeRefused          the log does not verify, so its chain was not upgraded (problems)
-        └── RedactionError          a redaction could not be done; nothing changed (stream, version)
+        ├── RedactionError          a redaction could not be done; nothing changed (stream, version)
+        └── TrackingError           a consumer's position would not move forward (consumer, position, recorded)
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "StoreUnavailable",
     "UnsupportedStoreURL",
     "UpgradeRefused",
+    "TrackingError",
 ]
 
 
@@ -239,3 +241,21 @@ class RedactionError(StoreError):
         self.version = version
         self.reason = reason
         super().__init__(f"cannot redact {stream!r} version {version}: {reason}")
+
+
+class TrackingError(StoreError):
+    """A consumer's position would not move forward; nothing was stored (no event either).
+
+    Attributes:
+        consumer: The consumer named.
+        position: The position it tried to record.
+        recorded: The position already recorded for it.
+    """
+
+    def __init__(self, consumer: str, position: int, recorded: int) -> None:
+        self.consumer = consumer
+        self.position = position
+        self.recorded = recorded
+        super().__init__(
+            f"consumer {consumer!r} is at position {recorded}; position {position} does not move it forward"
+        )

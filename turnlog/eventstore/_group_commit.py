@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 
@@ -135,11 +135,10 @@ class GroupCommit(Generic[U, R]):
         else:
             self._busy = False
 
-    @staticmethod
-    def _unwrap(waiter: _Waiter[Any]) -> Any:
+    def _unwrap(self, waiter: _Waiter[Any]) -> R:
         if waiter.failed:
             raise waiter.outcome
-        return waiter.outcome
+        return cast(R, waiter.outcome)
 
 
 def _copy_error(exc: Exception) -> Exception:

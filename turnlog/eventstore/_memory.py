@@ -9,34 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from ._base import EventStore
+from ._chain import ChainChecker
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_expected_version,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_events,
-    prepare_snapshot,
-    version_matches,
-)
-from ._errors import ConcurrencyError, StoreError
+from ._encoding import chain_hashes
+from ._errors import ConcurrencyError, StoreError, TrackingError
 from ._ids import uuid7
+from ._raw import RawEvent, raw_event
 from ._records import (
     ANY,
     AppendResult,
@@ -46,6 +32,7 @@ from ._records import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import (
@@ -57,28 +44,27 @@ from ._redaction import (
     RedactionResult,
     plan_redaction,
 )
+from ._results import append_result, match_resent
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_expected_version,
+    check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_tracking,
+    check_type_filter,
+    prepare_batch,
+    prepare_events,
+    version_matches,
+)
 
 __all__ = ["MemoryEventStore"]
 
 _PAGE = 500
-
-
-class _Row(NamedTuple):
-    """A stored event, fields in ``RawEvent`` order (a tuple: one is made per appended event)."""
-
-    position: int
-    id: str
-    stream: str
-    version: int
-    type: str
-    schema: int
-    data: bytes
-    meta: bytes
-    recorded_at: int
-    prev_hash: str
-    hash: str
 
 
 class MemoryEventStore(EventStore):
@@ -95,7 +81,7 @@ class MemoryEventStore(EventStore):
         1
     """
 
-    capabilities: frozenset[str] = frozenset({"gapless_positions", "redact"})
+    capabilities: frozenset[str] = frozenset({"gapless_positions", "redact", "tracking"})
 
     def __init__(
         self, *, upcasters: Upcasters | None = None, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -103,10 +89,11 @@ class MemoryEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self.url = "memory://"
         self._store_id = str(uuid7())
-        self._rows: list[_Row] = []
+        self._rows: list[RawEvent] = []
         self._streams: dict[str, list[int]] = {}
         self._ids: dict[str, int] = {}
         self._snapshots: dict[tuple[str, str, int], tuple[int, bytes, bytes, int]] = {}
+        self._tracking: dict[str, int] = {}
         self._wake: anyio.Event | None = None
         self._closed = False
 
@@ -142,15 +129,17 @@ class MemoryEventStore(EventStore):
         await anyio.lowlevel.checkpoint()
         return results
 
-    def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
+    def _write(self, entries: list[PreparedAppend], tracking: Tracking | None = None) -> list[AppendResult]:
         # Everything is computed before the first mutation, so a failure stores nothing.
         resent = self._resent(entries)
         if resent is not None:
             return resent
+        if tracking is not None:
+            self._check_tracking(tracking)
         now = time.time_ns() // 1000
         position = len(self._rows)
         heads: dict[str, tuple[int, str]] = {}
-        new_rows: list[_Row] = []
+        new_rows: list[RawEvent] = []
         results: list[AppendResult] = []
         for entry in entries:
             head = heads.get(entry.stream)
@@ -162,36 +151,67 @@ class MemoryEventStore(EventStore):
             if not version_matches(entry.expected, version):
                 raise ConcurrencyError(entry.stream, entry.expected, version)
             stream = entry.stream
-            first = position + 1
+            start = len(new_rows)
             for ev, digest in zip(
                 entry.events, chain_hashes(stream, version, prev, entry.events, now), strict=True
             ):
                 version += 1
                 position += 1
                 new_rows.append(
-                    _Row(
-                        position,
-                        ev.id,
-                        stream,
-                        version,
-                        ev.type,
-                        ev.schema,
-                        ev.data,
-                        ev.meta,
-                        now,
-                        prev,
-                        digest,
+                    raw_event(
+                        (
+                            position,
+                            ev.id,
+                            stream,
+                            version,
+                            ev.type,
+                            ev.schema,
+                            ev.data,
+                            ev.meta,
+                            now,
+                            prev,
+                            digest,
+                        )
                     )
                 )
                 prev = digest
-            positions = range(first, position + 1)
             heads[entry.stream] = (version, prev)
-            results.append(AppendResult(tuple(positions), version))
+            results.append(append_result(new_rows[start:], version, self.upcasters))
+        if tracking is not None:
+            self._tracking[tracking.consumer] = tracking.position
         for row in new_rows:
             self._rows.append(row)
             self._streams.setdefault(row.stream, []).append(row.position)
             self._ids[row.id] = row.position
         self._notify()
+        return results
+
+    def _check_tracking(self, tracking: Tracking) -> None:
+        recorded = self._tracking.get(tracking.consumer)
+        if recorded is not None and tracking.position <= recorded:
+            raise TrackingError(tracking.consumer, tracking.position, recorded)
+
+    # ------------------------------------------------------------------ tracking (capability "tracking")
+
+    async def save_tracking(self, consumer: str, position: int) -> None:
+        self._check_open()
+        tracking = check_tracking(Tracking(consumer, position))
+        self._check_tracking(tracking)
+        self._tracking[consumer] = position
+        await anyio.lowlevel.checkpoint()
+
+    async def tracking_position(self, consumer: str) -> int | None:
+        self._check_open()
+        check_tracking(Tracking(consumer, 0))
+        return self._tracking.get(consumer)
+
+    async def append_tracked(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]], tracking: Tracking
+    ) -> list[AppendResult]:
+        self._check_open()
+        prepared = prepare_batch(entries, self.max_event_bytes)
+        results = self._write(prepared, check_tracking(tracking))
+        await anyio.lowlevel.checkpoint()
         return results
 
     def _resent(self, entries: list[PreparedAppend]) -> list[AppendResult] | None:
@@ -209,8 +229,11 @@ class MemoryEventStore(EventStore):
                         row.schema,
                         row.data,
                         row.meta,
+                        row.recorded_at_us,
+                        row.prev_hash,
+                        row.hash,
                     )
-        return match_resent(entries, stored) if stored else None
+        return match_resent(entries, stored, self.upcasters) if stored else None
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None
@@ -219,7 +242,7 @@ class MemoryEventStore(EventStore):
 
     # ------------------------------------------------------------------ reads
 
-    async def _emit(self, rows: Iterable[_Row], limit: int | None) -> AsyncIterator[RecordedEvent]:
+    async def _emit(self, rows: Iterable[RawEvent], limit: int | None) -> AsyncIterator[RecordedEvent]:
         count = 0
         for row in rows:
             if limit is not None and count >= limit:
@@ -358,7 +381,7 @@ class MemoryEventStore(EventStore):
                 ]
             )
             for position, prev, digest in plan.updates:
-                self._rows[position - 1] = self._rows[position - 1]._replace(prev_hash=prev, hash=digest)
+                self._rows[position - 1] = replace(self._rows[position - 1], prev_hash=prev, hash=digest)
             for key in [key for key in self._snapshots if key[0] in plan.streams]:
                 del self._snapshots[key]
         await anyio.lowlevel.checkpoint()
@@ -381,7 +404,7 @@ class MemoryEventStore(EventStore):
             for position, plan in plans:
                 if isinstance(plan, Plan):
                     row = self._rows[position - 1]
-                    self._rows[position - 1] = row._replace(data=plan.data, meta=plan.meta)
+                    self._rows[position - 1] = replace(row, data=plan.data, meta=plan.meta)
             for name in {plan.target.stream for _, plan in plans if isinstance(plan, Plan)}:
                 for key in [key for key in self._snapshots if key[0] == name]:
                     del self._snapshots[key]

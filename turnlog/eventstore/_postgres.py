@@ -44,25 +44,10 @@ from uuid import UUID
 import anyio
 
 from ._base import EventStore
+from ._chain import ChainChecker
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_snapshot,
-    to_micros,
-    version_matches,
-)
+from ._encoding import chain_hashes, to_micros
 from ._errors import (
     ConcurrencyError,
     IdempotencyError,
@@ -71,10 +56,13 @@ from ._errors import (
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
+    TrackingError,
 )
 from ._group_commit import GroupCommit
 from ._ids import uuid7
+from ._open import parse_postgres_url as parse_url
 from ._paging import BY_POSITION, BY_VERSION, read_pages
+from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
 from ._postgres_redact import redact_postgres, redaction_rows_query
 from ._postgres_sql import (
     FORMAT_VERSION,
@@ -85,7 +73,6 @@ from ._postgres_sql import (
     advisory_key,
     import_psycopg,
     masked,
-    parse_url,
 )
 from ._raw import (
     RAW_PAGE,
@@ -106,10 +93,24 @@ from ._records import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
 from ._redaction import REDACTIONS_STREAM, Redaction, RedactionRecords, RedactionResult
+from ._results import append_result, match_resent
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_read_range,
+    check_stream_name,
+    check_stream_prefix,
+    check_tracking,
+    check_type_filter,
+    prepare_batch,
+    version_matches,
+)
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 
@@ -177,7 +178,7 @@ class PostgresEventStore(EventStore):
             nothing is created.
     """
 
-    capabilities: frozenset[str] = frozenset({"cross_process_subscribe", "raw_copy", "redact"})
+    capabilities: frozenset[str] = frozenset({"cross_process_subscribe", "raw_copy", "redact", "tracking"})
 
     def __init__(
         self,
@@ -425,7 +426,7 @@ class PostgresEventStore(EventStore):
                 _check_uuid(event.id, entry.stream, index)
         if self._closed:
             raise StoreError("the store is closed")
-        return await self._group.submit(prepared)
+        return await self._with_events(await self._group.submit(prepared))
 
     async def _commit_group(self, units: list[list[PreparedAppend]]) -> list[Any]:
         """Store concurrent appends in one transaction; one outcome (results or error) each."""
@@ -490,7 +491,7 @@ class PostgresEventStore(EventStore):
         outcomes = plan.outcomes
         for index, spans in plan.inserts:
             outcomes[index] = [
-                AppendResult(tuple(range(first + offset, first + offset + count)), version)
+                planned_result(plan.columns, first, offset, count, version, self.upcasters)
                 for offset, count, version in spans
             ]
         return outcomes, plan.deferred
@@ -980,6 +981,101 @@ class PostgresEventStore(EventStore):
                     data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
                 [astuple(snap) for snap in snapshots],
             )
+
+    # -- additions to the port (see _postgres_port) -------------------------------------
+
+    async def _with_events(self, results: list[AppendResult]) -> list[AppendResult]:
+        """``results`` with their recorded events: a re-sent append's are read back here."""
+        missing = [position for result in results if result.rows is None for position in result.positions]
+        if not missing:
+            return results
+        query = resent_rows_query(self._sql.events, ROW_COLUMNS)
+        rows = {row[0]: stored_row(row) for row in await self._fetch("append", query, [missing])}
+        return [
+            result
+            if result.rows is not None
+            else append_result([rows[p] for p in result.positions], result.version, self.upcasters)
+            for result in results
+        ]
+
+    async def save_tracking(self, consumer: str, position: int) -> None:
+        tracking = check_tracking(Tracking(consumer, position))
+        async with self._connection("save_tracking") as conn:
+            await record_tracking(conn, TrackingSql(self.schema), tracking)
+
+    async def tracking_position(self, consumer: str) -> int | None:
+        check_tracking(Tracking(consumer, 0))
+        rows = await self._fetch("tracking_position", TrackingSql(self.schema).position, [consumer])
+        return int(rows[0][0]) if rows else None
+
+    async def append_tracked(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]], tracking: Tracking
+    ) -> list[AppendResult]:
+        prepared = prepare_batch(entries, self.max_event_bytes)
+        tracking = check_tracking(tracking)
+        for entry in prepared:
+            for index, event in enumerate(entry.events):
+                _check_uuid(event.id, entry.stream, index)
+        if self._closed:
+            raise StoreError("the store is closed")
+        for _ in range(_RACE_ATTEMPTS):
+            try:
+                outcome = await self._append_tracked_once(prepared, tracking)
+            except _Raced:
+                continue  # the next attempt reads the new heads: ConcurrencyError or a new version
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return await self._with_events(outcome)
+        raise StoreUnavailable(
+            f"PostgreSQL: the tracked append lost the race for the next version {_RACE_ATTEMPTS} times in a row"
+        )
+
+    async def _append_tracked_once(self, unit: list[PreparedAppend], tracking: Tracking) -> Any:
+        """``_commit_once`` for one unit, with the consumer moved in the events' transaction.
+
+        Returns the unit's results (or its error, a re-send's original results).
+
+        Raises:
+            _Raced: a unique constraint on (stream, version) or the id failed at the insert.
+            TrackingError: the consumer is at or past ``tracking.position``; nothing is stored.
+        """
+        sql = self._sql
+        ids = [event.id for entry in unit for event in entry.events]
+        streams = list(dict.fromkeys(entry.stream for entry in unit))
+        async with self._connection("append") as conn:
+            rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
+            stored = {
+                row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8])
+                for row in rows
+                if row[0] == "id"
+            }
+            tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
+            plan = _plan_group([unit], stored, tips, to_micros(datetime.now(UTC)))
+            if not plan.count:  # a re-send (stores nothing, tracking included) or a refusal
+                return plan.outcomes[0]
+            try:
+                async with conn.transaction():
+                    reserved = await self._insert(conn, sql.insert, [plan.count, plan.count, *plan.columns])
+                    await record_tracking(conn, TrackingSql(self.schema), tracking)
+            except TrackingError:
+                raise
+            except self._pg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == "events_pkey":
+                    raise StoreError(f"PostgreSQL: a reserved position is taken already ({exc})") from exc
+                raise _Raced from exc
+            except BaseException:
+                # As in _commit_once: the statement may have failed holding the position lock.
+                await _close_quietly(self._pg, conn)
+                raise
+            await self._notify(conn, reserved[1])
+        xid_text, last = reserved[:2]
+        self._own_xid = max(self._own_xid, int(xid_text))
+        first = last - plan.count + 1
+        ((_, spans),) = plan.inserts
+        return [
+            planned_result(plan.columns, first, offset, count, version, self.upcasters)
+            for offset, count, version in spans
+        ]
 
 
 def _is_dead(conn: Any) -> bool:

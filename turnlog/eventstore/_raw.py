@@ -6,18 +6,24 @@ or upcast) and imports such rows unchanged. ``migrate`` uses only this API, so i
 backend's tables. A reader that wants only some event types (the analytics projection) reads
 them with ``raw_events(types=...)`` and decodes what it uses itself, which costs less than
 half of what ``read_all`` costs per event.
+
+``RawEvent`` is the stored row itself (see ``_records`` for the other event types and why each
+exists): every backend selects its rows in ``RawEvent`` field order, and one iterates over its
+fields in that order, so the shared decoders and checkers (``decode_event``, ``ChainChecker``)
+take either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, make_dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from ._encoding import check_stream_name, decode_payload
+from ._decoding import decode_payload
 from ._errors import InvalidEventError
 from ._ids import check_event_id
 from ._upcasting import Upcasters
+from ._validation import check_stream_name
 
 __all__ = [
     "RAW_PAGE",
@@ -53,6 +59,11 @@ class RawEvent:
     recorded_at_us: int
     prev_hash: str
     hash: str
+
+    def __iter__(self) -> Iterator[Any]:
+        """The fields in order, as the backends' rows hold them (so a row is unpacked either way)."""
+        return iter((self.position, self.id, self.stream, self.version, self.type, self.schema, self.data,
+                     self.meta, self.recorded_at_us, self.prev_hash, self.hash))  # fmt: skip
 
     def decode(self, upcasters: Upcasters | None = None) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """``(schema, data, meta)`` of this event, decoded (and upcast) as ``read_all`` would.
@@ -93,7 +104,7 @@ def raw_event(row: Sequence[Any]) -> RawEvent:
     """
     event = _RawEventFields(*row)
     event.__class__ = RawEvent
-    return event  # type: ignore[return-value]
+    return cast(RawEvent, event)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,27 @@
-"""The records that go into and come out of a store."""
+"""The records that go into and come out of a store.
+
+An event has one type per purpose on its way through the store (docs/eventstore.md, "One
+event type per purpose"):
+
+- ``NewEvent``: what a writer appends (Python payloads, the id made by the writer);
+  nothing is checked until the append.
+- ``EncodedEvent``: an event validated and canonically encoded once, not yet bound to a
+  stream, so that a writer of many events (a stream's chunks) or a retry does not pay for it
+  again (``append_encoded``). Only the encoders make one, so a store may trust it.
+- ``RawEvent`` (``_raw``): a stored row exactly as kept (canonical bytes, position, hashes),
+  for copies between backends, ``verify`` and readers that decode only what they need. The
+  backends' rows are tuples in its field order, and the in-memory store keeps ``RawEvent`` s.
+- ``RecordedEvent``: a stored event decoded and upcast, what readers fold; reads,
+  subscriptions and ``AppendResult.events`` return it.
+"""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias
+from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias, cast
 from uuid import UUID
 
 from ._ids import uuid7
@@ -23,6 +38,7 @@ __all__ = [
     "Problem",
     "RecordedEvent",
     "Snapshot",
+    "Tracking",
     "VerifyReport",
 ]
 
@@ -98,7 +114,7 @@ class EncodedEvent(_EncodedFields):
         raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
 
     @classmethod
-    def _make(cls, iterable: object) -> NoReturn:
+    def _make(cls, iterable: object) -> NoReturn:  # type: ignore[override]  # refuses, by design
         raise TypeError("an EncodedEvent is made by EventEncoder.encode or encode_events, which validate it")
 
     def _replace(self, **kwargs: object) -> NoReturn:
@@ -111,7 +127,8 @@ class EncodedEvent(_EncodedFields):
 
 def sealed_encoded(fields: tuple[str, str, int, bytes, bytes]) -> EncodedEvent:
     """Build an ``EncodedEvent`` from fields already validated (for the encoders only)."""
-    return tuple.__new__(EncodedEvent, fields)
+    # tuple.__new__ directly: EncodedEvent's own __new__ refuses every caller.
+    return cast(EncodedEvent, tuple.__new__(cast(Any, EncodedEvent), fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +162,119 @@ class RecordedEvent:
     hash: str
 
 
-@dataclass(frozen=True, slots=True)
 class AppendResult:
-    """What an append stored.
+    """What an append stored: positions, the stream's new version, and the events themselves.
+
+    ``events`` are the ``RecordedEvent`` s a read of those positions returns (decoded and
+    upcast the same way), so a writer that folds what it appended needs no read-back. A
+    re-sent append (same ids, same content) returns the original result, events included.
+    The events are decoded on first access, from the rows the store kept: an append whose
+    caller never looks at them pays nothing for them.
+
+    Two results are equal when their positions and versions are (the events follow from
+    those in one store).
 
     Attributes:
         positions: Global positions of the appended events, in order.
         version: The stream's version after the append.
     """
 
+    __slots__ = ("_decode", "_events", "_rows", "positions", "version")
+
     positions: tuple[int, ...]
     version: int
+    _rows: Sequence[Iterable[Any]] | None
+    _decode: Callable[[Iterable[Any]], RecordedEvent] | None
+    _events: tuple[RecordedEvent, ...] | None
+
+    def __init__(
+        self,
+        positions: tuple[int, ...],
+        version: int,
+        *,
+        rows: Sequence[Iterable[Any]] | None = None,
+        decode: Callable[[Iterable[Any]], RecordedEvent] | None = None,
+    ) -> None:
+        """Make a result; a store passes its stored ``rows`` (``RawEvent`` order) and their ``decode``."""
+        # One is made per append: the slots are set directly (``_events`` stays unset until
+        # ``events`` decodes them), which costs about half of a frozen dataclass's __init__.
+        _set = object.__setattr__
+        _set(self, "positions", positions)
+        _set(self, "version", version)
+        _set(self, "_rows", rows)
+        _set(self, "_decode", decode)
+
+    @property
+    def events(self) -> tuple[RecordedEvent, ...]:
+        """The events stored, in order, exactly as a read returns them.
+
+        Raises:
+            AttributeError: the result was made without its rows (by hand, not by a store).
+        """
+        events: tuple[RecordedEvent, ...] | None = getattr(self, "_events", None)
+        if events is None:
+            rows, decode = self._rows, self._decode
+            if rows is None or decode is None:
+                raise AttributeError("this AppendResult was made without the events it stands for")
+            events = tuple(map(decode, rows))
+            object.__setattr__(self, "_events", events)
+        return events
+
+    @property
+    def rows(self) -> Sequence[Iterable[Any]] | None:
+        """The stored rows behind ``events`` (``RawEvent`` field order), None when not known."""
+        return self._rows
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"AppendResult is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"AppendResult is immutable: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not AppendResult:
+            return NotImplemented
+        assert isinstance(other, AppendResult)
+        return self.positions == other.positions and self.version == other.version
+
+    def __hash__(self) -> int:
+        return hash((self.positions, self.version))
+
+    def __repr__(self) -> str:
+        return f"AppendResult(positions={self.positions!r}, version={self.version!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy carries the decoded events, not the decoder (whose upcasters may not pickle).
+        events = self.events if self._rows is not None and self._decode is not None else None
+        return _rebuilt_result, (self.positions, self.version, self._rows, events)
+
+
+def _rebuilt_result(
+    positions: tuple[int, ...],
+    version: int,
+    rows: Sequence[Iterable[Any]] | None,
+    events: tuple[RecordedEvent, ...] | None,
+) -> AppendResult:
+    result = AppendResult(positions, version, rows=rows)
+    object.__setattr__(result, "_events", events)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Tracking:
+    """A consumer's place in a log: the last position it has processed.
+
+    Record it with ``EventStore.save_tracking``, or with the events it led to in one
+    transaction (``EventStore.append_tracked``); read it with ``tracking_position``. A
+    consumer's position only moves forward.
+
+    Attributes:
+        consumer: The consumer's name (the rules of a stream name apply).
+        position: The last position it processed (of this store's log or of another one).
+    """
+
+    consumer: str
+    position: int
 
 
 @dataclass(frozen=True, slots=True)

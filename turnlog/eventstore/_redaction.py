@@ -22,9 +22,10 @@ from typing import Any
 
 import orjson
 
-from ._encoding import encode_json, payload_digest
-from ._errors import RedactionError
+from ._encoding import digest_event_hash, encode_json, legacy_event_hash, payload_digest
+from ._errors import InvalidEventError, RedactionError
 from ._records import NewEvent, Problem
+from ._validation import check_stream_name
 
 __all__ = [
     "MARKER_KEY",
@@ -276,9 +277,6 @@ def part_digest(
 
 def check_targets(targets: Sequence[Redaction]) -> None:
     """Refuse malformed redaction requests before anything is read or written."""
-    from ._encoding import check_stream_name
-    from ._errors import InvalidEventError
-
     if not targets:
         raise InvalidEventError("redact needs at least one event")
     for target in targets:
@@ -287,11 +285,11 @@ def check_targets(targets: Sequence[Redaction]) -> None:
         check_stream_name(target.stream)
         if target.stream == REDACTIONS_STREAM:
             raise RedactionError(target.stream, target.version, "redaction records cannot be redacted")
-        if isinstance(target.version, bool) or not isinstance(target.version, int) or target.version < 1:
-            raise InvalidEventError(
-                f"version must be an int >= 1, not {target.version!r}", stream=target.stream
-            )
-        if not isinstance(target.reason, str) or not target.reason.strip():
+        version: object = target.version
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InvalidEventError(f"version must be an int >= 1, not {version!r}", stream=target.stream)
+        reason: object = target.reason
+        if not isinstance(reason, str) or not reason.strip():
             raise InvalidEventError("a redaction needs a reason (a non-empty str)", stream=target.stream)
         if not isinstance(target.actor, str):
             raise InvalidEventError("actor must be a str", stream=target.stream)
@@ -312,15 +310,13 @@ class Plan:
         return RedactionResult(self.target.stream, self.target.version, self.type, True, self.erased_bytes)
 
 
-def plan_redaction(target: Redaction, row: Sequence[Any]) -> Plan | RedactionResult:
+def plan_redaction(target: Redaction, row: Iterable[Any]) -> Plan | RedactionResult:
     """Plan the redaction of one stored row (``RawEvent`` order); a result when it is a no-op.
 
     Raises:
         RedactionError: the row is hashed by the legacy chain, or its bytes do not match its
             hash (a damaged event is never re-blessed: run ``verify``).
     """
-    from ._encoding import digest_event_hash, legacy_event_hash
-
     _, event_id, stream, version, type_, schema, data, meta, recorded_at, prev_hash, hash_ = row
     event_id = str(event_id)
     data_b, meta_b = _as_bytes(data), _as_bytes(meta)
@@ -395,8 +391,6 @@ def event_hash_matches(
     A redaction marker counts by the digest it names (``verify`` then checks that digest
     against the redaction record); an event of the legacy chain by its bytes.
     """
-    from ._encoding import digest_event_hash, legacy_event_hash
-
     args = (prev_hash, event_id, stream, version, type_, schema)
     data_m, meta_m = stored_marker(data), stored_marker(meta)
     data_d = data_m.digest if data_m is not None else payload_digest(data)

@@ -1,7 +1,14 @@
 """The SQLite backend: the embedded default store.
 
-The tables are described (and created) in ``_sqlite_schema``. SQLite has one writer at a time, so positions are given in commit order and, with
-AUTOINCREMENT, are gapless and never reused. Every write is one ``BEGIN IMMEDIATE``
+Why this module is over 500 lines: it is one class, ``SQLiteEventStore``, the port's thirty-odd
+methods on one connection, each a few lines that hand a job to ``_run``. What is not the
+class lives beside it, one concept per module: the tables and format (``_sqlite_schema``),
+opening connections and SQLite's errors (``_sqlite_connect``), what a write transaction does
+(``_sqlite_write``), pages of reads and ``verify``'s walk (``_sqlite_read``), redaction and the
+chain upgrade (``_sqlite_redact``). Splitting the class itself would split the port.
+
+The tables are described (and created) in ``_sqlite_schema``. SQLite has one writer at a time,
+so positions are given in commit order and, with AUTOINCREMENT, are gapless and never reused. Every write is one ``BEGIN IMMEDIATE``
 transaction that checks ``expected_version`` before inserting.
 
 Keeping the event loop free without losing SQLite's speed. Single-event appends of the
@@ -37,14 +44,11 @@ an fsync per commit.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import astuple
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -56,31 +60,10 @@ import anyio.to_thread
 from turnlog._errors import UsageError
 
 from ._base import EventStore
+from ._decoding import decode_event
 from ._encoder import check_encoded
-from ._encoding import (
-    DEFAULT_MAX_EVENT_BYTES,
-    ChainChecker,
-    PreparedAppend,
-    bind_snapshot,
-    chain_hashes,
-    check_expected_version,
-    check_read_range,
-    check_stream_name,
-    check_stream_prefix,
-    check_type_filter,
-    decode_event,
-    first_intact,
-    match_resent,
-    prepare_batch,
-    prepare_events,
-    prepare_snapshot,
-    version_matches,
-)
 from ._errors import (
-    ConcurrencyError,
-    CorruptStoreError,
     StoreError,
-    StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
 )
@@ -90,7 +73,6 @@ from ._raw import (
     RAW_PAGE,
     RawEvent,
     RawSnapshot,
-    check_continuation,
     check_raw_events,
     check_raw_range,
     raw_event,
@@ -102,25 +84,46 @@ from ._records import (
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
-    Problem,
     RecordedEvent,
     Snapshot,
+    Tracking,
     VerifyReport,
 )
-from ._redaction import Redaction, RedactionRecords, RedactionResult
-from ._sqlite_redact import erase_freed, redact_sync, redaction_rows, upgrade_sync
+from ._redaction import Redaction, RedactionResult
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
+from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
+from ._sqlite_read import BOUND_SNAPSHOTS, read_filters, rows_page, verify_on
+from ._sqlite_redact import erase_freed, redact_sync, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
     bump_format,
     ensure_store_id,
     init_schema,
-    insert_events,
     read_format,
     read_store_id,
-    rollback,
     write_transaction,
 )
+from ._sqlite_write import (
+    COLUMNS,
+    SNAPSHOT_COLUMNS,
+    UPSERT_SNAPSHOT,
+    find_resent,
+    insert_entries,
+    insert_raw,
+    record_tracking,
+    tracking_position,
+)
 from ._upcasting import Upcasters
+from ._validation import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    check_expected_version,
+    check_read_range,
+    check_stream_name,
+    check_tracking,
+    prepare_batch,
+    prepare_events,
+)
 from ._worker import Worker
 
 __all__ = ["FORMAT_VERSION", "SQLiteEventStore"]
@@ -129,40 +132,20 @@ Durability = Literal["normal", "full"]
 T = TypeVar("T")
 
 _PAGE = 500
-_PAGE_BYTES = 4 * 1024 * 1024
 _INLINE_MAX_EVENTS = 64
 _INLINE_MAX_BYTES = 256 * 1024
 _CHECKPOINT_WAL_BYTES = 4 * 1024 * 1024
 _POLL_INTERVAL = 0.025
 _NO_BOUND = 2**62
-_COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
-"""Every column of an event, in ``RawEvent`` order (what ``decode_event`` and ``ChainChecker`` read)."""
-_ROW_POSITION = itemgetter(0)
+_ROW_POSITION: Callable[[tuple[Any, ...]], int] = itemgetter(0)
 """The key of a stored row in ``read_all`` pages (its position)."""
-_ROW_VERSION = itemgetter(3)
+_ROW_VERSION: Callable[[tuple[Any, ...]], int] = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
-_SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
-"""Every column of a snapshot, in ``RawSnapshot`` order."""
-_INSERT_RAW = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-_STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
 _EVENT_HASH = "SELECT hash FROM events WHERE stream = ? AND version = ?"
-_BOUND_SNAPSHOTS = (
-    "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
-    "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
-)
-"""Snapshots with the hash of the log's event at their version (NULL when there is none)."""
 
 
 class _WouldBlock(Exception):
     """An inline attempt found the database busy; retry on the worker thread."""
-
-
-def _parse_target(path: str) -> tuple[str, bool]:
-    """Return the sqlite3 target and whether it is a private in-memory database."""
-    if path == ":memory:":
-        return ":memory:", True
-    return os.fspath(path), False
 
 
 class SQLiteEventStore(EventStore):
@@ -193,7 +176,7 @@ class SQLiteEventStore(EventStore):
     """
 
     capabilities: frozenset[str] = frozenset(
-        {"gapless_positions", "cross_process_subscribe", "raw_copy", "redact"}
+        {"gapless_positions", "cross_process_subscribe", "raw_copy", "redact", "tracking"}
     )
 
     def __init__(
@@ -209,7 +192,7 @@ class SQLiteEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
             raise UsageError(f"durability must be 'normal' or 'full', not {durability!r}")
-        target, in_memory = _parse_target(os.fspath(path))
+        target, in_memory = parse_target(os.fspath(path))
         self.path = target
         self.url = "sqlite:///:memory:" if in_memory else f"sqlite:///{target}"
         self.durability = durability
@@ -226,67 +209,25 @@ class SQLiteEventStore(EventStore):
         self._wal_bytes = 0
         if not in_memory:
             if create:
-                _create_private(target)
+                create_private(target)
             elif not os.path.exists(target):
                 raise StoreNotFound(target, "no such file")
         # Past the check above, the file is never created by sqlite3 itself: a file that
         # vanished in between is an error, not a new world-readable store.
-        self._conn = self._connect(target, create)
+        self._conn = connect(
+            target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability, create=create
+        )
         self._aux: sqlite3.Connection | None = None
         try:
             init_schema(self._conn, target, self._busy_ms, create=create)
             self._store_id = read_store_id(self._conn)
             self._old_format = read_format(self._conn) < FORMAT_VERSION
             if not in_memory:
-                self._aux = self._connect(target)
+                self._aux = connect(target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability)
         except BaseException:
             self._conn.close()
             raise
         self._worker = Worker(f"turnlog-sqlite:{os.path.basename(target)}")
-
-    # ------------------------------------------------------------------ connection
-
-    def _connect(self, target: str, create: bool = True) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(
-                _uri(target), isolation_level=None, check_same_thread=False, timeout=0, uri=True
-            )
-            # A file that is not SQLite only fails on first access.
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            if (
-                not create
-                and not self._in_memory
-                and not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            ):
-                # before the switch to WAL, which would write a header into an empty file
-                raise StoreNotFound(target, "the database is empty")
-            if not self._in_memory:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if mode.lower() != "wal":
-                    raise StoreError(f"cannot switch {target} to WAL mode (got {mode!r})")
-                if self.durability == "normal":
-                    # Inline commits must never wait for a checkpoint's fsync: the store
-                    # checkpoints on its worker thread instead. Under "full" every write runs
-                    # on the worker anyway, and SQLite's own checkpoint keeps the WAL short
-                    # (a long WAL makes each fsync'd commit about twice as slow).
-                    conn.execute("PRAGMA wal_autocheckpoint = 0")
-            conn.execute(f"PRAGMA synchronous = {self.durability.upper()}")
-            conn.execute("PRAGMA busy_timeout = 0")
-        except StoreNotFound:
-            _close_quietly(conn)
-            raise
-        except sqlite3.DatabaseError as exc:
-            _close_quietly(conn)
-            if "malformed" in str(exc):
-                raise CorruptStoreError(target, str(exc)) from exc
-            if "not a database" in str(exc):
-                raise StoreFormatError(f"{target} is not a SQLite database: {exc}") from exc
-            raise StoreUnavailable(f"cannot open {target}: {exc}") from exc
-        except (UnicodeError, ValueError, TypeError, AttributeError) as exc:  # garbage pragma results
-            _close_quietly(conn)
-            raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
-        return conn
 
     # ------------------------------------------------------------------ running jobs
 
@@ -326,16 +267,16 @@ class SQLiteEventStore(EventStore):
         try:
             return fn(blocking)
         except sqlite3.OperationalError as exc:
-            if _is_busy(exc):
+            if is_busy(exc):
                 if not blocking:
                     raise _WouldBlock from exc
                 raise StoreUnavailable(
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
                 ) from exc
-            raise _damage_or_error(self.path, exc) from exc
+            raise damage_or_error(self.path, exc) from exc
         except sqlite3.DatabaseError as exc:
-            raise _damage_or_error(self.path, exc) from exc
+            raise damage_or_error(self.path, exc) from exc
 
     def _notify(self) -> None:
         wake, self._wake = self._wake, None
@@ -399,12 +340,13 @@ class SQLiteEventStore(EventStore):
         """Write each unit under its own savepoint in one transaction: one fails alone."""
         outcomes: list[list[AppendResult] | BaseException] = []
         with write_transaction(self._conn) as conn:
-            if self._store_id is None or self._old_format:  # a store made by an older turnlog
-                self._first_write(conn)
+            self._before_write(conn)
             for unit in units:
                 conn.execute("SAVEPOINT turnlog_unit")
                 try:
-                    outcomes.append(self._insert_entries(conn, unit, savepoint="turnlog_unit"))
+                    outcomes.append(
+                        insert_entries(conn, unit, self.upcasters, self.path, savepoint="turnlog_unit")
+                    )
                 except StoreError as exc:
                     conn.execute("ROLLBACK TO turnlog_unit")
                     outcomes.append(exc)
@@ -422,9 +364,13 @@ class SQLiteEventStore(EventStore):
 
     def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
         with write_transaction(self._conn) as conn:
-            if self._store_id is None or self._old_format:  # a store made by an older turnlog
-                self._first_write(conn)
-            return self._insert_entries(conn, entries)
+            self._before_write(conn)
+            return insert_entries(conn, entries, self.upcasters, self.path)
+
+    def _before_write(self, conn: sqlite3.Connection) -> None:
+        """In a write transaction, before anything is written: a store id and this format if need be."""
+        if self._store_id is None or self._old_format:  # a store made by an older turnlog
+            self._first_write(conn)
 
     def _first_write(self, conn: sqlite3.Connection) -> None:
         """On the first write to a store made by an older turnlog: a store id, this format."""
@@ -433,101 +379,47 @@ class SQLiteEventStore(EventStore):
             bump_format(conn)
             self._old_format = False
 
-    def _insert_entries(
-        self, conn: sqlite3.Connection, entries: list[PreparedAppend], *, savepoint: str | None = None
+    # ------------------------------------------------------------------ tracking (capability "tracking")
+
+    async def save_tracking(self, consumer: str, position: int) -> None:
+        tracking = check_tracking(Tracking(consumer, position))
+
+        def run(blocking: bool) -> None:
+            with write_transaction(self._conn) as conn:
+                self._before_write(conn)
+                record_tracking(conn, tracking)
+
+        await self._run(run, inline=self.durability == "normal")
+
+    async def tracking_position(self, consumer: str) -> int | None:
+        check_tracking(Tracking(consumer, 0))
+        return await self._run(lambda blocking: tracking_position(self._conn, consumer))
+
+    async def append_tracked(
+        self, entries: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]], tracking: Tracking
     ) -> list[AppendResult]:
-        """Check and insert ``entries`` in the open transaction (or in its ``savepoint``)."""
-        now = time.time_ns() // 1000
-        plans: list[tuple[str, int, str, Sequence[EncodedEvent], list[str]]] = []
-        heads: dict[str, tuple[int, str]] = {}
-        for entry in entries:
-            stream = entry.stream
-            head = heads.get(stream)
-            if head is None:
-                row = conn.execute(_STREAM_HEAD, (stream,)).fetchone()
-                head = (row[0], row[1]) if row is not None else (0, "")
-            version, prev = head
-            if not version_matches(entry.expected, version):
-                original = self._find_resent(conn, entries)
+        self._check_open()
+        prepared = prepare_batch(entries, self.max_event_bytes)
+        tracking = check_tracking(tracking)
+        count = sum(len(entry.events) for entry in prepared)
+        size = sum(len(ev.data) + len(ev.meta) for entry in prepared for ev in entry.events)
+
+        def run(blocking: bool) -> list[AppendResult]:
+            with write_transaction(self._conn) as conn:
+                # A re-send stores nothing, its tracking included (the original recorded it).
+                original = find_resent(conn, prepared, self.upcasters)
                 if original is not None:
                     return original
-                raise ConcurrencyError(stream, entry.expected, version)
-            hashes = chain_hashes(stream, version, prev, entry.events, now)
-            plans.append((stream, version, prev, entry.events, hashes))
-            heads[stream] = (version + len(hashes), hashes[-1])
-        results: list[AppendResult] = []
-        try:
-            for stream, version, prev, events, hashes in plans:
-                last = insert_events(conn, stream, version, prev, events, hashes, now)
-                if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
-                    raise StoreError(f"{self.path}: the insert reported no position")
-                count = len(events)
-                results.append(AppendResult(tuple(range(last - count + 1, last + 1)), version + count))
-        except sqlite3.IntegrityError as exc:
-            # A stored event id: either a re-send of an acknowledged append or a clash.
-            if savepoint is None:
-                rollback(conn)
-                conn.execute("BEGIN IMMEDIATE")
-            else:
-                conn.execute(f"ROLLBACK TO {savepoint}")
-            original = self._find_resent(conn, entries)
-            if original is not None:
-                return original
-            raise StoreError(f"{self.path}: unexpected constraint failure: {exc}") from exc
+                self._before_write(conn)
+                record_tracking(conn, tracking)
+                return insert_entries(conn, prepared, self.upcasters, self.path)
+
+        inline = self.durability == "normal" and count <= _INLINE_MAX_EVENTS and size <= _INLINE_MAX_BYTES
+        results = await self._run(run, inline=inline)
+        self._written(count, size)
         return results
 
-    def _find_resent(
-        self, conn: sqlite3.Connection, entries: list[PreparedAppend]
-    ) -> list[AppendResult] | None:
-        """Original results if every event is already stored identically, None if none is.
-
-        Raises:
-            IdempotencyError: some ids are stored with other content, or only some are stored.
-        """
-        ids = [ev.id for entry in entries for ev in entry.events]
-        stored: dict[str, tuple[Any, ...]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            sql = (
-                "SELECT id, position, stream, version, type, schema, data, meta "
-                f"FROM events WHERE id IN ({marks})"
-            )
-            for row in conn.execute(sql, chunk):
-                stored[row[0]] = row[1:]
-        if not stored:
-            return None
-        return match_resent(entries, stored)
-
     # ------------------------------------------------------------------ reads
-
-    def _page(self, sql: str, *params: Any) -> Callable[[bool], tuple[list[tuple[Any, ...]], bool]]:
-        """A page of stored rows, and whether the query ran out of rows (the last param is the LIMIT).
-
-        A page ends after ``LIMIT`` rows or once it holds about ``_PAGE_BYTES`` of payload,
-        so that pages of large events stay small in memory. The rows are decoded one by one
-        as the reader takes them, not here: an event then lives only as long as its reader
-        keeps it, and the garbage collector never has to walk a page of decoded events.
-        """
-
-        def run(blocking: bool) -> tuple[list[tuple[Any, ...]], bool]:
-            cursor = self._conn.execute(sql, params)
-            rows: list[tuple[Any, ...]] = []
-            size = 0
-            try:
-                for row in cursor:
-                    rows.append(row)
-                    try:
-                        size += len(row[6]) + len(row[7])
-                    except TypeError:  # a damaged row: decoding it raises CorruptEventError
-                        pass
-                    if size >= _PAGE_BYTES:
-                        return rows, False
-            finally:
-                cursor.close()
-            return rows, len(rows) < params[-1]
-
-        return run
 
     async def read_stream(
         self,
@@ -543,12 +435,14 @@ class SQLiteEventStore(EventStore):
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         order = "DESC" if backwards else "ASC"
         sql = (
-            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version >= ? AND version <= ? "
+            f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version >= ? AND version <= ? "
             f"ORDER BY version {order} LIMIT ?"
         )
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
-            return await self._run(self._page(sql, stream, low, _NO_BOUND if high is None else high, count))
+            return await self._run(
+                rows_page(self._conn, sql, stream, low, _NO_BOUND if high is None else high, count)
+            )
 
         pages = read_pages(
             fetch, from_version, to_version, key=_ROW_VERSION, limit=limit, backwards=backwards
@@ -570,15 +464,17 @@ class SQLiteEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
         check_read_range("from_position", from_position, "to_position", to_position, limit)
-        filters, params = _filters(types, stream_prefix)
+        filters, params = read_filters(types, stream_prefix)
         order = "DESC" if backwards else "ASC"
         sql = (
-            f"SELECT {_COLUMNS} FROM events WHERE position >= ? AND position <= ?{filters} "
+            f"SELECT {COLUMNS} FROM events WHERE position >= ? AND position <= ?{filters} "
             f"ORDER BY position {order} LIMIT ?"
         )
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
-            return await self._run(self._page(sql, low, _NO_BOUND if high is None else high, *params, count))
+            return await self._run(
+                rows_page(self._conn, sql, low, _NO_BOUND if high is None else high, *params, count)
+            )
 
         pages = read_pages(
             fetch, from_position, to_position, key=_ROW_POSITION, limit=limit, backwards=backwards
@@ -604,7 +500,7 @@ class SQLiteEventStore(EventStore):
         return self._conn.execute("SELECT max(position) FROM events").fetchone()[0] or 0
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
-        filters, params = _filters(None, prefix)
+        filters, params = read_filters(None, prefix)
         sql = f"SELECT stream, max(version) FROM events WHERE 1{filters} GROUP BY stream ORDER BY stream"
 
         def run(blocking: bool) -> list[tuple[str, int]]:
@@ -657,61 +553,34 @@ class SQLiteEventStore(EventStore):
 
     def _verify_sync(self, stream: str | None, quick: bool) -> VerifyReport:
         if self._aux is not None:
-            return self._verify_on(self._aux, stream, quick)
+            return verify_on(self._aux, stream, quick)
         with self._lock:
-            return self._verify_on(self._conn, stream, quick)
-
-    def _verify_on(self, conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
-        checker = ChainChecker(RedactionRecords())
-        problems: list[Problem] = []
-        checks: list[str] = []
-        # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead
-        # of failing the whole walk.
-        conn.text_factory = _lenient_text
-        try:
-            if stream is None:
-                pragma = "quick_check" if quick else "integrity_check"
-                checks.append(pragma)
-                result = [str(row[0]) for row in conn.execute(f"PRAGMA {pragma}")]
-                if result != ["ok"]:
-                    problems.extend(Problem("", 0, f"SQLite {pragma}: {line}") for line in result)
-            conn.execute("BEGIN")  # one consistent view of the log while checking it
-            try:
-                checker.redactions = RedactionRecords.from_rows(redaction_rows(conn))
-                where = "WHERE stream = ?" if stream is not None else ""
-                params = () if stream is None else (stream,)
-                sql = f"SELECT {_COLUMNS} FROM events {where} ORDER BY stream, version"
-                # The (stream, version) index gives this order without sorting, and the cursor
-                # streams rows, so memory stays flat however large the log is.
-                for row in conn.execute(sql, params):
-                    checker.add_row(row)
-                where = "WHERE s.stream = ?" if stream is not None else ""
-                for row in conn.execute(
-                    f"{_BOUND_SNAPSHOTS} {where} ORDER BY s.stream, s.type, s.version", params
-                ):
-                    checker.add_snapshot(row, row[7])
-                checker.finish(stream)
-            finally:
-                rollback(conn)
-        except sqlite3.DatabaseError as exc:
-            problems.append(Problem(stream or "", 0, f"SQLite could not read the log: {exc}"))
-        except (ValueError, TypeError, OverflowError) as exc:  # a value SQLite hands back damaged
-            problems.append(Problem(stream or "", 0, f"the log could not be read: {exc!r}"))
-        finally:
-            conn.text_factory = str
-        return checker.report(problems, checks)
+            return verify_on(self._conn, stream, quick)
 
     # ------------------------------------------------------------------ redaction
 
     async def _redact(self, targets: list[Redaction]) -> list[RedactionResult]:
         results = await self._run(
-            lambda blocking: redact_sync(self, self._conn, targets, self._in_memory), inline=False
+            lambda blocking: redact_sync(
+                self._conn,
+                targets,
+                path=self.path,
+                in_memory=self._in_memory,
+                upcasters=self.upcasters,
+                before_write=self._before_write,
+            ),
+            inline=False,
         )
         self._written(len(results), 0)
         return results
 
     async def upgrade_chain(self, *, actor: str = "") -> list[str]:
-        return await self._run(lambda blocking: upgrade_sync(self, self._conn, actor), inline=False)
+        return await self._run(
+            lambda blocking: upgrade_sync(
+                self._conn, actor, path=self.path, upcasters=self.upcasters, before_write=self._before_write
+            ),
+            inline=False,
+        )
 
     async def compact(self) -> None:
         """Erase freed content: checkpoint and truncate the WAL, ``VACUUM``, truncate again."""
@@ -730,7 +599,7 @@ class SQLiteEventStore(EventStore):
                 found = conn.execute(_EVENT_HASH, (snap.stream, snap.version)).fetchone()
                 meta = bind_snapshot(snap, None if found is None else found[0])
                 conn.execute(
-                    _UPSERT_SNAPSHOT,
+                    UPSERT_SNAPSHOT,
                     (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now),
                 )
 
@@ -741,7 +610,7 @@ class SQLiteEventStore(EventStore):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         check_stream_name(stream)
-        sql = f"{_BOUND_SNAPSHOTS} WHERE s.stream = ?"
+        sql = f"{BOUND_SNAPSHOTS} WHERE s.stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
             sql += " AND s.version <= ?"
@@ -787,8 +656,8 @@ class SQLiteEventStore(EventStore):
         """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
         self._check_open()
         check_raw_range(after_position, to_position, limit)
-        filters, params = _filters(types, None)
-        sql = f"SELECT {_COLUMNS} FROM events WHERE position > ? AND position <= ?{filters} ORDER BY position LIMIT ?"
+        filters, params = read_filters(types, None)
+        sql = f"SELECT {COLUMNS} FROM events WHERE position > ? AND position <= ?{filters} ORDER BY position LIMIT ?"
         params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
 
         def run(blocking: bool) -> list[RawEvent]:
@@ -798,7 +667,7 @@ class SQLiteEventStore(EventStore):
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
         """Every stored snapshot, ordered by stream, type and version."""
-        sql = f"SELECT {_SNAPSHOT_COLUMNS} FROM snapshots ORDER BY stream, type, version"
+        sql = f"SELECT {SNAPSHOT_COLUMNS} FROM snapshots ORDER BY stream, type, version"
 
         def run(blocking: bool) -> list[RawSnapshot]:
             return [RawSnapshot(*row) for row in self._conn.execute(sql)]
@@ -820,7 +689,7 @@ class SQLiteEventStore(EventStore):
             with write_transaction(self._conn) as conn:
                 if self._old_format:
                     self._first_write(conn)
-                _insert_raw(conn, events, snapshots)
+                insert_raw(conn, events, snapshots)
 
         await self._run(run, inline=False)
         if events:
@@ -868,80 +737,3 @@ class SQLiteEventStore(EventStore):
 
     def __repr__(self) -> str:
         return f"SQLiteEventStore({self.path!r}, durability={self.durability!r})"
-
-
-def _insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: list[RawSnapshot]) -> None:
-    """Check that ``events`` continue the log and their streams, then insert them as they are."""
-    head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
-    tips: dict[str, tuple[int, str]] = {}
-    rows = []
-    for event in events:
-        tip = tips.get(event.stream)
-        if tip is None:
-            row = conn.execute(_STREAM_HEAD, (event.stream,)).fetchone()
-            tip = (row[0], row[1]) if row is not None else (0, "")
-        check_continuation(event, tip, head)
-        head = event.position
-        tips[event.stream] = (event.version, event.hash)
-        rows.append(astuple(event))
-    conn.executemany(_INSERT_RAW, rows)
-    conn.executemany(_UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
-
-
-def _damage_or_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:
-    """``CorruptStoreError`` when SQLite says the file is damaged, else a plain ``StoreError``."""
-    text = str(exc)
-    if "malformed" in text or "Could not decode" in text or isinstance(exc, sqlite3.DataError):
-        return CorruptStoreError(path, text)
-    return StoreError(f"{path}: {text}")
-
-
-def _lenient_text(raw: bytes) -> str:
-    """SQLite text as a str; bytes that are not UTF-8 become lone surrogates, never an error."""
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _uri(target: str) -> str:
-    """The ``file:`` URI that opens ``target`` without ever creating it (``mode=rw``)."""
-    if target == ":memory:":
-        return "file::memory:"
-    return "file:" + urllib.parse.quote(os.path.abspath(target)) + "?mode=rw"
-
-
-def _create_private(path: str) -> None:
-    """Create ``path`` as an empty file of mode 0600 unless it exists (never through a symlink)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot create {path}: {exc.strerror or exc}") from exc
-    os.close(fd)
-
-
-def _close_quietly(conn: sqlite3.Connection | None) -> None:
-    if conn is not None:
-        with contextlib.suppress(Exception):
-            conn.close()
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc)
-    return "locked" in text or "busy" in text
-
-
-def _filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
-    check_stream_prefix(stream_prefix)
-    sql = ""
-    params: list[Any] = []
-    wanted = check_type_filter(types)
-    if wanted is not None:
-        if not wanted:
-            return " AND 0", []
-        sql += f" AND type IN ({','.join('?' * len(wanted))})"
-        params.extend(wanted)
-    if stream_prefix:
-        sql += " AND substr(stream, 1, ?) = ?"
-        params.extend((len(stream_prefix), stream_prefix))
-    return sql, params

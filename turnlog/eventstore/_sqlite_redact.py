@@ -10,21 +10,18 @@ checkpoint truncates the log that ``VACUUM`` wrote.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from ._encoding import PreparedAppend, prepare_events
 from ._errors import StoreUnavailable
 from ._records import ANY
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
 from ._sqlite_schema import write_transaction
+from ._sqlite_write import COLUMNS, insert_entries
+from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
-
-if TYPE_CHECKING:
-    from ._sqlite import SQLiteEventStore
+from ._validation import PreparedAppend, prepare_events
 
 __all__ = ["erase_freed", "redact_sync", "redaction_rows", "upgrade_sync"]
-
-_COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 
 
 def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
@@ -35,27 +32,36 @@ def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
 
 
 def redact_sync(
-    store: SQLiteEventStore, conn: sqlite3.Connection, targets: list[Redaction], in_memory: bool
+    conn: sqlite3.Connection,
+    targets: list[Redaction],
+    *,
+    path: str,
+    in_memory: bool,
+    upcasters: Upcasters,
+    before_write: Callable[[sqlite3.Connection], None],
 ) -> list[RedactionResult]:
-    """Redact ``targets`` in one transaction on ``conn`` (the writer), then erase the old bytes."""
+    """Redact ``targets`` in one transaction on ``conn`` (the writer), then erase the old bytes.
+
+    ``before_write`` runs in the transaction before anything is written (the store's first
+    write to an older store records its id and format there).
+    """
     conn.execute("PRAGMA secure_delete = ON")
     try:
         with write_transaction(conn) as c:
             plans: list[Plan | RedactionResult] = []
             for target in targets:
                 row = c.execute(
-                    f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version = ?",
+                    f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version = ?",
                     (target.stream, target.version),
                 ).fetchone()
                 if row is None:
                     raise RedactionError(target.stream, target.version, "no such event")
                 plans.append(plan_redaction(target, row))
             changed = [plan for plan in plans if isinstance(plan, Plan)]
-            if changed and store._old_format:
-                store._first_write(c)
             if changed:
+                before_write(c)
                 _, records = prepare_events(REDACTIONS_STREAM, [plan.record for plan in changed], 2**62)
-                store._insert_entries(c, [PreparedAppend(REDACTIONS_STREAM, records, ANY)])
+                insert_entries(c, [PreparedAppend(REDACTIONS_STREAM, records, ANY)], upcasters, path)
                 c.executemany(
                     "UPDATE events SET data = ?, meta = ? WHERE stream = ? AND version = ?",
                     [(plan.data, plan.meta, plan.target.stream, plan.target.version) for plan in changed],
@@ -65,7 +71,7 @@ def redact_sync(
                     [(name,) for name in sorted({plan.target.stream for plan in changed})],
                 )
         if changed and not in_memory:
-            erase_freed(conn, store.path)
+            erase_freed(conn, path)
     finally:
         conn.execute("PRAGMA secure_delete = OFF")
     return [plan.result() if isinstance(plan, Plan) else plan for plan in plans]
@@ -91,16 +97,22 @@ def erase_freed(conn: sqlite3.Connection, path: str) -> None:
             )
 
 
-def upgrade_sync(store: SQLiteEventStore, conn: sqlite3.Connection, actor: str) -> list[str]:
-    """``upgrade_chain`` in one transaction on ``conn`` (the writer)."""
+def upgrade_sync(
+    conn: sqlite3.Connection,
+    actor: str,
+    *,
+    path: str,
+    upcasters: Upcasters,
+    before_write: Callable[[sqlite3.Connection], None],
+) -> list[str]:
+    """``upgrade_chain`` in one transaction on ``conn`` (the writer); ``before_write`` as in ``redact_sync``."""
     with write_transaction(conn) as c:
-        rows = c.execute(f"SELECT {_COLUMNS} FROM events ORDER BY stream, version").fetchall()
+        rows = c.execute(f"SELECT {COLUMNS} FROM events ORDER BY stream, version").fetchall()
         plan = plan_upgrade(rows, actor)
-        if plan.streams and store._old_format:
-            store._first_write(c)
         if plan.streams:
+            before_write(c)
             _, records = prepare_events(UPGRADES_STREAM, plan.records, 2**62)
-            store._insert_entries(c, [PreparedAppend(UPGRADES_STREAM, records, ANY)])
+            insert_entries(c, [PreparedAppend(UPGRADES_STREAM, records, ANY)], upcasters, path)
             c.executemany(
                 "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
                 [(prev, digest, position) for position, prev, digest in plan.updates],

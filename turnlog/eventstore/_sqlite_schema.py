@@ -170,7 +170,7 @@ def _create(db: sqlite_utils.Database) -> None:
         )
         """
     )
-    db["snapshots"].create(
+    db.table("snapshots").create(
         {
             "stream": str,
             "type": str,
@@ -183,9 +183,9 @@ def _create(db: sqlite_utils.Database) -> None:
         pk=("stream", "type", "version"),
         not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
     )
-    db["tracking"].create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
-    db["meta"].create({"key": str, "value": str}, pk="key", not_null={"value"})
-    db["meta"].insert({"key": "format_version", "value": str(FORMAT_VERSION)})
+    db.table("tracking").create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
+    db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
+    db.table("meta").insert({"key": "format_version", "value": str(FORMAT_VERSION)})
     ensure_store_id(db.conn)
 
 

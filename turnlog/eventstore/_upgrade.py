@@ -11,11 +11,12 @@ stream's last event, so an old hash kept elsewhere can still be matched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ._encoding import ChainChecker, digest_event_hash, payload_digest
+from ._chain import ChainChecker
+from ._encoding import digest_event_hash, payload_digest
 from ._errors import UpgradeRefused
 from ._records import NewEvent
 from ._redaction import REDACTIONS_STREAM, RedactionRecords
@@ -41,12 +42,13 @@ class ChainUpgrade:
     streams: list[str]
 
 
-def plan_upgrade(rows: Sequence[Sequence[Any]], actor: str) -> ChainUpgrade:
+def plan_upgrade(stored: Iterable[Iterable[Any]], actor: str) -> ChainUpgrade:
     """Check every stored row (``RawEvent`` order, by stream then version) and plan the upgrade.
 
     Raises:
         UpgradeRefused: the log does not verify.
     """
+    rows = [tuple(row) for row in stored]
     records = RedactionRecords.from_rows((r[3], r[6]) for r in rows if r[2] == REDACTIONS_STREAM)
     checker = ChainChecker(records)
     for row in rows:

@@ -6,7 +6,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -67,9 +67,13 @@ class Worker:
                 else:
                     future.set_result(result)
 
-        self._jobs.put((fn, lambda exc, result: loop.call_soon_threadsafe(settle, exc, result)))
+        def done(exc: BaseException | None, result: Any) -> None:
+            loop.call_soon_threadsafe(settle, exc, result)
+
+        self._jobs.put((fn, done))
         with anyio.CancelScope(shield=True):
-            return await future
+            outcome = await future
+        return outcome
 
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue ``fn`` without waiting for it (background housekeeping)."""
@@ -88,7 +92,7 @@ class Worker:
         exc, result = box[0]
         if exc is not None:
             raise exc
-        return result
+        return cast(T, result)
 
     def stop(self) -> None:
         """Finish the queued jobs, then end the thread (blocks until it has ended)."""

@@ -32,7 +32,6 @@ import anyio
 
 from turnlog.eventstore import NO_STREAM, ConcurrencyError, EventStore, RecordedEvent
 from turnlog.kernel._commands import Command
-from turnlog.kernel.models import Usage
 from turnlog.kernel.signals import (
     MessageRecorded,
     Observer,
@@ -206,7 +205,7 @@ class Kernel:
                 if not command.reorderable or attempt > self.max_retries:
                     raise
                 continue
-            recorded = [e async for e in self.store.read_stream(live.stream, expected + 1, result.version)]
+            recorded = list(result.events)  # what the store recorded: no read-back
             if len(recorded) == len(payloads) and not isinstance(payloads[0], BranchForked):
                 # The payloads were validated on the way in: fold them without decoding again.
                 state = live.state

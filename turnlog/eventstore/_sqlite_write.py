@@ -1,0 +1,161 @@
+"""What the SQLite store writes inside its transactions: appends, re-sends, raw copies, tracking.
+
+Plain functions of an open write transaction (``_sqlite_schema.write_transaction``), so that
+the store (``_sqlite``) and its redaction and chain upgrade (``_sqlite_redact``) write events
+the same way without either importing the other.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import astuple
+from typing import Any
+
+from ._encoding import chain_hashes
+from ._errors import ConcurrencyError, StoreError, TrackingError
+from ._raw import RawEvent, RawSnapshot, check_continuation
+from ._records import AppendResult, EncodedEvent, Tracking
+from ._results import append_result, chained_rows, match_resent
+from ._sqlite_schema import insert_events, rollback
+from ._upcasting import Upcasters
+from ._validation import PreparedAppend, version_matches
+
+__all__ = [
+    "COLUMNS",
+    "SNAPSHOT_COLUMNS",
+    "UPSERT_SNAPSHOT",
+    "find_resent",
+    "insert_entries",
+    "insert_raw",
+    "record_tracking",
+    "tracking_position",
+]
+
+COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
+"""Every column of an event, in ``RawEvent`` order (what ``decode_event`` and ``ChainChecker`` read)."""
+SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
+"""Every column of a snapshot, in ``RawSnapshot`` order."""
+UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT_RAW = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
+_TRACKING = "SELECT position FROM tracking WHERE consumer = ?"
+_SAVE_TRACKING = "INSERT OR REPLACE INTO tracking (consumer, position) VALUES (?, ?)"
+
+
+def insert_entries(
+    conn: sqlite3.Connection,
+    entries: list[PreparedAppend],
+    upcasters: Upcasters,
+    location: str,
+    *,
+    savepoint: str | None = None,
+) -> list[AppendResult]:
+    """Check and insert ``entries`` in the open transaction (or in its ``savepoint``).
+
+    A re-send of stored events returns the original results and inserts nothing.
+
+    Raises:
+        ConcurrencyError: an entry's expected version does not match its stream.
+        IdempotencyError: stored ids with other content, or a mix of stored and new ones.
+    """
+    now = time.time_ns() // 1000
+    plans: list[tuple[str, int, str, Sequence[EncodedEvent], list[str]]] = []
+    heads: dict[str, tuple[int, str]] = {}
+    for entry in entries:
+        stream = entry.stream
+        head = heads.get(stream)
+        if head is None:
+            row = conn.execute(_STREAM_HEAD, (stream,)).fetchone()
+            head = (row[0], row[1]) if row is not None else (0, "")
+        version, prev = head
+        if not version_matches(entry.expected, version):
+            original = find_resent(conn, entries, upcasters)
+            if original is not None:
+                return original
+            raise ConcurrencyError(stream, entry.expected, version)
+        hashes = chain_hashes(stream, version, prev, entry.events, now)
+        plans.append((stream, version, prev, entry.events, hashes))
+        heads[stream] = (version + len(hashes), hashes[-1])
+    results: list[AppendResult] = []
+    try:
+        for stream, version, prev, events, hashes in plans:
+            last = insert_events(conn, stream, version, prev, events, hashes, now)
+            if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
+                raise StoreError(f"{location}: the insert reported no position")
+            count = len(events)
+            rows = chained_rows(last - count + 1, stream, version, prev, events, hashes, now)
+            results.append(append_result(rows, version + count, upcasters))
+    except sqlite3.IntegrityError as exc:
+        # A stored event id: either a re-send of an acknowledged append or a clash.
+        if savepoint is None:
+            rollback(conn)
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            conn.execute(f"ROLLBACK TO {savepoint}")
+        original = find_resent(conn, entries, upcasters)
+        if original is not None:
+            return original
+        raise StoreError(f"{location}: unexpected constraint failure: {exc}") from exc
+    return results
+
+
+def find_resent(
+    conn: sqlite3.Connection, entries: list[PreparedAppend], upcasters: Upcasters
+) -> list[AppendResult] | None:
+    """Original results if every event is already stored identically, None if none is.
+
+    Raises:
+        IdempotencyError: some ids are stored with other content, or only some are stored.
+    """
+    ids = [ev.id for entry in entries for ev in entry.events]
+    stored: dict[str, tuple[Any, ...]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        sql = (
+            "SELECT id, position, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash "
+            f"FROM events WHERE id IN ({marks})"
+        )
+        for row in conn.execute(sql, chunk):
+            stored[row[0]] = row[1:]
+    if not stored:
+        return None
+    return match_resent(entries, stored, upcasters)
+
+
+def insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: list[RawSnapshot]) -> None:
+    """Check that ``events`` continue the log and their streams, then insert them as they are."""
+    head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+    tips: dict[str, tuple[int, str]] = {}
+    rows = []
+    for event in events:
+        tip = tips.get(event.stream)
+        if tip is None:
+            row = conn.execute(_STREAM_HEAD, (event.stream,)).fetchone()
+            tip = (row[0], row[1]) if row is not None else (0, "")
+        check_continuation(event, tip, head)
+        head = event.position
+        tips[event.stream] = (event.version, event.hash)
+        rows.append(astuple(event))
+    conn.executemany(_INSERT_RAW, rows)
+    conn.executemany(UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+
+
+def tracking_position(conn: sqlite3.Connection, consumer: str) -> int | None:
+    """The position recorded for ``consumer``, or None."""
+    row = conn.execute(_TRACKING, (consumer,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def record_tracking(conn: sqlite3.Connection, tracking: Tracking) -> None:
+    """Record ``tracking`` in the open write transaction, if it moves its consumer forward.
+
+    Raises:
+        TrackingError: the consumer's recorded position is at or above ``tracking.position``.
+    """
+    recorded = tracking_position(conn, tracking.consumer)
+    if recorded is not None and tracking.position <= recorded:
+        raise TrackingError(tracking.consumer, tracking.position, recorded)
+    conn.execute(_SAVE_TRACKING, (tracking.consumer, tracking.position))

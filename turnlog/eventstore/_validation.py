@@ -1,0 +1,249 @@
+"""Validation of what is appended, before anything is written: names, versions, batches.
+
+``append`` and ``append_batch`` check and encode their ``NewEvent`` s here
+(``prepare_events``, ``prepare_batch``); ``append_encoded`` checks less, because its
+``EncodedEvent`` s were checked when they were made (``_encoder``). Reads check their
+arguments here too, so every backend refuses the same input the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+from uuid import UUID
+
+from ._encoding import encode_object
+from ._errors import EventTooLarge, InvalidEventError
+from ._ids import check_event_id
+from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, Tracking, sealed_encoded
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "MAX_STREAM_LEN",
+    "MAX_TYPE_LEN",
+    "TYPE_RE",
+    "PreparedAppend",
+    "check_event_type",
+    "check_expected_version",
+    "check_read_range",
+    "check_stream_name",
+    "check_stream_prefix",
+    "check_tracking",
+    "check_type_filter",
+    "encode_new_events",
+    "prepare_batch",
+    "prepare_events",
+    "valid_types",
+    "version_matches",
+]
+
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+MAX_STREAM_LEN = 200
+MAX_TYPE_LEN = 200
+
+TYPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*(\.[A-Za-z][A-Za-z0-9_\-]*)*\Z")
+"""A dotted event (or snapshot) type name."""
+_TYPE_RE = TYPE_RE
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_stream_name(stream: object) -> str:
+    """Return ``stream`` if it is a valid stream name, else raise ``InvalidEventError``."""
+    if not isinstance(stream, str):
+        raise InvalidEventError(f"stream name must be a str, not {type(stream).__name__}")
+    if not stream:
+        raise InvalidEventError("stream name must not be empty")
+    if len(stream) > MAX_STREAM_LEN:
+        raise InvalidEventError(
+            f"stream name is {len(stream)} characters, over the limit of {MAX_STREAM_LEN}"
+        )
+    if _CONTROL_RE.search(stream):
+        raise InvalidEventError(f"stream name {stream!r} contains a control character")
+    if not stream.isascii():
+        _check_text(stream, "stream name")
+    return stream
+
+
+def check_stream_prefix(prefix: object) -> str | None:
+    """Return a ``stream_prefix`` or ``prefix`` argument of a read if valid (None or text)."""
+    if prefix is None:
+        return None
+    if not isinstance(prefix, str):
+        raise InvalidEventError(f"stream prefix must be a str, not {type(prefix).__name__}")
+    if not prefix.isascii():
+        _check_text(prefix, "stream prefix")
+    return prefix
+
+
+def check_type_filter(types: Iterable[str] | None) -> list[str] | None:
+    """The ``types`` argument of a read as a list (None: every type); each must be a str of text."""
+    if types is None:
+        return None
+    wanted = [types] if isinstance(types, str) else list(types)
+    for name in wanted:
+        if not isinstance(name, str):
+            raise InvalidEventError(f"an event type to read must be a str, not {type(name).__name__}")
+        if not name.isascii():
+            _check_text(name, "event type")
+    return wanted
+
+
+def _check_text(value: str, what: str) -> None:
+    """Refuse a str that is not Unicode text (a lone surrogate cannot be stored or hashed)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(
+            f"{what} {value!r} holds a lone surrogate at index {exc.start}: not valid Unicode text"
+        ) from None
+
+
+def check_expected_version(stream: str, expected: object) -> ExpectedVersion:
+    """Validate the type and range of an ``expected_version`` argument."""
+    if expected is ANY or expected is STREAM_EXISTS:
+        return expected
+    if isinstance(expected, bool) or not isinstance(expected, int):
+        raise InvalidEventError(
+            "expected_version must be an int, ANY, NO_STREAM or STREAM_EXISTS, "
+            f"not {type(expected).__name__} {expected!r}",
+            stream=stream,
+        )
+    if expected < 0:
+        raise InvalidEventError(f"expected_version must be >= 0, not {expected}", stream=stream)
+    return expected
+
+
+def check_read_range(low_name: str, low: object, high_name: str, high: object, limit: object) -> None:
+    """Validate the bounds and limit of a read (ints >= 0; the upper bound and limit may be None)."""
+    for name, value, optional in ((low_name, low, False), (high_name, high, True), ("limit", limit, True)):
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidEventError(f"{name} must be an int >= 0, not {value!r}")
+
+
+def version_matches(expected: ExpectedVersion, actual: int) -> bool:
+    """Tell whether a stream at ``actual`` satisfies ``expected``."""
+    if expected is ANY:
+        return True
+    if expected is STREAM_EXISTS:
+        return actual > 0
+    return expected == actual
+
+
+valid_types: set[str] = set()
+"""Event type names already validated: a store sees few distinct ones, again and again."""
+
+
+def check_event_type(etype: object, stream: str | None, index: int | None) -> None:
+    """Raise ``InvalidEventError`` unless ``etype`` is a dotted event type name (remembered when it is)."""
+    if not isinstance(etype, str) or not etype:
+        raise InvalidEventError("event type must be a non-empty str", stream=stream, index=index)
+    if len(etype) > MAX_TYPE_LEN or not _TYPE_RE.match(etype):
+        raise InvalidEventError(
+            f"malformed event type {etype!r}: use dotted names such as 'message.added'",
+            stream=stream,
+            index=index,
+        )
+    if type(etype) is str and len(valid_types) < 10_000:
+        valid_types.add(etype)
+
+
+def prepare_events(
+    stream: object, events: Sequence[NewEvent], max_event_bytes: int
+) -> tuple[str, list[EncodedEvent]]:
+    """Validate a batch and encode it canonically; nothing is written if this raises."""
+    name = check_stream_name(stream)
+    return name, encode_new_events(events, max_event_bytes, name)
+
+
+def encode_new_events(events: object, max_event_bytes: int, stream: str | None) -> list[EncodedEvent]:
+    """Validate and encode a non-empty sequence of ``NewEvent`` s; errors name ``stream`` when given."""
+    if isinstance(events, NewEvent) or not isinstance(events, Sequence):
+        raise InvalidEventError("events must be a sequence of NewEvent", stream=stream)
+    if not events:
+        raise InvalidEventError("an append needs at least one event", stream=stream)
+    prepared: list[EncodedEvent] = []
+    seen: set[str] = set()
+    for index, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            hint = " (append EncodedEvents with append_encoded)" if isinstance(event, EncodedEvent) else ""
+            raise InvalidEventError(
+                f"expected a NewEvent, got {type(event).__name__}{hint}", stream=stream, index=index
+            )
+        etype = event.type
+        if type(etype) is not str or etype not in valid_types:
+            check_event_type(etype, stream, index)
+        if type(event.schema) is not int or event.schema < 1:
+            raise InvalidEventError(
+                f"schema must be an int >= 1, not {event.schema!r}", stream=stream, index=index
+            )
+        data = encode_object(event.data, "data", stream, index)
+        meta = encode_object({} if event.meta is None else event.meta, "meta", stream, index)
+        size = len(data) + len(meta)
+        if size > max_event_bytes:
+            raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
+        given: object = event.id
+        eid = str(given) if given.__class__ is UUID else check_event_id(given, stream, index)
+        if eid in seen:
+            raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=stream, index=index)
+        seen.add(eid)
+        prepared.append(sealed_encoded((eid, etype, event.schema, data, meta)))
+    return prepared
+
+
+class PreparedAppend(NamedTuple):
+    """One validated entry of an append: the stream, its encoded events, the expected version."""
+
+    stream: str
+    events: Sequence[EncodedEvent]
+    expected: ExpectedVersion
+
+
+def prepare_batch(entries: object, max_event_bytes: int) -> list[PreparedAppend]:
+    """Validate every entry of an ``append_batch`` call; nothing is written if this raises.
+
+    Each entry is ``(stream, events, expected_version)``. An event id may appear only once
+    in the whole call, across entries too.
+    """
+    if not isinstance(entries, Sequence) or isinstance(entries, str | bytes):
+        raise InvalidEventError("append_batch needs a sequence of (stream, events, expected_version)")
+    if not entries:
+        raise InvalidEventError("append_batch needs at least one entry")
+    prepared: list[PreparedAppend] = []
+    seen: set[str] = set()
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, tuple | list) or len(entry) != 3:
+            raise InvalidEventError(
+                f"append_batch entry #{number} must be (stream, events, expected_version)"
+            )
+        stream, events, expected = entry
+        name, evs = prepare_events(stream, events, max_event_bytes)
+        expected = check_expected_version(name, expected)
+        for index, ev in enumerate(evs):
+            if ev.id in seen:
+                raise InvalidEventError(
+                    f"event id {ev.id} appears twice in one append_batch", stream=name, index=index
+                )
+            seen.add(ev.id)
+        prepared.append(PreparedAppend(name, evs, expected))
+    return prepared
+
+
+def check_tracking(tracking: object) -> Tracking:
+    """Return ``tracking`` if it is a ``Tracking`` with a valid consumer name and an int position >= 0.
+
+    Raises:
+        InvalidEventError: naming what is wrong.
+    """
+    if not isinstance(tracking, Tracking):
+        raise InvalidEventError(f"expected a Tracking, got {type(tracking).__name__}")
+    try:
+        check_stream_name(tracking.consumer)
+    except InvalidEventError as exc:
+        raise InvalidEventError(f"tracking: {str(exc).replace('stream name', 'consumer name')}") from None
+    position: object = tracking.position
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise InvalidEventError(f"tracking position must be an int >= 0, not {position!r}")
+    return tracking
