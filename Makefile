@@ -40,6 +40,7 @@ realcli:
 
 test: $(STAMP) realcli
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -8,6 +8,7 @@ import pytest
 LAYERS = [
     "turnlog.eventstore",
     "turnlog.projections",
+    "turnlog.analytics",
     "turnlog.kernel",
     "turnlog.kernel.models",
     "turnlog.tools",

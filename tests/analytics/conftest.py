@@ -23,7 +23,7 @@ from turnlog.projections import (
     RunFailed,
     RunStarted,
     SessionCreated,
-    UsageData,
+    Usage,
     new_event,
 )
 
@@ -49,7 +49,7 @@ def call(
     verb: str | None = "chat",
 ) -> NewEvent:
     """A ``model.called`` event built through the catalogue (so it validates)."""
-    usage = UsageData(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost)
+    usage = Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost)
     return new_event(
         ModelCalled(
             call_id=f"call-{model}-{latency}",
@@ -119,7 +119,7 @@ async def build_small_log(store: EventStore) -> None:
                     run_id="r1",
                     verb="chat",
                     duration_ms=1500,
-                    usage=UsageData(input_tokens=3000, output_tokens=1500),
+                    usage=Usage(input_tokens=3000, output_tokens=1500),
                     chunks=12,
                 )
             ),

@@ -6,7 +6,7 @@ import pytest
 
 from turnlog.analytics import AnalyticsProjection
 from turnlog.eventstore import EventStore
-from turnlog.projections import BranchCreated, ModelCalled, UsageData, new_event
+from turnlog.projections import BranchCreated, ModelCalled, Usage, new_event
 
 from .conftest import BRANCH_A, DAY1, append_at
 
@@ -19,7 +19,7 @@ def called(model: str, served: str | None, n: int) -> ModelCalled:
         served_model=served,
         endpoint="chat/completions",
         fingerprint="0" * 64,
-        usage=UsageData(input_tokens=1000, output_tokens=100),
+        usage=Usage(input_tokens=1000, output_tokens=100),
         latency_ms=100.0 + n,
         status="ok",
     )

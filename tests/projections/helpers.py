@@ -24,7 +24,7 @@ from turnlog.projections import (
     RunFailed,
     RunStarted,
     System,
-    UsageData,
+    Usage,
     new_event,
 )
 
@@ -98,7 +98,7 @@ class Script:
         run_id = f"run-{op[1]}"
         if kind == "run_start":
             return RunStarted(run_id=run_id, verb="chat")
-        usage = UsageData(input_tokens=3, output_tokens=4)
+        usage = Usage(input_tokens=3, output_tokens=4)
         if kind == "run_end":
             return RunEnded(run_id=run_id, verb="chat", duration_ms=2.0, usage=usage)
         return RunFailed(

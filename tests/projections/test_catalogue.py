@@ -41,7 +41,7 @@ from turnlog.projections import (
     SessionCreated,
     System,
     UnknownEventType,
-    UsageData,
+    Usage,
     catalogue_upcasters,
     decode_event,
     new_event,
@@ -49,7 +49,7 @@ from turnlog.projections import (
 
 from .strategies import json_values, messages
 
-USAGE = UsageData(input_tokens=10, output_tokens=5, cost_usd=0.001)
+USAGE = Usage(input_tokens=10, output_tokens=5, cost_usd=0.001)
 EXAMPLES: list[EventData] = [
     BranchCreated(
         branch_id="b1",

@@ -28,7 +28,7 @@ from turnlog.projections import (
     RunStarted,
     System,
     UnknownEventType,
-    UsageData,
+    Usage,
     apply,
     fold,
     new_event,
@@ -141,7 +141,7 @@ async def test_same_id_replaces_in_place(store) -> None:
 
 
 async def test_provider_sessions_model_calls_and_runs(store) -> None:
-    usage = UsageData(input_tokens=10, output_tokens=2, cost_usd=0.5)
+    usage = Usage(input_tokens=10, output_tokens=2, cost_usd=0.5)
     state, events = await folded(
         store,
         "b1",

@@ -7,11 +7,11 @@ import pytest
 from pydantic import ValidationError
 
 from turnlog.kernel.models import Usage as KernelUsage
-from turnlog.projections import ModelCalled, RunEnded, Usage, UsageData
+from turnlog.projections import ModelCalled, RunEnded, Usage
 
 
 def test_the_kernel_and_the_events_share_one_usage_class() -> None:
-    assert KernelUsage is Usage and UsageData is Usage
+    assert KernelUsage is Usage and Usage is Usage
     assert RunEnded.model_fields["usage"].annotation is Usage
     assert ModelCalled.model_fields["usage"].annotation is Usage
 
@@ -35,7 +35,7 @@ def test_positional_and_keyword_construction_and_sums() -> None:
 
 
 def test_the_stored_form_is_byte_identical_to_the_former_event_type() -> None:
-    """What ``UsageData`` (a plain frozen pydantic model) stored, key order included."""
+    """What ``Usage`` (a plain frozen pydantic model) stored, key order included."""
     ended = RunEnded(run_id="r", verb="chat", duration_ms=1.0, usage=Usage(3, 4, 0.25))
     payload = orjson.dumps(ended.model_dump(mode="json"))
     assert b'"usage":{"input_tokens":3,"output_tokens":4,"cost_usd":0.25}' in payload

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from turnlog.eventstore import open_store
-from turnlog.projections import ActionRequest, ActionResponse, MessageAdded, ModelCalled, UsageData, new_event
+from turnlog.projections import ActionRequest, ActionResponse, MessageAdded, ModelCalled, Usage, new_event
 
 
 def _call(model: str, latency: float, status: str = "ok", tokens: int | None = 100) -> object:
@@ -20,7 +20,7 @@ def _call(model: str, latency: float, status: str = "ok", tokens: int | None = 1
         ModelCalled(
             call_id=f"c{latency}", provider="openai" if model.startswith("gpt") else "local", model=model,
             endpoint="chat/completions", fingerprint="0" * 64, latency_ms=latency, status=status,  # type: ignore[arg-type]
-            usage=UsageData(input_tokens=tokens, output_tokens=tokens),
+            usage=Usage(input_tokens=tokens, output_tokens=tokens),
             error_type="RateLimitError" if status == "error" else None,
         )
     )  # fmt: skip

@@ -56,7 +56,6 @@ from ._errors import (
     StoreFormatError,
     StoreNotFound,
     StoreUnavailable,
-    TrackingError,
 )
 from ._group_commit import GroupCommit
 from ._ids import uuid7
@@ -1039,38 +1038,25 @@ class PostgresEventStore(EventStore):
             _Raced: a unique constraint on (stream, version) or the id failed at the insert.
             TrackingError: the consumer is at or past ``tracking.position``; nothing is stored.
         """
-        sql = self._sql
-        ids = [event.id for entry in unit for event in entry.events]
-        streams = list(dict.fromkeys(entry.stream for entry in unit))
+        now = to_micros(datetime.now(UTC))
         async with self._connection("append") as conn:
-            rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
-            stored = {
-                row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8])
-                for row in rows
-                if row[0] == "id"
-            }
-            tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
-            plan = _plan_group([unit], stored, tips, to_micros(datetime.now(UTC)))
-            if not plan.count:  # a re-send (stores nothing, tracking included) or a refusal
+            plan, tips = await self._plan_from_lookup(conn, [unit], now)
+            if not plan.rows:  # a re-send (stores nothing, tracking included) or a refusal
+                self._remember(tips)
                 return plan.outcomes[0]
-            try:
-                async with conn.transaction():
-                    reserved = await self._insert(conn, sql.insert, [plan.count, plan.count, *plan.columns])
-                    await record_tracking(conn, TrackingSql(self.schema), tracking)
-            except TrackingError:
-                raise
-            except self._pg.errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == "events_pkey":
-                    raise StoreError(f"PostgreSQL: a reserved position is taken already ({exc})") from exc
-                raise _Raced from exc
-            except BaseException:
-                # As in _commit_once: the statement may have failed holding the position lock.
-                await _close_quietly(self._pg, conn)
-                raise
+            params = [plan.rows, plan.rows, *plan.columns]
+            async with conn.transaction():
+                # _store translates a lost race and drops a connection that failed mid-statement;
+                # a TrackingError from the second statement rolls the events back with it.
+                reserved = await self._store(conn, self._sql.insert, params, tips)
+                if reserved is None:
+                    raise StoreError("PostgreSQL: the append statement returned no row")
+                await record_tracking(conn, TrackingSql(self.schema), tracking)
             await self._notify(conn, reserved[1])
+        self._remember(tips)
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
-        first = last - plan.count + 1
+        first = last - plan.rows + 1
         ((_, spans),) = plan.inserts
         return [
             planned_result(plan.columns, first, offset, count, version, self.upcasters)

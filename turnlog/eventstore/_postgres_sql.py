@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from types import ModuleType
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
-from ._errors import StoreError, UnsupportedStoreURL
+from ._errors import StoreError
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -29,14 +28,11 @@ __all__ = [
     "advisory_key",
     "import_psycopg",
     "masked",
-    "parse_url",
 ]
 
 FORMAT_VERSION = 2
 """The newest table layout this code reads and writes (format 1 is upgraded on open)."""
 
-_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
-_OUR_PARAMS = ("schema", "pool_size")
 LOCK_TIMEOUT = "30s"
 """How long a statement waits for a lock (the position lock, a row) before ``StoreUnavailable``."""
 EVENT_COLUMNS = "position, stream, version, event_id, type, schema, data, meta, recorded_at, prev_hash, hash"
@@ -64,32 +60,6 @@ def import_psycopg() -> tuple[ModuleType, ModuleType]:
     if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         logger.addHandler(logging.NullHandler())
     return psycopg, psycopg_pool
-
-
-def parse_url(url: str) -> tuple[str, str, int]:
-    """Split a store URL into the libpq conninfo, the schema name and the pool size."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise UnsupportedStoreURL(f"not a PostgreSQL URL: scheme {parts.scheme!r}")
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in params if k in _OUR_PARAMS}
-    rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
-    schema = ours.get("schema", "public")
-    if not _SCHEMA_RE.match(schema):
-        raise UnsupportedStoreURL(
-            f"schema={schema!r} in the store URL: use letters, digits and '_' (at most 63 characters)"
-        )
-    try:
-        pool_size = int(ours.get("pool_size", "10"))
-    except ValueError:
-        pool_size = 0
-    if pool_size < 1:
-        raise UnsupportedStoreURL(f"pool_size={ours['pool_size']!r} in the store URL must be an int >= 1")
-    # quote, not quote_plus: libpq decodes %20 in a URI but keeps "+" as it is.
-    conninfo = urlunsplit(
-        (parts.scheme, parts.netloc, parts.path, urlencode(rest, quote_via=quote), parts.fragment)
-    )
-    return conninfo, schema, pool_size
 
 
 def masked(url: str) -> str:

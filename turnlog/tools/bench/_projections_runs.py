@@ -34,7 +34,7 @@ from turnlog.projections import (
     RunStarted,
     SnapshotPolicy,
     StateCache,
-    UsageData,
+    Usage,
     new_event,
     rebuild,
     write_snapshots,
@@ -60,7 +60,7 @@ def _events(size: int, text_bytes: int) -> list[NewEvent]:
                     run_id=run_id,
                     verb="chat",
                     duration_ms=12.5,
-                    usage=UsageData(input_tokens=120, output_tokens=40),
+                    usage=Usage(input_tokens=120, output_tokens=40),
                 )
             ),
         ]

@@ -208,7 +208,7 @@ class UIData:
 
     async def analytics(self, by: str) -> dict[str, Any]:
         """The figures of ``turnlog stats --by BY`` (plus ``--by day`` for the time charts)."""
-        from turnlog.analytics import AnalyticsProjection
+        from turnlog.analytics import AnalyticsProjection, Grouping
 
         if by not in ("model", "provider", "verb", "tool", "day"):
             raise BadRequest(f"analytics can be grouped by model, provider, verb, tool or day, not {by!r}")
@@ -220,8 +220,9 @@ class UIData:
             elif by == "verb":
                 result["runs"] = [r.to_dict() for r in await analytics.run_usage("verb")]
             else:
-                result["usage"] = [r.to_dict() for r in await analytics.usage(by)]
-                result["errors"] = [r.to_dict() for r in await analytics.error_rates(by)]
+                grouping: Grouping = "model" if by == "model" else "provider" if by == "provider" else "day"
+                result["usage"] = [r.to_dict() for r in await analytics.usage(grouping)]
+                result["errors"] = [r.to_dict() for r in await analytics.error_rates(grouping)]
             result["days"] = [r.to_dict() for r in await analytics.usage("day")]
             result["tool_calls"] = [r.to_dict() for r in await analytics.tool_usage("tool")]
             if by in ("model", "provider", "verb"):

@@ -37,7 +37,7 @@ class ReadOnlyStore(EventStore):
         super().__init__(upcasters=inner.upcasters, max_event_bytes=inner.max_event_bytes)
         self.inner = inner
         self.url = inner.url
-        self.capabilities = inner.capabilities - {"raw_copy"}
+        self.capabilities = inner.capabilities - {"raw_copy", "tracking"}
 
     def _refuse(self, what: str) -> WriteRefused:
         return WriteRefused(f"{what}: the store is open read-only (start turnlog ui with --allow-writes)")
