@@ -1,5 +1,12 @@
 """The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
 
+Why this module is over 500 lines: it is one class, ``PostgresEventStore``, whose state (the
+pool, the stream heads it remembers, the id of its last append transaction, the listener) is
+shared by appends, reads and subscriptions alike. What is not the class lives elsewhere: the
+statements in ``_postgres_sql``, the SQL of tracking in ``_postgres_port``, redaction in
+``_postgres_redact``. Splitting the class itself would mean mixins over shared private state,
+which the rest of the code base avoids.
+
 Ordering without serializing writers. Appends to different streams run in parallel: each
 transaction checks ``expected_version`` against the heads of its streams and inserts, and
 ``UNIQUE (stream, version)`` settles a race on one stream (the loser re-reads and gets its
