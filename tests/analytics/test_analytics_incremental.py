@@ -22,8 +22,7 @@ from turnlog.analytics import (
 )
 from turnlog.analytics import _queries as queries
 from turnlog.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
-from turnlog.eventstore import ANY, NewEvent, uuid7
-from turnlog.eventstore._sqlite import SQLiteEventStore
+from turnlog.eventstore import ANY, NewEvent, SQLiteEventStore, uuid7
 from turnlog.projections import BranchCreated, BranchIncluded, new_event
 from turnlog.tools.bench._analytics import _Synth
 

@@ -17,8 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from turnlog.eventstore import ANY, ConcurrencyError, NewEvent
-from turnlog.eventstore._postgres import PostgresEventStore
+from turnlog.eventstore import ANY, ConcurrencyError, NewEvent, PostgresEventStore
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")

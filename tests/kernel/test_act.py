@@ -16,7 +16,7 @@ from turnlog.kernel import Branch, ToolInvocation, UnknownTool, UsageError, iMod
 from turnlog.kernel.models import ToolCall
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, Instruction, catalogue_upcasters, decode_event
-from turnlog.tools._fake_openai import FakeOpenAIServer
+from turnlog.tools import FakeOpenAIServer
 
 from .conftest import assert_rebuilds
 

@@ -262,7 +262,7 @@ async def test_a_new_process_continues_with_system_and_provider_session(
 
 async def test_snapshots_follow_the_policy_and_never_change_a_result(store: EventStore) -> None:
     from turnlog.kernel import Kernel
-    from turnlog.projections._snapshots import SnapshotPolicy
+    from turnlog.projections import SnapshotPolicy
 
     Kernel.for_store(store).policy = SnapshotPolicy(every=5)
     branch = Branch(store=store, system="s", chat_model=ScriptedModel(*[f"answer {i}" for i in range(6)]))

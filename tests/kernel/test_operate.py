@@ -21,7 +21,7 @@ from turnlog.kernel import (
     UsageError,
 )
 from turnlog.kernel.models import StreamChunk
-from turnlog.kernel.operations._repair import RepairMiddle
+from turnlog.kernel.operations import RepairMiddle
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
 

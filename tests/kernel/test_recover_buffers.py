@@ -328,7 +328,7 @@ def test_ids_that_name_files_must_be_canonical_uuids(tmp_path: Path, bad: str) -
 
 async def test_a_crafted_branch_id_writes_nothing_outside(tmp_path: Path) -> None:
     """A branch planted under the id ``../../victim`` cannot make a stream_persist run write outside."""
-    from turnlog.kernel._persist import UnsafePathError
+    from turnlog.kernel import UnsafePathError
 
     from .streamkit import ChunkModel
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from turnlog.tools._fake_upstream import FakeUpstreamServer, UpstreamThread
+from turnlog.tools import FakeUpstreamServer, UpstreamThread
 
 HERE = Path(__file__).parent
 FAKE_KEY = "sk-fake-upstream-key"

@@ -16,8 +16,7 @@ import anyio
 import httpx
 import pytest
 
-from turnlog.tools import FakeOpenAIServer
-from turnlog.tools._fake_openai import ScriptError  # not a public name: the command reports it
+from turnlog.tools import FakeOpenAIServer, ScriptError
 
 USER = {"role": "user", "content": "what's the weather in NYC?"}
 

@@ -13,8 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from turnlog.tools import FakeUpstreamServer, UpstreamThread
-from turnlog.tools._fake_upstream_script import ScriptError  # not a public name: the command reports it
+from turnlog.tools import FakeUpstreamServer, ScriptError, UpstreamThread
 
 KEY = "sk-test-key"
 ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
