@@ -60,3 +60,17 @@ def test_postgres_store_without_psycopg_names_the_extra(monkeypatch: pytest.Monk
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'NoSuchStore'"):
         _ = turnlog.eventstore.NoSuchStore  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("url", ["postgress://ann:s3cret-pw@db.example/prod", "sqlite:/ann:s3cret-pw@x"])
+def test_a_refused_url_never_shows_its_password(url: str) -> None:
+    """The message of a refused URL goes to terminals and logs: the password is masked."""
+    with pytest.raises(UnsupportedStoreURL) as caught:
+        parse_store_url(url)
+    assert "s3cret-pw" not in str(caught.value)
+    assert "ann:***@" in str(caught.value)
+
+
+def test_an_empty_url_is_named_as_such() -> None:
+    with pytest.raises(UnsupportedStoreURL, match="the store URL is empty"):
+        parse_store_url("  ")

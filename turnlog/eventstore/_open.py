@@ -101,15 +101,31 @@ def parse_store_url(url: str) -> StoreURL:
         raise UnsupportedStoreURL(f"a store URL must be a str, not {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise UnsupportedStoreURL(
-            f"{url!r} is not a store URL; for a SQLite file write sqlite:///{url}. Supported: {_supported()}"
-        )
+        if not url.strip():
+            raise UnsupportedStoreURL(f"the store URL is empty. Supported: {_supported()}")
+        if ":" in url.split("/", 1)[0]:
+            hint = "a scheme is followed by '://'"
+        else:
+            hint = f"for a SQLite file write sqlite:///{url}"
+        raise UnsupportedStoreURL(f"{_shown(url)!r} is not a store URL ({hint}). Supported: {_supported()}")
     entry = _SCHEMES.get(_ALIASES.get(scheme.lower(), scheme.lower()))
     if entry is None:
         raise UnsupportedStoreURL(
-            f"unsupported store URL scheme {scheme!r} in {url!r}. Supported: {_supported()}"
+            f"unsupported store URL scheme {scheme!r} in {_shown(url)!r}. Supported: {_supported()}"
         )
     return entry.parse(url, rest)
+
+
+_PASSWORD = re.compile(r"([^:/@\s]+):([^@/\s]*)@")
+
+
+def _shown(url: str) -> str:
+    """``url`` as an error message may show it: a password in it replaced by ``***``.
+
+    A URL refused here is still a URL someone typed with credentials in it; the message goes
+    to terminals and logs, the password must not.
+    """
+    return _PASSWORD.sub(r"\1:***@", url)
 
 
 def supported_schemes() -> list[str]:
