@@ -191,7 +191,8 @@ async def _lionagi(directory: Path, texts: list[str], persist: bool) -> tuple[fl
 
     # The chunks enter where the CLI parser would emit them (the endpoint's stream), as ours
     # enter at the model's stream: everything above that boundary runs, no subprocess below it.
-    model.endpoint.stream = prebuilt
+    # setattr: the peer's endpoint is replaced on purpose, whatever its declared type.
+    setattr(model.endpoint, "stream", prebuilt)  # noqa: B010
     branch = LBranch(chat_model=model)
     kwargs: dict[str, Any] = (
         {"stream_persist": True, "persist_dir": str(directory / "lionagi")} if persist else {}
