@@ -36,11 +36,10 @@ from ._errors import (
     AuthenticationError,
     ProviderConnectionError,
     ProviderHTTPError,
-    ProviderTimeout,
     RateLimitError,
     ServerError,
 )
-from ._http import Failure, error_class, redact_request, scrubbed
+from ._http import Failure, error_class, scrubbed
 from ._openai import OpenAIChatModel
 from ._secrets import Scrubber
 from ._sse import sse_data, sse_lines
@@ -192,27 +191,8 @@ class AnthropicModel(OpenAIChatModel):
                     ),
                     retryable=False,
                 )
-        except httpx.TimeoutException as exc:
-            redact_request(exc, self._headers)
-            raise Failure(
-                ProviderTimeout(
-                    f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.events} stream events",
-                    provider=self.provider,
-                    model=self.model,
-                ),
-                retryable=False,
-            ) from exc
         except httpx.RequestError as exc:
-            redact_request(exc, self._headers)
-            raise Failure(
-                ProviderConnectionError(
-                    f"{self.provider} {self.model}: the stream was cut after {assembly.events} events "
-                    f"({type(exc).__name__}); the truncated answer is discarded",
-                    provider=self.provider,
-                    model=self.model,
-                ),
-                retryable=False,
-            ) from exc
+            raise self._stream_cut(exc, assembly.events, "events") from exc
         return dataclasses.replace(self._from_completion(assembly.message(self.model), scrub), ttft_ms=ttft)
 
     def _stream_error(self, event: dict[str, Any], scrub: Scrubber, seen: int) -> ProviderHTTPError:

@@ -39,10 +39,9 @@ from ._errors import (
     AuthenticationError,
     ProviderConnectionError,
     ProviderHTTPError,
-    ProviderTimeout,
     RateLimitError,
 )
-from ._http import Failure, error_class, redact_request, scrubbed
+from ._http import Failure, error_class, scrubbed
 from ._openai import OpenAIChatModel
 from ._secrets import Scrubber
 from ._sse import sse_data, sse_lines
@@ -221,27 +220,8 @@ class GeminiAPIModel(OpenAIChatModel):
                 if on_chunk is not None:
                     for piece in assembly.take_pieces():
                         await on_chunk(scrubbed(piece, scrub))
-        except httpx.TimeoutException as exc:
-            redact_request(exc, self._headers)
-            raise Failure(
-                ProviderTimeout(
-                    f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.chunks} stream chunks",
-                    provider=self.provider,
-                    model=self.model,
-                ),
-                retryable=False,
-            ) from exc
         except httpx.RequestError as exc:
-            redact_request(exc, self._headers)
-            raise Failure(
-                ProviderConnectionError(
-                    f"{self.provider} {self.model}: the stream was cut after {assembly.chunks} chunks "
-                    f"({type(exc).__name__}); the truncated answer is discarded",
-                    provider=self.provider,
-                    model=self.model,
-                ),
-                retryable=False,
-            ) from exc
+            raise self._stream_cut(exc, assembly.chunks, "chunks") from exc
         if assembly.finish is None:
             raise Failure(
                 ProviderConnectionError(

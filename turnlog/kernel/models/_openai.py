@@ -403,24 +403,32 @@ class OpenAIChatModel:
                     ),
                     retryable=False,
                 )
-        except httpx.TimeoutException as exc:
-            redact_request(exc, self._headers)
-            error: ProviderError = ProviderTimeout(
-                f"{self.provider} {self.model}: {type(exc).__name__} after {assembly.chunks} stream chunks",
+        except httpx.RequestError as exc:
+            raise self._stream_cut(exc, assembly.chunks, "chunks") from exc
+        return dataclasses.replace(self._from_completion(assembly.completion(), scrub), ttft_ms=ttft)
+
+    def _stream_cut(self, exc: httpx.RequestError, seen: int, unit: str) -> Failure:
+        """The failure of a stream that broke after ``seen`` of its ``unit`` (never retried).
+
+        Shared by every HTTP provider: part of the answer may have reached the caller's chunk
+        sink already, so the call fails instead of starting over.
+        """
+        redact_request(exc, self._headers)
+        error: ProviderError
+        if isinstance(exc, httpx.TimeoutException):
+            error = ProviderTimeout(
+                f"{self.provider} {self.model}: {type(exc).__name__} after {seen} stream {unit}",
                 provider=self.provider,
                 model=self.model,
             )
-            raise Failure(error, retryable=False) from exc
-        except httpx.RequestError as exc:
-            redact_request(exc, self._headers)
+        else:
             error = ProviderConnectionError(
-                f"{self.provider} {self.model}: the stream was cut after {assembly.chunks} chunks "
+                f"{self.provider} {self.model}: the stream was cut after {seen} {unit} "
                 f"({type(exc).__name__}); the truncated answer is discarded",
                 provider=self.provider,
                 model=self.model,
             )
-            raise Failure(error, retryable=False) from exc
-        return dataclasses.replace(self._from_completion(assembly.completion(), scrub), ttft_ms=ttft)
+        return Failure(error, retryable=False)
 
     def _stream_error(self, chunk: dict[str, Any], scrub: Scrubber, seen: int) -> ProviderError:
         detail = scrub(chunk["error"])
