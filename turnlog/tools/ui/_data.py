@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnlog.eventstore import EventStore, RecordedEvent, VerifyReport
 from turnlog.kernel import AmbiguousBranch, RecoveryReport, UnknownBranch, find_branch
@@ -27,6 +27,9 @@ from turnlog.projections import (
 )
 
 from ._http_status import BadRequest, Forbidden, NotFound
+
+if TYPE_CHECKING:
+    from turnlog.analytics import Grouping
 from ._index import BranchIndex, BranchRow
 
 __all__ = ["RunDetail", "UIData"]
@@ -208,9 +211,10 @@ class UIData:
 
     async def analytics(self, by: str) -> dict[str, Any]:
         """The figures of ``turnlog stats --by BY`` (plus ``--by day`` for the time charts)."""
-        from turnlog.analytics import AnalyticsProjection, Grouping
+        from turnlog.analytics import AnalyticsProjection
 
-        if by not in ("model", "provider", "verb", "tool", "day"):
+        grouping = _GROUPINGS.get(by)
+        if grouping is None:
             raise BadRequest(f"analytics can be grouped by model, provider, verb, tool or day, not {by!r}")
         async with AnalyticsProjection(self.store, database=self.analytics_database()) as analytics:
             report = await analytics.update()
@@ -220,7 +224,6 @@ class UIData:
             elif by == "verb":
                 result["runs"] = [r.to_dict() for r in await analytics.run_usage("verb")]
             else:
-                grouping: Grouping = "model" if by == "model" else "provider" if by == "provider" else "day"
                 result["usage"] = [r.to_dict() for r in await analytics.usage(grouping)]
                 result["errors"] = [r.to_dict() for r in await analytics.error_rates(grouping)]
             result["days"] = [r.to_dict() for r in await analytics.usage("day")]
@@ -256,6 +259,16 @@ class UIData:
 
 SERIES_DAYS = 30
 """Days of the per-dimension time series (the latest ones)."""
+
+
+_GROUPINGS: dict[str, Grouping] = {
+    "model": "model",
+    "provider": "provider",
+    "verb": "verb",
+    "tool": "tool",
+    "day": "day",
+}
+"""What the analytics page can group by, as the analytics queries' own type."""
 
 
 async def _series(analytics: Any, by: str, days: list[str]) -> dict[str, Any]:
