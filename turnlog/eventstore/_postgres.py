@@ -490,6 +490,16 @@ class PostgresEventStore(EventStore):
                 if reserved is None:
                     raise StoreError("PostgreSQL: the append statement returned no row")
             await self._notify(conn, reserved[1])
+        return self._committed(plan, tips, reserved), plan.deferred
+
+    def _committed(
+        self, plan: _Plan, tips: dict[str, tuple[int, str]], reserved: tuple[Any, ...]
+    ) -> list[Any]:
+        """After a commit: keep the new heads and the transaction id; each unit's outcome.
+
+        ``reserved`` is the insert's row (transaction id, last position); the inserted units
+        get their results, the others keep the outcome the plan gave them.
+        """
         self._remember(tips)
         xid_text, last = reserved[:2]
         self._own_xid = max(self._own_xid, int(xid_text))
@@ -500,7 +510,7 @@ class PostgresEventStore(EventStore):
                 planned_result(plan.columns, first, offset, count, version, self.upcasters)
                 for offset, count, version in spans
             ]
-        return outcomes, plan.deferred
+        return outcomes
 
     def _plan_from_heads(
         self, units: list[list[PreparedAppend]], now: int
@@ -1060,15 +1070,7 @@ class PostgresEventStore(EventStore):
                     raise StoreError("PostgreSQL: the append statement returned no row")
                 await record_tracking(conn, TrackingSql(self.schema), tracking)
             await self._notify(conn, reserved[1])
-        self._remember(tips)
-        xid_text, last = reserved[:2]
-        self._own_xid = max(self._own_xid, int(xid_text))
-        first = last - plan.rows + 1
-        ((_, spans),) = plan.inserts
-        return [
-            planned_result(plan.columns, first, offset, count, version, self.upcasters)
-            for offset, count, version in spans
-        ]
+        return self._committed(plan, tips, reserved)[0]
 
 
 def _is_dead(conn: Any) -> bool:
