@@ -192,7 +192,12 @@ class ChainChecker:
 
     @staticmethod
     def _as_user_data(
-        args: tuple[str, str, str, int, str, int], erased: Any, data_b: bytes, meta_b: bytes, recorded_at_us: int, hash_: str
+        args: tuple[str, str, str, int, str, int],
+        erased: Any,
+        data_b: bytes,
+        meta_b: bytes,
+        recorded_at_us: int,
+        hash_: str,
     ) -> bool:
         """Whether the chain holds when a part that looks like a marker, but that no record erased, is user data."""
         data_d = erased.data_digest or payload_digest(data_b)
