@@ -14,10 +14,10 @@ import orjson
 from ._encoding import as_bytes, digest_event_hash, event_hash, legacy_event_hash, payload_digest
 from ._ids import CANONICAL_ID
 from ._records import Problem, VerifyReport
-from ._redaction import RedactionRecords, part_digest
+from ._redaction import REDACTIONS_STREAM, RedactionRecords, part_digest
 from ._snapshots import snapshot_problem
 
-__all__ = ["ChainChecker"]
+__all__ = ["ChainChecker", "verify_raw_events"]
 
 _as_bytes = as_bytes
 
@@ -240,6 +240,27 @@ class ChainChecker:
         """After the last row: report redaction records naming events that were not checked."""
         self._scope = stream
         self.problems.extend(self.redactions.unmatched(stream))
+
+
+def verify_raw_events(events: Iterable[Iterable[Any]]) -> VerifyReport:
+    """``verify`` of a log given as stored rows (``RawEvent`` s), before any store holds it.
+
+    Each stream must be given whole, from version 1; redaction records (stream
+    ``turnlog.redactions``) are checked against the events they name as a store's ``verify``
+    checks them. ``turnlog import`` runs it on what an import would add before writing it.
+
+    Example::
+
+        report = verify_raw_events(await store.raw_events(0, 1000))
+    """
+    rows = sorted((tuple(event) for event in events), key=lambda row: (str(row[2]), row[3]))
+    checker = ChainChecker(
+        RedactionRecords.from_rows((row[3], row[6], row[1]) for row in rows if row[2] == REDACTIONS_STREAM)
+    )
+    for row in rows:
+        checker.add_row(row)
+    checker.finish(None)
+    return checker.report()
 
 
 _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
