@@ -65,6 +65,7 @@ PUBLIC = [
     "parse_store_url",
     "redacted_marker",
     "uuid7",
+    "verify_raw_events",
 ]
 
 

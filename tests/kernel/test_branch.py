@@ -299,7 +299,7 @@ async def test_from_snapshot_restores_models_as_load_does(store: EventStore, tmp
 
     branch = Branch(store=store, chat_model=_ForeignModel({"provider": "acme-unknown", "model": "m1"}))
     await branch.communicate("hi")
-    path = await write_snapshot_file(tmp_path / "b.json", branch.state)
+    path = await write_snapshot_file(tmp_path / "b.json", branch.state, store=store)
     loaded = await Branch.load(store, branch.id)
     restored = await Branch.from_snapshot(path, store=store)
     assert restored.chat_model is None and loaded.chat_model is None

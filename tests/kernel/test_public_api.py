@@ -76,6 +76,7 @@ EXPORTED = [
     "VerbPort",
     "audit_replay",
     "called_message_ids",
+    "check_snapshot_files",
     "current_run",
     "execute_replay",
     "find_branch",

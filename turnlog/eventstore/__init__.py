@@ -8,6 +8,7 @@ that the package imports without the PostgreSQL driver; without it, that name ra
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._base import EventStore
+from ._chain import verify_raw_events
 from ._encoder import EventEncoder, encode_events
 from ._encoding import encode_json, event_hash
 from ._errors import (
@@ -121,6 +122,7 @@ __all__ = [
     "parse_store_url",
     "redacted_marker",
     "uuid7",
+    "verify_raw_events",
 ]
 
 

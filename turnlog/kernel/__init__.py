@@ -42,7 +42,7 @@ from ._lifecycle import RunScope, current_run, lifecycle, observed_run
 from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
-from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
+from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
 from ._port import BranchPort, VerbPort
 from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
@@ -126,6 +126,7 @@ __all__ = [
     "VerbPort",
     "audit_replay",
     "called_message_ids",
+    "check_snapshot_files",
     "current_run",
     "execute_replay",
     "find_branch",

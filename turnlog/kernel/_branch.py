@@ -308,9 +308,10 @@ class Branch:
         ``load`` restores them.
 
         Raises:
-            SnapshotFileError: the file cannot be read as a branch snapshot.
+            SnapshotFileError: the file cannot be read as a branch snapshot, was edited (its
+                digest differs), or stands at an event this store does not hold.
         """
-        state = await read_snapshot_file(path)
+        state = await read_snapshot_file(path, store=store)
         branch = cls._open(
             state.branch_id, store, kernel=kernel, state=state, chat_model=chat_model, parse_model=parse_model
         )

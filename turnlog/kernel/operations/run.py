@@ -198,7 +198,9 @@ async def run(
         if snapshot_dir is not None:
             with anyio.CancelScope(shield=True):
                 try:
-                    await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state)
+                    await write_snapshot_file(
+                        snapshot_path(snapshot_dir, branch.id), branch.state, store=branch.store
+                    )
                 except Exception as exc:
                     _log.warning("run on branch %s: final snapshot failed: %r", branch.id, exc)
 
@@ -215,7 +217,7 @@ async def _open_log(state: RunState, param: RunParam, persist: PersistOptions | 
     if param.stream_persist:
         persist_dir = Path(param.persist_dir) if param.persist_dir else default_persist_dir(branch.store)
         snapshot_dir = Path(param.snapshot_dir) if param.snapshot_dir else persist_dir
-        await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state)
+        await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state, store=branch.store)
         opts = persist or PersistOptions()
         buffer = RunBuffer(buffer_path(persist_dir, branch.id, state.run_id), fsync=opts.fsync)
     state.log = ChunkLog(branch.store, state.run_id, meta, buffer=buffer, options=persist)
