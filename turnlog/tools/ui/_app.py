@@ -174,7 +174,8 @@ class _App:
         b = parse_int(request.query_params.get("b"), "b", default=head)
         assert a is not None and b is not None
         d = await self.data.diff(branch_id, a, b)
-        return self.page(f"diff {branch_id}", diff_body(branch_id, a, b, d), name="diff")
+        damage = await self.data.damage(branch_id, max(a, b))
+        return self.page(f"diff {branch_id}", diff_body(branch_id, a, b, d, damage), name="diff")
 
     async def replay(self, request: Request) -> Response:
         branch_id = await self._branch_id(request)
@@ -217,7 +218,7 @@ class _App:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
-        body = pages.run_body(run_id, detail)
+        body = pages.run_body(run_id, detail, await self.data.damaged_events(detail.chunks))
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'
@@ -271,7 +272,8 @@ class _App:
     async def tail(self, request: Request) -> Response:
         head = await self.data.store.head()
         events = [e async for e in self.data.store.read_all(1, head, backwards=True, limit=50)]
-        return self.page("Live tail", pages.tail_body(events, head), name="tail")
+        damaged = await self.data.damaged_events(events)
+        return self.page("Live tail", pages.tail_body(events, head, damaged), name="tail")
 
     async def tail_live(self, request: Request) -> Response:
         after = parse_int(request.query_params.get("after"), "after", default=0, low=0)

@@ -1,0 +1,92 @@
+"""The ui checks what it shows: a payload altered on disk is marked TAMPERED on every page showing it."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from ._support import Served, ready, serve
+
+BADGE = '<span class="badge tampered"'
+
+
+def get(ui: Served, path: str) -> str:
+    r = httpx.get(ui.url + path, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+@pytest.fixture
+def damaged_ui(damaged_store: Path) -> Iterator[Served]:
+    yield from serve(damaged_store)
+
+
+def _article(html: str, text: str) -> str:
+    """The opening tag and meta line of the message block holding ``text``."""
+    for block in (part.split("</article>")[0] for part in html.split("<article ")[1:]):
+        if text in block:
+            return block
+    raise AssertionError(f"no message holds {text!r}")
+
+
+def test_the_branch_page_marks_the_altered_message(damaged_ui: Served) -> None:
+    html = get(damaged_ui, "/branches/b-bad")
+    assert 'class="banner tampered"' in html and "branch-b-bad</code> v2" in html
+    altered = _article(html, "pay 99")
+    assert "tampered" in altered.split(">")[0] and BADGE in altered
+    assert BADGE not in _article(html, "thanks")
+    row = re.search(r'<tr class="[^"]*tampered[^"]*" data-version="(\d+)"', html)
+    assert row is not None and row.group(1) == "2"
+    # the scrubber's fragment carries the marks too; a version before the damage has none
+    assert BADGE in get(damaged_ui, "/branches/b-bad/conversation?at=3")
+    assert BADGE not in get(damaged_ui, "/branches/b-bad/conversation?at=1")
+    assert BADGE not in get(damaged_ui, "/branches/b-ok")
+
+
+def test_the_diff_and_tail_pages_mark_it(damaged_ui: Served) -> None:
+    diff = get(damaged_ui, "/branches/b-bad/diff?a=1&b=3")
+    assert 'class="banner tampered"' in diff and BADGE in _article(diff, "pay 99")
+    tail = get(damaged_ui, "/tail")
+    rows = [r for r in tail.split("<tr ") if "tampered" in r.split(">")[0]]
+    assert len(rows) == 1 and "branch-b-bad@2" in rows[0]
+
+
+def test_the_run_page_marks_an_altered_chunk(open_run_store: Path) -> None:
+    conn = sqlite3.connect(open_run_store, isolation_level=None)
+    try:
+        (data,) = conn.execute("SELECT data FROM events WHERE stream = 'run-r-live'").fetchone()
+        conn.execute(
+            "UPDATE events SET data = ? WHERE stream = 'run-r-live'", (bytes(data).replace(b"one", b"ONE"),)
+        )
+    finally:
+        conn.close()
+    server = serve(open_run_store)
+    ui = next(server)
+    try:
+        html = get(ui, "/runs/r-live")
+        assert 'class="banner tampered"' in html
+        assert re.search(r'<tr class="chunk type-text tampered"', html)
+    finally:
+        server.close()
+
+
+def test_the_badge_is_visible_in_a_browser(page: Any, damaged_ui: Served) -> None:
+    page.goto(damaged_ui.url + "/branches/b-bad")
+    ready(page)
+    banner = page.locator(".banner.tampered")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("do not match the hash chain")
+    altered = page.locator("#conversation article.msg.tampered")
+    expect(altered).to_have_count(1)
+    expect(altered).to_contain_text("pay 99")
+    badge = altered.locator(".badge.tampered")
+    expect(badge).to_be_visible()
+    expect(badge).to_have_css("background-color", "rgb(197, 48, 48)")  # var(--bad): loud, not muted
+    assert page.errors == []
