@@ -6,7 +6,9 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from queue import Empty, Queue
 
 import pytest
 
@@ -133,3 +135,23 @@ def test_show_exit_status_in_a_real_process(store: str) -> None:
         env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 1 and "TAMPERED" in proc.stdout and "TAMPERED" in proc.stderr
+
+
+def test_tail_follow_marks_an_altered_event_as_it_prints_it(store: str) -> None:
+    """``tail --follow`` checks each event it prints, the past ones and the live ones alike."""
+    args = [sys.executable, "-m", "turnlog", "tail", "--follow", "-n", "100", "--store", store]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        lines: Queue[str] = Queue()
+        for pipe in (proc.stdout, proc.stderr):
+            threading.Thread(target=lambda p=pipe: [lines.put(line) for line in p], daemon=True).start()
+        seen: list[str] = []
+        try:
+            while not (
+                any(FORGED in s and "TAMPERED" in s for s in seen) and any("turnlog tail:" in s for s in seen)
+            ):
+                seen.append(lines.get(timeout=30))
+        except Empty:
+            raise AssertionError(f"no TAMPERED line and warning within 30 s: {seen}") from None
+        finally:
+            proc.terminate()
+    assert sum("TAMPERED" in s and FORGED in s for s in seen) == 1
