@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -90,3 +91,16 @@ def test_the_badge_is_visible_in_a_browser(page: Any, damaged_ui: Served) -> Non
     expect(badge).to_be_visible()
     expect(badge).to_have_css("background-color", "rgb(197, 48, 48)")  # var(--bad): loud, not muted
     assert page.errors == []
+
+
+def test_the_live_tail_feed_marks_it(damaged_ui: Served) -> None:
+    """Events the live tail sends are checked as they go: the altered one carries ``tampered``."""
+    seen: dict[str, bool] = {}
+    with httpx.stream("GET", damaged_ui.url + "/tail/live?after=0", timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line.removeprefix("data: "))
+                seen[f"{event['stream']}@{event['version']}"] = event["tampered"]
+            if len(seen) == 5:  # every event of the store: b-ok 1-2, b-bad 1-3
+                break
+    assert {k for k, altered in seen.items() if altered} == {"branch-b-bad@2"}

@@ -242,7 +242,9 @@ class _App:
                 async for e in feed:
                     if e.stream == stream and e.type == "stream.chunk":
                         start = start if start is not None else e.recorded_at.timestamp()
-                        yield _sse("chunk", pages.chunk_view(e, start))
+                        # a live chunk is checked as it comes, like the ones the page showed
+                        altered = bool(await self.data.damaged_events([e]))
+                        yield _sse("chunk", pages.chunk_view(e, start) | {"tampered": altered})
                     elif (
                         e.stream == branch
                         and e.data.get("run_id") == run_id
@@ -283,7 +285,8 @@ class _App:
             yield b": live\n\n"
             async with _closing(self.data.store.subscribe(after + 1)) as feed:
                 async for e in feed:
-                    yield _sse("event", pages.event_view(e))
+                    altered = bool(await self.data.damaged_events([e]))
+                    yield _sse("event", pages.event_view(e) | {"tampered": altered})
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
