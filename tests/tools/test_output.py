@@ -1,4 +1,4 @@
-"""Tables on a terminal never cut an id or a name: other columns wrap or are left out first."""
+"""Tables on a terminal never split or cut an id, a name or a number, and never leave a column out."""
 
 from __future__ import annotations
 
