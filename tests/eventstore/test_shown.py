@@ -98,3 +98,10 @@ async def test_postgres_names_a_payload_changed_behind_its_back() -> None:
     finally:
         async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_an_event_that_no_longer_decodes_is_a_problem_not_an_error(db: Path) -> None:
+    """A payload turned into garbage is named, and the events after it are still checked."""
+    _sql(db, "UPDATE events SET data = ? WHERE stream = ? AND version = 2", b"not json", A)
+    _sql(db, "UPDATE events SET data = ? WHERE stream = ? AND version = 4", b'{"content":"x"}', A)
+    assert await _check(db, A) == {(A, 2), (A, 4)}

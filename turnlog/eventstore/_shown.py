@@ -47,20 +47,20 @@ async def check_stream(
     An event that cannot even be decoded is a problem too (it is not raised).
     """
     events: list[RecordedEvent] = []
-    version = from_version
-    while True:
-        try:
-            async for event in store.read_stream(stream, version, to_version):
-                events.append(event)
-                version = event.version + 1
-            break
-        except CorruptEventError as exc:
-            # The reader will fail on it too; here it is one more damaged event, and the
-            # events after it are still checked.
-            broken = exc.version
-            problems = [Problem(stream, broken, f"the stored event cannot be decoded: {exc}")]
-            rest = await check_stream(store, stream, broken + 1, to_version) if broken >= version else ()
-            return (*problems, *await check_events(store, events), *rest)
+    try:
+        async for event in store.read_stream(stream, from_version, to_version):
+            events.append(event)
+    except CorruptEventError as exc:
+        # The reader fails on it too; here it is one more damaged event, and the events
+        # after it are still checked.
+        broken = exc.version if exc.version >= from_version else from_version
+        rest = (
+            await check_stream(store, stream, broken + 1, to_version)
+            if to_version is None or broken < to_version
+            else ()
+        )
+        problem = Problem(stream, broken, f"the stored event cannot be decoded: {exc}", exc.position)
+        return (*await check_events(store, events), problem, *rest)
     return await check_events(store, events)
 
 
