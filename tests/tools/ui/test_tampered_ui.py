@@ -104,3 +104,27 @@ def test_the_live_tail_feed_marks_it(damaged_ui: Served) -> None:
             if len(seen) == 5:  # every event of the store: b-ok 1-2, b-bad 1-3
                 break
     assert {k for k, altered in seen.items() if altered} == {"branch-b-bad@2"}
+
+
+def test_the_branch_list_marks_a_name_altered_on_disk(damaged_store: Path) -> None:
+    conn = sqlite3.connect(damaged_store, isolation_level=None)
+    try:
+        (data,) = conn.execute(
+            "SELECT data FROM events WHERE stream = 'branch-b-ok' AND version = 1"
+        ).fetchone()
+        conn.execute(
+            "UPDATE events SET data = ? WHERE stream = 'branch-b-ok' AND version = 1",
+            (bytes(data).replace(b'"fine"', b'"forged"'),),
+        )
+    finally:
+        conn.close()
+    server = serve(damaged_store)
+    ui = next(server)
+    try:
+        html = get(ui, "/")
+        rows = [r.split("</tr>")[0] for r in html.split("<tr>")[1:]]
+        forged = [r for r in rows if ">forged<" in r]
+        assert len(forged) == 1 and BADGE in forged[0]
+        assert not any(BADGE in r for r in rows if ">tampered<" in r)  # b-bad's name event is intact
+    finally:
+        server.close()

@@ -140,6 +140,11 @@ class UIData:
         problems = await check_stream(self.store, f"branch-{branch_id}", first, last)
         return {p.version: p.what for p in problems}
 
+    async def damaged_names(self, branch_ids: list[str]) -> set[str]:
+        """The branches among ``branch_ids`` whose first event (it names the branch) fails its check."""
+        firsts = [e for b in branch_ids async for e in self.store.read_stream(f"branch-{b}", 1, 1)]
+        return {p.stream.removeprefix("branch-") for p in await check_events(self.store, firsts)}
+
     async def damaged_events(self, events: list[RecordedEvent]) -> tuple[Problem, ...]:
         """The problems of events a page is about to show (checked against the hash chain)."""
         return await check_events(self.store, events)

@@ -29,6 +29,8 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
     """The branch list: search, one page of rows, paging links."""
     rows, total = await data.branch_page(query, page)
     pages = max(1, -(-total // PAGE))
+    # the name a row shows comes from the branch's first event: it is checked like any content
+    altered = await data.damaged_names([r.branch_id for r in rows])
     cells = []
     for r in rows:
         origin = (
@@ -44,7 +46,8 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
         )
         cells.append(
             [
-                link(q(f"/branches/{seg(r.branch_id)}"), r.name or "(unnamed)"),
+                link(q(f"/branches/{seg(r.branch_id)}"), r.name or "(unnamed)")
+                + (f" {TAMPERED_BADGE}" if r.branch_id in altered else ""),
                 f'<code class="id">{h(r.branch_id)}</code>',
                 h(fmt_time(r.created_at)),
                 h(fmt_time(await data.updated_at(r.branch_id))),
