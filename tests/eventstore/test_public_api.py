@@ -55,6 +55,8 @@ PUBLIC = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "check_events",
+    "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",

@@ -57,6 +57,7 @@ from ._redaction import (
     is_redacted,
     redacted_marker,
 )
+from ._shown import check_events, check_stream
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
@@ -112,6 +113,8 @@ __all__ = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "check_events",
+    "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",
