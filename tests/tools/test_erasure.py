@@ -1,0 +1,239 @@
+"""``turnlog forget`` finds every copy: a marker sent through every verb is gone from every byte.
+
+One branch takes a marker string through chat, chat_and_record, communicate (over the fake
+OpenAI server's real wire), operate with a tool, act, ReAct, interpret, parse, run with the
+fake Claude CLI over real pipes (chunks buffered with ``stream_persist``), and a provider
+failure whose message quotes the input. Then ``turnlog forget`` runs as a real command, and
+a byte scan of every file of the store (database, WAL, SHM, snapshot files, run buffers, the
+analytics database) and of ``pg_dump`` finds no copy. ``verify``, ``show --at``, ``fork`` and
+``replay`` still work, and name the redactions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from turnlog.eventstore import EventStore, open_store
+from turnlog.kernel import Branch, iModel
+from turnlog.kernel.models import RetryPolicy
+from turnlog.kernel.testing import ScriptedModel
+from turnlog.projections import catalogue_upcasters
+from turnlog.tools import FakeOpenAIServer
+
+MARKER = "Qz-Erase-4417 carol.h@example.com"
+KEY = "sk-erasure-0123456789abcdef"
+DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+
+
+class Note(BaseModel):
+    note: str
+
+
+def lookup(q: str) -> str:
+    """Look a person up."""
+    return f"record of {q}"
+
+
+def refuse(q: str) -> str:
+    """Refuse, quoting the input (the analytics database keeps a tool's error text)."""
+    raise PermissionError(f"no record may be kept of {q}")
+
+
+def _react_step(extend: bool, text: str) -> str:
+    return json.dumps({"analysis": text, "extension_needed": extend})
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The store's URL; the working directory and the cache are the store's own directory."""
+    home = tmp_path / "store"
+    home.mkdir()
+    monkeypatch.chdir(home)  # a server store's run buffers go to ./runs/<store id>
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # a server store's analytics
+    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} -m turnlog.tools._fake_cli claude")
+    monkeypatch.setenv("TURNLOG_FAKE_CLI_STATE", str(tmp_path / "cli-state"))  # the CLI's, not ours
+    monkeypatch.delenv("TURNLOG_FAKE_CLI_RECORD", raising=False)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
+    monkeypatch.setenv(
+        "TURNLOG_FAKE_CLI_SCRIPT",
+        json.dumps(
+            {
+                "steps": [
+                    {"text": f"the CLI saw {MARKER}"},
+                    {"tool_use": {"name": "grep", "input": {"pattern": MARKER}}},
+                    {"tool_result": {"output": f"found {MARKER}"}},
+                    {"text": "done"},
+                ]
+            }
+        ),
+    )
+    if request.param == "sqlite":
+        yield f"sqlite:///{home / 't.db'}"
+        return
+    if not DSN:
+        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    schema = f"t_{uuid.uuid4().hex}"
+    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _every_verb(store: EventStore) -> str:
+    """Send the marker through every verb on one branch; return the branch id."""
+    script = [
+        {"match": {"has_tools": True}, "tool_calls": [{"name": "lookup", "arguments": {"q": MARKER}}]},
+        {"text": f"I will remember {MARKER}", "times": None},
+    ]
+    async with FakeOpenAIServer(script, api_key=KEY) as server:
+        wire = iModel(
+            provider="openai",
+            model="gpt-4o-mini",
+            base_url=server.base_url,
+            api_key=KEY,
+            retry=RetryPolicy(max_attempts=1),
+        )
+        branch = Branch(store=store, name="person", system=f"You serve {MARKER}.", tools=[lookup, refuse])
+        branch.chat_model = ScriptedModel(f"chat answer {MARKER}", f"recorded answer {MARKER}")
+        await branch.chat(f"chat: I am {MARKER}")
+        await branch.chat_and_record(f"chat_and_record: I am {MARKER}")
+        branch.chat_model = wire
+        await branch.communicate(f"communicate: I am {MARKER}")
+        await branch.operate(instruction=f"operate: look up {MARKER}", actions=True)
+    branch.chat_model = ScriptedModel(json.dumps({"note": f"operate parsed {MARKER}"}))
+    await branch.operate(instruction=f"note {MARKER}", response_format=Note)
+    await branch.act({"function": "lookup", "arguments": {"q": f"act {MARKER}"}})
+    await branch.act({"function": "refuse", "arguments": {"q": f"act {MARKER}"}}, suppress_errors=True)
+    branch.chat_model = ScriptedModel(
+        _react_step(False, f"thinking of {MARKER}"), json.dumps({"answer": f"ReAct {MARKER}"})
+    )
+    await branch.ReAct(instruction=f"ReAct: who is {MARKER}?", max_extensions=0)
+    branch.chat_model = ScriptedModel(f"interpreted {MARKER}", json.dumps({"note": f"parse {MARKER}"}))
+    await branch.interpret(f"interpret: {MARKER}")
+    await branch.parse(f"no JSON, only {MARKER}", response_format=Note)
+    async for _ in branch.run(f"run: {MARKER}", chat_model=iModel("claude_code/sonnet"), stream_persist=True):
+        pass
+    branch.chat_model = ScriptedModel(ValueError(f"the provider refused 'I am {MARKER}'"))
+    with pytest.raises(ValueError, match="refused"):
+        await branch.communicate(f"failure: I am {MARKER}")
+    return branch.id
+
+
+async def _fill(url: str) -> tuple[set[str], int]:
+    """The event types that hold the marker once every verb ran, and how many model calls."""
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
+        await _every_verb(store)
+        events = [e async for e in store.read_all()]
+        calls = sum(1 for e in events if e.type == "model.called")
+        return {e.type for e in events if MARKER in json.dumps(e.data)}, calls
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnlog.tools", *args],
+        env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _holding(root: Path, needle: str) -> list[Path]:
+    """The files below ``root`` that hold ``needle`` as text or hex (how bytea is dumped)."""
+    forms = (needle.encode(), needle.encode().hex().encode(), json.dumps(needle)[1:-1].encode())
+    return [p for p in root.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
+
+
+def _pg_dump(url: str) -> str:
+    schema = url.rsplit("schema=", 1)[1]
+    if shutil.which("pg_dump") is None:
+        if os.environ.get("CI"):
+            pytest.fail("pg_dump is missing: install postgresql-client matching the server")
+        pytest.skip("pg_dump is missing (apt-get install postgresql-client)")
+    done = subprocess.run(["pg_dump", "--schema", schema, DSN], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def _pg_relation_files(schema: str) -> list[Path]:
+    """The files of the schema's tables, TOAST tables and indexes, after a checkpoint."""
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        row = conn.execute("SHOW data_directory").fetchone()
+        assert row is not None
+        rows = conn.execute(
+            """SELECT pg_relation_filepath(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = %s
+               UNION SELECT pg_relation_filepath(c.reltoastrelid) FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.reltoastrelid <> 0""",
+            (schema, schema),
+        ).fetchall()
+    files: list[Path] = []
+    for (relative,) in rows:
+        if relative is not None:
+            base = Path(row[0]) / relative
+            files.extend(p for p in base.parent.glob(base.name + "*") if p.is_file())
+    return [p for p in files if os.access(p, os.R_OK)]
+
+
+def _pg_copies(url: str) -> list[str]:
+    """Where the PostgreSQL store still holds the marker: its dump and its readable table files."""
+    found = ["pg_dump"] if _holding_text(_pg_dump(url)) else []
+    schema = url.rsplit("schema=", 1)[1]
+    forms = (MARKER.encode(), MARKER.encode().hex().encode())
+    found += [str(p) for p in _pg_relation_files(schema) if any(f in p.read_bytes() for f in forms)]
+    return found
+
+
+def _holding_text(text: str) -> bool:
+    return MARKER in text or MARKER.encode().hex() in text
+
+
+def test_forget_erases_the_marker_from_every_verb_and_every_file(place: str) -> None:
+    home = Path.cwd()
+    holding, calls = anyio.run(_fill, place)
+    # What the issue found: the marker is in the model calls, the runs' errors and chunks too.
+    assert {"message.added", "model.called", "run.failed", "stream.chunk", "branch.created"} <= holding
+    assert _cli("stats", "--store", place).returncode == 0  # the analytics database holds facts
+    postgres = place.startswith("postgres")
+    before = _pg_copies(place) if postgres else [str(p) for p in _holding(home, MARKER)]
+    assert before, "the marker should be stored somewhere before forget"
+    if not postgres:
+        names = {Path(p).name.split(".db")[-1] for p in before}
+        assert {"", ".analytics"} <= names and any(p.endswith(".json") for p in before), before
+
+    done = _cli("forget", "person", "--reason", "erasure request", "--store", place)
+    assert done.returncode == 0, done.stdout + done.stderr
+    count = int(done.stdout.split("redacted ", 1)[1].split(" ", 1)[0])
+    assert _holding(home, MARKER) == [], "a file of the store still holds the marker"
+    if postgres:
+        assert _pg_copies(place) == []
+
+    verify = _cli("verify", "--store", place)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"{count} payloads redacted (1 reason)" in verify.stdout, verify.stdout
+    show = _cli("show", "person", "--store", place)
+    assert show.returncode == 0, show.stderr
+    assert "[redacted: erasure request]" in show.stdout and MARKER not in show.stdout
+    assert _cli("show", "person", "--at", "3", "--store", place).returncode == 0
+    fork = _cli("fork", "person", "--at", "4", "--name", "after", "--store", place)
+    assert fork.returncode == 0, fork.stderr
+    replay = _cli("replay", "person", "--store", place)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "MISMATCH" not in replay.stdout and "redacted: " in replay.stdout
+    assert f"redacted model calls: {calls} " in replay.stdout, replay.stdout
+    assert _cli("stats", "--store", place).returncode == 0
+    assert _holding(home, MARKER) == []
