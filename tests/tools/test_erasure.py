@@ -19,6 +19,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import anyio
@@ -284,3 +285,45 @@ def test_forget_erases_the_marker_from_every_verb_and_every_file(place: str) -> 
     assert f"redacted model calls: {calls} " in replay.stdout, replay.stdout
     assert _cli("stats", "--store", place).returncode == 0
     assert _holding(home, MARKER) == []
+
+
+async def _two_calls(path: Path) -> None:
+    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+        branch = Branch(store=store, name="kept", chat_model=ScriptedModel(f"a {MARKER}", f"b {MARKER}"))
+        await branch.communicate("first")
+        await branch.communicate("second")
+
+
+async def _load_kept(path: Path) -> list[Any]:
+    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+        branch = await Branch.load(store, "kept")
+        calls = [d for e, d in await branch.events() if e.type == "model.called"]
+        return [branch.messages, calls]
+
+
+def test_retention_by_type_keeps_what_is_not_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``redact --type model.called`` erases the raw answers; the calls keep their facts and decode."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
+    anyio.run(_two_calls, tmp_path / "r.db")
+    refused = _cli("redact", "--type", "run.started", "--reason", "retention", "--store", "r.db")
+    assert refused.returncode == 2 and "holds no conversation content" in refused.stderr, refused.stderr
+    done = _cli(
+        "redact",
+        "--type",
+        "model.called",
+        "--before",
+        "2999-01-01",
+        "--reason",
+        "retention",
+        "--store",
+        "r.db",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "redacted 2 event(s)" in done.stdout
+    messages, calls = anyio.run(_load_kept, tmp_path / "r.db")
+    assert len(messages) == 4 and MARKER in str(messages[1].content)  # the messages were not asked for
+    assert [c.response for c in calls] == [None, None] and all(c.fingerprint for c in calls)
+    assert all(c.usage.output_tokens for c in calls)  # the usage is a fact, not content
+    verify = _cli("verify", "--store", "r.db")
+    assert verify.returncode == 0 and "2 payloads redacted" in verify.stdout, verify.stdout
