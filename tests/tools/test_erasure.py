@@ -26,9 +26,9 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
-from turnlog.eventstore import EventStore, open_store
+from turnlog.eventstore import EventStore, open_store, uuid7
 from turnlog.kernel import Branch, iModel
-from turnlog.kernel.models import RetryPolicy
+from turnlog.kernel.models import RetryPolicy, StreamChunk
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import catalogue_upcasters
 from turnlog.tools import FakeOpenAIServer
@@ -129,7 +129,20 @@ async def _every_verb(store: EventStore) -> str:
     branch.chat_model = ScriptedModel(ValueError(f"the provider refused 'I am {MARKER}'"))
     with pytest.raises(ValueError, match="refused"):
         await branch.communicate(f"failure: I am {MARKER}")
+    _leave_a_buffer(store, branch.id)
     return branch.id
+
+
+def _leave_a_buffer(store: EventStore, branch: str) -> None:
+    """The stream_persist buffer of a run whose process died before its chunks were committed."""
+    from turnlog.kernel._persist import ChunkLog, RunBuffer  # the writer a streaming run uses
+    from turnlog.kernel._run_buffer import buffer_path, default_persist_dir
+
+    run_id = str(uuid7())
+    buffer = RunBuffer(buffer_path(default_persist_dir(store), branch, run_id))
+    log = ChunkLog(store, run_id, {"branch_id": branch, "run_id": run_id}, buffer=buffer)
+    log.add(StreamChunk("text", content=f"buffered, never committed: {MARKER}"))
+    buffer.close()
 
 
 async def _fill(url: str) -> tuple[set[str], int]:
@@ -250,11 +263,15 @@ def test_forget_erases_the_marker_from_every_verb_and_every_file(place: str) -> 
     assert {"message.added", "model.called", "run.failed", "stream.chunk", "branch.created"} <= holding
     assert _cli("stats", "--store", place).returncode == 0  # the analytics database holds facts
     postgres = place.startswith("postgres")
-    before = _pg_copies(place) if postgres else [str(p) for p in _holding(home, MARKER)]
-    assert before, "the marker should be stored somewhere before forget"
-    if not postgres:
-        names = {Path(p).name.split(".db")[-1] for p in before}
-        assert {"", ".analytics"} <= names and any(p.endswith(".json") for p in before), before
+    files = [str(p) for p in _holding(home, MARKER)]
+    if postgres:
+        assert "pg_dump" in _pg_copies(place)
+        # the run buffer and snapshot file under ./runs/<store id>, the analytics db in the cache
+        assert {Path(p).suffix for p in files} >= {".json", ".jsonl", ".db"}, files
+    else:
+        names = {Path(p).name.split(".db")[-1] for p in files}
+        assert {"", ".analytics"} <= names, files
+        assert {Path(p).suffix for p in files} >= {".json", ".jsonl"}, files
 
     _check_exports_without_content(place, home.parent / "exports")
 
