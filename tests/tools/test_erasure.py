@@ -30,7 +30,7 @@ from turnlog.eventstore import EventStore, open_store, uuid7
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy, StreamChunk
 from turnlog.kernel.testing import ScriptedModel
-from turnlog.projections import catalogue_upcasters
+from turnlog.projections import Instruction, SnapshotPolicy, catalogue_upcasters, write_snapshots
 from turnlog.tools import FakeOpenAIServer
 
 MARKER = "Qz-Erase-4417 carol.h@example.com"
@@ -130,6 +130,11 @@ async def _every_verb(store: EventStore) -> str:
     with pytest.raises(ValueError, match="refused"):
         await branch.communicate(f"failure: I am {MARKER}")
     _leave_a_buffer(store, branch.id)
+    # A fork taken before the erasure: its stored snapshot folds the parent's prefix.
+    child = await branch.fork(name="child")
+    await child.add_message(Instruction.create("the fork's own words"))
+    assert await write_snapshots(store, child.id, SnapshotPolicy(every=1)) >= 1
+    assert MARKER in json.dumps((await store.load_snapshot(f"branch-{child.id}")).data)
     return branch.id
 
 
@@ -290,6 +295,8 @@ def test_forget_erases_the_marker_from_every_verb_and_every_file(place: str) -> 
     verify = _cli("verify", "--store", place)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert f"{count} payloads redacted (1 reason)" in verify.stdout, verify.stdout
+    child = _cli("show", "child", "--store", place)
+    assert child.returncode == 0 and "the fork's own words" in child.stdout, child.stdout + child.stderr
     show = _cli("show", "person", "--store", place)
     assert show.returncode == 0, show.stderr
     assert "[redacted: erasure request]" in show.stdout and MARKER not in show.stdout
