@@ -30,7 +30,16 @@ from turnlog.eventstore import EventStore, open_store, uuid7
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy, StreamChunk
 from turnlog.kernel.testing import ScriptedModel
-from turnlog.projections import Instruction, SnapshotPolicy, catalogue_upcasters, write_snapshots
+from turnlog.projections import (
+    Instruction,
+    NodeCompleted,
+    NodeQueued,
+    SnapshotPolicy,
+    catalogue_upcasters,
+    decode_event,
+    new_event,
+    write_snapshots,
+)
 from turnlog.tools import FakeOpenAIServer
 
 MARKER = "Qz-Erase-4417 carol.h@example.com"
@@ -351,3 +360,41 @@ def test_retention_by_type_keeps_what_is_not_content(tmp_path: Path, monkeypatch
     assert all(c.usage.output_tokens for c in calls)  # the usage is a fact, not content
     verify = _cli("verify", "--store", "r.db")
     assert verify.returncode == 0 and "2 payloads redacted" in verify.stdout, verify.stdout
+
+
+async def _graph_store(path: Path) -> str:
+    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+        mine = Branch(store=store, name="mine")
+        other = Branch(store=store, name="other")
+        await mine.add_message(Instruction.create(f"I am {MARKER}"))
+        graph = f"graph-{uuid7()}"
+        await store.append(
+            graph,
+            [
+                new_event(NodeQueued(node_id="n1", operation="chat", branch_id=mine.id)),
+                new_event(NodeQueued(node_id="n2", operation="chat", branch_id=other.id)),
+                new_event(NodeCompleted(node_id="n1", duration_ms=1.0, result=f"said {MARKER}")),
+                new_event(NodeCompleted(node_id="n2", duration_ms=1.0, result="other words")),
+            ],
+        )
+        return graph
+
+
+async def _graph_results(path: Path, graph: str) -> list[Any]:
+    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+        decoded = [decode_event(e) async for e in store.read_stream(graph)]
+        return [d.result for d in decoded if isinstance(d, NodeCompleted)]
+
+
+def test_forget_erases_the_results_of_graph_nodes_that_ran_on_the_branch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's result is content of the branch it ran on; another branch's node keeps its own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
+    graph = anyio.run(_graph_store, tmp_path / "g.db")
+    done = _cli("forget", "mine", "--reason", "erasure request", "--store", "g.db")
+    assert done.returncode == 0, done.stderr
+    assert f"{graph}: 1" in done.stdout, done.stdout
+    assert anyio.run(_graph_results, tmp_path / "g.db", graph) == [None, "other words"]
+    assert _holding(tmp_path, MARKER) == []
