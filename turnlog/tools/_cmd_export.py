@@ -50,6 +50,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jsonl: the file to write ('-' for stdout); parquet: the directory to write the tables into",
     )
     parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    parser.add_argument(
+        "--without-content",
+        action="store_true",
+        help="leave out conversation content (the fields the event catalogue declares as content): "
+        "a file to share for analysis; its hashes no longer match its payloads",
+    )
     add_analytics_arguments(parser)
 
 
@@ -75,19 +81,21 @@ async def _export(args: argparse.Namespace) -> str:
             raise _Damaged(damaged)
         if args.format == "jsonl":
             if args.out == "-":
-                await export_jsonl(store, sys.stdout.buffer, branch=branch)
+                await export_jsonl(store, sys.stdout.buffer, branch=branch, content=not args.without_content)
                 sys.stdout.flush()
                 return ""
             out = Path(args.out)
             with written_file(out, force=args.force, protected=protected) as handle:
-                count = await export_jsonl(store, handle, branch=branch)
+                count = await export_jsonl(store, handle, branch=branch, content=not args.without_content)
             return f"{count} events written to {out}"
         directory = Path(args.out)
         with written_directory_files(
             directory, _PARQUET_FILES, force=args.force, protected=protected
         ) as scratch:
             async with AnalyticsProjection(store, **options) as analytics:
-                written = await export_parquet(store, analytics, scratch, branch=branch)
+                written = await export_parquet(
+                    store, analytics, scratch, branch=branch, content=not args.without_content
+                )
         return "; ".join(f"{name}: {rows} rows" for name, rows in written.items()) + f" (in {directory})"
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from turnlog.eventstore import Problem, RecordedEvent, redacted_marker
+from turnlog.projections import visible_data
 
 from ._conversation import TAMPERED_BADGE, tampered_banner
 from ._data import PAGE, RunDetail, UIData
@@ -73,12 +74,14 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
 
 def chunk_view(event: RecordedEvent, start: float | None) -> dict[str, Any]:
     """A chunk for the page and the live stream: what the JS renders with ``textContent``."""
-    d = event.data
+    note = _redacted_note(event.data)
+    # A redacted chunk kept its structure (seq, type, tool name): show that beside the note.
+    d = visible_data(event.type, event.data) if note else event.data
     t = event.recorded_at.timestamp()
     return {
         "seq": d.get("seq"),
         "type": d.get("type"),
-        "content": d.get("content") or _redacted_note(d),
+        "content": d.get("content") or note,
         "tool": d.get("tool_name"),
         "input": d.get("tool_input"),
         "output": d.get("tool_output"),
