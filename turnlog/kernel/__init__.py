@@ -57,7 +57,7 @@ from ._tools import (
     UnknownTool,
 )
 from .models import iModel
-from .signals import MessageRecorded, Observer, RunEnd, RunFailure, RunStart, Signal
+from .signals import MessageAdded, MessageRecorded, Observer, RunEnd, RunFailed, RunFailure, RunStart, Signal
 
 __all__ = [
     "ActionParam",
@@ -87,6 +87,7 @@ __all__ = [
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
+    "MessageAdded",
     "MessageRecorded",
     "Middle",
     "NodeStatus",
@@ -102,6 +103,7 @@ __all__ = [
     "ReplayMismatch",
     "ResponseParseError",
     "RunEnd",
+    "RunFailed",
     "RunFailure",
     "RunParam",
     "RunRecoveryError",
