@@ -74,6 +74,7 @@ from turnlog.projections import (
     apply,
     history,
     new_event,
+    rebuild,
 )
 
 if TYPE_CHECKING:
@@ -668,6 +669,29 @@ class Branch:
         view._chat_model = self._chat_model
         view._parse_model = self._parse_model
         return view
+
+    async def at_time(self, when: datetime) -> Branch:
+        """A read-only view of the branch as it was at the time ``when``; verbs on it raise.
+
+        The view holds every event of the branch recorded at or before ``when`` (the store's
+        ``recorded_at``, stamped in commit order), as ``at`` holds every event up to a version;
+        its ``version`` says which one that is.
+
+        Raises:
+            InvalidTargetError: ``when`` is not an aware datetime (give it a time zone).
+            UnknownBranch: the branch has no event at or before ``when``.
+        """
+        await self._ensure_created()
+        state = await rebuild(self.store, self.id, at_time=when)
+        return Branch._open(
+            self.id,
+            self.store,
+            kernel=self._kernel,
+            state=state,
+            readonly_at=state.version,
+            chat_model=self._chat_model,
+            parse_model=self._parse_model,
+        )
 
     async def fork(self, at_version: int | None = None, *, name: str | None = None) -> Branch:
         """A new branch that starts with this branch's state at ``at_version`` (default: now).
