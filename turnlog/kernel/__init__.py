@@ -24,6 +24,7 @@ from ._control import LoopBreak, LoopControl, LoopDirective
 from ._errors import (
     AmbiguousBranch,
     AmbiguousSession,
+    BranchNameTaken,
     ExecutionError,
     KernelError,
     OperationError,
@@ -33,6 +34,7 @@ from ._errors import (
     ScriptExhaustedError,
     TurnlogError,
     UnknownBranch,
+    UnknownOption,
     UnknownSession,
     UsageError,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "AuditReport",
     "BindProviderSession",
     "Branch",
+    "BranchNameTaken",
     "BranchPort",
     "BufferProblem",
     "ChatParam",
@@ -121,6 +124,7 @@ __all__ = [
     "ToolRegistry",
     "TurnlogError",
     "UnknownBranch",
+    "UnknownOption",
     "UnknownSession",
     "UnknownTool",
     "UnsafePathError",
