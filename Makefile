@@ -9,16 +9,17 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck install bench clean realcli
 
+# The venv's own pip installs the package (a PEP 660 editable install; the build backend comes
+# from pip's cache through build isolation), so no pip/setuptools upgrade is paid for first.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)
