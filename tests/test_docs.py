@@ -68,6 +68,15 @@ def test_marker_is_found() -> None:
     assert any(block_id.startswith("eventstore.md:") for block_id, _, _ in BLOCKS)
 
 
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    """README.md is the map: each page of docs/ has a link there."""
+    readme = README.read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", readme))
+    pages = {path.name for path in DOCS.glob("*.md")}
+    assert pages - linked == set(), "pages of docs/ that README.md does not link"
+    assert linked - pages == set(), "README.md links pages that do not exist"
+
+
 def test_the_readme_example_is_run() -> None:
     """README.md's Python example is among the examples run (it is the first thing a reader tries)."""
     assert any(block_id.startswith("README.md:") for block_id, _, _ in BLOCKS)
