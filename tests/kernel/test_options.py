@@ -130,3 +130,12 @@ def test_one_edit_apart(a: str, b: str, apart: bool) -> None:
 
     assert one_edit_apart(a, b) is apart
     assert one_edit_apart(b, a) is apart
+
+
+async def test_run_refuses_a_misspelt_option_before_the_cli_starts(store: EventStore) -> None:
+    """run() checks its keywords too: no CLI process is started for guidence=."""
+    branch = Branch(store=store, chat_model=iModel("claude_code/sonnet"))
+    with pytest.raises(UnknownOption, match=r"^run\(\) got guidence=.*did you mean guidance=\?"):
+        async for _ in branch.run("hi", guidence="short"):
+            pass
+    assert not [e for e, _ in await branch.events() if e.type in ("model.called", "message.added")]
