@@ -119,6 +119,9 @@ async def test_load_or_create_creates_once_then_opens(store: EventStore) -> None
     assert await again.communicate("q2") == "b"
     with pytest.raises(UsageError, match="colour"):
         await Branch.load_or_create(store, name="x", colour="red")
+    with pytest.raises(UsageError, match="needs a name"):
+        await Branch.load_or_create(store, name=None)  # type: ignore[arg-type]
+    assert [s for s, _ in await store.list_streams("branch-")] == [first.stream]
 
 
 async def test_concurrent_load_or_create_returns_one_branch(

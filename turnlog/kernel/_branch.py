@@ -324,6 +324,8 @@ class Branch:
                 unique, or by two processes at once).
             UsageError: an argument ``Branch(...)`` does not take, or a name it refuses.
         """
+        if not isinstance(name, str):  # None would make a new unnamed branch on every call
+            raise UsageError(f"Branch.load_or_create() needs a name (a str), not {name!r}")
         check_branch_name(name)
         unknown = sorted(set(create) - {"user", "system", "tools", "metadata"})
         if unknown:
