@@ -24,6 +24,7 @@ from ._control import LoopBreak, LoopControl, LoopDirective
 from ._errors import (
     AmbiguousBranch,
     AmbiguousSession,
+    BranchNameTaken,
     ExecutionError,
     KernelError,
     OperationError,
@@ -33,6 +34,7 @@ from ._errors import (
     ScriptExhaustedError,
     TurnlogError,
     UnknownBranch,
+    UnknownOption,
     UnknownSession,
     UsageError,
 )
@@ -57,7 +59,7 @@ from ._tools import (
     UnknownTool,
 )
 from .models import iModel
-from .signals import MessageRecorded, Observer, RunEnd, RunFailure, RunStart, Signal
+from .signals import MessageAdded, MessageRecorded, Observer, RunEnd, RunFailed, RunFailure, RunStart, Signal
 
 __all__ = [
     "ActionParam",
@@ -68,6 +70,7 @@ __all__ = [
     "AuditReport",
     "BindProviderSession",
     "Branch",
+    "BranchNameTaken",
     "BranchPort",
     "BufferProblem",
     "ChatParam",
@@ -87,6 +90,7 @@ __all__ = [
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
+    "MessageAdded",
     "MessageRecorded",
     "Middle",
     "NodeStatus",
@@ -102,6 +106,7 @@ __all__ = [
     "ReplayMismatch",
     "ResponseParseError",
     "RunEnd",
+    "RunFailed",
     "RunFailure",
     "RunParam",
     "RunRecoveryError",
@@ -119,6 +124,7 @@ __all__ = [
     "ToolRegistry",
     "TurnlogError",
     "UnknownBranch",
+    "UnknownOption",
     "UnknownSession",
     "UnknownTool",
     "UnsafePathError",

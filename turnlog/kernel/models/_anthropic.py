@@ -75,6 +75,15 @@ class AnthropicModel(OpenAIChatModel):
     default_provider = "anthropic"
     default_base_url = ANTHROPIC_BASE_URL
     default_api_key_env = "ANTHROPIC_API_KEY"
+    #: The Messages API's parameters, and the OpenAI names it translates (``stop``,
+    #: ``max_completion_tokens``) or drops (``_DROPPED``); see ``OpenAIChatModel.request_params``.
+    request_params = frozenset(
+        {
+            "container", "max_completion_tokens", "max_tokens", "mcp_servers", "metadata",
+            "service_tier", "stop", "stop_sequences", "temperature", "thinking", "tool_choice",
+            "top_k", "top_p",
+        }
+    ) | _DROPPED  # fmt: skip
 
     def __repr__(self) -> str:
         return f"AnthropicModel(provider={self.provider!r}, model={self.model!r}, base_url={self._shown_base()!r})"

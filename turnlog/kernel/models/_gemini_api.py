@@ -79,6 +79,11 @@ class GeminiAPIModel(OpenAIChatModel):
     default_provider = "gemini_api"
     default_base_url = GEMINI_BASE_URL
     default_api_key_env = "GEMINI_API_KEY"
+    #: The OpenAI names it maps into ``generationConfig`` (``_CONFIG``) and the native fields
+    #: of a ``generateContent`` body; see ``OpenAIChatModel.request_params``.
+    request_params = frozenset(_CONFIG) | {
+        "cachedContent", "generationConfig", "safetySettings", "stream_options", "toolConfig",
+    }  # fmt: skip
 
     @property
     def url(self) -> str:

@@ -117,6 +117,22 @@ class OpenAIChatModel:
     default_base_url: ClassVar[str] = OPENAI_BASE_URL
     default_api_key_env: ClassVar[str | None] = "OPENAI_API_KEY"
 
+    #: The request parameters a verb may pass (``communicate(..., temperature=0)``): those of
+    #: the Chat Completions API. Anything else is refused before it is sent, with a "did you
+    #: mean" (``turnlog.kernel._options``). A compatible server that takes more (vLLM's
+    #: ``top_k``...) widens it on the instance (``model.request_params |= {"top_k"}``), or
+    #: turns the check off (``model.request_params = None``).
+    request_params: frozenset[str] | None = frozenset(
+        {
+            "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+            "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
+            "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+            "reasoning_effort", "safety_identifier", "seed", "service_tier", "stop", "store",
+            "stream_options", "temperature", "tool_choice", "top_logprobs", "top_p", "user",
+            "verbosity", "web_search_options",
+        }
+    )  # fmt: skip
+
     def __init__(
         self,
         model: str,

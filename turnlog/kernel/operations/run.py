@@ -43,6 +43,7 @@ from turnlog.kernel._context import prompt_context
 from turnlog.kernel._control import stop_requested
 from turnlog.kernel._errors import ResponseParseError, UsageError
 from turnlog.kernel._lifecycle import observed_run
+from turnlog.kernel._options import check_request_params
 from turnlog.kernel._params import ChatParam, ParseParam, RunParam
 from turnlog.kernel._persist import (
     ChunkLog,
@@ -133,6 +134,7 @@ async def run(
         branch.use_chat_model(param.imodel)  # run() replaces the branch's model, as the facade says
     model = streaming_model(branch.chat_model)
     options = dict(param.imodel_kw)
+    check_request_params(model, options, verb="run")  # a misspelt option never reaches the CLI
     timeout = options.pop("timeout", None)
     provider = str(getattr(model, "provider", "") or "")
     model_name = str(getattr(model, "model", "") or "")
