@@ -51,6 +51,7 @@ EXPORTED = [
     "RemovedArgument",
     "ReplayMismatch",
     "ResponseParseError",
+    "RunClosed",
     "RunEnd",
     "RunFailure",
     "RunParam",
