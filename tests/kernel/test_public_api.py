@@ -34,6 +34,7 @@ EXPORTED = [
     "GraphCycleError",
     "Kernel",
     "KernelError",
+    "LiveRun",
     "LoopBreak",
     "LoopControl",
     "LoopDirective",

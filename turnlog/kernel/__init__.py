@@ -29,8 +29,8 @@ from ._errors import (
     OperationError,
     RemovedArgument,
     ReplayMismatch,
-    RunClosed,
     ResponseParseError,
+    RunClosed,
     ScriptExhaustedError,
     TurnlogError,
     UnknownBranch,
@@ -45,7 +45,7 @@ from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
 from ._port import BranchPort, VerbPort
-from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
+from ._recover import BufferProblem, LiveRun, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
 from ._session import Session
 from ._tools import (
@@ -85,6 +85,7 @@ __all__ = [
     "GraphCycleError",
     "Kernel",
     "KernelError",
+    "LiveRun",
     "LoopBreak",
     "LoopControl",
     "LoopDirective",

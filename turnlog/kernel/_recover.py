@@ -31,9 +31,12 @@ Steps (each idempotent, so running ``recover`` twice changes nothing the second 
 One run's failure (the store unreachable half-way, a race with another ``recover``, a chunk
 the store refuses) is reported in ``RecoveryReport.failed`` and the other runs go on.
 
-Run it when no process is streaming into the same store without ``stream_persist`` (at
-start-up, or from the ``turnlog recover`` command): an open run without a locked buffer is
-closed as crashed.
+Only runs whose writer is gone are closed. A process holds the liveness lease of each run it
+has open (``turnlog.eventstore.acquire_lease``: a ``flock`` beside a store file, a session
+advisory lock on PostgreSQL), from before ``run.started`` until its terminal is written; an
+open run whose lease is held, or whose buffer is locked, is left alone and reported in
+``RecoveryReport.live``. Recovery may therefore run at any time, next to live processes.
+A run started by a turnlog older than the leases has none, and is closed as before.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from uuid import UUID
 
 import anyio
 
-from turnlog.eventstore import EventEncoder, EventStore, TurnlogError
+from turnlog.eventstore import EventEncoder, EventStore, TurnlogError, held_leases
 from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -62,6 +65,7 @@ from turnlog.projections import (
     RunStarted,
 )
 
+from ._lifecycle import run_lease_key
 from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
 from ._run_buffer import (
     CHUNK_TYPE,
@@ -70,7 +74,10 @@ from ._run_buffer import (
     store_location,
 )
 
-__all__ = ["BufferProblem", "RecoveredRun", "RecoveryReport", "RunRecoveryError", "recover"]
+__all__ = ["BufferProblem", "LiveRun", "RecoveredRun", "RecoveryReport", "RunRecoveryError", "recover"]
+
+LEASE_HELD = "its writer is alive: a process holds the run's lease"
+BUFFER_LOCKED = "its writer is alive: a process holds the lock of its stream buffer"
 
 _LIFECYCLE = ("run.started", "run.ended", "run.failed")
 _CRASH_TYPE = "ProcessCrashed"
@@ -118,6 +125,30 @@ class RunRecoveryError:
 
     def __str__(self) -> str:
         return f"run {self.run_id} (branch {self.branch_id}): {self.error_type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    """An open run that ``recover`` left open because its writer is alive.
+
+    Attributes:
+        branch_id: The branch.
+        run_id: The run.
+        verb: The verb that started it.
+        reason: Why it counts as live (the run's lease is held, or its buffer is locked).
+    """
+
+    branch_id: str
+    run_id: str
+    verb: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} (branch {self.branch_id}, {self.verb}): {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON object of the fields."""
+        return {"branch_id": self.branch_id, "run_id": self.run_id, "verb": self.verb, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +211,7 @@ class RecoveryReport:
         torn: Buffers whose last line was torn (tolerated).
         skipped: Buffer files left untouched (their reasons are in ``problems``).
         failed: Runs whose recovery failed.
+        live: Open runs left open because their writer is alive (skipped, with the reason).
     """
 
     persist_dir: str
@@ -192,6 +224,7 @@ class RecoveryReport:
     torn: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     failed: tuple[RunRecoveryError, ...] = ()
+    live: tuple[LiveRun, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -223,6 +256,7 @@ class RecoveryReport:
                 }
                 for f in self.failed
             ],
+            "live": [r.to_dict() for r in self.live],
         }
 
 
@@ -479,9 +513,22 @@ async def _recover_all(
     paths: list[str],
 ) -> RecoveryReport:
     open_runs, ended = await _open_runs(store)
+    alive = [
+        LiveRun(r.branch_id, r.run_id, r.verb, BUFFER_LOCKED) for r in open_runs.values() if r.run_id in live
+    ]
     for run_id in live:
         open_runs.pop(run_id, None)
+    # The lease is asked only now, after the scan: a run that started after it is not in
+    # open_runs, and a run whose lease is free now has no writer that could still close it.
+    leased = await held_leases(store, [run_lease_key(run_id) for run_id in open_runs])
+    for run_id, run in list(open_runs.items()):
+        if run_lease_key(run_id) in leased:
+            alive.append(LiveRun(run.branch_id, run_id, run.verb, LEASE_HELD))
+            del open_runs[run_id]
+    alive_ids = {r.run_id for r in alive}
     for run_id, buffer in buffers.items():
+        if run_id in alive_ids:
+            continue  # its writer still commits its chunks
         if run_id not in open_runs:
             # Ended, or without a lifecycle of its own (nested in another run): chunks and messages only.
             open_runs[run_id] = _Open(buffer.branch_id, run_id, "run", "", "", None, False)
@@ -517,4 +564,5 @@ async def _recover_all(
         torn=tuple(str(b.path) for b in buffers.values() if b.torn),
         skipped=tuple(skipped),
         failed=tuple(failed),
+        live=tuple(alive),
     )
