@@ -47,6 +47,7 @@ from ._errors import (
     UsageError,
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
+from ._invariants import check_invariants
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -147,6 +148,7 @@ __all__ = [
     "UsageError",
     "apply",
     "catalogue_upcasters",
+    "check_invariants",
     "decode_event",
     "diff",
     "fold",
