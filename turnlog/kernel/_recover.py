@@ -41,6 +41,7 @@ A run started by a turnlog older than the leases has none, and is closed as befo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from uuid import UUID
 
 import anyio
 
-from turnlog.eventstore import EventEncoder, EventStore, TurnlogError, held_leases
+from turnlog.eventstore import EventEncoder, EventStore, IdempotencyError, TurnlogError, held_leases, uuid7
 from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -69,6 +70,7 @@ from ._lifecycle import run_lease_key
 from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
 from ._run_buffer import (
     CHUNK_TYPE,
+    BufferedChunk,
     default_persist_dir,
     parse_buffer_name,
     store_location,
@@ -324,9 +326,45 @@ async def _complete_stream(store: EventStore, run_id: str, buffer: Buffer | None
             max_event_bytes=store.max_event_bytes,
         )
         batch = [encoder.encode(chunk.data, UUID(chunk.id)) for chunk in new]
-        await store.append_encoded(stream, batch, len(stored))
+        await _append_reassigning(store, stream, len(stored), buffer, new, batch, encoder)
         items.extend((chunk.chunk, chunk.received) for chunk in new)
     return _Chunks(items, len(new))
+
+
+async def _append_reassigning(
+    store: EventStore,
+    stream: str,
+    after: int,
+    buffer: Buffer,
+    new: list[BufferedChunk],
+    batch: list[Any],
+    encoder: EventEncoder,
+) -> None:
+    """Append ``batch``; a line whose id another stream's event holds gets a fresh id, reported.
+
+    The batch is atomic, so one such line would otherwise keep every chunk of the run out of
+    the store. When the batch is refused for an id, its chunks go one by one (only then), and
+    a chunk whose id is taken keeps its data (seq == version still holds) under a fresh id;
+    the problem names the line, and the buffer is kept for inspection.
+    """
+    try:
+        await store.append_encoded(stream, batch, after)
+        return
+    except IdempotencyError:
+        pass
+    for index, chunk in enumerate(new):
+        try:
+            await store.append_encoded(stream, [batch[index]], after + index)
+            continue
+        except IdempotencyError as exc:
+            fresh = uuid7()
+            buffer.problem(
+                chunk.line_number,
+                f"id {chunk.id} is taken by another event ({exc.reason}): chunk {chunk.seq} imported as {fresh}",
+            )
+        batch[index] = encoder.encode(chunk.data, fresh)
+        new[index] = dataclasses.replace(chunk, id=str(fresh))
+        await store.append_encoded(stream, [batch[index]], after + index)
 
 
 def _range(message: AnyMessage) -> tuple[int, int] | None:
@@ -440,14 +478,13 @@ async def _recover_run(
        that record holds appended to its stream (source-marked), before anything is materialized;
     3. ``_close_run``: the chunk rules replayed, what is missing recorded, the run closed.
     """
-    chunks = await _complete_stream(store, run.run_id, buffer)
     if ended:
-        # It ended (only its buffer outlived it): the chunks were all it lacked.
-        if not chunks.imported:
-            return None
-        return RecoveredRun(
-            run.branch_id, run.run_id, run.verb, len(chunks.items), chunks.imported, 0, 0, 0, None, False
-        )
+        # Its terminal is written: its stream is closed with it, so nothing is appended to it
+        # (run.ended counts the chunks the run recorded); what only the buffer holds is reported.
+        if buffer is not None:
+            await _refuse_after_end(store, run.run_id, buffer)
+        return None
+    chunks = await _complete_stream(store, run.run_id, buffer)
     cli: Reconciliation | None = None
     if run.lifecycle:
         cli = await reconcile_with_cli(
@@ -456,6 +493,19 @@ async def _recover_run(
         if cli is not None:
             chunks.items.extend((c, None) for c in cli.appended)
     return await _close_run(store, run, chunks, cli)
+
+
+async def _refuse_after_end(store: EventStore, run_id: str, buffer: Buffer) -> None:
+    """Note the buffered chunks an ended run's stream lacks: never imported, reported by line."""
+    stored = await store.stream_version(f"run-{run_id}")
+    late = sorted({c.seq: c for c in buffer.chunks if c.seq > stored}.values(), key=lambda c: c.seq)
+    buffer.complete = not late
+    if late:
+        buffer.problem(
+            late[0].line_number,
+            f"run {run_id} has ended: chunks {late[0].seq}..{late[-1].seq} ({len(late)}) not imported "
+            "(a run's stream is closed by its terminal)",
+        )
 
 
 # -------------------------------------------------------------------------------------- recover
