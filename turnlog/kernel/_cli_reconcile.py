@@ -9,7 +9,8 @@ then show the model a turn the log does not have.
 ``reconcile_with_cli`` compares the run's chunks with the part of the record written since
 the run started, and appends what only the record has as ``stream.chunk`` events of the
 same run, after the chunks already there, each marked ``metadata["source"] =
-"cli_session"`` with ``metadata["session_file"]``. The chunk rules then make messages of
+"cli_session"`` with ``metadata["session_file"]`` (relative to the CLI's session root: no
+home-directory path is recorded). The chunk rules then make messages of
 them like of any chunk, and those messages carry the same ``source`` marker.
 
 What is compared: assistant text (the log's text, in order, against each text block of
@@ -29,6 +30,7 @@ that resumes it says so.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,11 +44,31 @@ from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.models._cli_sessions import SessionItem, read_session
 from turnlog.projections import ChunkReceived
 
-__all__ = ["Reconciliation", "reconcile_with_cli"]
+__all__ = ["Reconciliation", "reconcile_with_cli", "shown_path"]
 
 CLI_PROVIDERS = frozenset({"claude_code", "codex", "gemini"})
 _TOOLS_BY_ID = frozenset({"claude_code", "gemini"})
 _CLOCK_SLACK = timedelta(seconds=2)
+
+
+def shown_path(path: str, root: str | None = None) -> str:
+    """``path`` as the log records it: relative to the CLI's session ``root``, or with ``~``.
+
+    Inside ``root`` the path is given relative to it; elsewhere the home directory is written
+    ``~``. The log outlives the machine and travels (exports, imports, shared stores): a user's home
+    directory in it says who ran it and where, and is no use to anyone reading it elsewhere.
+    """
+    if root is not None:
+        try:
+            inside = os.path.relpath(path, root)
+        except ValueError:  # pragma: no cover - another drive (Windows)
+            inside = ""
+        if inside and not inside.startswith(os.pardir) and not os.path.isabs(inside):
+            return inside
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home.rstrip(os.sep) + os.sep)):
+        return "~" + path[len(home.rstrip(os.sep)) :]
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +79,8 @@ class Reconciliation:
         status: ``reconciled``, ``in_agreement``, ``complete``, ``no_session`` or
             ``unreconciled`` (see the module docstring).
         added: Chunks appended from the record.
-        session_file: The record read, if one was found.
+        session_file: The record read, if one was found: relative to the CLI's session root
+            (``projects/<directory>/<session>.jsonl``), never with the user's home directory.
         reason: Why the run could not be reconciled, for ``unreconciled``.
         appended: The chunk payloads appended to the run stream, in order.
     """
@@ -206,18 +229,20 @@ async def reconcile_with_cli(
         return Reconciliation(
             "unreconciled", reason="the stream does not say where the CLI keeps its sessions"
         )
+    home = str(log.home)
     since = started_at - _CLOCK_SLACK if started_at is not None else None
     record = await anyio.to_thread.run_sync(
-        lambda: read_session(provider, str(log.home), str(log.session_id), cwd=log.cwd, since=since)
+        lambda: read_session(provider, home, str(log.session_id), cwd=log.cwd, since=since)
     )
     if record is None:
         return Reconciliation(
-            "unreconciled", reason=f"no record of session {log.session_id} found under {log.home}"
+            "unreconciled", reason=f"no record of session {log.session_id} found under {shown_path(home)}"
         )
-    marker = {"source": "cli_session", "session_file": record.path}
+    session_file = shown_path(record.path, root=home)
+    marker = {"source": "cli_session", "session_file": session_file}
     extra = _missing(provider, log, record.items, marker)
     if not extra:
-        return Reconciliation("in_agreement", session_file=record.path)
+        return Reconciliation("in_agreement", session_file=session_file)
     if not meta and chunks:
         async for event in store.read_stream(stream, from_version=len(chunks)):
             meta = dict(event.meta)  # the last chunk's correlation (branch, run, session)
@@ -226,4 +251,4 @@ async def reconcile_with_cli(
     new = [NewEvent(CHUNK_TYPE, payload, meta, uuid7()) for payload in payloads]
     await store.append(stream, new, len(chunks))
     appended = tuple(ChunkReceived.model_validate(payload) for payload in payloads)
-    return Reconciliation("reconciled", len(new), record.path, appended=appended)
+    return Reconciliation("reconciled", len(new), session_file, appended=appended)

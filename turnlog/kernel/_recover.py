@@ -168,6 +168,11 @@ class RecoveredRun:
         closed_tools: Tool calls closed with an error response.
         session_id: The provider session to resume, if the stream announced one.
         closed: True when recovery appended ``run.failed`` (crashed).
+        cli_session: How the CLI's own session record compared (``reconciled``,
+            ``in_agreement``, ``complete``, ``no_session``, ``unreconciled``); None for a run
+            that is not a CLI run.
+        note: What the user should know before resuming the run's provider session (set when
+            the CLI's record could not be read: the session may hold more than the log).
     """
 
     branch_id: str
@@ -180,6 +185,8 @@ class RecoveredRun:
     closed_tools: int
     session_id: str | None
     closed: bool
+    cli_session: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON object of the fields."""
@@ -194,6 +201,8 @@ class RecoveredRun:
             "closed_tools": self.closed_tools,
             "session_id": self.session_id,
             "closed": self.closed,
+            "cli_session": self.cli_session,
+            "note": self.note,
         }
 
 
@@ -446,6 +455,18 @@ async def _close_run(
         len(closed),
         session,
         run.lifecycle,
+        cli.status if cli is not None else None,
+        _note(cli, session),
+    )
+
+
+def _note(cli: Reconciliation | None, session: str | None) -> str | None:
+    """The one thing to say before a resume: the CLI's record of the session was not read."""
+    if cli is None or cli.status != "unreconciled":
+        return None
+    return (
+        f"the CLI's own record of session {session} could not be read ({cli.reason}): "
+        "resuming that session may show the model turns this log does not hold"
     )
 
 

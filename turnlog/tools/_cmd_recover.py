@@ -52,6 +52,8 @@ def _run(args: argparse.Namespace) -> int:
             f"{run.interrupted_text} chars of interrupted text, {run.closed_tools} tool calls closed"
             + (f"; resume session {run.session_id}" if run.session_id else "")
         )
+        if run.note:
+            print(f"  note: {run.note}")
     for live in report.live:
         print(f"left open, live: {live}")
     for problem in report.problems:
