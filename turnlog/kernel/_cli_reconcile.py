@@ -41,34 +41,14 @@ import anyio
 from turnlog.eventstore import EventStore, NewEvent, uuid7
 from turnlog.kernel._persist import CHUNK_TYPE, chunk_payload
 from turnlog.kernel.models import StreamChunk
-from turnlog.kernel.models._cli_sessions import SessionItem, read_session
+from turnlog.kernel.models._cli_sessions import SessionItem, read_session, shown_path
 from turnlog.projections import ChunkReceived
 
-__all__ = ["Reconciliation", "reconcile_with_cli", "shown_path"]
+__all__ = ["Reconciliation", "reconcile_with_cli"]
 
 CLI_PROVIDERS = frozenset({"claude_code", "codex", "gemini"})
 _TOOLS_BY_ID = frozenset({"claude_code", "gemini"})
 _CLOCK_SLACK = timedelta(seconds=2)
-
-
-def shown_path(path: str, root: str | None = None) -> str:
-    """``path`` as the log records it: relative to the CLI's session ``root``, or with ``~``.
-
-    Inside ``root`` the path is given relative to it; elsewhere the home directory is written
-    ``~``. The log outlives the machine and travels (exports, imports, shared stores): a user's home
-    directory in it says who ran it and where, and is no use to anyone reading it elsewhere.
-    """
-    if root is not None:
-        try:
-            inside = os.path.relpath(path, root)
-        except ValueError:  # pragma: no cover - another drive (Windows)
-            inside = ""
-        if inside and not inside.startswith(os.pardir) and not os.path.isabs(inside):
-            return inside
-    home = os.path.expanduser("~")
-    if home not in ("", "/", "~") and (path == home or path.startswith(home.rstrip(os.sep) + os.sep)):
-        return "~" + path[len(home.rstrip(os.sep)) :]
-    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +209,9 @@ async def reconcile_with_cli(
         return Reconciliation(
             "unreconciled", reason="the stream does not say where the CLI keeps its sessions"
         )
-    home = str(log.home)
     since = started_at - _CLOCK_SLACK if started_at is not None else None
+    # Recorded with ~ for the home directory (``shown_path``): this user's home is meant.
+    home = await anyio.to_thread.run_sync(os.path.expanduser, str(log.home))
     record = await anyio.to_thread.run_sync(
         lambda: read_session(provider, home, str(log.session_id), cwd=log.cwd, since=since)
     )
