@@ -87,6 +87,7 @@ EXPORTED = [
     "lifecycle",
     "observed_run",
     "recover",
+    "run_lease_key",
 ]
 
 

@@ -39,7 +39,7 @@ from ._errors import (
 )
 from ._flow import FlowResult, Graph, GraphCycleError, flow
 from ._kernel import Kernel
-from ._lifecycle import RunScope, current_run, lifecycle, observed_run
+from ._lifecycle import RunScope, current_run, lifecycle, observed_run, run_lease_key
 from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
@@ -138,4 +138,5 @@ __all__ = [
     "lifecycle",
     "observed_run",
     "recover",
+    "run_lease_key",
 ]
