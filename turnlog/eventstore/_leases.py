@@ -194,11 +194,20 @@ def _memory_acquire(store: EventStore, key: str) -> Lease:
 
 
 def _postgres(store: EventStore) -> Any:
+    """The store when it is a PostgreSQL store, or a view passing its attributes through to one.
+
+    Views such as the demo's (``__getattr__`` forwarding to the store) must reach the same
+    advisory locks, so the connection settings are looked up, not the class alone.
+    """
     # Not imported here: the backend needs the optional driver, and a PostgreSQL store exists
     # only once its module was loaded.
     module = sys.modules.get(f"{__package__}._postgres")
     cls = getattr(module, "PostgresEventStore", None)
-    return store if cls is not None and isinstance(store, cls) else None
+    if cls is None:
+        return None
+    if isinstance(store, cls) or getattr(store, "_conninfo", None) is not None:
+        return store
+    return None
 
 
 def _pg_key(store: Any, key: str) -> int:
