@@ -231,7 +231,9 @@ async def test_an_unreconciled_crash_is_said_in_the_report_with_no_home_path_and
     report = await recover(store, tmp_path / "no-buffers")
     [done] = report.runs
     assert done.cli_session == "unreconciled"
-    assert done.note is not None and "session s-1 could not be read" in done.note
+    assert (
+        done.note is not None and "record was not read" in done.note and "resuming session s-1" in done.note
+    )
     assert report.to_dict()["runs"][0]["note"] == done.note
     failed = [e async for e in store.read_stream(f"branch-{branch.id}") if e.type == "run.failed"]
     [payload] = [e.data for e in failed]

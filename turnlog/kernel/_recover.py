@@ -465,8 +465,8 @@ def _note(cli: Reconciliation | None, session: str | None) -> str | None:
     if cli is None or cli.status != "unreconciled":
         return None
     return (
-        f"the CLI's own record of session {session} could not be read ({cli.reason}): "
-        "resuming that session may show the model turns this log does not hold"
+        f"the CLI's own session record was not read ({cli.reason}): resuming session {session} "
+        "may show the model turns this log does not hold"
     )
 
 
