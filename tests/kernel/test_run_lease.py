@@ -24,7 +24,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from turnlog.eventstore import EventStore, MemoryEventStore, acquire_lease, held_leases, open_store
-from turnlog.kernel import Branch, EndRun, FailRun, RunClosed, StartRun
+from turnlog.kernel import Branch, EndRun, FailRun, RunClosed, StartRun, recover
 from turnlog.kernel.models import Usage
 from turnlog.projections import catalogue_upcasters
 
@@ -209,3 +209,31 @@ async def test_a_lease_is_held_until_released(backend: str, tmp_path: Path) -> N
         assert await held_leases(store, ["run-a"]) == frozenset()
     finally:
         await store.close()
+
+
+class _StaleScan:
+    """A store whose log scan misses terminals: as if the run ended right after recover's scan."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def read_all(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async for event in self._store.read_all(*args, **kwargs):
+            if event.type not in ("run.ended", "run.failed"):
+                yield event
+
+
+async def test_a_run_its_writer_closed_after_the_scan_is_not_a_failure(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """recover's close loses the race to the writer's own terminal: RunClosed, taken as done, not failed."""
+    branch = await Branch(store=store).save()
+    run_id = str(uuid.uuid4())
+    await branch.execute(StartRun(run_id, "communicate"), run_id=run_id)
+    await branch.execute(EndRun(run_id, "communicate", 1.0), run_id=run_id)
+    report = await recover(_StaleScan(store), tmp_path / "runs")  # type: ignore[arg-type]
+    assert (report.runs, report.failed) == ((), ())
+    assert await terminals(store, branch.id) == ["run.ended"]

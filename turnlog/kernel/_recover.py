@@ -66,6 +66,7 @@ from turnlog.projections import (
     RunStarted,
 )
 
+from ._errors import RunClosed
 from ._lifecycle import run_lease_key
 from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
 from ._run_buffer import (
@@ -614,6 +615,9 @@ async def _recover_all(
             if found is not None:
                 left = await anyio.to_thread.run_sync(dispose, found)
                 (kept if left else removed).append(left or str(found.path))
+        except RunClosed:
+            # Its writer closed it after the scan (and then gave up its lease): nothing to do.
+            continue
         except (TurnlogError, OSError, ValueError) as exc:
             failed.append(RunRecoveryError(run.branch_id, run.run_id, type(exc).__name__, str(exc)))
             continue
