@@ -207,6 +207,9 @@ async def test_a_lease_is_held_until_released(backend: str, tmp_path: Path) -> N
         await lease.release()
         await lease.release()  # idempotent
         assert await held_leases(store, ["run-a"]) == frozenset()
+        assert (
+            sorted(p.name for p in tmp_path.iterdir() if "leases" in p.name) == []
+        )  # nothing left beside the store
     finally:
         await store.close()
 

@@ -8,8 +8,8 @@ up for a reader to see that the holder is gone. The kernel keys one lease per op
 Where the lease lives depends on who can see the store:
 
 - a store file (SQLite): an exclusive ``flock`` on ``<store file>.leases/<key>.lock`` (a 0700
-  directory beside the store, files 0600). Only processes on the same machine can write a
-  SQLite store, and they all see the lock;
+  directory beside the store, files 0600; the directory exists only while a lease is held).
+  Only processes on the same machine can write a SQLite store, and they all see the lock;
 - PostgreSQL: a session-level advisory lock (``pg_advisory_lock``) keyed by a 64-bit digest of
   the store's schema and the key, taken on one connection per process and store that stays
   open while the process holds any lease. Every host that reaches the server sees it; the
@@ -101,6 +101,7 @@ async def acquire_lease(store: EventStore, key: str) -> Lease:
         with contextlib.suppress(FileNotFoundError):
             lease_path.unlink()
         os.close(fd)
+        _remove_if_empty(lease_path.parent)
 
     return Lease(key, release)
 
@@ -138,12 +139,22 @@ def _lease_dir(store_path: Path) -> Path:
 
 
 def _file_acquire(directory: Path, key: str) -> int:
-    try:
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
-        fd = os.open(directory / f"{key}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600)
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot take the lease {key} in {directory}: {exc.strerror or exc}") from exc
+    # The directory exists only while a lease is held (the last release removes it, so nothing
+    # is left beside the store): a release elsewhere may remove it between mkdir and open.
+    for _ in range(8):
+        try:
+            with contextlib.suppress(FileExistsError):
+                directory.mkdir(mode=0o700)
+            fd = os.open(directory / f"{key}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600)
+            break
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot take the lease {key} in {directory}: {exc.strerror or exc}"
+            ) from exc
+    else:
+        raise StoreUnavailable(f"cannot take the lease {key}: {directory} keeps disappearing")
     if fcntl is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -151,6 +162,11 @@ def _file_acquire(directory: Path, key: str) -> int:
             os.close(fd)
             raise StoreError(f"the lease {key} is held by another process") from None
     return fd
+
+
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (another lease), or gone already
+        directory.rmdir()
 
 
 def _file_held(path: Path) -> bool:
@@ -168,6 +184,7 @@ def _file_held(path: Path) -> bool:
         # Ours now: its holder is gone, and the key (a run id) is never taken again.
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        _remove_if_empty(path.parent)
         return False
     finally:
         os.close(fd)
