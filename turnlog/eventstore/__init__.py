@@ -28,6 +28,7 @@ from ._errors import (
     UsageError,
 )
 from ._ids import uuid7
+from ._leases import Lease, acquire_lease, held_leases
 from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, MigrationError, migrate
 from ._open import StoreURL, open_store, parse_store_url
@@ -78,6 +79,7 @@ __all__ = [
     "ExpectedVersion",
     "IdempotencyError",
     "InvalidEventError",
+    "Lease",
     "MemoryEventStore",
     "MigrateReport",
     "MigrationError",
@@ -113,12 +115,14 @@ __all__ = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "acquire_lease",
     "check_events",
     "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",
     "event_hash_matches",
+    "held_leases",
     "is_redacted",
     "migrate",
     "open_store",

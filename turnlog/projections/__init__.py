@@ -48,6 +48,7 @@ from ._errors import (
     UsageError,
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
+from ._invariants import check_invariants
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -148,6 +149,7 @@ __all__ = [
     "UsageError",
     "apply",
     "catalogue_upcasters",
+    "check_invariants",
     "content_fields",
     "decode_event",
     "diff",

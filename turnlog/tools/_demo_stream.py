@@ -230,6 +230,8 @@ async def crash_recover_resume(demo: Demo) -> str | None:
             f"{done.interrupted_text} characters of partial text materialized as an interrupted response, "
             f"{done.messages} message(s) recorded, run.failed reason=crashed"
         )
+        if done.note:
+            print(f"   note: {done.note}")  # what the report says before a resume, indented like the rest
         branch = await demo.open_branch()
         partial = [
             m

@@ -210,6 +210,10 @@ class _App:
             f'<h1>Recover</h1><div class="banner ok">{closed} crashed run(s) closed, {report.imported} chunk '
             f"event(s) imported, {len(report.removed)} buffer(s) removed</div>"
         )
+        if report.live:
+            # The same lease check as `turnlog recover`: a run whose writer is alive stays open.
+            items = "".join(f"<li>{h(str(run))}</li>" for run in report.live)
+            body += f"<h2>Live runs left open ({len(report.live)})</h2><ul>{items}</ul>"
         return self.page("recover", body, name="recover")
 
     async def forks(self, request: Request) -> Response:
