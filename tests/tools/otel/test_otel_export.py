@@ -14,7 +14,6 @@ from queue import Empty, Queue
 from typing import Any
 
 import anyio
-import pytest
 
 from turnlog.eventstore import open_store
 from turnlog.projections import Instruction, MessageAdded, ModelCalled, RunEnded, RunStarted, Usage, new_event
