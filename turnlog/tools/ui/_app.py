@@ -29,6 +29,7 @@ from ._data import UIData, parse_int
 from ._html import h, layout, seg
 from ._http_status import BadRequest, Forbidden, PageError
 from ._pages_branch import branch_body, conversation_fragment, diff_body, forks_body
+from ._pages_trace import trace_section
 from ._readonly import ReadOnlyStore, WriteRefused
 from ._security import Guard
 
@@ -217,7 +218,7 @@ class _App:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
-        body = pages.run_body(run_id, detail)
+        body = pages.run_body(run_id, detail) + await trace_section(self.data.store, detail.branch_id, run_id)
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'
