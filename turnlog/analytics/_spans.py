@@ -511,49 +511,51 @@ def _close(node: _Node, event: RecordedEvent) -> None:
 def _emit(
     node: _Node, parent: int | None, trace: int, out: list[Span], content: bool, semconv: Semconv
 ) -> int:
-    """Append ``node`` and its subtree to ``out`` (parents first); return the subtree's end."""
+    """Put ``node`` and its subtree into ``out`` (parents first); return the subtree's end."""
     index = len(out)
-    out.append(_span(node, parent, trace, node.end_ns or node.start_ns, content, semconv))
     end = node.end_ns or node.start_ns
-    children = sorted(node.children, key=lambda c: c.start_ns)
+    children = node.children
+    if len(children) > 1:
+        children = sorted(children, key=_start_of)
     for child in children:
-        end = max(end, _emit(child, node.span_id, trace, out, content, semconv))
+        child_end = _emit(child, node.span_id, trace, out, content, semconv)
+        if child_end > end:
+            end = child_end
     if node.kind == "step" and children:
         # A step is recorded with its instruction, often after its model call was made:
         # it spans what ran inside it.
-        node.start_ns = min(node.start_ns, out[index + 1].start_ns)
-    if node.end_ns is None or node.kind == "step":
-        # An unfinished tool call or a step ends with the last thing inside it.
-        out[index] = _span(node, parent, trace, max(end, node.start_ns), content, semconv)
+        node.start_ns = min(node.start_ns, out[index].start_ns)
+    # An unfinished tool call or a step ends with the last thing inside it.
+    closing = end if node.end_ns is None or node.kind == "step" else node.end_ns
+    # the node's span goes before its subtree, now that the subtree's end is known
+    out.insert(index, _span(node, parent, trace, closing, content, semconv))
     return end
 
 
+def _start_of(node: _Node) -> int:
+    return node.start_ns
+
+
+def _time_of(event: SpanEvent) -> int:
+    return event.time_ns
+
+
 def _span(node: _Node, parent: int | None, trace: int, end: int, content: bool, semconv: Semconv) -> Span:
-    attrs = dict(node.attributes)
-    events = list(node.events)
+    attrs: Mapping[str, AttributeValue] = node.attributes  # the node is dropped once emitted
+    events = node.events
     if content and node.kind == "chat":
-        if semconv is Semconv.LATEST:
-            if node.inputs:
-                attrs["gen_ai.input.messages"] = to_json(node.inputs)
-            if node.outputs:
-                attrs["gen_ai.output.messages"] = to_json(node.outputs)
-        else:
-            for parts in node.inputs:
-                name, extra = old_content_event(parts, output=False)
-                events.append(SpanEvent(name, node.start_ns, extra))
-            for parts in node.outputs:
-                name, extra = old_content_event(parts, output=True)
-                events.append(SpanEvent(name, end, extra))
+        attrs, events = _with_content(node, end, semconv)
+    start = node.start_ns
     return Span(
         trace_id=trace,
         span_id=node.span_id,
         parent_id=parent,
         name=node.name,
         kind="client" if node.kind == "chat" else "internal",
-        start_ns=node.start_ns,
-        end_ns=max(end, node.start_ns),
+        start_ns=start,
+        end_ns=end if end > start else start,
         attributes=attrs,
-        events=tuple(sorted(events, key=lambda e: e.time_ns)),
+        events=tuple(events) if len(events) < 2 else tuple(sorted(events, key=_time_of)),
         status=node.status,
         status_message=node.status_message,
         branch_id=node.branch_id,
@@ -561,6 +563,26 @@ def _span(node: _Node, parent: int | None, trace: int, end: int, content: bool, 
         position=node.position,
         kind_of=node.kind,
     )
+
+
+def _with_content(
+    node: _Node, end: int, semconv: Semconv
+) -> tuple[dict[str, AttributeValue], list[SpanEvent]]:
+    attrs = dict(node.attributes)
+    events = list(node.events)
+    if semconv is Semconv.LATEST:
+        if node.inputs:
+            attrs["gen_ai.input.messages"] = to_json(node.inputs)
+        if node.outputs:
+            attrs["gen_ai.output.messages"] = to_json(node.outputs)
+        return attrs, events
+    for parts in node.inputs:
+        name, extra = old_content_event(parts, output=False)
+        events.append(SpanEvent(name, node.start_ns, extra))
+    for parts in node.outputs:
+        name, extra = old_content_event(parts, output=True)
+        events.append(SpanEvent(name, end, extra))
+    return attrs, events
 
 
 def build_traces(
