@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
-from queue import Empty, Queue
-from typing import Any
 
 import anyio
 
-from turnlog.eventstore import open_store
-from turnlog.projections import Instruction, MessageAdded, ModelCalled, RunEnded, RunStarted, Usage, new_event
-
+from ._follow import Follower, record_run
 from ._receiver import Received, Receiver
 
 LATEST = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
@@ -285,97 +279,23 @@ def test_since_and_branch_choose_runs(otel_demo_store: Path, receiver: Receiver)
 # ----------------------------------------------------------------------------------- --follow
 
 
-class Follower:
-    """``turnlog otel export --follow`` in a child process, its output lines in a queue."""
-
-    def __init__(self, store: Path, endpoint: str) -> None:
-        args = [
-            sys.executable,
-            "-m",
-            "turnlog.tools",
-            "otel",
-            "export",
-            "--follow",
-            "--store",
-            str(store),
-            "--endpoint",
-            endpoint,
-        ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: Queue[str] = Queue()
-        self.pump = threading.Thread(target=self._pump, daemon=True)
-        self.pump.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def line(self, containing: str) -> str:
-        while True:
-            try:
-                line = self.lines.get(timeout=30)
-            except Empty:
-                raise AssertionError(f"no line with {containing!r}") from None
-            if containing in line:
-                return line
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        status = self.proc.wait(timeout=30)
-        self.pump.join(timeout=30)  # the pipe reached its end
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        assert status == 130
-
-
-async def _record_run(store_path: Path, run_id: str) -> None:
-    async with open_store(f"sqlite:///{store_path}") as store:
-        branch = next(s for s, _ in await store.list_streams("branch-"))
-        meta: dict[str, Any] = {"branch_id": branch.removeprefix("branch-"), "run_id": run_id}
-        called = ModelCalled(
-            call_id=f"call-{run_id}",
-            provider="openai",
-            model="gpt-4.1-mini",
-            endpoint="chat/completions",
-            run_id=run_id,
-            fingerprint="0" * 64,
-            usage=Usage(input_tokens=7, output_tokens=3),
-            latency_ms=12.5,
-            status="ok",
-        )
-        await store.append(
-            branch,
-            [
-                new_event(
-                    RunStarted(run_id=run_id, verb="chat", provider="openai", model="gpt-4.1-mini"), meta=meta
-                ),
-                new_event(MessageAdded(message=Instruction.create("hello again"), run_id=run_id), meta=meta),
-                new_event(called, meta=meta),
-                new_event(
-                    RunEnded(run_id=run_id, verb="chat", duration_ms=20.0, usage=called.usage), meta=meta
-                ),
-            ],
-        )
-
-
 def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, receiver: Receiver) -> None:
     follower = Follower(demo_copy, receiver.url)
     try:
         receiver.wait_for(17)
         follower.line("at position 51")  # the demo's last run, checkpointed
-        anyio.run(_record_run, demo_copy, "run-after-start")
+        anyio.run(record_run, demo_copy, "run-after-start")
         follower.line("run-after-start")
         receiver.wait_for(19)
     finally:
         follower.stop()
-    anyio.run(_record_run, demo_copy, "run-while-stopped")
+    anyio.run(record_run, demo_copy, "run-while-stopped")
     follower = Follower(demo_copy, receiver.url)
     try:
         start = int(follower.line("following the log from position").split()[5])
         assert start > 56  # after the demo (52 events) and the run recorded while it ran
         follower.line("run-while-stopped")
-        anyio.run(_record_run, demo_copy, "run-after-restart")
+        anyio.run(record_run, demo_copy, "run-after-restart")
         follower.line("run-after-restart")
         spans = receiver.wait_for(23)
     finally:
