@@ -31,6 +31,7 @@ from ._http_status import BadRequest, Forbidden, PageError
 from ._pages_branch import branch_body, conversation_fragment, diff_body, forks_body
 from ._pages_trace import trace_section
 from ._readonly import ReadOnlyStore, WriteRefused
+from ._search import SearchIndex
 from ._security import Guard
 
 __all__ = ["UIConfig", "create_app", "display_url"]
@@ -77,6 +78,7 @@ class _App:
         self.csrf = secrets.token_urlsafe(24)
         self.store_label = display_url(config.store_url)
         self._data: UIData | None = None
+        self.searcher = SearchIndex()
 
     @property
     def data(self) -> UIData:
@@ -258,6 +260,10 @@ class _App:
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
+    async def search(self, request: Request) -> Response:
+        text = request.query_params.get("q", "")
+        return self.page("Search", await self.searcher.body(self.data.store, text), name="search")
+
     async def verify(self, request: Request) -> Response:
         page = parse_int(request.query_params.get("page"), "page", default=1)
         assert page is not None
@@ -322,6 +328,7 @@ def create_app(config: UIConfig) -> Guard:
         Route("/forks", ui.forks),
         Route("/runs/{run_id}", ui.run),
         Route("/runs/{run_id}/live", ui.run_live),
+        Route("/search", ui.search),
         Route("/verify", ui.verify),
         Route("/analytics", ui.analytics),
         Route("/tail", ui.tail),
