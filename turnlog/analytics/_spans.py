@@ -261,7 +261,7 @@ class SpanView:
             run.steps += 1
             step = _Node(
                 "step",
-                derived_id("span", f"event:{event.id}", 8),
+                derived_id("span", f"event:{event.id.hex}", 8),
                 f"step {run.steps}",
                 _ns(event.recorded_at),
             )
@@ -303,7 +303,7 @@ class SpanView:
         content = content if isinstance(content, Mapping) else {}
         name = str(content.get("function") or "tool")
         start = _iso_ns(message.get("created_at"), _ns(event.recorded_at))
-        node = _Node("tool", derived_id("span", f"event:{event.id}", 8), f"execute_tool {name}", start)
+        node = _Node("tool", derived_id("span", f"event:{event.id.hex}", 8), f"execute_tool {name}", start)
         attrs = node.attributes
         attrs["gen_ai.operation.name"] = "execute_tool"
         attrs["gen_ai.tool.name"] = name
@@ -349,7 +349,7 @@ class SpanView:
         end = _ns(event.recorded_at)
         latency = data.get("latency_ms")
         start = end - int(latency * 1_000_000) if isinstance(latency, int | float) else end
-        node = _Node("chat", derived_id("span", f"event:{event.id}", 8), f"chat {model}", start, end)
+        node = _Node("chat", derived_id("span", f"event:{event.id.hex}", 8), f"chat {model}", start, end)
         node.branch_id, node.branch_version, node.position = _branch_of(event), event.version, event.position
         self._chat_attributes(node, data)
         ttft = data.get("ttft_ms")
@@ -361,7 +361,7 @@ class SpanView:
             node.status = "ok"
         if run is None:
             # A call outside any run (a proxied call) is a trace of its own.
-            trace = derived_id("trace", f"event:{event.id}", 16)
+            trace = derived_id("trace", f"event:{event.id.hex}", 16)
             spans: list[Span] = []
             _emit(node, None, trace, spans, self._content, self._semconv)
             return [Trace(tuple(spans), event.position, event.position)]
