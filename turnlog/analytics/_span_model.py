@@ -87,7 +87,7 @@ class Span(NamedTuple):
 
     Immutable like the other records here; a named tuple rather than a frozen dataclass
     because the span view makes one per model call, tool call and run, and a named tuple is
-    made several times faster (``turnlog bench otel``).
+    made faster (``turnlog bench otel``).
     """
 
     trace_id: int

@@ -574,7 +574,11 @@ def _with_content(
         if node.inputs:
             attrs["gen_ai.input.messages"] = to_json(node.inputs)
         if node.outputs:
-            attrs["gen_ai.output.messages"] = to_json(node.outputs)
+            # an output message carries the reason the model stopped, when the response gave one
+            reasons = attrs.get("gen_ai.response.finish_reasons")
+            reason = reasons[0] if isinstance(reasons, tuple) and reasons else None
+            outputs = [{**o, "finish_reason": reason} if reason else o for o in node.outputs]
+            attrs["gen_ai.output.messages"] = to_json(outputs)
         return attrs, events
     for parts in node.inputs:
         name, extra = old_content_event(parts, output=False)
