@@ -17,7 +17,7 @@ from turnlog.projections import Instruction, MessageAdded, ModelCalled, RunEnded
 class Follower:
     """``turnlog otel export --follow`` in a child process, its output lines in a queue."""
 
-    def __init__(self, store: Path, endpoint: str) -> None:
+    def __init__(self, store: Path | str, endpoint: str) -> None:
         args = [
             sys.executable,
             "-m",
@@ -60,8 +60,10 @@ class Follower:
         assert status == 130
 
 
-async def record_run(store_path: Path, run_id: str) -> None:
-    async with open_store(f"sqlite:///{store_path}") as store:
+async def record_run(store: Path | str, run_id: str) -> None:
+    """Record a finished run of one model call on the store's first branch (a path: SQLite)."""
+    url = f"sqlite:///{store}" if isinstance(store, Path) else store
+    async with open_store(url) as store:
         branch = next(s for s, _ in await store.list_streams("branch-"))
         meta: dict[str, Any] = {"branch_id": branch.removeprefix("branch-"), "run_id": run_id}
         called = ModelCalled(

@@ -6,10 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import anyio
+import pytest
 
 from ._follow import Follower, record_run
 from ._receiver import Received, Receiver
@@ -304,3 +308,44 @@ def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, 
     assert Counter(s.span_id for s in spans).most_common(1)[0][1] == 1  # nothing was sent twice
     runs = [s.attributes.get("turnlog.run_id") for s in spans if s.parent_id == ""]
     assert runs[-3:] == ["run-after-start", "run-while-stopped", "run-after-restart"]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL store URL in a schema of its own, dropped afterwards."""
+    dsn = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+    if not dsn:
+        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
+    schema = f"t_{uuid.uuid4().hex}"
+    yield dsn + ("&" if "?" in dsn else "?") + urlencode({"schema": schema})
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.mark.postgres
+def test_follow_on_postgresql_keeps_its_checkpoint_there(
+    demo_copy: Path, pg_url: str, receiver: Receiver
+) -> None:
+    migrate = [sys.executable, "-m", "turnlog.tools", "migrate", "--from", str(demo_copy), "--to", pg_url]
+    out = subprocess.run(migrate, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    follower = Follower(pg_url, receiver.url)
+    try:
+        follower.line("at position 51")
+        anyio.run(record_run, pg_url, "pg-after-start")
+        follower.line("pg-after-start")
+    finally:
+        follower.stop()
+    follower = Follower(pg_url, receiver.url)
+    try:
+        follower.line("following the log from position")
+        anyio.run(record_run, pg_url, "pg-after-restart")
+        sent = follower.line("pg-after-restart")
+    finally:
+        follower.stop()
+    assert [line for line in follower.seen if line.startswith("exported")] == [sent]
+    spans = receiver.wait_for(21)
+    assert len(spans) == 21 and len({s.span_id for s in spans}) == 21
