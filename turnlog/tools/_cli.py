@@ -34,6 +34,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_migrate",
     "turnlog.tools._cmd_stats",
     "turnlog.tools._cmd_export",
+    "turnlog.tools._cmd_otel",
     "turnlog.tools._cmd_import",
     "turnlog.tools._cmd_ui",
     "turnlog.tools._cmd_redact",
