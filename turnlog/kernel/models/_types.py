@@ -34,11 +34,14 @@ class ToolCall:
         id: The provider's call id (used to match the result).
         name: The tool (function) name.
         arguments: Parsed arguments (a JSON object).
+        signature: The provider's signature of the call, which must go back with it unchanged
+            (Gemini's ``thoughtSignature``); None when the provider gave none.
     """
 
     id: str
     name: str
     arguments: dict[str, Any]
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,10 @@ class ModelResponse:
         latency_ms: Wall time of the whole call including retries.
         ttft_ms: Time to first token, for streamed calls.
         attempts: How many HTTP attempts the call took (1 without retries).
+        reasoning: The provider's reasoning blocks that must go back with this turn unchanged,
+            in order, signatures included (Anthropic ``thinking`` / ``redacted_thinking``
+            blocks); the next request carries them as the assistant message's
+            ``thinking_blocks``.
     """
 
     text: str
@@ -91,6 +98,7 @@ class ModelResponse:
     latency_ms: float = 0.0
     ttft_ms: float | None = None
     attempts: int = 1
+    reasoning: tuple[dict[str, Any], ...] = ()
 
 
 ChunkType = Literal["system", "thinking", "text", "tool_use", "tool_result", "result", "error"]
