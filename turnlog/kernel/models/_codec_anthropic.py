@@ -71,8 +71,9 @@ _NATIVE = frozenset(
         "thinking",
         "service_tier",
         "container",
-        "context_management",
-        "mcp_servers",
+        "inference_geo",
+        "output_config",
+        "cache_control",
     }
 )
 #: Chat Completions parameters with a Messages API form.

@@ -53,7 +53,8 @@ CHAT_COMPLETIONS_PARAMETERS = frozenset(
     }
 )
 #: Keys turnlog keeps on messages for the other APIs (Anthropic thinking blocks, a failed tool
-#: result); Chat Completions has no such fields, so they are left out of its bodies.
+#: result, and a tool call's ``extra_content`` holding Gemini's signature); Chat Completions has
+#: no such fields, so they are left out of its bodies.
 _FOREIGN_MESSAGE_KEYS = ("thinking_blocks", "is_error")
 
 
@@ -113,9 +114,16 @@ class ChatCompletionsCodec(Codec):
 
 
 def _native(message: dict[str, Any]) -> dict[str, Any]:
-    if not any(key in message for key in _FOREIGN_MESSAGE_KEYS):
+    calls = message.get("tool_calls")
+    signed = isinstance(calls, list) and any(isinstance(c, dict) and "extra_content" in c for c in calls)
+    if not signed and not any(key in message for key in _FOREIGN_MESSAGE_KEYS):
         return message  # the common case: the message object goes out as the caller made it
-    return {k: v for k, v in message.items() if k not in _FOREIGN_MESSAGE_KEYS}
+    out = {k: v for k, v in message.items() if k not in _FOREIGN_MESSAGE_KEYS}
+    if signed and isinstance(calls, list):
+        out["tool_calls"] = [
+            {k: v for k, v in c.items() if k != "extra_content"} if isinstance(c, dict) else c for c in calls
+        ]
+    return out
 
 
 def _tool_call(call: Any) -> ToolCall:
