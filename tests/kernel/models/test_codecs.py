@@ -18,11 +18,12 @@ import pytest
 import typing_extensions
 
 from turnlog._errors import UsageError
-from turnlog.kernel.models import ModelRequest
+from turnlog.kernel.models import AnthropicModel, GeminiAPIModel, ModelRequest
 from turnlog.kernel.models._codec import Codec
 from turnlog.kernel.models._codec_anthropic import RESPONSE_TOOL, AnthropicCodec
 from turnlog.kernel.models._codec_gemini import GeminiCodec
 from turnlog.kernel.models._codec_openai import ChatCompletionsCodec
+from turnlog.tools import FakeUpstreamServer
 
 anthropic_types = pytest.importorskip("anthropic.types.message_create_params")
 openai_types = pytest.importorskip("openai.types.chat.completion_create_params")
@@ -488,3 +489,22 @@ def test_each_codec_declares_the_parameters_it_takes(codec: Codec) -> None:
     """ACCEPTED_PARAMETERS covers what the codec translates; reserved names are never in it."""
     assert {"temperature", "max_tokens", "stop", "tool_choice"} <= codec.ACCEPTED_PARAMETERS
     assert not codec.ACCEPTED_PARAMETERS & codec.RESERVED_PARAMETERS
+
+
+# -- the bodies, sent: the strict fakes take every one -----------------------------------------
+
+KEY = "sk-codec-test-0123456789"
+
+
+@pytest.mark.parametrize("name", list(CONVERSATIONS))
+async def test_the_strict_fakes_take_every_body(name: str) -> None:
+    """The fake Anthropic and Gemini servers, which refuse what the real APIs refuse, answer 200."""
+    request = CONVERSATIONS[name]
+    async with FakeUpstreamServer([{"text": '{"value": 5}', "times": None}], api_key=KEY) as server:
+        for model in (
+            AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, api_key=KEY),
+            GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY),
+        ):
+            reply = await model.invoke(request)
+            assert reply.text == '{"value": 5}'
+    assert [r.get("refused") for r in server.requests] == [None, None]

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from turnlog.eventstore import EventStore, open_store
@@ -228,3 +229,109 @@ async def test_a_stream_cut_mid_way_is_an_error_not_a_short_answer(provider: str
         request = ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
         with pytest.raises(ProviderConnectionError):
             await model(provider, server).invoke(request)
+
+
+THINKING = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_anthropic_thinking_goes_back_signed_through_a_tool_loop(
+    stream: bool, store: EventStore
+) -> None:
+    """With thinking on, the follow-up starts the assistant turn with its signed thinking block.
+
+    The fake refuses the follow-up otherwise (400, as the real API does), so the loop fails.
+    """
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "thinking": "I should add.",
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server, **THINKING), tools=[add])
+        result = await branch.operate(instruction="What is 20 + 22?", actions=True, stream=stream)
+        assert [r.output for r in result.action_responses] == [42]
+        assert await branch.communicate("So?") == "It is 42."
+        _, second = server.requests
+    assert "refused" not in second
+    answer = next(m for m in branch.messages if m.role == "assistant")
+    [block] = answer.metadata["thinking_blocks"]
+    assert block["type"] == "thinking" and block["signature"].startswith("sig_fake")
+    sent = second["body"]["messages"][1]["content"]
+    assert sent[0] == block and sent[1]["type"] == "tool_use"
+    assert answer.metadata["tool_calls"][0]["id"] == sent[1]["id"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_gemini_3_thought_signatures_go_back_through_a_tool_loop(
+    stream: bool, store: EventStore
+) -> None:
+    """Each functionCall part goes back with its thoughtSignature; the fake refuses it otherwise."""
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        chat_model = iModel(
+            provider="gemini_api",
+            model="gemini-3-pro-preview",
+            base_url=server.base_url,
+            api_key=KEY,
+            retry=FAST,
+        )
+        branch = Branch(store=store, chat_model=chat_model, tools=[add])
+        result = await branch.operate(instruction="What is 20 + 22?", actions=True, stream=stream)
+        assert [r.output for r in result.action_responses] == [42]
+        assert await branch.communicate("So?") == "It is 42."
+        first, second = server.requests
+    assert "refused" not in second and "thoughtSignature" not in str(first["body"])
+    [call] = next(m for m in branch.messages if m.role == "assistant").metadata["tool_calls"]
+    assert call["signature"]
+    [part] = second["body"]["contents"][1]["parts"]
+    assert part["thoughtSignature"] == call["signature"]
+
+
+async def test_the_strict_fakes_refuse_a_tool_loop_that_lost_its_signatures() -> None:
+    """Without the signed parts the same follow-ups are refused: the checks above can fail."""
+    lost_thinking = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 100,
+        **THINKING,
+        "messages": [
+            {"role": "user", "content": "What is 20 + 22?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]},
+        ],
+    }
+    lost_signature = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "What is 20 + 22?"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "add", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "add", "response": {"output": 42}}}]},
+        ]
+    }
+    async with FakeUpstreamServer([{"text": "never", "times": None}], api_key=KEY) as server:
+        anthropic = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, api_key=KEY, retry=FAST)
+        gemini = GeminiAPIModel("gemini-3-pro-preview", base_url=server.base_url, api_key=KEY, retry=FAST)
+        async with httpx.AsyncClient() as client:
+            refused = await client.post(
+                anthropic.url,
+                json=lost_thinking,
+                headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+            )
+            unsigned = await client.post(gemini.url, json=lost_signature, headers={"x-goog-api-key": KEY})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+    assert (
+        "Expected `thinking` or `redacted_thinking`, but found `tool_use`"
+        in refused.json()["error"]["message"]
+    )
+    assert unsigned.status_code == 400
+    assert unsigned.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "missing a thought_signature" in unsigned.json()["error"]["message"]
