@@ -335,3 +335,33 @@ async def test_the_strict_fakes_refuse_a_tool_loop_that_lost_its_signatures() ->
     assert unsigned.status_code == 400
     assert unsigned.json()["error"]["status"] == "INVALID_ARGUMENT"
     assert "missing a thought_signature" in unsigned.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("provider", "quiet_frames"), [("anthropic", 1), ("gemini_api", 0)])
+async def test_an_error_event_before_any_output_is_retried_after_output_it_is_not(
+    provider: str, quiet_frames: int
+) -> None:
+    """Nothing reached the caller before the error: the call is tried again; after text it fails."""
+    overloaded = {
+        "type": "overloaded_error" if provider == "anthropic" else "UNAVAILABLE",
+        "message": "Overloaded",
+    }
+    script = [
+        {"text": "lost", "stream_error": overloaded, "cut_after": quiet_frames},
+        {"text": "fine"},
+        {
+            "text": "a longer answer in many pieces",
+            "chunk_chars": 4,
+            "stream_error": overloaded,
+            "cut_after": 6,
+        },
+    ]
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        m = model(provider, server)
+        reply = await m.invoke(request)
+        assert (reply.text, reply.attempts) == ("fine", 2)
+        with pytest.raises(ServerError) as caught:
+            await m.invoke(request)
+    assert caught.value.attempts == 1 and caught.value.status_code == 200
+    assert "Overloaded" in str(caught.value)

@@ -374,7 +374,7 @@ class HTTPChatModel:
         ttft: float | None = None
         try:
             async for data in sse_data(sse_lines(response.aiter_text())):
-                if await self._fold(assembly, data, scrub, on_chunk) and ttft is None:
+                if await self._fold(assembly, data, scrub, on_chunk, quiet=ttft is None) and ttft is None:
                     ttft = (time.perf_counter() - started) * 1000.0
                 if assembly.stopped:
                     break
@@ -393,8 +393,14 @@ class HTTPChatModel:
             )
         return dataclasses.replace(self._parse(assembly.result(), scrub), ttft_ms=ttft)
 
-    async def _fold(self, assembly: Assembly, data: str, scrub: Scrubber, on_chunk: ChunkSink | None) -> bool:
-        """Fold one ``data`` payload; True when it carried output."""
+    async def _fold(
+        self, assembly: Assembly, data: str, scrub: Scrubber, on_chunk: ChunkSink | None, *, quiet: bool
+    ) -> bool:
+        """Fold one ``data`` payload; True when it carried output.
+
+        An error event while the stream is still ``quiet`` (no output yet: nothing reached the
+        caller's sink) is retried like the same error answered as a status; after output it never is.
+        """
         if assembly.end_marker is not None and data.strip() == assembly.end_marker:
             assembly.add(None)
             return False
@@ -412,7 +418,9 @@ class HTTPChatModel:
                 provider=self.provider,
                 model=self.model,
             )
-            raise Failure(error, retryable=False) from None
+            status = 429 if fault.rate_limited else 529
+            retryable = quiet and self.retry.should_retry_status(status, {})
+            raise Failure(error, retryable=retryable) from None
         if on_chunk is not None:
             for piece in assembly.take_pieces():
                 await on_chunk(scrubbed(piece, scrub))
