@@ -5,8 +5,8 @@ wording of the real message:
 
 - ``contents`` is required and not empty; a top-level field the API does not know is refused;
 - a content's role is ``user`` or ``model``;
-- a user turn of ``functionResponse`` parts answers the ``functionCall`` parts of the model
-  turn right before it, one for one;
+- a user turn of ``functionResponse`` parts answers every ``functionCall`` part of the model
+  turn right before it (fewer responses than calls is refused);
 - on Gemini 3 models, every ``functionCall`` part of the current turn (after the last user
   text) carries the ``thoughtSignature`` the model gave it.
 """
@@ -72,7 +72,9 @@ def _answers(contents: list[dict[str, Any]]) -> UpstreamError | None:
             continue
         before = contents[i - 1] if i else {}
         calls = [p for p in _parts(before) if "functionCall" in p] if before.get("role") == "model" else []
-        if len(responses) != len(calls):
+        # Fewer answers than calls is refused; Gemini CLI sends a resumed turn's responses twice
+        # (and works against the real API), so extra answers are let through.
+        if len(responses) < len(calls):
             return _invalid(
                 "Please ensure that the number of function response parts is equal to the number of "
                 "function call parts of the function call turn."
