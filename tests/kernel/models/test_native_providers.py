@@ -365,3 +365,23 @@ async def test_an_error_event_before_any_output_is_retried_after_output_it_is_no
             await m.invoke(request)
     assert caught.value.attempts == 1 and caught.value.status_code == 200
     assert "Overloaded" in str(caught.value)
+
+
+def broken(a: int) -> int:
+    """Fail always."""
+    raise RuntimeError(f"no luck with {a}")
+
+
+async def test_a_failed_tool_goes_back_to_anthropic_as_an_error_result(store: EventStore) -> None:
+    script = [
+        {"match": {"after_tool_result": False}, "tool_calls": [{"name": "broken", "arguments": {"a": 1}}]},
+        {"match": {"after_tool_result": True}, "text": "It failed."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server), tools=[broken])
+        await branch.operate(instruction="Try it.", actions=True)
+        await branch.communicate("So?")
+        _, second = server.requests
+    result = second["body"]["messages"][2]["content"][0]
+    assert result["type"] == "tool_result" and result["is_error"] is True
+    assert "no luck with 1" in result["content"]
