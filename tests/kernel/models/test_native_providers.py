@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from turnlog.analytics import PriceTable
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import (
@@ -385,3 +386,38 @@ async def test_a_failed_tool_goes_back_to_anthropic_as_an_error_result(store: Ev
     result = second["body"]["messages"][2]["content"][0]
     assert result["type"] == "tool_result" and result["is_error"] is True
     assert "no luck with 1" in result["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_price_of_a_cached_anthropic_call(stream: bool) -> None:
+    """Cache reads and writes are reported apart and priced at their own prices."""
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cached_tokens": 600,
+        "cache_creation_input_tokens": 300,
+    }
+    async with FakeUpstreamServer([{"text": "cached", "usage": usage}], api_key=KEY) as server:
+        m = AnthropicModel("claude-opus-4-5", base_url=server.base_url, api_key=KEY, retry=FAST)
+        reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=stream))
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (1000, 10)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (600, 300)
+    cost = PriceTable().cost(
+        reply.model,
+        reply.usage.input_tokens,
+        reply.usage.output_tokens,
+        cache_read_tokens=reply.cache_read_tokens,
+        cache_write_tokens=reply.cache_write_tokens,
+    )
+    # claude-opus-4-5: $5 input, $0.50 cache read, $6.25 cache write, $25 output per million
+    assert cost == pytest.approx((100 * 5 + 600 * 0.5 + 300 * 6.25 + 10 * 25) / 1e6)
+    full = PriceTable().cost("claude-opus-4-5", 1000, 10)
+    assert cost is not None and full is not None and cost < full
+
+
+async def test_gemini_reports_its_cached_tokens() -> None:
+    usage = {"input_tokens": 100, "output_tokens": 10, "cached_tokens": 60}
+    async with FakeUpstreamServer([{"text": "cached", "usage": usage}], api_key=KEY) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=FAST)
+        reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (60, None)

@@ -170,6 +170,8 @@ class AnthropicCodec(Codec):
             provider=provider,
             finish_reason=raw.get("stop_reason"),
             reasoning=tuple(reasoning),
+            cache_read_tokens=_count(raw.get("usage"), "cache_read_input_tokens"),
+            cache_write_tokens=_count(raw.get("usage"), "cache_creation_input_tokens"),
         )
 
     def assembly(self, model: str) -> MessageAssembly:
@@ -207,6 +209,11 @@ def usage_of(raw: Any) -> Usage:
         input_tokens=prompt + cached if isinstance(prompt, int) else None,
         output_tokens=output if isinstance(output, int) else None,
     )
+
+
+def _count(usage: Any, key: str) -> int | None:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _claude_version(model: str) -> tuple[int, int] | None:

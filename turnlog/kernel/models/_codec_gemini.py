@@ -153,6 +153,7 @@ class GeminiCodec(Codec):
             model=str(raw.get("modelVersion") or model),
             provider=provider,
             finish_reason=candidate.get("finishReason"),
+            cache_read_tokens=_cached(raw.get("usageMetadata")),
         )
 
     def assembly(self, model: str) -> ContentAssembly:
@@ -182,6 +183,11 @@ class GeminiCodec(Codec):
                 if match:
                     return float(match.group(1))
         return None
+
+
+def _cached(usage: Any) -> int | None:
+    value = usage.get("cachedContentTokenCount") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _error_detail(body: Any) -> Any:

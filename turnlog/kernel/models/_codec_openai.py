@@ -107,10 +107,17 @@ class ChatCompletionsCodec(Codec):
             model=str(raw.get("model") or model),
             provider=provider,
             finish_reason=choice.get("finish_reason"),
+            cache_read_tokens=_cached(raw.get("usage")),
         )
 
     def assembly(self, model: str) -> StreamAssembly:
         return StreamAssembly(model)
+
+
+def _cached(usage: Any) -> int | None:
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _native(message: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,8 @@ def result_chunk(answer: ModelResponse) -> StreamChunk:
         content=answer.text,
         metadata={
             "usage": answer.usage.to_dict(),
+            "cache_read_tokens": answer.cache_read_tokens,
+            "cache_write_tokens": answer.cache_write_tokens,
             "finish_reason": answer.finish_reason,
             "model": answer.model,
         },

@@ -86,6 +86,10 @@ class ModelResponse:
             in order, signatures included (Anthropic ``thinking`` / ``redacted_thinking``
             blocks); the next request carries them as the assistant message's
             ``thinking_blocks``.
+        cache_read_tokens: Input tokens read from the provider's prompt cache (part of
+            ``usage.input_tokens``); None when the provider did not say.
+        cache_write_tokens: Input tokens written to the prompt cache (Anthropic's cache
+            creation; part of ``usage.input_tokens``); None when the provider did not say.
     """
 
     text: str
@@ -99,6 +103,8 @@ class ModelResponse:
     ttft_ms: float | None = None
     attempts: int = 1
     reasoning: tuple[dict[str, Any], ...] = ()
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 ChunkType = Literal["system", "thinking", "text", "tool_use", "tool_result", "result", "error"]
