@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from turnlog.analytics import PriceTable
 from turnlog.eventstore import EventStore, open_store
@@ -450,3 +451,28 @@ async def test_a_signed_tool_loop_replays_request_for_request(provider: str, sto
     report = await execute_replay(store, branch.id)
     assert report.ok, (report.divergence, report.final_mismatch)
     assert report.calls_replayed == 2
+
+
+class Capital(BaseModel):
+    city: str
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_structured_output_on_anthropic_comes_back_through_the_response_tool(
+    stream: bool, store: EventStore
+) -> None:
+    script = [{"tool_calls": [{"name": "turnlog_response", "arguments": {"city": "Paris"}}]}]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server))
+        wire = {
+            "type": "json_schema",
+            "json_schema": {"name": "Capital", "schema": Capital.model_json_schema()},
+        }
+        answer = await branch.communicate("Capital of France?", response_format=wire, stream=stream)
+        [request] = server.requests
+    assert answer == {"city": "Paris"}
+    body = request["body"]
+    assert body["tool_choice"] == {"type": "tool", "name": "turnlog_response"}
+    assert body["tools"][0]["input_schema"]["properties"] == {"city": {"title": "City", "type": "string"}}
+    [reply] = [m for m in branch.messages if m.role == "assistant"]
+    assert "tool_calls" not in reply.metadata
