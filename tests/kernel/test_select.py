@@ -78,3 +78,18 @@ async def test_interpret_rewrites_without_recording_messages(store: EventStore) 
     (called,) = [e async for e in store.read_stream(branch.stream) if e.type == "model.called"]
     assert called.data["verb"] == "interpret"
     await assert_rebuilds(branch)
+
+
+async def test_interpret_adds_no_temperature_beside_top_p_or_thinking(store: EventStore) -> None:
+    """Claude 4.1+ refuses temperature with top_p, thinking refuses a temperature: interpret adds none then."""
+    model = ScriptedModel("one", "two", "three")
+    branch = Branch(store=store, chat_model=model)
+    await branch.interpret("a", top_p=0.9)
+    await branch.interpret("b", thinking={"type": "enabled", "budget_tokens": 1024})
+    await branch.interpret("c", temperature=0.7)
+    params = [c.request.params for c in model.calls]
+    assert params == [
+        {"top_p": 0.9},
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        {"temperature": 0.7},
+    ]

@@ -1,7 +1,9 @@
 """The price table: what a model call costs, from token counts, with no network.
 
-Prices are US dollars per million tokens, input and output apart. The table ships a
-handful of well-known list prices as data and is extended (or overridden) by the user::
+Prices are US dollars per million tokens: input and output apart, and cache reads and
+writes apart where the provider prices them apart (a cached token is part of the input, charged
+at its cache price). The table ships the list prices of well-known models as data and is
+extended (or overridden) by the user::
 
     prices = PriceTable().with_entries({"my-local-model": Price(0.0, 0.0)})
     prices = load_price_table("prices.json")  # defaults < $TURNLOG_PRICES < file < entries
@@ -9,7 +11,12 @@ handful of well-known list prices as data and is extended (or overridden) by the
 The JSON form (a file, or the value of ``$TURNLOG_PRICES``: a path or inline JSON) maps a
 model name to its prices::
 
-    {"gpt-4o": {"input": 2.5, "output": 10.0}, "my-model": {"input": 0, "output": 0}}
+    {"gpt-4o": {"input": 2.5, "output": 10.0, "cache_read": 1.25}, "my-model": {"input": 0, "output": 0}}
+
+With ``maintained=True`` (and the ``genai-prices`` package installed: ``pip install
+turnlog[prices]``), a model the user's entries do not name is priced from that maintained,
+offline database (the pydantic team's; its base tier at today's date) before the shipped
+defaults, which stay the fallback. The shipped defaults are checked against it in the tests.
 
 A model the table does not know costs ``None`` (unknown), never zero.
 """
@@ -17,6 +24,7 @@ A model the table does not know costs ``None`` (unknown), never zero.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,35 +48,108 @@ class Price:
     Attributes:
         input: US dollars per million input (prompt) tokens.
         output: US dollars per million output (completion) tokens.
+        cache_read: US dollars per million input tokens read from the prompt cache (None:
+            charged as input).
+        cache_write: US dollars per million input tokens written to the prompt cache (None:
+            charged as input).
     """
 
     input: float
     output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost in US dollars of a call with these token counts."""
-        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+    def cost(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """The cost in US dollars of a call with these token counts.
+
+        ``input_tokens`` counts every input token, the cached ones included (as turnlog records
+        them); the cache reads and writes among them are charged at their own prices.
+        """
+        if not cache_read_tokens and not cache_write_tokens:
+            # The plain formula, in the order the analytics re-pricing SQL uses.
+            return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+        plain = max(input_tokens - cache_read_tokens - cache_write_tokens, 0)
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        total = plain * self.input + cache_read_tokens * read + cache_write_tokens * write
+        return (total + output_tokens * self.output) / 1_000_000
 
 
-# List prices per million tokens (standard tier, no caching or batch discounts) at the time
-# of writing. Providers change them; override any entry with your own table.
+# List prices per million tokens (standard tier, base context tier, no batch discount) with
+# their cache prices (Anthropic: reads 0.1x input, 5-minute writes 1.25x; OpenAI and Gemini:
+# cached input), as genai-prices has them (a test compares). Override any entry with your own.
 DEFAULT_PRICES: Mapping[str, Price] = {
-    "gpt-4o": Price(2.50, 10.00),
-    "gpt-4o-mini": Price(0.15, 0.60),
-    "gpt-4.1": Price(2.00, 8.00),
-    "gpt-4.1-mini": Price(0.40, 1.60),
-    "gpt-4.1-nano": Price(0.10, 0.40),
-    "o3": Price(2.00, 8.00),
-    "o3-mini": Price(1.10, 4.40),
-    "o4-mini": Price(1.10, 4.40),
-    "claude-opus-4": Price(15.00, 75.00),
-    "claude-sonnet-4": Price(3.00, 15.00),
-    "claude-3-7-sonnet": Price(3.00, 15.00),
-    "claude-3-5-haiku": Price(0.80, 4.00),
-    "gemini-2.5-pro": Price(1.25, 10.00),
-    "gemini-2.5-flash": Price(0.30, 2.50),
-    "gemini-2.0-flash": Price(0.10, 0.40),
+    "gpt-4o": Price(2.50, 10.00, cache_read=1.25),
+    "gpt-4o-mini": Price(0.15, 0.60, cache_read=0.075),
+    "gpt-4.1": Price(2.00, 8.00, cache_read=0.50),
+    "gpt-4.1-mini": Price(0.40, 1.60, cache_read=0.10),
+    "gpt-4.1-nano": Price(0.10, 0.40, cache_read=0.025),
+    "gpt-5": Price(1.25, 10.00, cache_read=0.125),
+    "gpt-5-mini": Price(0.25, 2.00, cache_read=0.025),
+    "gpt-5-nano": Price(0.05, 0.40, cache_read=0.005),
+    "o3": Price(2.00, 8.00, cache_read=0.50),
+    "o3-mini": Price(1.10, 4.40, cache_read=0.55),
+    "o4-mini": Price(1.10, 4.40, cache_read=0.275),
+    "claude-opus-4": Price(15.00, 75.00, cache_read=1.50, cache_write=18.75),
+    "claude-opus-4-1": Price(15.00, 75.00, cache_read=1.50, cache_write=18.75),
+    "claude-opus-4-5": Price(5.00, 25.00, cache_read=0.50, cache_write=6.25),
+    "claude-sonnet-4": Price(3.00, 15.00, cache_read=0.30, cache_write=3.75),
+    "claude-sonnet-4-5": Price(3.00, 15.00, cache_read=0.30, cache_write=3.75),
+    "claude-haiku-4-5": Price(1.00, 5.00, cache_read=0.10, cache_write=1.25),
+    "claude-3-7-sonnet": Price(3.00, 15.00, cache_read=0.30, cache_write=3.75),
+    "claude-3-5-haiku": Price(0.80, 4.00, cache_read=0.08, cache_write=1.00),
+    "gemini-2.5-pro": Price(1.25, 10.00, cache_read=0.125),
+    "gemini-2.5-flash": Price(0.30, 2.50, cache_read=0.03),
+    "gemini-2.0-flash": Price(0.10, 0.40, cache_read=0.025),
+    "gemini-3-pro-preview": Price(2.00, 12.00, cache_read=0.20),
 }
+
+
+def _maintained_price(model: str) -> Price | None:
+    """The base-tier price of ``model`` today in ``genai-prices`` (None: unknown, or not installed).
+
+    The package is asked through its public ``calc_price`` for a thousand tokens of each kind,
+    so its own model matching (aliases, dated snapshots) applies.
+    """
+    try:
+        from genai_prices import Usage as _Usage
+        from genai_prices import calc_price
+    except ImportError:
+        return None
+
+    def per_million(**tokens: int) -> float | None:
+        try:
+            found = calc_price(_Usage(**tokens), model_ref=model)
+        except LookupError:
+            return None
+        return float(found.total_price * 1000)
+
+    base = per_million(input_tokens=1000)
+    output = per_million(output_tokens=1000)
+    if base is None or output is None:
+        return None
+    read = per_million(input_tokens=1000, cache_read_tokens=1000)
+    write = per_million(input_tokens=1000, cache_write_tokens=1000)
+    return Price(
+        base,
+        output,
+        cache_read=None if read is None or read == base else read,
+        cache_write=None if write is None or write == base else write,
+    )
+
+
+def _maintained_version() -> str | None:
+    try:
+        return importlib.metadata.version("genai-prices")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class PriceTable:
@@ -77,29 +158,48 @@ class PriceTable:
     ``lookup`` tries the exact model name first, then the longest table entry the name
     starts with followed by ``-`` (so ``gpt-4o-2024-08-06`` is priced as ``gpt-4o`` and
     ``gpt-4o-mini-2024-07-18`` as ``gpt-4o-mini``), and ignores a ``provider/`` prefix.
+    With ``maintained``, the user's entries are tried first, then ``genai-prices``, then the
+    shipped defaults.
 
     Args:
         entries: Prices to use on top of the defaults (they win over a default entry).
         include_defaults: Start from ``DEFAULT_PRICES``; False starts from an empty table.
+        maintained: Price models the entries do not name from ``genai-prices`` when it is
+            installed (else the table behaves as without it).
     """
 
-    __slots__ = ("_cache", "_entries")
+    __slots__ = ("_cache", "_defaults", "_entries", "_maintained")
 
-    def __init__(self, entries: Mapping[str, Price] | None = None, *, include_defaults: bool = True) -> None:
-        merged: dict[str, Price] = dict(DEFAULT_PRICES) if include_defaults else {}
-        for name, price in (entries or {}).items():
-            merged[name] = _check_entry("argument", name, price)
-        self._entries = merged
+    def __init__(
+        self,
+        entries: Mapping[str, Price] | None = None,
+        *,
+        include_defaults: bool = True,
+        maintained: bool = False,
+    ) -> None:
+        self._defaults: dict[str, Price] = dict(DEFAULT_PRICES) if include_defaults else {}
+        self._entries = {
+            name: _check_entry("argument", name, price) for name, price in (entries or {}).items()
+        }
+        # The version of the maintained source in use (part of the fingerprint), None when off.
+        self._maintained = _maintained_version() if maintained else None
         self._cache: dict[str, Price | None] = {}
 
     @property
     def entries(self) -> Mapping[str, Price]:
-        """Every entry of the table, by model name."""
-        return dict(self._entries)
+        """Every entry of the table, by model name (the defaults and the user's)."""
+        return {**self._defaults, **self._entries}
+
+    @property
+    def maintained(self) -> str | None:
+        """The ``genai-prices`` version the table prices unnamed models with (None: not used)."""
+        return self._maintained
 
     def with_entries(self, entries: Mapping[str, Price]) -> PriceTable:
         """A new table with ``entries`` added on top of this one."""
         table = PriceTable(include_defaults=False)
+        table._defaults = dict(self._defaults)
+        table._maintained = self._maintained
         table._entries = dict(self._entries)
         for name, price in entries.items():
             table._entries[name] = _check_entry("argument", name, price)
@@ -113,44 +213,86 @@ class PriceTable:
             return self._cache[model]
         except KeyError:
             pass
-        price = self._find(model)
-        if price is None and "/" in model:
-            price = self._find(model.rsplit("/", 1)[1])
+        names = [model, model.rsplit("/", 1)[1]] if "/" in model else [model]
+        merged = self.entries
+        best = next((b for n in names if (b := _best(merged, n)) is not None), None)
+        price: Price | None = None
+        if best is not None and best in self._entries:
+            price = self._entries[best]  # the user's own entry wins over every source
+        elif self._maintained is not None:
+            price = next((p for n in names if (p := _maintained_price(n)) is not None), None)
+        if price is None and best is not None:
+            price = merged[best]
         self._cache[model] = price
         return price
 
-    def _find(self, model: str) -> Price | None:
-        exact = self._entries.get(model)
-        if exact is not None:
-            return exact
-        best: str | None = None
-        for name in self._entries:
-            if model.startswith(name + "-") and (best is None or len(name) > len(best)):
-                best = name
-        return None if best is None else self._entries[best]
+    def cost(
+        self,
+        model: str | None,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        *,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+    ) -> float | None:
+        """The cost of a call in US dollars; None when the model or a token count is unknown.
 
-    def cost(self, model: str | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
-        """The cost of a call in US dollars; None when the model or a token count is unknown."""
+        ``input_tokens`` includes the cached tokens; the cache reads and writes among them,
+        when known, are charged at the model's cache prices.
+        """
         if input_tokens is None or output_tokens is None:
             return None
         price = self.lookup(model)
-        return None if price is None else price.cost(input_tokens, output_tokens)
+        if price is None:
+            return None
+        return price.cost(
+            input_tokens,
+            output_tokens,
+            cache_read_tokens=cache_read_tokens or 0,
+            cache_write_tokens=cache_write_tokens or 0,
+        )
 
     def fingerprint(self) -> str:
         """A short hash of the table's content; the projection re-prices facts when it changes."""
         canonical = orjson.dumps(
-            {name: [p.input, p.output] for name, p in self._entries.items()}, option=orjson.OPT_SORT_KEYS
+            {
+                "entries": {name: _row(p) for name, p in self._entries.items()},
+                "defaults": {name: _row(p) for name, p in self._defaults.items()},
+                "maintained": self._maintained,
+            },
+            option=orjson.OPT_SORT_KEYS,
         )
         return hashlib.sha256(canonical).hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PriceTable) and self._entries == other._entries
+        return (
+            isinstance(other, PriceTable)
+            and self.entries == other.entries
+            and self._entries == other._entries
+            and self._maintained == other._maintained
+        )
 
     def __hash__(self) -> int:
         return hash(self.fingerprint())
 
     def __repr__(self) -> str:
-        return f"PriceTable({len(self._entries)} models)"
+        source = f", genai-prices {self._maintained}" if self._maintained else ""
+        return f"PriceTable({len(self.entries)} models{source})"
+
+
+def _row(price: Price) -> list[float | None]:
+    return [price.input, price.output, price.cache_read, price.cache_write]
+
+
+def _best(entries: Mapping[str, Price], model: str) -> str | None:
+    """The entry naming ``model``: itself, else the longest name it starts with followed by ``-``."""
+    if model in entries:
+        return model
+    best: str | None = None
+    for name in entries:
+        if model.startswith(name + "-") and (best is None or len(name) > len(best)):
+            best = name
+    return best
 
 
 def _check_entry(source: str, name: object, price: object) -> Price:
@@ -159,25 +301,33 @@ def _check_entry(source: str, name: object, price: object) -> Price:
     if isinstance(price, Price):
         value = price
     elif isinstance(price, Mapping):
-        unknown = set(price) - {"input", "output"}
+        unknown = set(price) - {"input", "output", "cache_read", "cache_write"}
         if unknown or not {"input", "output"} <= set(price):
             raise PriceTableError(
                 source,
-                f"model {name!r}: expected an object with 'input' and 'output', got keys {sorted(price)}",
+                f"model {name!r}: expected an object with 'input' and 'output' (and optionally "
+                f"'cache_read', 'cache_write'), got keys {sorted(price)}",
             )
-        value = Price(price["input"], price["output"])
+        value = Price(price["input"], price["output"], price.get("cache_read"), price.get("cache_write"))
     else:
         raise PriceTableError(
             source, f"model {name!r}: expected a Price or an object, not {type(price).__name__}"
         )
-    for side in ("input", "output"):
+    for side in ("input", "output", "cache_read", "cache_write"):
         amount = getattr(value, side)
+        if amount is None and side.startswith("cache_"):
+            continue
         if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
             raise PriceTableError(
                 source,
                 f"model {name!r}: {side} must be a number >= 0 (USD per million tokens), not {amount!r}",
             )
-    return Price(float(value.input), float(value.output))
+    return Price(
+        float(value.input),
+        float(value.output),
+        None if value.cache_read is None else float(value.cache_read),
+        None if value.cache_write is None else float(value.cache_write),
+    )
 
 
 def _parse_json(source: str, raw: bytes | str) -> dict[str, Price]:
@@ -206,6 +356,7 @@ def load_price_table(
     entries: Mapping[str, Price] | None = None,
     environ: Mapping[str, str] | None = None,
     include_defaults: bool = True,
+    maintained: bool = False,
 ) -> PriceTable:
     """Build the price table a command should use.
 
@@ -217,6 +368,7 @@ def load_price_table(
         entries: Prices given in code.
         environ: The environment to read ``$TURNLOG_PRICES`` from (``os.environ`` when None).
         include_defaults: Start from the shipped list prices.
+        maintained: Price the models no source names from ``genai-prices`` (when installed).
 
     Raises:
         PriceTableError: a source cannot be read or is malformed.
@@ -233,4 +385,4 @@ def load_price_table(
         merged.update(_read_file(path, str(path)))
     for name, price in (entries or {}).items():
         merged[name] = _check_entry("argument", name, price)
-    return PriceTable(merged, include_defaults=include_defaults)
+    return PriceTable(merged, include_defaults=include_defaults, maintained=maintained)

@@ -274,6 +274,7 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
                             messages=[m.to_chat() for m in recorded if m is not None],
                             text=answer.content.text,
                             tool_calls=calls,
+                            reasoning=_reasoning_of(answer),
                         )
                         try:
                             await scratch_branch.chat_and_record(
@@ -331,14 +332,22 @@ def _tool_calls_of(answer: AssistantResponse) -> tuple[ToolCall, ...]:
     for call in recorded if isinstance(recorded, list) else []:
         if isinstance(call, dict):
             arguments = call.get("arguments")
+            signature = call.get("signature")
             calls.append(
                 ToolCall(
                     str(call.get("id")),
                     str(call.get("name")),
                     arguments if isinstance(arguments, dict) else {},
+                    signature=signature if isinstance(signature, str) else None,
                 )
             )
     return tuple(calls)
+
+
+def _reasoning_of(answer: AssistantResponse) -> list[dict[str, Any]]:
+    """The signed reasoning blocks an answer recorded (``metadata["thinking_blocks"]``)."""
+    blocks = answer.metadata.get("thinking_blocks")
+    return [dict(b) for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
 
 
 def _message_differences(now: Sequence[AnyMessage], then: Sequence[AnyMessage]) -> list[str]:

@@ -336,6 +336,7 @@ class _Expected:
     messages: list[dict[str, Any]]
     text: str
     tool_calls: tuple[ToolCall, ...]
+    reasoning: tuple[dict[str, Any], ...] = ()
 
 
 class RecordedModel:
@@ -402,6 +403,7 @@ class RecordedModel:
         messages: Sequence[Mapping[str, Any]],
         text: str,
         tool_calls: Sequence[ToolCall] = (),
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Arm the model: the next request must be ``call``, answered with ``text`` and ``tool_calls``.
 
@@ -412,8 +414,17 @@ class RecordedModel:
             messages: The messages the recorded request was built from (to name a difference).
             text: The recorded answer's text (used when the raw response has none).
             tool_calls: The tool calls of the recorded answer.
+            reasoning: The signed reasoning blocks of the recorded answer (they go back with it).
         """
-        self._next = _Expected(call, index, version, [dict(m) for m in messages], text, tuple(tool_calls))
+        self._next = _Expected(
+            call,
+            index,
+            version,
+            [dict(m) for m in messages],
+            text,
+            tuple(tool_calls),
+            tuple(dict(b) for b in reasoning),
+        )
         self.provider = call.provider or self.provider
         self.model = call.model or self.model
 
@@ -467,12 +478,13 @@ class RecordedModel:
                 version=expected.version,
             )
         text = _text_of(expected.call.response)
-        return self._response(
+        answer = self._response(
             expected.call,
             expected.text if text is None else text,
             expected.tool_calls,
             latency_ms=expected.call.latency_ms,
         )
+        return replace(answer, reasoning=expected.reasoning)
 
     def _response(
         self, call: ModelCalled, text: str, tool_calls: tuple[ToolCall, ...], *, latency_ms: float

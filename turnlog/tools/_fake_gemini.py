@@ -16,10 +16,12 @@ answers that routing request itself (``routing_reply``).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
 
+from ._fake_gemini_checks import signs_calls
 from ._fake_upstream_script import RequestView, UpstreamEntry, UpstreamError, fill_template
 from ._fake_upstream_wire import Reply, fragments
 from ._loopback import sse, words
@@ -183,7 +185,12 @@ def reply(entry: UpstreamEntry, request: RequestView, number: int) -> Reply:
     """The answer to a generateContent request: JSON, or SSE chunks for ``streamGenerateContent``."""
     text = fill_template(entry, request)
     model = entry.model or request.model or "gemini-fake"
-    calls = [{"functionCall": {"name": c.name, "args": dict(c.arguments)}} for c in entry.tool_calls]
+    calls: list[dict[str, Any]] = [
+        {"functionCall": {"name": c.name, "args": dict(c.arguments)}} for c in entry.tool_calls
+    ]
+    if calls and signs_calls(request.model):
+        # Gemini 3 signs the first call of a turn; the next request must send it back (checked).
+        calls[0]["thoughtSignature"] = base64.b64encode(f"fake-signature-{number}".encode()).decode()
     thought = [{"text": entry.thinking, "thought": True}] if entry.thinking else []
     if text or not (calls or thought):
         answer = [{"text": text}]

@@ -6,6 +6,8 @@ module that speaks its wire format:
 
 - ``HEAD /`` (Claude Code's connectivity check) answers 200;
 - ``POST /v1/messages[?beta=true]`` and ``/v1/messages/count_tokens``: ``_fake_anthropic``;
+  a model request the real API would refuse is answered as it would (``_fake_anthropic_checks``,
+  ``_fake_gemini_checks``: 400 with the real error shape) before the script is consulted;
 - ``POST /v1/responses``: ``_fake_responses``;
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` / ``:generateContent`` /
   ``:countTokens``: ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
-from . import _fake_anthropic, _fake_gemini, _fake_responses
+from . import _fake_anthropic, _fake_anthropic_checks, _fake_gemini, _fake_gemini_checks, _fake_responses
 from ._fake_upstream_script import (
     Api,
     RequestView,
@@ -230,6 +232,10 @@ class FakeUpstreamServer(LoopbackServer):
             module.view(request.json, request.path) if api == "gemini" else module.view(request.json)
         )
         record["model"] = view.model
+        refused = _refusal(api, request, view)
+        if refused is not None:
+            record["refused"] = refused.message  # as the real service would: nothing of the script is used
+            return module.error_reply(400, refused, number), None
         claimed = self._script.claim(
             lambda entry: entry.match is not None and matches(entry.match, view, request.text),
             fallback=not (api == "gemini" and _fake_gemini.is_routing(request.json)),
@@ -298,6 +304,16 @@ class FakeUpstreamServer(LoopbackServer):
                 flush=True,
             )
         append_jsonl(self._record_path, record)
+
+
+def _refusal(api: Api, request: HTTPRequest, view: RequestView) -> UpstreamError | None:
+    """The 400 the real service would answer to this request (None: it would take it)."""
+    if api == "anthropic":
+        beta = "beta=true" in urlsplit(request.path).query or "anthropic-beta" in request.headers
+        return _fake_anthropic_checks.problem(request.json, beta=beta)
+    if api == "gemini":
+        return _fake_gemini_checks.problem(request.json, view.model)
+    return None
 
 
 def _exhausted(seq: int) -> UpstreamError:

@@ -7,10 +7,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from pydantic import BaseModel
 
+from turnlog.analytics import PriceTable
 from turnlog.eventstore import EventStore, open_store
-from turnlog.kernel import Branch, iModel
+from turnlog.kernel import Branch, execute_replay, iModel
 from turnlog.kernel.models import (
     AnthropicModel,
     AuthenticationError,
@@ -228,3 +231,248 @@ async def test_a_stream_cut_mid_way_is_an_error_not_a_short_answer(provider: str
         request = ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
         with pytest.raises(ProviderConnectionError):
             await model(provider, server).invoke(request)
+
+
+THINKING = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_anthropic_thinking_goes_back_signed_through_a_tool_loop(
+    stream: bool, store: EventStore
+) -> None:
+    """With thinking on, the follow-up starts the assistant turn with its signed thinking block.
+
+    The fake refuses the follow-up otherwise (400, as the real API does), so the loop fails.
+    """
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "thinking": "I should add.",
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server, **THINKING), tools=[add])
+        result = await branch.operate(instruction="What is 20 + 22?", actions=True, stream=stream)
+        assert [r.output for r in result.action_responses] == [42]
+        assert await branch.communicate("So?") == "It is 42."
+        _, second = server.requests
+    assert "refused" not in second
+    answer = next(m for m in branch.messages if m.role == "assistant")
+    [block] = answer.metadata["thinking_blocks"]
+    assert block["type"] == "thinking" and block["signature"].startswith("sig_fake")
+    sent = second["body"]["messages"][1]["content"]
+    assert sent[0] == block and sent[1]["type"] == "tool_use"
+    assert answer.metadata["tool_calls"][0]["id"] == sent[1]["id"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_gemini_3_thought_signatures_go_back_through_a_tool_loop(
+    stream: bool, store: EventStore
+) -> None:
+    """Each functionCall part goes back with its thoughtSignature; the fake refuses it otherwise."""
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        chat_model = iModel(
+            provider="gemini_api",
+            model="gemini-3-pro-preview",
+            base_url=server.base_url,
+            api_key=KEY,
+            retry=FAST,
+        )
+        branch = Branch(store=store, chat_model=chat_model, tools=[add])
+        result = await branch.operate(instruction="What is 20 + 22?", actions=True, stream=stream)
+        assert [r.output for r in result.action_responses] == [42]
+        assert await branch.communicate("So?") == "It is 42."
+        first, second = server.requests
+    assert "refused" not in second and "thoughtSignature" not in str(first["body"])
+    [call] = next(m for m in branch.messages if m.role == "assistant").metadata["tool_calls"]
+    assert call["signature"]
+    [part] = second["body"]["contents"][1]["parts"]
+    assert part["thoughtSignature"] == call["signature"]
+
+
+async def test_the_strict_fakes_refuse_a_tool_loop_that_lost_its_signatures() -> None:
+    """Without the signed parts the same follow-ups are refused: the checks above can fail."""
+    lost_thinking = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 100,
+        **THINKING,
+        "messages": [
+            {"role": "user", "content": "What is 20 + 22?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]},
+        ],
+    }
+    lost_signature = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "What is 20 + 22?"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "add", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "add", "response": {"output": 42}}}]},
+        ]
+    }
+    async with FakeUpstreamServer([{"text": "never", "times": None}], api_key=KEY) as server:
+        anthropic = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, api_key=KEY, retry=FAST)
+        gemini = GeminiAPIModel("gemini-3-pro-preview", base_url=server.base_url, api_key=KEY, retry=FAST)
+        async with httpx.AsyncClient() as client:
+            refused = await client.post(
+                anthropic.url,
+                json=lost_thinking,
+                headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+            )
+            unsigned = await client.post(gemini.url, json=lost_signature, headers={"x-goog-api-key": KEY})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+    assert (
+        "Expected `thinking` or `redacted_thinking`, but found `tool_use`"
+        in refused.json()["error"]["message"]
+    )
+    assert unsigned.status_code == 400
+    assert unsigned.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "missing a thought_signature" in unsigned.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("provider", "quiet_frames"), [("anthropic", 1), ("gemini_api", 0)])
+async def test_an_error_event_before_any_output_is_retried_after_output_it_is_not(
+    provider: str, quiet_frames: int
+) -> None:
+    """Nothing reached the caller before the error: the call is tried again; after text it fails."""
+    overloaded = {
+        "type": "overloaded_error" if provider == "anthropic" else "UNAVAILABLE",
+        "message": "Overloaded",
+    }
+    script = [
+        {"text": "lost", "stream_error": overloaded, "cut_after": quiet_frames},
+        {"text": "fine"},
+        {
+            "text": "a longer answer in many pieces",
+            "chunk_chars": 4,
+            "stream_error": overloaded,
+            "cut_after": 6,
+        },
+    ]
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        m = model(provider, server)
+        reply = await m.invoke(request)
+        assert (reply.text, reply.attempts) == ("fine", 2)
+        with pytest.raises(ServerError) as caught:
+            await m.invoke(request)
+    assert caught.value.attempts == 1 and caught.value.status_code == 200
+    assert "Overloaded" in str(caught.value)
+
+
+def broken(a: int) -> int:
+    """Fail always."""
+    raise RuntimeError(f"no luck with {a}")
+
+
+async def test_a_failed_tool_goes_back_to_anthropic_as_an_error_result(store: EventStore) -> None:
+    script = [
+        {"match": {"after_tool_result": False}, "tool_calls": [{"name": "broken", "arguments": {"a": 1}}]},
+        {"match": {"after_tool_result": True}, "text": "It failed."},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server), tools=[broken])
+        await branch.operate(instruction="Try it.", actions=True)
+        await branch.communicate("So?")
+        _, second = server.requests
+    result = second["body"]["messages"][2]["content"][0]
+    assert result["type"] == "tool_result" and result["is_error"] is True
+    assert "no luck with 1" in result["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_price_of_a_cached_anthropic_call(stream: bool) -> None:
+    """Cache reads and writes are reported apart and priced at their own prices."""
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cached_tokens": 600,
+        "cache_creation_input_tokens": 300,
+    }
+    async with FakeUpstreamServer([{"text": "cached", "usage": usage}], api_key=KEY) as server:
+        m = AnthropicModel("claude-opus-4-5", base_url=server.base_url, api_key=KEY, retry=FAST)
+        reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}], stream=stream))
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (1000, 10)
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (600, 300)
+    cost = PriceTable().cost(
+        reply.model,
+        reply.usage.input_tokens,
+        reply.usage.output_tokens,
+        cache_read_tokens=reply.cache_read_tokens,
+        cache_write_tokens=reply.cache_write_tokens,
+    )
+    # claude-opus-4-5: $5 input, $0.50 cache read, $6.25 cache write, $25 output per million
+    assert cost == pytest.approx((100 * 5 + 600 * 0.5 + 300 * 6.25 + 10 * 25) / 1e6)
+    full = PriceTable().cost("claude-opus-4-5", 1000, 10)
+    assert cost is not None and full is not None and cost < full
+
+
+async def test_gemini_reports_its_cached_tokens() -> None:
+    usage = {"input_tokens": 100, "output_tokens": 10, "cached_tokens": 60}
+    async with FakeUpstreamServer([{"text": "cached", "usage": usage}], api_key=KEY) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=FAST)
+        reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+    assert (reply.cache_read_tokens, reply.cache_write_tokens) == (60, None)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini_api"])
+async def test_a_signed_tool_loop_replays_request_for_request(provider: str, store: EventStore) -> None:
+    """Replay sends the recorded thinking blocks and signatures back too: every fingerprint matches."""
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "thinking": "I should add.",
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42.", "times": None},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        if provider == "anthropic":
+            chat_model = model("anthropic", server, **THINKING)
+        else:
+            chat_model = iModel(
+                provider="gemini_api", model="gemini-3-pro-preview", base_url=server.base_url, api_key=KEY
+            )
+        branch = Branch(store=store, chat_model=chat_model, tools=[add])
+        await branch.operate(instruction="What is 20 + 22?", actions=True)
+        assert await branch.communicate("So?") == "It is 42."
+    [answer] = [m for m in branch.messages if m.role == "assistant" and m.metadata.get("tool_calls")]
+    signed = answer.metadata.get("thinking_blocks") or answer.metadata["tool_calls"][0].get("signature")
+    assert signed
+    report = await execute_replay(store, branch.id)
+    assert report.ok, (report.divergence, report.final_mismatch)
+    assert report.calls_replayed == 2
+
+
+class Capital(BaseModel):
+    city: str
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_structured_output_on_anthropic_comes_back_through_the_response_tool(
+    stream: bool, store: EventStore
+) -> None:
+    script = [{"tool_calls": [{"name": "turnlog_response", "arguments": {"city": "Paris"}}]}]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server))
+        wire = {
+            "type": "json_schema",
+            "json_schema": {"name": "Capital", "schema": Capital.model_json_schema()},
+        }
+        answer = await branch.communicate("Capital of France?", response_format=wire, stream=stream)
+        [request] = server.requests
+    assert answer == {"city": "Paris"}
+    body = request["body"]
+    assert body["tool_choice"] == {"type": "tool", "name": "turnlog_response"}
+    assert body["tools"][0]["input_schema"]["properties"] == {"city": {"title": "City", "type": "string"}}
+    [reply] = [m for m in branch.messages if m.role == "assistant"]
+    assert "tool_calls" not in reply.metadata

@@ -38,6 +38,7 @@ from ._anthropic import ANTHROPIC_BASE_URL, AnthropicModel
 from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
 from ._gemini_api import GEMINI_BASE_URL, GeminiAPIModel
+from ._http_model import HTTPChatModel
 from ._openai import DEFAULT_TIMEOUT, OPENAI_BASE_URL, OpenAIChatModel
 from ._retry import RetryPolicy
 from ._secrets import scrub_url
@@ -51,7 +52,7 @@ class _APIProvider:
     base_url: str
     api_key_env: str | None
     require_api_key: bool
-    transport: type[OpenAIChatModel] = OpenAIChatModel
+    transport: type[HTTPChatModel] = OpenAIChatModel
 
 
 #: Known HTTP providers: default base URL, key variable, whether a key is required, transport.

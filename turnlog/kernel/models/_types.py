@@ -34,11 +34,14 @@ class ToolCall:
         id: The provider's call id (used to match the result).
         name: The tool (function) name.
         arguments: Parsed arguments (a JSON object).
+        signature: The provider's signature of the call, which must go back with it unchanged
+            (Gemini's ``thoughtSignature``); None when the provider gave none.
     """
 
     id: str
     name: str
     arguments: dict[str, Any]
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,14 @@ class ModelResponse:
         latency_ms: Wall time of the whole call including retries.
         ttft_ms: Time to first token, for streamed calls.
         attempts: How many HTTP attempts the call took (1 without retries).
+        reasoning: The provider's reasoning blocks that must go back with this turn unchanged,
+            in order, signatures included (Anthropic ``thinking`` / ``redacted_thinking``
+            blocks); the next request carries them as the assistant message's
+            ``thinking_blocks``.
+        cache_read_tokens: Input tokens read from the provider's prompt cache (part of
+            ``usage.input_tokens``); None when the provider did not say.
+        cache_write_tokens: Input tokens written to the prompt cache (Anthropic's cache
+            creation; part of ``usage.input_tokens``); None when the provider did not say.
     """
 
     text: str
@@ -91,6 +102,9 @@ class ModelResponse:
     latency_ms: float = 0.0
     ttft_ms: float | None = None
     attempts: int = 1
+    reasoning: tuple[dict[str, Any], ...] = ()
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 ChunkType = Literal["system", "thinking", "text", "tool_use", "tool_result", "result", "error"]

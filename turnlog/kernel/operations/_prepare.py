@@ -7,7 +7,11 @@ The assembly is a function of the branch's messages, done the same way for every
   sent as Chat Completions defines it: ``{"role": "assistant", "content": <text or null>,
   "tool_calls": [...]}`` followed by one ``{"role": "tool", "tool_call_id": ...}`` message
   per call; a call with no recorded result is answered with a "not run" tool message so
-  that every call id has its answer, as the API requires;
+  that every call id has its answer, as the API requires; what the provider signed goes
+  back unchanged (the turn's ``thinking_blocks``, a call's Gemini ``thought_signature`` in
+  ``extra_content.google``), and a failed tool's message says ``is_error``: the codecs of the
+  other APIs translate these, the Chat Completions codec leaves ``thinking_blocks`` and
+  ``is_error`` out;
 - other ActionResponses (tools run by ``act`` without a native call) are folded into the
   context of the next Instruction (or of the new one) as ``{"function", "arguments",
   "output"}`` items;
@@ -169,13 +173,15 @@ def _native_calls(message: AssistantResponse) -> list[dict[str, Any]]:
             continue
         arguments = call.get("arguments")
         text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
-        out.append(
-            {
-                "id": str(call["id"]),
-                "type": "function",
-                "function": {"name": str(call["name"]), "arguments": text},
-            }
-        )
+        chat: dict[str, Any] = {
+            "id": str(call["id"]),
+            "type": "function",
+            "function": {"name": str(call["name"]), "arguments": text},
+        }
+        if isinstance(call.get("signature"), str):
+            # Gemini's thoughtSignature, where Google's OpenAI-compatible API carries it.
+            chat["extra_content"] = {"google": {"thought_signature": call["signature"]}}
+        out.append(chat)
     return out
 
 
@@ -188,7 +194,10 @@ def _tool_message(call_id: str, response: ActionResponse) -> dict[str, Any]:
         content = c.output
     else:
         content = orjson.dumps(c.output).decode()
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+    if c.error is not None:
+        message["is_error"] = True  # Anthropic's tool_result says so; Chat Completions bodies leave it out
+    return message
 
 
 @dataclass(slots=True)
@@ -234,7 +243,14 @@ class _History:
             calls = _native_calls(message)
             last = self.out[-1] if self.out else None
             if calls:
-                chat = {"role": "assistant", "content": message.rendered or None, "tool_calls": calls}
+                chat: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": message.rendered or None,
+                    "tool_calls": calls,
+                }
+                thinking = message.metadata.get("thinking_blocks")
+                if isinstance(thinking, list) and thinking:
+                    chat["thinking_blocks"] = thinking
                 self._push(chat, message.id, None)
                 self.open_calls = {c["id"]: c["function"]["name"] for c in calls}
                 self.call_of = {}

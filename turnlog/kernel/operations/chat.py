@@ -162,8 +162,13 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     metadata: dict[str, Any] = {"model_call_id": call_id}
     if response.tool_calls:
         metadata["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+            {"id": c.id, "name": c.name, "arguments": c.arguments}
+            | ({"signature": c.signature} if c.signature is not None else {})
+            for c in response.tool_calls
         ]
+    if response.reasoning:
+        # The provider's signed reasoning must go back with this turn (Anthropic thinking blocks).
+        metadata["thinking_blocks"] = list(response.reasoning)
     res = AssistantResponse.create(
         response.text, sender=branch.id, recipient=branch.user or "user", metadata=metadata
     )

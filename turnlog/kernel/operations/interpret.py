@@ -6,6 +6,7 @@ Nothing is recorded as a message; the model call is recorded (``model.called`` w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnlog.kernel._params import ChatParam
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
 
 __all__ = ["INTERPRET_INSTRUCTION", "interpret"]
+
+#: Parameters that rule out interpret's own low temperature.
+_SAMPLING = frozenset({"temperature", "top_p", "thinking"})
 
 INTERPRET_INSTRUCTION = (
     "Rewrite the user's input into a clear, structured prompt for a language model. Keep the "
@@ -40,7 +44,9 @@ async def interpret(
         style: The desired style (default ``"concise"``).
         sample_writing: An example of the wanted writing.
         interpret_model: The model to use (default: the branch's chat model).
-        **kwargs: Request parameters; ``temperature`` defaults to 0.1.
+        **kwargs: Request parameters; ``temperature`` defaults to 0.1 unless ``top_p`` or
+            ``thinking`` is set (here or as the model's default): Claude 4.1 and later refuse
+            ``temperature`` with ``top_p``, and extended thinking refuses any temperature.
     """
     from turnlog.kernel._model_config import resolve_model
     from turnlog.kernel.operations.chat import chat
@@ -48,11 +54,16 @@ async def interpret(
     guidance = f"Domain hint: {domain or 'general'}. Desired style: {style or 'concise'}."
     if sample_writing:
         guidance += f" Sample writing: {sample_writing}"
-    params = {"temperature": 0.1, **kwargs}
+    model = resolve_model(interpret_model)
+    defaults = getattr(model if model is not None else getattr(branch, "chat_model", None), "params", None)
+    given = {*kwargs, *(defaults if isinstance(defaults, Mapping) else ())}
+    params = dict(kwargs)
+    if not given & _SAMPLING:
+        params["temperature"] = 0.1
     param = ChatParam(
         guidance=guidance,
         context=[f"User input: {text}"],
-        imodel=resolve_model(interpret_model),
+        imodel=model,
         imodel_kw=params,
     )
     return str(await chat(branch, INTERPRET_INSTRUCTION, param, verb="interpret"))
