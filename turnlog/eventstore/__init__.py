@@ -30,7 +30,8 @@ from ._errors import (
 from ._ids import uuid7
 from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, MigrationError, migrate
-from ._open import StoreURL, open_store, parse_store_url
+from ._open import open_store
+from ._problem import Problem
 from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
@@ -41,7 +42,6 @@ from ._records import (
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
-    Problem,
     RecordedEvent,
     Snapshot,
     Tracking,
@@ -60,6 +60,7 @@ from ._redaction import (
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
+from ._url import StoreURL, parse_store_url
 
 if _TYPE_CHECKING:
     from ._postgres import PostgresEventStore

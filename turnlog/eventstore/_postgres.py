@@ -66,7 +66,6 @@ from ._errors import (
 )
 from ._group_commit import GroupCommit
 from ._ids import uuid7
-from ._open import parse_postgres_url as parse_url
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
 from ._postgres_redact import redact_postgres, redaction_rows_query
@@ -106,6 +105,7 @@ from ._redaction import REDACTIONS_STREAM, Redaction, RedactionRecords, Redactio
 from ._results import append_result, match_resent
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
+from ._url import parse_postgres_url as parse_url
 from ._validation import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
