@@ -18,6 +18,8 @@ from ._errors import (
     EventTooLarge,
     IdempotencyError,
     InvalidEventError,
+    MigrationError,
+    RedactionError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
@@ -25,11 +27,12 @@ from ._errors import (
     TrackingError,
     TurnlogError,
     UnsupportedStoreURL,
+    UpgradeRefused,
     UsageError,
 )
 from ._ids import uuid7
 from ._memory import MemoryEventStore
-from ._migrate import MigrateReport, MigrationError, migrate
+from ._migrate import MigrateReport, migrate
 from ._open import open_store
 from ._problem import Problem
 from ._raw import RawCopy, RawEvent, RawSnapshot
@@ -51,7 +54,6 @@ from ._redaction import (
     REDACTIONS_STREAM,
     Redacted,
     Redaction,
-    RedactionError,
     RedactionResult,
     event_hash_matches,
     is_redacted,
@@ -59,7 +61,7 @@ from ._redaction import (
 )
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
-from ._upgrade import UPGRADES_STREAM, UpgradeRefused
+from ._upgrade import UPGRADES_STREAM
 from ._url import StoreURL, parse_store_url
 
 if _TYPE_CHECKING:

@@ -21,7 +21,7 @@ from ._chain import ChainChecker
 from ._decoding import decode_event
 from ._encoder import check_encoded
 from ._encoding import chain_hashes
-from ._errors import ConcurrencyError, StoreError, TrackingError
+from ._errors import ConcurrencyError, RedactionError, StoreError, TrackingError
 from ._follow import follow_log
 from ._ids import uuid7
 from ._raw import RawEvent, raw_event
@@ -41,7 +41,6 @@ from ._redaction import (
     REDACTIONS_STREAM,
     Plan,
     Redaction,
-    RedactionError,
     RedactionRecords,
     RedactionResult,
     plan_redaction,

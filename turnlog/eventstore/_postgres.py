@@ -64,7 +64,7 @@ from ._postgres_sql import FORMAT_VERSION, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked
 from ._postgres_write import (
     RACE_ATTEMPTS,
     Plan,
-    Raced,
+    _Raced,
     check_uuid,
     import_events,
     import_snapshots,
@@ -212,7 +212,7 @@ class PostgresEventStore(EventStore):
         """Store concurrent appends in one transaction; one outcome (results or error) each."""
         try:
             outcomes, deferred = await self._commit_once(units)
-        except Raced:
+        except _Raced:
             # Another connection stored one of these versions or ids first. Which unit lost
             # is unknown, so each goes again in its own transaction.
             return [await self._commit_alone(unit) for unit in units]
@@ -224,7 +224,7 @@ class PostgresEventStore(EventStore):
         for _ in range(RACE_ATTEMPTS):
             try:
                 outcomes, _deferred = await self._commit_once([unit])
-            except Raced:
+            except _Raced:
                 continue  # the next attempt reads the new heads: ConcurrencyError or a new version
             return outcomes[0]
         streams = ", ".join(repr(entry.stream) for entry in unit)
@@ -241,11 +241,11 @@ class PostgresEventStore(EventStore):
         the heads being unchanged and no id being stored (``Sql.insert_checked``). Otherwise,
         or when the gate is shut, the heads and stored ids are read first, as a separate
         statement. Those reads need no transaction of their own: what they find may change
-        before the insert, and then the insert fails on a unique constraint (``Raced``) and
+        before the insert, and then the insert fails on a unique constraint (``_Raced``) and
         the units go again. The insert is one statement, so it commits in its own round trip.
 
         Raises:
-            Raced: a unique constraint on (stream, version) or the id failed at the insert.
+            _Raced: a unique constraint on (stream, version) or the id failed at the insert.
         """
         now = to_micros(datetime.now(UTC))
         guess = plan_from_heads(self._heads, self._sql, units, now)
@@ -301,7 +301,7 @@ class PostgresEventStore(EventStore):
                 ) from exc
             for stream in tips:
                 self._heads.pop(stream, None)
-            raise Raced from exc
+            raise _Raced from exc
         except BaseException:
             # The statement may have failed holding the position lock, a session lock:
             # drop the connection rather than return it to the pool with the lock.
@@ -626,7 +626,7 @@ class PostgresEventStore(EventStore):
         for _ in range(RACE_ATTEMPTS):
             try:
                 outcome = await self._append_tracked_once(prepared, tracking)
-            except Raced:
+            except _Raced:
                 continue  # the next attempt reads the new heads: ConcurrencyError or a new version
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -641,7 +641,7 @@ class PostgresEventStore(EventStore):
         Returns the unit's results (or its error, a re-send's original results).
 
         Raises:
-            Raced: a unique constraint on (stream, version) or the id failed at the insert.
+            _Raced: a unique constraint on (stream, version) or the id failed at the insert.
             TrackingError: the consumer is at or past ``tracking.position``; nothing is stored.
         """
         now = to_micros(datetime.now(UTC))

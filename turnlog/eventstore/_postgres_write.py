@@ -24,7 +24,6 @@ from ._validation import PreparedAppend, version_matches
 __all__ = [
     "Plan",
     "RACE_ATTEMPTS",
-    "Raced",
     "check_uuid",
     "import_events",
     "import_snapshots",
@@ -50,7 +49,7 @@ ROW_KEYS = (
 """The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
 
 
-class Raced(Exception):
+class _Raced(Exception):
     """Another transaction stored one of the group's (stream, version) pairs or ids first."""
 
 

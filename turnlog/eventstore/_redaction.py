@@ -34,7 +34,6 @@ __all__ = [
     "REDACTIONS_STREAM",
     "Redacted",
     "Redaction",
-    "RedactionError",
     "RedactionResult",
     "RedactionRecords",
     "event_hash_matches",
