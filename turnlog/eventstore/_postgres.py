@@ -1,7 +1,8 @@
 """The PostgreSQL backend: the same store contract on a server (psycopg 3, a connection pool).
 
-This module is the class, ``PostgresEventStore``, and the state its appends and reads share
-(the stream heads it remembers, the id of its last append transaction). The rest is split
+Why this module is over 500 lines: it is the class, ``PostgresEventStore``, whose state (the
+stream heads it remembers, the id of its last append transaction) its appends and global
+reads share, so they stay together. The rest is split
 by what it does, as the SQLite backend is: connections and the first open in
 ``_postgres_pool``, planning appends and importing in ``_postgres_write``, read queries and
 ``verify`` in ``_postgres_read``, LISTEN and the subscribe loop in ``_postgres_listen``; the
