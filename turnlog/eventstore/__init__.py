@@ -18,6 +18,8 @@ from ._errors import (
     EventTooLarge,
     IdempotencyError,
     InvalidEventError,
+    MigrationError,
+    RedactionError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
@@ -25,13 +27,15 @@ from ._errors import (
     TrackingError,
     TurnlogError,
     UnsupportedStoreURL,
+    UpgradeRefused,
     UsageError,
 )
 from ._ids import uuid7
 from ._leases import Lease, acquire_lease, held_leases
 from ._memory import MemoryEventStore
-from ._migrate import MigrateReport, MigrationError, migrate
-from ._open import StoreURL, open_store, parse_store_url
+from ._migrate import MigrateReport, migrate
+from ._open import open_store
+from ._problem import Problem
 from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
@@ -42,7 +46,6 @@ from ._records import (
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
-    Problem,
     RecordedEvent,
     Snapshot,
     Tracking,
@@ -52,7 +55,6 @@ from ._redaction import (
     REDACTIONS_STREAM,
     Redacted,
     Redaction,
-    RedactionError,
     RedactionResult,
     event_hash_matches,
     is_redacted,
@@ -61,7 +63,8 @@ from ._redaction import (
 from ._shown import check_events, check_stream
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
-from ._upgrade import UPGRADES_STREAM, UpgradeRefused
+from ._upgrade import UPGRADES_STREAM
+from ._url import StoreURL, parse_store_url
 
 if _TYPE_CHECKING:
     from ._postgres import PostgresEventStore

@@ -1,7 +1,4 @@
-"""turnlog.projections: the conversation domain, the event catalogue and pure folds.
-
-``UsageData`` is the former name of ``Usage`` (the same class), importable but not listed.
-"""
+"""turnlog.projections: the conversation domain, the event catalogue and pure folds."""
 
 from ._cache import StateCache
 from ._catalogue import (
@@ -80,7 +77,6 @@ from ._snapshots import (
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
 from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary
 from ._usage import Usage
-from ._usage import UsageData as UsageData  # the former name, kept importable (not in __all__)
 
 __all__ = [
     "ActionRequest",

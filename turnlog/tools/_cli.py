@@ -8,8 +8,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from turnlog._version import __version__
+
 from ._command import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Command, failure
-from ._version import __version__
 
 __all__ = ["main"]
 
