@@ -13,8 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
+from turnlog.eventstore import open_store
+from turnlog.projections import AssistantResponse, BranchCreated, Instruction, MessageAdded, new_event
 from turnlog.tools import _cli
 
 TOOLS = Path(_cli.__file__).parent
@@ -87,3 +90,30 @@ def test_options_before_the_command_still_work() -> None:
     status, modules, out = _loaded("--debug", "verify", "--help")
     assert status == 0, out
     assert "turnlog.tools._cmd_verify" in modules
+
+
+def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) -> None:
+    async def fill(path: Path) -> None:
+        async with open_store(f"sqlite:///{path}") as store:
+            await store.append(
+                "branch-b1",
+                [
+                    new_event(BranchCreated(branch_id="b1", name="demo")),
+                    new_event(MessageAdded(message=Instruction.create("hello"))),
+                    new_event(MessageAdded(message=AssistantResponse.create("hi"))),
+                ],
+            )
+
+    store = tmp_path / "s.db"
+    anyio.run(fill, store)
+    args = ["bench", "startup", "--runs", "1", "--store", str(store), "--at", "2", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "turnlog", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at"}
+    for row in report["rows"].values():
+        assert row["wall_s"] > 0 and row["x_python"] > 0
+    assert report["rows"]["python -c pass"]["x_python"] == 1.0
+    assert len(report["targets"]) == 3

@@ -33,7 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "turnlog.tools._cmd_bench",
-        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics)",
+        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, startup)",
     ),
     "fake-openai": (
         "turnlog.tools._cmd_fake_openai",
