@@ -1,12 +1,11 @@
-"""The installed version of turnlog, read once from the package metadata."""
+"""The version of turnlog: the one place it is written (pyproject.toml reads it from here).
+
+A literal rather than a package-metadata lookup: ``importlib.metadata`` (with the email and
+zipfile modules it pulls in) cost more than the rest of ``turnlog --version`` together.
+"""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 __all__ = ["__version__"]
 
-try:
-    __version__: str = version("turnlog")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = "0.1.0"

@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "ui": "turnlog.tools.bench._ui",
     "writers": "turnlog.tools.bench._writers",
     "otel": "turnlog.tools.bench._otel",
+    "startup": "turnlog.tools.bench._startup",
 }
 
 
@@ -52,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

@@ -14,10 +14,10 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from turnlog._version import __version__
 from turnlog.analytics import Span, Trace
 
 from ._errors import ExportFailed, UserError
-from ._version import __version__
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
