@@ -65,7 +65,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "verify": (
         "turnlog.tools._cmd_verify",
-        "check hash chains, version gaps and integrity; non-zero exit on any problem",
+        "check hash chains, version gaps, integrity and the log's invariants; non-zero exit on any problem",
     ),
     "recover": (
         "turnlog.tools._cmd_recover",
@@ -105,7 +105,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "forget": (
         "turnlog.tools._cmd_forget",
-        "erase every message of a branch and the chunks of its runs (the structure stays)",
+        "erase all conversation content of a branch: messages, model calls, errors, chunks (the structure stays)",
     ),
 }
 
