@@ -253,9 +253,9 @@ class _PgLeases:
         number = _pg_key(self.store, key)
         store = self.store
         async with self.lock:
-            with store._errors(f"taking the lease {key}"):
+            with store._db.errors(f"taking the lease {key}"):
                 if self.conn is None or self.conn.closed:
-                    self.conn = await store._pg.AsyncConnection.connect(store._conninfo, autocommit=True)
+                    self.conn = await store._db.pg.AsyncConnection.connect(store._db.conninfo, autocommit=True)
                     self.held.clear()
                 cursor = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (number,))
                 row = await cursor.fetchone()
@@ -291,9 +291,9 @@ _PG_LEASES: weakref.WeakKeyDictionary[Any, _PgLeases] = weakref.WeakKeyDictionar
 
 async def _pg_held(store: Any, keys: list[str]) -> frozenset[str]:
     held: set[str] = set()
-    with store._errors("checking run leases"):
+    with store._db.errors("checking run leases"):
         # A connection of its own: on a holder's session the lock would be re-entered.
-        conn = await store._pg.AsyncConnection.connect(store._conninfo, autocommit=True)
+        conn = await store._db.pg.AsyncConnection.connect(store._db.conninfo, autocommit=True)
         try:
             for key in keys:
                 cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (_pg_key(store, key),))
