@@ -21,8 +21,8 @@ force on the day it was recorded (a call before the first dated price, at the fi
 
 With ``maintained=True`` (and the ``genai-prices`` package installed: ``pip install
 turnlog[prices]``), a model the user's entries do not name is priced from that maintained,
-offline database (the pydantic team's; its base tier at today's date) before the shipped
-defaults, which stay the fallback. The shipped defaults are checked against it in the tests.
+offline database (the pydantic team's; its base tier, with its price history by date) before
+the shipped defaults, which stay the fallback. The shipped defaults are checked against it in the tests.
 
 A model the table does not know costs ``None`` (unknown), never zero.
 """
@@ -34,7 +34,7 @@ import importlib.metadata
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,37 +122,74 @@ DEFAULT_PRICES: Mapping[str, Price] = {
 }
 
 
-def _maintained_price(model: str) -> Price | None:
-    """The base-tier price of ``model`` today in ``genai-prices`` (None: unknown, or not installed).
+def _maintained_history(model: str) -> tuple[Price, ...]:
+    """The base-tier price history of ``model`` in ``genai-prices`` (empty: unknown, or not installed).
 
     The package is asked through its public ``calc_price`` for a thousand tokens of each kind,
-    so its own model matching (aliases, dated snapshots) applies.
+    so its own model matching (aliases, dated snapshots) applies; once at each day a price of
+    the model starts (its start-date constraints) and once before the first.
     """
     try:
         from genai_prices import Usage as _Usage
         from genai_prices import calc_price
     except ImportError:
-        return None
+        return ()
 
-    def per_million(**tokens: int) -> float | None:
-        try:
-            found = calc_price(_Usage(**tokens), model_ref=model)
-        except LookupError:
+    def at(moment: datetime, since: date | None) -> Price | None:
+        def per_million(**tokens: int) -> float | None:
+            try:
+                found = calc_price(_Usage(**tokens), model_ref=model, genai_request_timestamp=moment)
+            except LookupError:
+                return None
+            return float(found.total_price * 1000)
+
+        base = per_million(input_tokens=1000)
+        output = per_million(output_tokens=1000)
+        if base is None or output is None:
             return None
-        return float(found.total_price * 1000)
+        read = per_million(input_tokens=1000, cache_read_tokens=1000)
+        write = per_million(input_tokens=1000, cache_write_tokens=1000)
+        return Price(
+            base,
+            output,
+            cache_read=None if read is None or read == base else read,
+            cache_write=None if write is None or write == base else write,
+            since=since,
+        )
 
-    base = per_million(input_tokens=1000)
-    output = per_million(output_tokens=1000)
-    if base is None or output is None:
-        return None
-    read = per_million(input_tokens=1000, cache_read_tokens=1000)
-    write = per_million(input_tokens=1000, cache_write_tokens=1000)
-    return Price(
-        base,
-        output,
-        cache_read=None if read is None or read == base else read,
-        cache_write=None if write is None or write == base else write,
-    )
+    days = _maintained_start_days(model)
+    if not days:
+        today = at(datetime.now(UTC), None)
+        return () if today is None else (today,)
+    first = at(datetime.combine(days[0] - timedelta(days=1), time(), UTC), None)
+    history = [first] + [at(datetime.combine(day, time(), UTC), day) for day in days]
+    found = [price for price in history if price is not None]
+    # A day whose price equals the one before changes nothing: kept out, the history stays short.
+    kept = found[:1]
+    for price in found[1:]:
+        if _row(price)[:4] != _row(kept[-1])[:4]:
+            kept.append(price)
+    return tuple(kept)
+
+
+def _maintained_start_days(model: str) -> list[date]:
+    """The days a price of ``model`` starts in ``genai-prices``, oldest first.
+
+    Read from the package's data snapshot (not part of its ``__all__``): should its shape change,
+    the model is priced at today's price alone, as before price history.
+    """
+    try:
+        from genai_prices import data_snapshot, types
+
+        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, None, None)
+        prices = info.prices
+        if not isinstance(prices, list):
+            return []
+        return sorted(
+            {c.constraint.start_date for c in prices if isinstance(c.constraint, types.StartDateConstraint)}
+        )
+    except (ImportError, AttributeError, LookupError, TypeError):
+        return []
 
 
 def _maintained_version() -> str | None:
@@ -242,8 +279,7 @@ class PriceTable:
         if best is not None and best in self._entries:
             found = self._entries[best]  # the user's own entry wins over every source
         elif self._maintained is not None:
-            price = next((p for n in names if (p := _maintained_price(n)) is not None), None)
-            found = () if price is None else (price,)
+            found = next((h for n in names if (h := _maintained_history(n))), ())
         if not found and best is not None:
             found = merged[best]
         self._cache[model] = found
