@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -105,10 +106,11 @@ genai_prices = pytest.importorskip("genai_prices")
 
 def test_the_shipped_defaults_agree_with_genai_prices() -> None:
     """Each default entry (input, output, cache read, cache write) is what the maintained database says."""
-    from turnlog.analytics._pricing import DEFAULT_PRICES, _maintained_price
+    from turnlog.analytics import DEFAULT_PRICES
 
+    today = PriceTable(include_defaults=False, maintained=True)
     for name, price in DEFAULT_PRICES.items():
-        maintained = _maintained_price(name)
+        maintained = today.lookup(name)
         assert maintained is not None, name
         assert maintained.input == pytest.approx(price.input), name
         assert maintained.output == pytest.approx(price.output), name
@@ -123,3 +125,16 @@ def test_a_maintained_table_prices_models_the_defaults_do_not_know() -> None:
     assert found is not None and (found.input, found.output) == (15.0, 75.0)
     assert maintained.maintained == genai_prices.__version__
     assert plain.fingerprint() != maintained.fingerprint()  # the projection re-prices on a switch
+
+
+def test_a_maintained_table_prices_each_call_at_the_price_of_its_day() -> None:
+    """genai-prices' own history applies: o3 cost 10/40 $ per 1M before 2025-06-10, 2/8 from then."""
+    table = PriceTable(maintained=True)
+    before = table.lookup("openai/o3-2025-04-16", date(2025, 6, 9))
+    after = table.lookup("o3", date(2025, 6, 10))
+    assert before is not None and (before.input, before.output) == (10.0, 40.0)
+    assert after is not None and (after.input, after.output, after.since) == (2.0, 8.0, date(2025, 6, 10))
+    assert table.cost("o3", 1000, 1000, at=date(2025, 1, 1)) == pytest.approx(50_000 / 1e6)
+    # The user's own entry still wins over the maintained history.
+    mine = table.with_entries({"o3": Price(1.0, 1.0)})
+    assert mine.lookup("o3", date(2025, 1, 1)) == Price(1.0, 1.0)
