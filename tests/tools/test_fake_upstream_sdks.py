@@ -126,10 +126,9 @@ async def test_gemini_stream_with_thoughts_and_a_function_call() -> None:
         {"thinking": "think first", "text": "Adding.", "tool_calls": [{"name": "add", "arguments": {"a": 2}}]}
     ]
     async with FakeUpstreamServer(script, api_key=KEY) as server:
-        stream = await gemini(server).aio.models.generate_content_stream(
-            model="gemini-2.5-flash", contents="hi"
-        )
-        chunks = [chunk async for chunk in stream]
+        async with gemini(server).aio as aio:
+            stream = await aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
+            chunks = [chunk async for chunk in stream]
     parts = [p for c in chunks for p in c.candidates[0].content.parts]
     assert "".join(p.text for p in parts if p.text and not p.thought) == "Adding."
     assert "".join(p.text for p in parts if p.thought) == "think first"

@@ -135,30 +135,31 @@ async def test_the_genai_sdk_gets_signed_calls_and_is_refused_without_them() -> 
                 base_url=server.base_url, retry_options=genai_types.HttpRetryOptions(attempts=1)
             ),
         )
-        config = genai_types.GenerateContentConfig(tools=[tool])
-        first = await client.aio.models.generate_content(
-            model="gemini-3-pro-preview", contents="add", config=config
-        )
-        [part] = first.candidates[0].content.parts
-        assert part.function_call.name == "add" and part.thought_signature
-        answer = genai_types.Part.from_function_response(name="add", response={"output": 2})
-        history = [
-            genai_types.Content(role="user", parts=[genai_types.Part(text="add")]),
-            first.candidates[0].content,
-        ]
-        unsigned = genai_types.Content(
-            role="model", parts=[genai_types.Part(function_call=part.function_call)]
-        )
-        with pytest.raises(genai_errors.ClientError) as caught:
-            await client.aio.models.generate_content(
+        async with client.aio as aio:
+            config = genai_types.GenerateContentConfig(tools=[tool])
+            first = await aio.models.generate_content(
+                model="gemini-3-pro-preview", contents="add", config=config
+            )
+            [part] = first.candidates[0].content.parts
+            assert part.function_call.name == "add" and part.thought_signature
+            answer = genai_types.Part.from_function_response(name="add", response={"output": 2})
+            history = [
+                genai_types.Content(role="user", parts=[genai_types.Part(text="add")]),
+                first.candidates[0].content,
+            ]
+            unsigned = genai_types.Content(
+                role="model", parts=[genai_types.Part(function_call=part.function_call)]
+            )
+            with pytest.raises(genai_errors.ClientError) as caught:
+                await aio.models.generate_content(
+                    model="gemini-3-pro-preview",
+                    contents=[history[0], unsigned, genai_types.Content(role="user", parts=[answer])],
+                    config=config,
+                )
+            second = await aio.models.generate_content(
                 model="gemini-3-pro-preview",
-                contents=[history[0], unsigned, genai_types.Content(role="user", parts=[answer])],
+                contents=[*history, genai_types.Content(role="user", parts=[answer])],
                 config=config,
             )
-        second = await client.aio.models.generate_content(
-            model="gemini-3-pro-preview",
-            contents=[*history, genai_types.Content(role="user", parts=[answer])],
-            config=config,
-        )
     assert caught.value.code == 400 and "thought_signature" in str(caught.value)
     assert second.text == "done"
