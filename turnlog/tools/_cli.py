@@ -36,6 +36,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "turnlog.tools._cmd_export",
     "turnlog.tools._cmd_import",
     "turnlog.tools._cmd_ui",
+    "turnlog.tools._cmd_proxy",
     "turnlog.tools._cmd_redact",
     "turnlog.tools._cmd_forget",
 )

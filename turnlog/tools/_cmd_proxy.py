@@ -1,0 +1,128 @@
+"""``turnlog proxy``: record the LLM API calls of any agent at the wire (``docs/proxy.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import socket
+import sys
+
+import anyio
+
+from ._command import Command, UserError, add_store_argument
+from ._proxy_apis import DEFAULT_UPSTREAMS, Api
+
+__all__ = ["COMMAND", "parse_upstreams"]
+
+_APIS: tuple[Api, ...] = ("openai", "anthropic", "gemini")
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_store_argument(parser, json_flag=False)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8788, help="port (default: 8788; 0 picks a free one)")
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="URL | API=URL",
+        help="where calls go: one URL for every API, or openai=URL, anthropic=URL, gemini=URL "
+        "(repeatable; default: the real hosts)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="token every request must send in x-turnlog-token; required off loopback "
+        "(generated and printed when not given)",
+    )
+    parser.add_argument(
+        "--max-body",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="largest request body in bytes (default: 32 MiB)",
+    )
+
+
+def parse_upstreams(values: list[str]) -> dict[Api, str]:
+    """The upstream of each API from ``--upstream`` values (``URL`` or ``API=URL``)."""
+    upstreams: dict[Api, str] = dict(DEFAULT_UPSTREAMS)
+    for value in values:
+        api, sep, url = value.partition("=")
+        if sep and "://" not in api:
+            if api not in _APIS:
+                raise UserError(f"--upstream {value}: the API is one of {', '.join(_APIS)}, not {api!r}")
+            upstreams[api] = url
+        else:
+            url = value
+            upstreams = dict.fromkeys(_APIS, value)
+        if not url.startswith(("http://", "https://")):
+            raise UserError(f"--upstream {value}: not an http(s) URL")
+    return upstreams
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"needs the ui extra ({exc.name} is missing): pip install 'turnlog[ui]'") from exc
+    from ._cmd_ui import is_loopback
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, not {args.port}")
+    token = args.token
+    if token is not None and len(token) < 16:
+        raise UserError("--token must be at least 16 characters")
+    if not is_loopback(args.host) and token is None:
+        token = secrets.token_urlsafe(24)
+        print(f"turnlog proxy: token (shown once, send it as x-turnlog-token): {token}", file=sys.stderr)
+    upstreams = parse_upstreams(args.upstream)
+    anyio.run(_serve, args, upstreams, token)
+    return 0
+
+
+async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str | None) -> None:
+    import uvicorn
+
+    from ._inspect import opened_store
+    from ._proxy import ProxyApp, ProxyConfig
+    from ._proxy_record import WireRecorder
+
+    async with opened_store(args.store, must_exist=False) as store:
+        app = ProxyApp(ProxyConfig(upstreams, token=token, max_body=args.max_body), WireRecorder(store))
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
+        )
+        server = uvicorn.Server(config)
+        # Bind first, so the announced port is the real one (``--port 0``) and a client that
+        # connects right after the line waits in the backlog instead of being refused.
+        try:
+            sock = socket.create_server((args.host, args.port), family=_family(args.host), backlog=512)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+        port = sock.getsockname()[1]
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"turnlog proxy listening on http://{shown}:{port}", flush=True)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await app.aclose()
+            sock.close()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+COMMAND = Command(
+    name="proxy",
+    help="serve the LLM APIs on loopback and record every model call that passes",
+    description="A recording proxy for any agent: point OPENAI_BASE_URL (http://127.0.0.1:PORT/v1), "
+    "ANTHROPIC_BASE_URL or GOOGLE_GEMINI_BASE_URL (http://127.0.0.1:PORT) at it. OpenAI Chat Completions "
+    "and Responses, Anthropic Messages and Gemini generateContent calls are forwarded unchanged and "
+    "recorded as branches (messages, model.called, run lifecycle, one stream.chunk per stream event); "
+    "every other path passes through unrecorded. /b/NAME/ in front of the path (or x-turnlog-branch) "
+    "names the branch; else calls are threaded into conversations. See docs/proxy.md.",
+    add_arguments=_add_arguments,
+    run=_run,
+    example="turnlog proxy --store calls.db --port 8788 --upstream anthropic=http://127.0.0.1:9000",
+)
