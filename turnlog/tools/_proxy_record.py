@@ -90,7 +90,7 @@ class WireRecorder:
             spans: list[tuple[Turn, int]] = []
             names = _call_names(turns)
             for turn in turns[len(recorded) :]:
-                messages = _messages(turn, names, system=branch.system)
+                messages = _messages(_scrubbed(turn, scrub), names, system=branch.system)
                 items += [MessageAdded(message=m, run_id=run_id) for m in messages]
                 spans.append((turn, len(items)))
             items.append(
@@ -176,6 +176,12 @@ def _uuid() -> str:
     return str(uuid7())
 
 
+def _scrubbed(turn: Turn, scrub: Scrubber) -> Turn:
+    """The turn with every credential the request carried replaced (its digest is the original's)."""
+    calls = tuple((scrub(i), scrub(n), scrub(a)) for i, n, a in turn.calls)
+    return Turn(turn.role, scrub(turn.text), calls, tuple((scrub(i), scrub(o)) for i, o in turn.results))
+
+
 def _call_names(turns: list[Turn]) -> dict[str, str]:
     return {call_id: name for t in turns for call_id, name, _ in t.calls if call_id}
 
@@ -240,7 +246,7 @@ class WireCall:
         if error is not None:
             payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
         for piece in pieces:
-            payloads.append(ChunkReceived(seq=1, **_json(piece.to_dict())))
+            payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
         if not payloads:
             payloads.append(ChunkReceived(seq=1, type="system"))
         events = []
@@ -294,7 +300,7 @@ class WireCall:
             return
         self.closed = True
         turn = answer_turn(answer)
-        messages = _messages(turn, self.names, system=None)
+        messages = _messages(_scrubbed(turn, self.scrub), self.names, system=None)
         items: list[EventData] = [MessageAdded(message=m, run_id=self.run_id) for m in messages]
         items.append(self._called("ok", answer, upstream))
         ended = RunEnded(

@@ -1,0 +1,188 @@
+"""``turnlog proxy``: the threading rule, pass-through, failures, cancellation and safety."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from turnlog.tools import FakeUpstreamServer
+
+from .proxykit import await_event, events_of, recorded, running_proxy, transcript
+
+KEY = "sk-proxy-secret-0123456789abcdef"
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+MODEL = "claude-sonnet-4-5"
+
+
+def turns(*texts: str) -> list[dict[str, Any]]:
+    """Alternating user / assistant messages."""
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+
+
+async def ask(
+    client: httpx.AsyncClient, messages: list[dict[str, Any]], path: str = "/v1/messages", **kw: Any
+) -> Any:
+    body = {"model": MODEL, "max_tokens": 20, "messages": messages, **kw}
+    answer = await client.post(path, json=body, headers=HEADERS)
+    return answer
+
+
+async def test_calls_thread_into_branches_extend_fork_and_new(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with FakeUpstreamServer([{"text": "ok", "times": None}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                assert (await ask(client, turns("hi"))).status_code == 200
+                await ask(client, turns("hi", "ok", "more"))  # extends the first conversation
+                await ask(client, turns("hi", "ok", "other"))  # diverges after "ok": a fork
+                await ask(client, turns("unrelated"))  # a new conversation
+                await ask(client, turns("hi", "ok", "more", "ok", "deeper"))  # extends the first again
+                await ask(client, turns("hi"), system="be brief")  # same words, another system: new
+    first, fork, new, other_system = await recorded(store)
+    assert transcript(first) == [
+        ("Instruction", "hi"),
+        ("AssistantResponse", "ok"),
+        ("Instruction", "more"),
+        ("AssistantResponse", "ok"),
+        ("Instruction", "deeper"),
+        ("AssistantResponse", "ok"),
+    ]
+    assert transcript(fork) == [
+        ("Instruction", "hi"),
+        ("AssistantResponse", "ok"),
+        ("Instruction", "other"),
+        ("AssistantResponse", "ok"),
+    ]
+    assert fork.state.forked_from is not None and fork.state.forked_from.parent_branch_id == first.branch.id
+    assert transcript(new) == [("Instruction", "unrelated"), ("AssistantResponse", "ok")]
+    assert other_system.branch.system is not None
+    assert other_system.branch.system.content.system_message == "be brief"
+    assert transcript(other_system) == [("Instruction", "hi"), ("AssistantResponse", "ok")]
+    assert [len(b.calls()) for b in (first, fork, new, other_system)] == [3, 1, 1, 1]
+
+
+async def test_a_path_prefix_or_a_header_names_the_branch(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with FakeUpstreamServer([{"text": "ok", "times": None}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            sdk = anthropic.AsyncAnthropic(api_key=KEY, base_url=f"{proxy.url}/b/review", max_retries=0)
+            async with sdk:
+                await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi"))
+                await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi", "ok", "next"))
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                answer = await client.post(
+                    "/v1/messages",
+                    json={"model": MODEL, "max_tokens": 9, "messages": turns("hi")},
+                    headers={**HEADERS, "x-turnlog-branch": "by-header"},
+                )
+                assert answer.status_code == 200
+    review, by_header = await recorded(store)
+    assert (review.branch.name, by_header.branch.name) == ("review", "by-header")
+    assert [k for k, _ in transcript(review)] == ["Instruction", "AssistantResponse"] * 2
+    assert transcript(by_header) == [("Instruction", "hi"), ("AssistantResponse", "ok")]
+    # the name is the proxy's: the upstream never sees the prefix or the header
+    assert all(r["path"].startswith("/v1/messages") for r in upstream.requests)
+    assert all("x-turnlog-branch" not in r["headers"] for r in upstream.requests)
+
+
+async def test_other_paths_pass_through_unrecorded(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with FakeUpstreamServer([], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                models = await client.get("/v1/models", headers=HEADERS)
+                missing = await client.post("/v1/nothing", json={"a": 1}, headers=HEADERS)
+    direct_models = {"object": "list", "data": [], "models": []}
+    assert (models.status_code, models.json()) == (200, direct_models)
+    assert missing.status_code == 404 and "no such endpoint" in missing.json()["error"]["message"]
+    assert await recorded(store) == []
+
+
+async def test_an_unreachable_upstream_is_an_error_in_the_api_shape_and_a_failed_call(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with running_proxy(store, "http://127.0.0.1:9") as proxy:
+        sdk = anthropic.AsyncAnthropic(api_key=KEY, base_url=proxy.url, max_retries=0)
+        async with sdk:
+            with pytest.raises(anthropic.APIStatusError) as caught:
+                await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi"))
+        async with httpx.AsyncClient(base_url=proxy.url) as client:
+            gemini = await client.post(
+                "/v1beta/models/gemini-2.5-flash:generateContent",
+                json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+            )
+    assert caught.value.status_code == 502
+    assert caught.value.body["error"]["type"] == "api_error" and "unreachable" in caught.value.message
+    assert gemini.status_code == 502 and gemini.json()["error"]["status"] == "UNAVAILABLE"
+    branches = await recorded(store)
+    calls = [c for b in branches for c in b.calls()]
+    assert [(c.status, c.error_type) for c in calls] == [("error", "ConnectError")] * 2
+    assert [r.status for b in branches for r in b.state.runs.values()] == ["failed", "failed"]
+
+
+async def test_a_client_leaving_mid_stream_cancels_the_call_with_what_arrived(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    script = [{"text": "one two three four five six seven eight", "chunk_delay_ms": 300}]
+    async with FakeUpstreamServer(script, api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                body = {"model": MODEL, "max_tokens": 20, "messages": turns("hi"), "stream": True}
+                async with client.stream("POST", "/v1/messages", json=body, headers=HEADERS) as answer:
+                    async for line in answer.aiter_lines():
+                        if "text_delta" in line:
+                            break  # the first words arrived: leave
+            failed = await await_event(store, "run.failed")
+    assert failed.data["reason"] == "cancelled" and failed.data["error_type"] == "ClientDisconnected"
+    chunks = await events_of(store, f"run-{failed.data['run_id']}")
+    text = "".join(c.data["content"] for c in chunks if c.data["type"] == "text")
+    assert text.startswith("one") and len(text) < len("one two three four five six seven eight")
+    (branch,) = await recorded(store)
+    (call,) = branch.calls()
+    assert call.status == "error" and call.stream
+
+
+async def test_no_credential_reaches_the_log(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    script = [{"text": f"your key is {KEY}"}, {"text": f"echo {KEY}"}]
+    async with FakeUpstreamServer(script, api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                plain = await ask(client, turns(f"my key is {KEY}"))
+                streamed = await client.post(
+                    f"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key={KEY}",
+                    json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+                )
+    assert KEY in plain.text and KEY in streamed.text  # the client gets the answer as it was
+    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+    assert stored.count(b"your key is <redacted>") and stored.count(b"echo <redacted>")
+    assert KEY.encode() not in stored
+    assert len(await recorded(store)) == 2
+
+
+async def test_a_token_guards_the_proxy_and_a_large_body_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    token = "t" * 20
+    async with FakeUpstreamServer([{"text": "ok"}], api_key=KEY) as upstream:
+        extra = ("--token", token, "--max-body", "2000")
+        async with running_proxy(store, upstream.base_url, extra=extra) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                refused = await ask(client, turns("hi"))
+                big = await client.post(
+                    "/v1/messages",
+                    json={"model": MODEL, "max_tokens": 9, "messages": turns("x" * 5000)},
+                    headers={**HEADERS, "x-turnlog-token": token},
+                )
+                fine = await client.post(
+                    "/v1/messages",
+                    json={"model": MODEL, "max_tokens": 9, "messages": turns("hi")},
+                    headers={**HEADERS, "x-turnlog-token": token},
+                )
+    assert refused.status_code == 401 and refused.json()["type"] == "error"
+    assert big.status_code == 413 and "larger than 2000 bytes" in big.json()["error"]["message"]
+    assert fine.status_code == 200
+    assert [transcript(b) for b in await recorded(store)] == [
+        [("Instruction", "hi"), ("AssistantResponse", "ok")]
+    ]
