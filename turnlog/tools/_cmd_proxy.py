@@ -36,6 +36,23 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "(generated and printed when not given)",
     )
     parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="answer every model call from the recorded call with the same request (offline); "
+        "a request without one gets a 404 in the API's error shape",
+    )
+    parser.add_argument(
+        "--pace",
+        choices=("instant", "recorded"),
+        default="instant",
+        help="with --replay: send recorded stream events at once (default) or at their recorded pace",
+    )
+    parser.add_argument(
+        "--record-missing",
+        action="store_true",
+        help="with --replay: send a request without a recording upstream and record it",
+    )
+    parser.add_argument(
         "--max-body",
         type=int,
         default=32 * 1024 * 1024,
@@ -75,6 +92,8 @@ def _run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and token is None:
         token = secrets.token_urlsafe(24)
         print(f"turnlog proxy: token (shown once, send it as x-turnlog-token): {token}", file=sys.stderr)
+    if (args.record_missing or args.pace != "instant") and not args.replay:
+        raise UserError("--record-missing and --pace go with --replay")
     upstreams = parse_upstreams(args.upstream)
     anyio.run(_serve, args, upstreams, token)
     return 0
@@ -86,13 +105,17 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
     from ._inspect import opened_store
     from ._proxy import ProxyApp, ProxyConfig
     from ._proxy_record import WireRecorder
+    from ._proxy_replay import ReplayIndex
 
-    async with opened_store(args.store, must_exist=False) as store:
-        app = ProxyApp(ProxyConfig(upstreams, token=token, max_body=args.max_body), WireRecorder(store))
-        config = uvicorn.Config(
+    # a replay reads a store that must exist; only recording may start a new one
+    async with opened_store(args.store, must_exist=args.replay and not args.record_missing) as store:
+        replay = await ReplayIndex.load(store, pace=args.pace == "recorded") if args.replay else None
+        config = ProxyConfig(upstreams, token=token, max_body=args.max_body, record_missing=args.record_missing)
+        app = ProxyApp(config, WireRecorder(store), replay)
+        served = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
         )
-        server = uvicorn.Server(config)
+        server = uvicorn.Server(served)
         # Bind first, so the announced port is the real one (``--port 0``) and a client that
         # connects right after the line waits in the backlog instead of being refused.
         try:

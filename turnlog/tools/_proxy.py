@@ -24,8 +24,9 @@ import orjson
 from turnlog.kernel.models._codec import StreamFault, WireError
 from turnlog.kernel.models._secrets import Scrubber
 
-from ._proxy_apis import DEFAULT_UPSTREAMS, Api, error_body, route
+from ._proxy_apis import DEFAULT_UPSTREAMS, Api, error_body, fingerprint, route
 from ._proxy_record import WireCall, WireRecorder
+from ._proxy_replay import MISS_STATUS, ReplayIndex, miss_body
 
 __all__ = ["MAX_BODY", "ProxyApp", "ProxyConfig"]
 
@@ -67,12 +68,15 @@ class ProxyConfig:
         token: When set, every request must send it in ``x-turnlog-token``.
         max_body: The largest request body accepted, in bytes.
         timeout: The upstream timeout (connect, and between two reads).
+        record_missing: With a replay index: a request without a recording goes upstream and
+            is recorded (else it gets the documented miss).
     """
 
     upstreams: dict[Api, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
     token: str | None = None
     max_body: int = MAX_BODY
     timeout: httpx.Timeout = field(default_factory=lambda: httpx.Timeout(600.0, connect=10.0))
+    record_missing: bool = False
 
 
 class _TooLarge(Exception):
@@ -82,9 +86,10 @@ class _TooLarge(Exception):
 class ProxyApp:
     """The ASGI app of ``turnlog proxy`` (one ``httpx.AsyncClient`` shared by every call)."""
 
-    def __init__(self, config: ProxyConfig, recorder: WireRecorder) -> None:
+    def __init__(self, config: ProxyConfig, recorder: WireRecorder, replay: ReplayIndex | None = None) -> None:
         self.config = config
         self.recorder = recorder
+        self.replay = replay
         self.client = httpx.AsyncClient(timeout=config.timeout, follow_redirects=False)
 
     async def aclose(self) -> None:
@@ -126,9 +131,18 @@ class ProxyApp:
         if call_route is None or not isinstance(parsed, dict):
             await self._pass(request, api, send)
             return
+        scrub = Scrubber(_secrets(headers, query))
+        if self.replay is not None:
+            key = fingerprint(call_route, scrub(parsed))
+            recording = self.replay.recordings.get(key)
+            if recording is not None:
+                await self.replay.answer(recording, send)
+                return
+            if not self.config.record_missing:
+                await _reply(send, MISS_STATUS, miss_body(call_route, key))
+                return
         # what the upstream sends back is recorded as it is, so ask for it uncompressed
         request.headers["accept-encoding"] = "identity"
-        scrub = Scrubber(_secrets(headers, query))
         call = await self.recorder.open_call(call_route, parsed, name, scrub)
         await self._record(request, call, send, receive)
 
