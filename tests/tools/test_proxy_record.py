@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
 import httpx
+import orjson
 import pytest
 
 from turnlog.tools import FakeUpstreamServer
@@ -186,3 +189,37 @@ async def test_a_token_guards_the_proxy_and_a_large_body_is_refused(tmp_path: Pa
     assert [transcript(b) for b in await recorded(store)] == [
         [("Instruction", "hi"), ("AssistantResponse", "ok")]
     ]
+
+
+async def test_sigkill_mid_stream_keeps_what_the_client_got_and_recover_closes_the_call(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "s.db"
+    full = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
+    received = ""
+    async with FakeUpstreamServer([{"text": full, "chunk_delay_ms": 200}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                body = {"model": MODEL, "max_tokens": 20, "messages": turns("hi"), "stream": True}
+                with pytest.raises(httpx.RemoteProtocolError):
+                    async with client.stream("POST", "/v1/messages", json=body, headers=HEADERS) as answer:
+                        async for line in answer.aiter_lines():
+                            if line.startswith("data:") and '"text_delta"' in line:
+                                received += orjson.loads(line[5:])["delta"]["text"]
+                                if received.count(" ") >= 2:
+                                    proxy.kill()  # SIGKILL: no handler runs
+    assert received and len(received) < len(full)
+    with anyio.fail_after(120):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "turnlog", "recover", "--store", str(store)], check=False
+        )
+    assert done.returncode == 0, done.stderr
+    (branch,) = await recorded(store)
+    (run,) = branch.state.runs.values()
+    assert run.status == "failed"
+    failed = [e for e in branch.events if e.event_type == "run.failed"]
+    assert failed[0].reason == "crashed"
+    interrupted = branch.messages[-1]
+    assert interrupted.kind == "AssistantResponse" and interrupted.metadata.get("interrupted") is True
+    # every chunk the client held was in the log before it was forwarded
+    assert interrupted.content.text.startswith(received) and full.startswith(interrupted.content.text)
