@@ -299,6 +299,29 @@ def test_anthropic_keeps_cache_markers_and_system_blocks() -> None:
     assert plain["system"] == "Be brief."  # plain text stays a string
 
 
+@pytest.mark.parametrize(
+    ("tools", "params", "choice"),
+    [
+        (None, {}, {"type": "tool", "name": RESPONSE_TOOL}),
+        ([TOOL], {}, {"type": "any"}),
+        ([TOOL], {"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"type": "auto"}),
+        (None, {"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"type": "auto"}),
+        ([TOOL], {"tool_choice": "auto"}, {"type": "auto"}),
+    ],
+)
+def test_anthropic_structured_output_never_drops_the_schema_nor_the_caller_s_tools(
+    tools: list[dict[str, Any]] | None, params: dict[str, Any], choice: dict[str, Any]
+) -> None:
+    """The schema always travels as the response tool; the caller's tools stay callable."""
+    request = ModelRequest(
+        messages=[{"role": "user", "content": "hi"}], tools=tools, params=params, response_format=SCHEMA
+    )
+    body = ANTHROPIC.body("claude-sonnet-4-5", request)
+    assert body["tool_choice"] == choice
+    assert [t["name"] for t in body["tools"]] == [*(["add"] if tools else []), RESPONSE_TOOL]
+    assert anthropic_problems(body) == []
+
+
 def test_anthropic_structured_output_is_a_forced_tool_read_back_as_text() -> None:
     body = ANTHROPIC.body("claude-sonnet-4-5", CONVERSATIONS["structured"])
     assert body["tool_choice"] == {"type": "tool", "name": RESPONSE_TOOL}

@@ -9,10 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from turnlog.analytics import PriceTable
 from turnlog.eventstore import EventStore, open_store
-from turnlog.kernel import Branch, iModel
+from turnlog.kernel import Branch, execute_replay, iModel
 from turnlog.kernel.models import (
     AnthropicModel,
     AuthenticationError,
@@ -421,3 +422,57 @@ async def test_gemini_reports_its_cached_tokens() -> None:
         m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=FAST)
         reply = await m.invoke(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
     assert (reply.cache_read_tokens, reply.cache_write_tokens) == (60, None)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "gemini_api"])
+async def test_a_signed_tool_loop_replays_request_for_request(provider: str, store: EventStore) -> None:
+    """Replay sends the recorded thinking blocks and signatures back too: every fingerprint matches."""
+    script = [
+        {
+            "match": {"after_tool_result": False},
+            "thinking": "I should add.",
+            "tool_calls": [{"name": "add", "arguments": {"a": 20, "b": 22}}],
+        },
+        {"match": {"after_tool_result": True}, "text": "It is 42.", "times": None},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        if provider == "anthropic":
+            chat_model = model("anthropic", server, **THINKING)
+        else:
+            chat_model = iModel(
+                provider="gemini_api", model="gemini-3-pro-preview", base_url=server.base_url, api_key=KEY
+            )
+        branch = Branch(store=store, chat_model=chat_model, tools=[add])
+        await branch.operate(instruction="What is 20 + 22?", actions=True)
+        assert await branch.communicate("So?") == "It is 42."
+    [answer] = [m for m in branch.messages if m.role == "assistant" and m.metadata.get("tool_calls")]
+    signed = answer.metadata.get("thinking_blocks") or answer.metadata["tool_calls"][0].get("signature")
+    assert signed
+    report = await execute_replay(store, branch.id)
+    assert report.ok, (report.divergence, report.final_mismatch)
+    assert report.calls_replayed == 2
+
+
+class Capital(BaseModel):
+    city: str
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_structured_output_on_anthropic_comes_back_through_the_response_tool(
+    stream: bool, store: EventStore
+) -> None:
+    script = [{"tool_calls": [{"name": "turnlog_response", "arguments": {"city": "Paris"}}]}]
+    async with FakeUpstreamServer(script, api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server))
+        wire = {
+            "type": "json_schema",
+            "json_schema": {"name": "Capital", "schema": Capital.model_json_schema()},
+        }
+        answer = await branch.communicate("Capital of France?", response_format=wire, stream=stream)
+        [request] = server.requests
+    assert answer == {"city": "Paris"}
+    body = request["body"]
+    assert body["tool_choice"] == {"type": "tool", "name": "turnlog_response"}
+    assert body["tools"][0]["input_schema"]["properties"] == {"city": {"title": "City", "type": "string"}}
+    [reply] = [m for m in branch.messages if m.role == "assistant"]
+    assert "tool_calls" not in reply.metadata

@@ -19,8 +19,10 @@ Requests arrive in Chat Completions form (``ModelRequest.messages``) and are tra
   -> ``tool_choice`` with ``disable_parallel_tool_use``) or refused before sending
   (``UsageError``), and so are combinations the API refuses (``temperature`` with ``top_p``
   on Claude 4.1 and later; ``temperature`` / ``top_k`` / a forced tool with thinking);
-- a ``response_format`` with a JSON schema becomes a forced tool (``RESPONSE_TOOL``) whose
-  input is the answer's text.
+- a ``response_format`` with a JSON schema becomes a tool (``RESPONSE_TOOL``) whose input is
+  the answer's text: forced when it is the only tool, required among the caller's tools
+  (``any``), offered (``auto``) with extended thinking, which refuses a forced tool; a
+  ``tool_choice`` the caller gave stays as given.
 
 Answers: the text blocks joined, ``tool_use`` blocks as ``ToolCall``s, ``thinking`` and
 ``redacted_thinking`` blocks in ``ModelResponse.reasoning``, ``stop_reason`` as the finish
@@ -123,7 +125,8 @@ class AnthropicCodec(Codec):
         choice = _tool_choice(params)
         if request.response_format is not None:
             tools.append(_response_tool(request.response_format))
-            choice = {"type": "tool", "name": RESPONSE_TOOL}
+            if choice is None:
+                choice = _answer_choice(bool(request.tools), params.get("thinking"))
         if tools:
             body["tools"] = tools
         if choice is not None:
@@ -236,8 +239,8 @@ def _check_sampling(model: str, body: dict[str, Any]) -> None:
         choice = body.get("tool_choice")
         if isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
             raise UsageError(
-                "Anthropic: extended thinking cannot force a tool (tool_choice any/tool, or a "
-                "response_format, which turnlog sends as a forced tool); turn thinking off for it"
+                "Anthropic: extended thinking cannot force a tool (tool_choice any/tool); "
+                "use tool_choice auto, or turn thinking off"
             )
     version = _claude_version(model)
     if "temperature" in body and "top_p" in body and version is not None and version >= (4, 1):
@@ -276,6 +279,18 @@ def _tool_choice(params: Mapping[str, Any]) -> dict[str, Any] | None:
         return out  # no tool is called: parallelism means nothing (the API refuses the flag there)
     out["disable_parallel_tool_use"] = not parallel
     return out
+
+
+def _answer_choice(acting: bool, thinking: Any) -> dict[str, Any]:
+    """How a structured answer is asked for when the caller named no ``tool_choice``.
+
+    Alone, the response tool is forced. Beside the caller's tools the model must call one of
+    them or answer through the response tool (``any``). With extended thinking, which refuses a
+    forced tool, the response tool is offered (``auto``) and the instruction asks for the JSON.
+    """
+    if isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive"):
+        return {"type": "auto"}
+    return {"type": "any"} if acting else {"type": "tool", "name": RESPONSE_TOOL}
 
 
 def _response_tool(response_format: Mapping[str, Any]) -> dict[str, Any]:
