@@ -223,3 +223,24 @@ async def test_sigkill_mid_stream_keeps_what_the_client_got_and_recover_closes_t
     assert interrupted.kind == "AssistantResponse" and interrupted.metadata.get("interrupted") is True
     # every chunk the client held was in the log before it was forwarded
     assert interrupted.content.text.startswith(received) and full.startswith(interrupted.content.text)
+
+
+async def test_a_restarted_proxy_threads_into_the_conversations_it_recorded_before(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with FakeUpstreamServer([{"text": "ok", "times": None}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                await ask(client, turns("hi"))
+                await ask(client, turns("hi", "ok", "one"))
+                await ask(client, turns("hi", "ok", "two"))  # a fork
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                await ask(client, turns("hi", "ok", "one", "ok", "three"))  # the first, again
+                await ask(client, turns("hi", "ok", "two", "ok", "four"))  # the fork, again
+                await ask(client, turns("hi", "ok", "five"))  # a second fork of the first
+    first, fork, second_fork = await recorded(store)
+    assert [text for _, text in transcript(first)] == ["hi", "ok", "one", "ok", "three", "ok"]
+    assert [text for _, text in transcript(fork)] == ["hi", "ok", "two", "ok", "four", "ok"]
+    assert [text for _, text in transcript(second_fork)] == ["hi", "ok", "five", "ok"]
+    assert second_fork.state.forked_from is not None
+    assert second_fork.state.forked_from.parent_branch_id == first.branch.id

@@ -110,8 +110,10 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
     # a replay reads a store that must exist; only recording may start a new one
     async with opened_store(args.store, must_exist=args.replay and not args.record_missing) as store:
         replay = await ReplayIndex.load(store, pace=args.pace == "recorded") if args.replay else None
-        config = ProxyConfig(upstreams, token=token, max_body=args.max_body, record_missing=args.record_missing)
-        app = ProxyApp(config, WireRecorder(store), replay)
+        config = ProxyConfig(
+            upstreams, token=token, max_body=args.max_body, record_missing=args.record_missing
+        )
+        app = ProxyApp(config, await WireRecorder.load(store), replay)
         served = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
         )

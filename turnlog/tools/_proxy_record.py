@@ -77,6 +77,35 @@ class WireRecorder:
     _branches: dict[str, Branch] = field(default_factory=dict)
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
 
+    @classmethod
+    async def load(cls, store: EventStore) -> WireRecorder:
+        """A recorder whose threading index holds every conversation the proxy recorded before.
+
+        One filtered scan of the log: the branches the proxy started (``MARKER``), the forks of
+        those, and the turn digests their messages carry (``metadata.wire_turn``).
+        """
+        recorder = cls(store)
+        index = recorder._index
+        types = ["branch.created", "branch.forked", "message.added"]
+        async for event in store.read_all(types=types, stream_prefix="branch-"):
+            branch_id = event.stream.removeprefix("branch-")
+            data = event.data
+            if event.type == "branch.created":
+                if data.get("metadata") == MARKER:
+                    index[branch_id] = []
+            elif event.type == "branch.forked":
+                parent = index.get(data["parent_branch_id"])
+                if parent is not None:
+                    index[branch_id] = _inherited(parent, data["parent_branch_id"], data["parent_version"])
+            elif branch_id in index:
+                recorded = index[branch_id]
+                digest = (data.get("message") or {}).get("metadata", {}).get("wire_turn")
+                if isinstance(digest, str):
+                    recorded.append(_Recorded(digest, branch_id, event.version))
+                elif recorded and recorded[-1].origin == branch_id:
+                    recorded[-1] = _Recorded(recorded[-1].digest, branch_id, event.version)
+        return recorder
+
     async def open_call(
         self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
     ) -> WireCall:
@@ -128,7 +157,7 @@ class WireRecorder:
             if (recorded or name is not None) and _common(digests, recorded) == len(recorded)
         ]
         if extended:
-            return self._branches[max(extended)[1]], []
+            return await self._load(max(extended)[1]), []
         # 2. the longest shared prefix that is more than a system prompt: a fork at the divergence
         best, shared = None, 0
         for branch_id, recorded in candidates.items():
@@ -161,6 +190,16 @@ class WireRecorder:
         if branch_id not in self._branches:
             self._branches[branch_id] = await Branch.load(self.store, branch_id)
         return self._branches[branch_id]
+
+
+def _inherited(parent: list[_Recorded], parent_id: str, version: int) -> list[_Recorded]:
+    """The turns a fork at ``version`` of the parent starts with."""
+    out: list[_Recorded] = []
+    for entry in parent:
+        if entry.origin == parent_id and entry.version > version:
+            break
+        out.append(entry)
+    return out
 
 
 def _common(digests: Sequence[str], recorded: Sequence[_Recorded]) -> int:
