@@ -86,7 +86,9 @@ class _TooLarge(Exception):
 class ProxyApp:
     """The ASGI app of ``turnlog proxy`` (one ``httpx.AsyncClient`` shared by every call)."""
 
-    def __init__(self, config: ProxyConfig, recorder: WireRecorder, replay: ReplayIndex | None = None) -> None:
+    def __init__(
+        self, config: ProxyConfig, recorder: WireRecorder, replay: ReplayIndex | None = None
+    ) -> None:
         self.config = config
         self.recorder = recorder
         self.replay = replay
