@@ -244,3 +244,26 @@ async def test_a_restarted_proxy_threads_into_the_conversations_it_recorded_befo
     assert [text for _, text in transcript(second_fork)] == ["hi", "ok", "five", "ok"]
     assert second_fork.state.forked_from is not None
     assert second_fork.state.forked_from.parent_branch_id == first.branch.id
+
+
+async def test_many_streams_at_once_each_on_its_branch(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    script = [{"text": "word " * 12, "chunk_delay_ms": 5, "times": None}]
+    async with FakeUpstreamServer(script, api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+
+                async def one(i: int) -> None:
+                    answer = await ask(client, turns(f"conversation {i}"), stream=True)
+                    assert answer.status_code == 200 and answer.text.count("text_delta") == 12
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(8):
+                        tg.start_soon(one, i)
+    branches = await recorded(store)
+    assert sorted(transcript(b)[0][1] for b in branches) == sorted(f"conversation {i}" for i in range(8))
+    for b in branches:
+        ((run),) = b.state.runs.values()
+        assert run.status == "ended"
+        chunks = await events_of(store, f"run-{run.run_id}")
+        assert "".join(c.data["content"] for c in chunks if c.data["type"] == "text") == "word " * 12

@@ -20,32 +20,31 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import orjson
 
-from turnlog.eventstore import NO_STREAM, EventStore
+from turnlog.eventstore import NO_STREAM, EventStore, uuid7
 from turnlog.kernel import AddMessages, Branch, StartRun, UnknownBranch
-from turnlog.kernel.models import ModelResponse, StreamChunk
+from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
     ActionRequest,
+    ActionRequestContent,
     ActionResponse,
+    ActionResponseContent,
     AnyMessage,
     AssistantResponse,
+    AssistantResponseContent,
     ChunkReceived,
     EventData,
     Instruction,
+    InstructionContent,
     MessageAdded,
     ModelCalled,
     RunEnded,
     RunFailed,
     System,
-    new_event,
-)
-from turnlog.projections._messages import (
-    ActionRequestContent,
-    ActionResponseContent,
-    AssistantResponseContent,
-    InstructionContent,
     SystemContent,
+    new_event,
 )
 
 from ._proxy_apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
@@ -75,7 +74,8 @@ class WireRecorder:
     store: EventStore
     _index: dict[str, list[_Recorded]] = field(default_factory=dict)
     _branches: dict[str, Branch] = field(default_factory=dict)
-    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+    #: Held while a call's branch is chosen and its turns recorded, so the index stays true.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @classmethod
     async def load(cls, store: EventStore) -> WireRecorder:
@@ -111,7 +111,7 @@ class WireRecorder:
     ) -> WireCall:
         """Pick the branch of a call, record its new turns and ``run.started``."""
         turns = conversation_of(route.codec, body)
-        async with self._lock:  # resolution and the index change together
+        async with self.lock:  # resolution and the index change together
             branch, known = await self._resolve(turns, name)
             recorded = self._index.setdefault(branch.id, list(known))
             run_id = _uuid()
@@ -142,6 +142,10 @@ class WireRecorder:
             scrub=scrub,
             names=names,
         )
+
+    def note(self, branch_id: str, turn: Turn, version: int) -> None:
+        """Remember that ``branch_id`` recorded ``turn`` (its last message at ``version``)."""
+        self._index.setdefault(branch_id, []).append(_Recorded(turn.digest, branch_id, version))
 
     async def _resolve(self, turns: list[Turn], name: str | None) -> tuple[Branch, list[_Recorded]]:
         digests = [t.digest for t in turns]
@@ -210,8 +214,6 @@ def _common(digests: Sequence[str], recorded: Sequence[_Recorded]) -> int:
 
 
 def _uuid() -> str:
-    from turnlog.eventstore import uuid7
-
     return str(uuid7())
 
 
@@ -253,8 +255,6 @@ def _assistant(turn: Turn, meta: dict[str, Any]) -> list[AnyMessage]:
 
 
 def _json(value: Any) -> Any:
-    import orjson
-
     return orjson.loads(orjson.dumps(value, default=str))
 
 
@@ -319,7 +319,7 @@ class WireCall:
             tools=self.tools,
             fingerprint=self.fingerprint,
             response=raw if isinstance(raw, dict) else None,
-            usage=answer.usage if answer is not None else _usage(),
+            usage=answer.usage if answer is not None else Usage(),
             latency_ms=self.elapsed_ms,
             ttft_ms=self.ttft_ms,
             status=status,
@@ -350,12 +350,11 @@ class WireCall:
             chunks=self.seq if self.route.stream else None,
         )
         with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
-            async with self.recorder._lock:
+            async with self.recorder.lock:
                 events = await self.branch.execute(
                     AddMessages((*items, ended)), run_id=self.run_id, terminal=True
                 )
-                recorded = self.recorder._index.setdefault(self.branch.id, [])
-                recorded.append(_Recorded(turn.digest, self.branch.id, events[len(messages) - 1].version))
+                self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
 
     async def fail(
         self,
@@ -375,16 +374,10 @@ class WireCall:
             run_id=self.run_id,
             verb=VERB,
             duration_ms=self.elapsed_ms,
-            usage=answer.usage if answer is not None else _usage(),
+            usage=answer.usage if answer is not None else Usage(),
             error_type=error_type,
             error_message=message,
             reason=reason,
         )
         with anyio.CancelScope(shield=True):  # a cancelled client still gets its call closed
             await self.branch.execute(AddMessages((called, failed)), run_id=self.run_id, terminal=True)
-
-
-def _usage() -> Any:
-    from turnlog.kernel.models import Usage
-
-    return Usage()
