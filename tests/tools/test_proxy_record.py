@@ -267,3 +267,15 @@ async def test_many_streams_at_once_each_on_its_branch(tmp_path: Path) -> None:
         assert run.status == "ended"
         chunks = await events_of(store, f"run-{run.run_id}")
         assert "".join(c.data["content"] for c in chunks if c.data["type"] == "text") == "word " * 12
+
+
+async def test_a_timed_out_upstream_is_a_504_in_the_api_shape_and_a_failed_call(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    async with FakeUpstreamServer([{"text": "late", "delay_ms": 5000}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url, extra=("--timeout", "0.5")) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                answer = await ask(client, turns("hi"))
+    assert answer.status_code == 504 and answer.json()["error"]["type"] == "api_error"
+    assert "timed out" in answer.json()["error"]["message"]
+    ((call,),) = [b.calls() for b in await recorded(store)]
+    assert (call.status, call.error_type) == ("error", "ReadTimeout")

@@ -8,6 +8,7 @@ import socket
 import sys
 
 import anyio
+import httpx
 
 from ._command import Command, UserError, add_store_argument
 from ._proxy_apis import DEFAULT_UPSTREAMS, Api
@@ -34,6 +35,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="token every request must send in x-turnlog-token; required off loopback "
         "(generated and printed when not given)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for the upstream to answer, and between two parts of a stream (default: 600)",
     )
     parser.add_argument(
         "--replay",
@@ -92,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and token is None:
         token = secrets.token_urlsafe(24)
         print(f"turnlog proxy: token (shown once, send it as x-turnlog-token): {token}", file=sys.stderr)
+    if not args.timeout > 0:
+        raise UserError(f"--timeout must be more than 0 seconds, not {args.timeout}")
     if (args.record_missing or args.pace != "instant") and not args.replay:
         raise UserError("--record-missing and --pace go with --replay")
     upstreams = parse_upstreams(args.upstream)
@@ -111,7 +121,11 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
     async with opened_store(args.store, must_exist=args.replay and not args.record_missing) as store:
         replay = await ReplayIndex.load(store, pace=args.pace == "recorded") if args.replay else None
         config = ProxyConfig(
-            upstreams, token=token, max_body=args.max_body, record_missing=args.record_missing
+            upstreams,
+            token=token,
+            max_body=args.max_body,
+            timeout=httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0)),
+            record_missing=args.record_missing,
         )
         app = ProxyApp(config, await WireRecorder.load(store), replay)
         served = uvicorn.Config(
