@@ -3,20 +3,28 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The demo needs the package and rich, not the test toolchain (pytest, mypy, playwright, the
+# provider SDKs...): its own stamp keeps a fresh `make demo` to a few small wheels.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck install bench clean realcli
 
+# The venv's own pip installs the package (a PEP 660 editable install; the build backend comes
+# from pip's cache through build isolation), so no pip/setuptools upgrade is paid for first.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/turnlog demo
 	@echo "(turnlog is in $(BIN): run $(BIN)/turnlog, or 'source $(BIN)/activate' to have it on PATH)"
 

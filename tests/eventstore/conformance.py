@@ -93,8 +93,10 @@ class StoreConformance(
     shares_across_processes = True
     """False for a store that another process cannot open (e.g. a private in-memory one)."""
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
-        """Overwrite the stored ``data`` bytes of one event behind the store's back."""
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
+        """Overwrite the stored ``data`` (or ``column``: ``meta``) bytes of one event behind the store's back."""
         pytest.skip("this backend gives the suite no raw access to stored bytes")
 
     async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:

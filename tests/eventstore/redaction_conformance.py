@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from turnlog.eventstore import (
     is_redacted,
     redacted_marker,
 )
+from turnlog.eventstore._encoding import payload_digest
+from turnlog.eventstore._redaction import MARKER_KEY, RECORD_TYPE, marker_bytes
 
 __all__ = ["RedactionConformance"]
 
@@ -30,7 +33,9 @@ async def _events(store: EventStore, stream: str) -> list[RecordedEvent]:
 class RedactionConformance:
     """Mixed into ``StoreConformance``; ``tamper`` overwrites stored ``data`` bytes."""
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
         raise NotImplementedError
 
     @pytest.fixture
@@ -131,3 +136,60 @@ class RedactionConformance:
         await self.tamper(filled, "branch-r", 1, original)
         report = await filled.verify()
         assert any("still stored" in p.what for p in report.problems), report.problems
+
+    async def _marker_edit_fails_verify(self, store: EventStore, field: str, value: str, what: str) -> None:
+        await store.redact("branch-r", 1, reason="gdpr request")
+        marker = (await _events(store, "branch-r"))[0].data
+        edited = {MARKER_KEY: {**marker[MARKER_KEY], field: value}}
+        await self.tamper(store, "branch-r", 1, encode_json(edited))
+        report = await store.verify()
+        assert not report.ok
+        assert any(what in p.what for p in report.problems), report.problems
+
+    async def test_an_edited_marker_reason_fails_verify(self, filled: EventStore) -> None:
+        """The reason a marker shows is the one its redaction record gives."""
+        await self._marker_edit_fails_verify(
+            filled, "reason", "routine cleanup", "reason in the redaction marker"
+        )
+
+    async def test_an_edited_marker_record_id_fails_verify(self, filled: EventStore) -> None:
+        """A marker names the record that erased it, no other."""
+        other = str(uuid.uuid4())
+        await self._marker_edit_fails_verify(filled, "record", other, "names another record")
+
+    async def test_meta_erased_by_hand_after_a_redaction_of_the_payload_fails_verify(
+        self, filled: EventStore
+    ) -> None:
+        """A record of the payload does not cover a marker put in place of the meta, even with its true digest."""
+        await filled.redact("branch-r", 1, reason="gdpr request")
+        (record,) = await _events(filled, REDACTIONS_STREAM)
+        digest = payload_digest(encode_json({"actor": "alice"}))
+        forged = marker_bytes(digest, "gdpr request", str(record.id))
+        await self.tamper(filled, "branch-r", 1, forged, column="meta")
+        report = await filled.verify()
+        assert not report.ok
+        assert any("meta was erased without a redaction record" in p.what for p in report.problems), (
+            report.problems
+        )
+
+    async def test_a_second_forged_record_for_a_redacted_event_fails_verify(self, filled: EventStore) -> None:
+        """A record with a false digest for a payload another record erased already is reported."""
+        await filled.redact("branch-r", 1, reason="gdpr request")
+        (record,) = await _events(filled, REDACTIONS_STREAM)
+        forged = {**record.data, "data_digest": "1" * 64, "reason": "forged"}
+        await filled.append(REDACTIONS_STREAM, [NewEvent(RECORD_TYPE, forged)])
+        report = await filled.verify()
+        assert not report.ok
+        assert any("a second time" in p.what for p in report.problems), report.problems
+
+    async def test_a_record_naming_another_event_id_fails_verify(self, filled: EventStore) -> None:
+        """The record's event id and type are checked against the event it names."""
+        await filled.redact("branch-r", 1, reason="gdpr request")
+        (record,) = await _events(filled, REDACTIONS_STREAM)
+        await filled.append(
+            REDACTIONS_STREAM,
+            [NewEvent(RECORD_TYPE, {**record.data, "version": 2, "event_id": str(uuid.uuid4()), "data_digest": None,
+                                    "meta_digest": None})],
+        )  # fmt: skip
+        report = await filled.verify()
+        assert any("names another event" in p.what for p in report.problems), report.problems

@@ -18,10 +18,12 @@ class TestMemoryStore(StoreConformance):
         async with open_store("memory://") as store:
             yield store
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
         assert isinstance(store, MemoryEventStore)
         position = store._streams[stream][version - 1]
-        store._rows[position - 1] = replace(store._rows[position - 1], data=data)
+        store._rows[position - 1] = replace(store._rows[position - 1], **{column: data})
 
     async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
         assert isinstance(store, MemoryEventStore)

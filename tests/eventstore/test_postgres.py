@@ -78,10 +78,12 @@ class TestPostgresConformance(StoreConformance):
         async with open_store(pg_url) as store:
             yield store
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
         assert isinstance(store, PostgresEventStore)
         await raw_sql(
-            f'UPDATE "{store.schema}".events SET data = %s WHERE stream = %s AND version = %s',
+            f'UPDATE "{store.schema}".events SET {column} = %s WHERE stream = %s AND version = %s',
             [data, stream, version],
         )
 

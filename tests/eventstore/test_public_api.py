@@ -55,6 +55,8 @@ PUBLIC = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "check_events",
+    "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",
@@ -65,6 +67,7 @@ PUBLIC = [
     "parse_store_url",
     "redacted_marker",
     "uuid7",
+    "verify_raw_events",
 ]
 
 

@@ -39,12 +39,14 @@ class TestSQLiteFile(StoreConformance):
         async with open_store(sqlite_url) as store:
             yield store
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
         assert isinstance(store, SQLiteEventStore)
         conn = sqlite3.connect(store.path, isolation_level=None)
         try:
             conn.execute(
-                "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+                f"UPDATE events SET {column} = ? WHERE stream = ? AND version = ?", (data, stream, version)
             )
         finally:
             conn.close()
@@ -68,10 +70,12 @@ class TestSQLiteMemory(StoreConformance):
         async with open_store("sqlite:///:memory:") as store:
             yield store
 
-    async def tamper(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
+    async def tamper(
+        self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
+    ) -> None:
         assert isinstance(store, SQLiteEventStore)
         store._conn.execute(  # the private database has no other way in
-            "UPDATE events SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
+            f"UPDATE events SET {column} = ? WHERE stream = ? AND version = ?", (data, stream, version)
         )
 
     async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:

@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from turnlog.eventstore import EventStore, MemoryEventStore
+from turnlog.eventstore import NO_STREAM, EventStore, MemoryEventStore, uuid7
 from turnlog.kernel import AmbiguousBranch, Branch, Kernel, UnknownBranch, UsageError
 from turnlog.kernel.testing import ScriptedModel
-from turnlog.projections import Instruction, System, rebuild
+from turnlog.projections import BranchCreated, Instruction, System, new_event, rebuild
 
 from .conftest import assert_rebuilds, first_record
 
@@ -70,13 +70,19 @@ async def test_load_unknown_lists_close_names(store: EventStore) -> None:
 
 
 async def test_load_ambiguous_lists_candidates(store: EventStore) -> None:
-    a = await Branch(store=store, name="twin").save()
-    b = await Branch(store=store, name="twin").save()
+    # Branch() refuses a taken name; a log from before that (or two processes racing) has twins.
+    a, b = (str(uuid7()) for _ in range(2))
+    for twin in (a, b):
+        await store.append(
+            f"branch-{twin}", [new_event(BranchCreated(branch_id=twin, name="twin"))], NO_STREAM
+        )
     with pytest.raises(AmbiguousBranch) as info:
         await Branch.load(store, "twin")
-    assert set(info.value.candidates) == {a.id, b.id}
+    assert set(info.value.candidates) == {a, b}
     with pytest.raises(AmbiguousBranch):
-        await Branch.load(store, a.id[:8])  # both ids share their leading timestamp
+        await Branch.load(store, a[:8])  # both ids share their leading timestamp
+    with pytest.raises(AmbiguousBranch):
+        await Branch.load_or_create(store, name="twin")
 
 
 async def test_at_gives_a_read_only_view_of_the_past(store: EventStore) -> None:
@@ -299,7 +305,7 @@ async def test_from_snapshot_restores_models_as_load_does(store: EventStore, tmp
 
     branch = Branch(store=store, chat_model=_ForeignModel({"provider": "acme-unknown", "model": "m1"}))
     await branch.communicate("hi")
-    path = await write_snapshot_file(tmp_path / "b.json", branch.state)
+    path = await write_snapshot_file(tmp_path / "b.json", branch.state, store=store)
     loaded = await Branch.load(store, branch.id)
     restored = await Branch.from_snapshot(path, store=store)
     assert restored.chat_model is None and loaded.chat_model is None

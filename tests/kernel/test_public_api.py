@@ -18,6 +18,7 @@ EXPORTED = [
     "AuditReport",
     "BindProviderSession",
     "Branch",
+    "BranchNameTaken",
     "BranchPort",
     "BufferProblem",
     "ChatParam",
@@ -37,6 +38,7 @@ EXPORTED = [
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
+    "MessageAdded",
     "MessageRecorded",
     "Middle",
     "NodeStatus",
@@ -52,6 +54,7 @@ EXPORTED = [
     "ReplayMismatch",
     "ResponseParseError",
     "RunEnd",
+    "RunFailed",
     "RunFailure",
     "RunParam",
     "RunRecoveryError",
@@ -69,6 +72,7 @@ EXPORTED = [
     "ToolRegistry",
     "TurnlogError",
     "UnknownBranch",
+    "UnknownOption",
     "UnknownSession",
     "UnknownTool",
     "UnsafePathError",
@@ -76,6 +80,7 @@ EXPORTED = [
     "VerbPort",
     "audit_replay",
     "called_message_ids",
+    "check_snapshot_files",
     "current_run",
     "execute_replay",
     "find_branch",
@@ -104,11 +109,25 @@ def test_public_names_are_defined_in_turnlog() -> None:
             assert value.__module__.startswith("turnlog."), (name, value.__module__)
 
 
-def test_signals_have_their_own_namespace_and_names_apart_from_events() -> None:
-    """The signals module exports the signals; none shares a name with a projections event."""
+def test_signals_have_the_seeds_names_in_their_own_namespace() -> None:
+    """The signals carry the seed's names (ADR-0021 D4); the older names are aliases of them."""
     import turnlog.projections
 
     assert turnlog.kernel.signals.__all__ == sorted(turnlog.kernel.signals.__all__)
-    for name in ("MessageRecorded", "RunEnd", "RunFailure", "RunStart", "Signal"):
+    for name in (
+        "MessageAdded",
+        "MessageRecorded",
+        "RunEnd",
+        "RunFailed",
+        "RunFailure",
+        "RunStart",
+        "Signal",
+    ):
         assert getattr(turnlog.kernel.signals, name) is getattr(turnlog.kernel, name)
-        assert not hasattr(turnlog.projections, name), name
+    assert turnlog.kernel.RunFailure is turnlog.kernel.RunFailed
+    assert turnlog.kernel.MessageRecorded is turnlog.kernel.MessageAdded
+    assert turnlog.kernel.RunFailed.__name__ == "RunFailed"
+    assert turnlog.kernel.MessageAdded.__name__ == "MessageAdded"
+    # Events and signals of one name are different classes: a payload is not a notification.
+    assert turnlog.kernel.RunFailed is not turnlog.projections.RunFailed
+    assert turnlog.kernel.MessageAdded is not turnlog.projections.MessageAdded

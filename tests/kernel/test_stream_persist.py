@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import orjson
 import pytest
 
 from turnlog.eventstore import EventStore
@@ -168,3 +172,57 @@ def test_stream_benchmark_runs_and_reports_every_peer(capsys: pytest.CaptureFixt
     assert rates["turnlog run(stream_persist=True)"] > 0 and rates["turnlog run(stream_persist=False)"] > 0
     if report["lionagi"] is not None:
         assert report["ratio_persist_vs_lionagi"] > 0
+
+
+async def _snapshot_file(store: EventStore, tmp_path: Path) -> tuple[Branch, Path]:
+    """A branch run with ``stream_persist`` into the store's own run directory, and its snapshot file."""
+    branch = Branch(store=store)
+    [m async for m in branch.run("go", chat_model=ChunkModel([text("a")]), stream_persist=True)]
+    (path,) = Path(f"{tmp_path / 'turnlog.db'}.runs").glob("*.json")
+    return branch, path
+
+
+def _rewrite(path: Path, change: Any, *, redigest: bool = False) -> None:
+    body = json.loads(path.read_text())
+    change(body)
+    if redigest:  # the edit of someone who knows the format: the digest recomputed
+        rest = {key: value for key, value in body.items() if key != "digest"}
+        body["digest"] = hashlib.sha256(orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    path.write_text(json.dumps(body))
+
+
+async def test_an_edited_snapshot_file_is_refused_naming_the_file(store: EventStore, tmp_path: Path) -> None:
+    """An edit of the content, a stripped digest, or a file bound to another history: each is refused."""
+    branch, path = await _snapshot_file(store, tmp_path)
+    assert (await Branch.from_snapshot(path, store=store)).id == branch.id
+    original = path.read_bytes()
+
+    def edit_text(body: dict[str, Any]) -> None:
+        for record in body["records"]:
+            record["data"] = json.loads(json.dumps(record["data"]).replace('"a"', '"forged"'))
+
+    _rewrite(path, edit_text)
+    assert b"forged" in path.read_bytes()
+    with pytest.raises(SnapshotFileError, match="digest does not match its content") as info:
+        await Branch.from_snapshot(path, store=store)
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    path.write_bytes(original)
+    _rewrite(path, lambda body: body.pop("digest"))
+    with pytest.raises(SnapshotFileError, match="carries no digest"):
+        await Branch.from_snapshot(path, store=store)
+    path.write_bytes(original)
+    _rewrite(path, lambda body: body.update(event_hash="0" * 64), redigest=True)
+    with pytest.raises(SnapshotFileError, match="hash in this store differs"):
+        await Branch.from_snapshot(path, store=store)
+
+
+async def test_verify_reports_an_edited_snapshot_file(store: EventStore, tmp_path: Path) -> None:
+    """``turnlog verify`` checks the snapshot files in the store's run directory."""
+    _, path = await _snapshot_file(store, tmp_path)
+    db = str(tmp_path / "turnlog.db")
+    clean = await anyio.run_process([sys.executable, "-m", "turnlog", "verify", "--store", db], check=False)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    _rewrite(path, lambda body: body.update(written_at="2000-01-01T00:00:00+00:00"))
+    done = await anyio.run_process([sys.executable, "-m", "turnlog", "verify", "--store", db], check=False)
+    assert done.returncode == 1
+    assert f"PROBLEM snapshot file {path}: its digest does not match its content" in done.stdout.decode()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from turnlog.kernel import ScriptExhaustedError
+from turnlog.eventstore import EventStore
+from turnlog.kernel import Branch, ScriptExhaustedError, UsageError
 from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, RateLimitError, Usage
 from turnlog.kernel.testing import FunctionModel, ScriptedModel
 
@@ -87,3 +88,44 @@ async def test_recorded_model_serves_recorded_answers_by_fingerprint() -> None:
         assert await copy.communicate("Capital of Germany?") == "Berlin."
         with pytest.raises(ReplayMismatch):
             await copy.communicate("Capital of Spain?")
+
+
+# ------------------------------------------------------------------ usage in either spelling
+
+
+async def test_usage_takes_the_fake_servers_spelling_too(store: EventStore) -> None:
+    """prompt_tokens / completion_tokens (the fake server's) count as input / output tokens."""
+    model = ScriptedModel(
+        {"text": "a", "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}},
+        {"text": "b", "usage": {"input_tokens": 5, "output_tokens": 2, "cost_usd": 0.5}},
+    )
+    branch = Branch(store=store, chat_model=model)
+    await branch.communicate("one")
+    await branch.communicate("two")
+    runs = list(branch.state.runs.values())
+    assert [(r.usage.input_tokens, r.usage.output_tokens) for r in runs] == [(7, 3), (5, 2)]
+
+
+@pytest.mark.parametrize(
+    ("usage", "complaint"),
+    [
+        ({"input_token": 1}, "unknown key 'input_token'"),
+        ({"prompt_tokens": 1, "input_tokens": 2}, "input_tokens twice"),
+        ({"output_tokens": "many"}, "output_tokens"),
+    ],
+)
+def test_a_bad_usage_is_refused_when_the_script_is_written(usage: dict[str, object], complaint: str) -> None:
+    """A malformed usage is a clear UsageError at construction, not a pydantic error in a failed run."""
+    with pytest.raises(UsageError, match=complaint):
+        ScriptedModel({"text": "a", "usage": usage})
+    with pytest.raises(UsageError, match=complaint):
+        ScriptedModel().add({"text": "a", "usage": usage})
+
+
+async def test_function_model_reads_either_spelling(store: EventStore) -> None:
+    """A FunctionModel reply's usage is read as ScriptedModel reads it."""
+    model = FunctionModel(lambda _: {"text": "ok", "usage": {"prompt_tokens": 4, "completion_tokens": 1}})
+    branch = Branch(store=store, chat_model=model)
+    await branch.communicate("q")
+    (run,) = branch.state.runs.values()
+    assert (run.usage.input_tokens, run.usage.output_tokens) == (4, 1)

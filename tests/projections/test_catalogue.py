@@ -24,6 +24,7 @@ from turnlog.projections import (
     DefaultBranchSet,
     EventData,
     EventDecodeError,
+    EventRegistry,
     InvalidEventDataError,
     MessageAdded,
     MessageAnnotated,
@@ -43,8 +44,12 @@ from turnlog.projections import (
     UnknownEventType,
     Usage,
     catalogue_upcasters,
+    content_fields,
     decode_event,
+    holds_content,
     new_event,
+    redaction_keep,
+    without_content,
 )
 
 from .strategies import json_values, messages
@@ -279,3 +284,63 @@ def test_registering_a_clashing_name_fails() -> None:
 
 def test_ids_in_new_events_are_uuids() -> None:
     assert isinstance(new_event(MessagesCleared()).id, uuid.UUID)
+
+
+def _undeclared(registry: EventRegistry) -> list[str]:
+    """The types of ``registry`` that do not say which of their fields hold content."""
+    found = []
+    for name in registry:
+        schema = registry.get(name)
+        assert schema is not None
+        fields = schema.content_fields
+        if fields is None:
+            found.append(name)
+        else:
+            unknown = set(fields) - set(schema.model_fields)
+            assert not unknown, f"{name} declares content fields it does not have: {unknown}"
+    return found
+
+
+def test_every_catalogue_type_declares_its_content_fields() -> None:
+    """redact, forget and the exports find content only where the catalogue says it is."""
+    assert _undeclared(CATALOGUE) == []
+    # The walk notices a type that declares nothing (and would be erased whole).
+    reg = CATALOGUE.copy()
+
+    class NoteAdded(EventData):
+        event_type: ClassVar[str] = "test.note_added"
+        text: str
+
+    reg.register(NoteAdded)
+    assert _undeclared(reg) == ["test.note_added"]
+    assert content_fields("test.note_added", reg) is None
+    assert redaction_keep("test.note_added", {"text": "x"}, registry=reg) is None
+
+
+def test_the_content_of_the_model_call_and_the_run_is_declared() -> None:
+    """What the issue names as content is declared: raw response, errors, chunks, tool data."""
+    assert {"response", "error_message", "params"} <= set(content_fields("model.called") or ())
+    assert {"error_message", "recovered"} <= set(content_fields("run.failed") or ())
+    assert {"content", "tool_input", "tool_output", "metadata"} <= set(content_fields("stream.chunk") or ())
+    assert content_fields("message.added") == ("message",)
+    assert content_fields("node.completed") == ("result",)
+    assert content_fields("run.started") == ()
+
+
+def test_redaction_keep_keeps_structure_and_a_decodable_payload() -> None:
+    """What a redaction keeps still decodes, and holds no content."""
+    failed = RunFailed(
+        run_id="r", verb="chat", duration_ms=2.0, error_type="X", error_message="alice", reason="error"
+    ).model_dump(mode="json")
+    kept = redaction_keep("run.failed", failed)
+    assert kept is not None and "alice" not in repr(kept)
+    assert RunFailed.model_validate(kept).run_id == "r"
+    chunk = ChunkReceived(seq=3, type="tool_use", tool_name="f", tool_input={"q": "alice"}).model_dump(
+        mode="json"
+    )
+    kept = redaction_keep("stream.chunk", chunk)
+    assert kept is not None and "alice" not in repr(kept)
+    assert ChunkReceived.model_validate(kept).seq == 3
+    assert holds_content("stream.chunk", chunk)
+    assert not holds_content("stream.chunk", kept)
+    assert without_content("run.started", {"run_id": "r", "verb": "chat"}) == {"run_id": "r", "verb": "chat"}

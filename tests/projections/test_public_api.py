@@ -72,11 +72,13 @@ def test_public_api() -> None:
         "UsageError",
         "apply",
         "catalogue_upcasters",
+        "content_fields",
         "decode_event",
         "diff",
         "fold",
         "fork",
         "history",
+        "holds_content",
         "load_snapshot_state",
         "maybe_snapshot",
         "message_from_dict",
@@ -89,6 +91,7 @@ def test_public_api() -> None:
         "snapshot_records",
         "visible_data",
         "visible_event",
+        "without_content",
         "write_snapshots",
     ]
 

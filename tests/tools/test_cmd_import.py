@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from turnlog.eventstore import open_store
+from turnlog.eventstore import REDACTIONS_STREAM, NewEvent, encode_json, event_hash, open_store
 from turnlog.kernel import Branch
 from turnlog.kernel.testing import ScriptedModel
 
@@ -174,3 +176,50 @@ def test_streams_not_named_by_an_id_are_refused(export: Path, tmp_path: Path, ba
     proc = turnlog("import", str(crafted), "--store", str(target))
     assert proc.returncode == 2 and "not named by an id" in proc.stderr, proc.stderr
     assert not target.exists()
+
+
+def _forged_record(about: dict[str, object], digest: str) -> str:
+    """A redaction record for the event ``about``, hashed and chained as the store would (version 1)."""
+    data = {"stream": about["stream"], "version": about["version"], "event_id": about["id"],
+            "event_type": about["type"], "data_digest": digest, "meta_digest": None, "reason": "forged",
+            "actor": "", "kept": None}  # fmt: skip
+    event_id, recorded_at = str(uuid.uuid4()), "2026-01-01T00:00:00+00:00"
+    micros = int(datetime.fromisoformat(recorded_at).timestamp()) * 1_000_000
+    hashed = event_hash(
+        "", event_id, REDACTIONS_STREAM, 1, "store.redacted", 1, encode_json(data), b"{}", micros
+    )
+    return json.dumps({"id": event_id, "stream": REDACTIONS_STREAM, "version": 1, "position": 999,
+                       "type": "store.redacted", "schema": 1, "data": data, "meta": {},
+                       "recorded_at": recorded_at, "prev_hash": "", "hash": hashed})  # fmt: skip
+
+
+def test_a_smuggled_redaction_record_is_refused_and_nothing_is_written(export: Path, tmp_path: Path) -> None:
+    """A record of the reserved stream that would not verify is refused before anything is written."""
+    lines = export.read_text().splitlines()
+    smuggled = tmp_path / "smuggled.jsonl"
+    smuggled.write_text("\n".join([*lines, _forged_record(json.loads(lines[0]), "0" * 64)]) + "\n")
+    target = tmp_path / "target.db"
+    done = turnlog("import", str(smuggled), "--store", str(target))
+    assert done.returncode != 0
+    assert "redaction records would not verify" in done.stderr and "nothing was imported" in done.stderr
+    assert not target.exists()
+    assert turnlog("import", str(export), "--store", str(target)).returncode == 0
+    again = turnlog("import", str(smuggled), "--store", str(target))  # onto the store holding the rest
+    assert again.returncode != 0 and "would not verify" in again.stderr
+    assert turnlog("verify", "--store", str(target)).returncode == 0
+
+
+async def test_an_export_of_a_redacted_store_imports_and_verifies(tmp_path: Path) -> None:
+    """Records and markers that verify as a whole are imported, and the copy verifies."""
+    source = tmp_path / "source.db"
+    async with open_store(f"sqlite:///{source}") as store:
+        await store.append("notes", [NewEvent("note.added", {"text": "alice@example.com"}, {"by": "a"})])
+        await store.append("notes", [NewEvent("note.added", {"text": "kept"})])
+        await store.redact("notes", 1, reason="gdpr", include_meta=True)
+    out = tmp_path / "export.jsonl"
+    assert turnlog("export", "--store", str(source), "--out", str(out)).returncode == 0
+    target = tmp_path / "target.db"
+    done = turnlog("import", str(out), "--store", str(target))
+    assert done.returncode == 0, done.stderr
+    checked = turnlog("verify", "--store", str(target))
+    assert checked.returncode == 0, checked.stdout

@@ -1,4 +1,4 @@
-"""Tables on a terminal never cut an id or a name: other columns wrap or are left out first."""
+"""Tables on a terminal never split or cut an id, a name or a number, and never leave a column out."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_branch_ids_and_names_are_whole_at_any_width(
     assert max(len(line) for line in out.splitlines()) <= width
 
 
-def test_model_names_are_whole_and_the_columns_that_do_not_fit_are_named(
+def test_model_names_and_numbers_are_whole_and_no_column_is_left_out(
     terminal: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
@@ -38,7 +38,21 @@ def test_model_names_are_whole_and_the_columns_that_do_not_fit_are_named(
     _output.print_table(columns, [[MODEL, 5, 0, "0.0%", 1740, 184, "0.000990", 118.63]])
     out = capsys.readouterr().out
     assert MODEL in out and "…" not in out
-    assert "left out at this width" in out
+    assert "left out" not in out
+    assert "0.000990" in out.split() and "118.63" in out.split()  # numbers on one line each
+    assert all(name.split()[0] in out for name in columns)
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_prose_wraps_at_spaces_and_keeps_an_id_in_it_whole(
+    terminal: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    summary = f"communicate started after a long wait for the model (run {BRANCH}) and more words"
+    _output.print_table(["v", "type", "what"], [[1, "run.started", summary]])
+    out = capsys.readouterr().out
+    assert any(BRANCH in line for line in out.splitlines())
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_ids_wider_than_the_terminal_fall_back_to_plain_lines(

@@ -6,6 +6,11 @@ JSON Lines writes one ``RecordedEvent`` per line with every field (``id``, ``str
 file per table into a directory: ``events.parquet`` (the envelope, flat, with ``data`` and
 ``meta`` as JSON text and the correlation ids pulled out) and one file per fact table.
 Parquet needs pyarrow: ``pip install 'turnlog[analytics]'``.
+
+``content=False`` writes every payload without its conversation content, as the event
+catalogue declares it (``turnlog.projections.without_content``, the declaration ``redact``
+and ``forget`` use), and leaves the tool facts' error text out: a file to share for
+analysis that holds no one's words. Its hashes then no longer match its payloads.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import IO, Any
 import anyio
 import orjson
 
-from turnlog.eventstore import EventStore, RecordedEvent
+from turnlog.eventstore import EventStore, RecordedEvent, is_redacted
+from turnlog.projections import without_content
 
 from ._errors import MissingExtraError
 from ._facts import branch_of
@@ -37,8 +43,22 @@ EVENT_COLUMNS: tuple[str, ...] = (
 _ROW_GROUP = 50_000
 
 
-def envelope(event: RecordedEvent) -> dict[str, Any]:
-    """Every field of a recorded event as a JSON-ready dict (``recorded_at`` in ISO 8601 UTC)."""
+_CONTENT_FACT_COLUMNS = frozenset({"turnlog.error"})
+"""Fact columns copied from content (a tool result's error text), left out by ``content=False``."""
+
+
+def payload_of(event: RecordedEvent, *, content: bool = True) -> dict[str, Any]:
+    """The event's ``data``; with ``content=False``, without its content (the catalogue's declaration)."""
+    if content or is_redacted(event.data):
+        return event.data
+    return without_content(event.type, event.data)
+
+
+def envelope(event: RecordedEvent, *, content: bool = True) -> dict[str, Any]:
+    """Every field of a recorded event as a JSON-ready dict (``recorded_at`` in ISO 8601 UTC).
+
+    With ``content=False`` the ``data`` holds no conversation content (see ``payload_of``).
+    """
     return {
         "id": str(event.id),
         "stream": event.stream,
@@ -46,7 +66,7 @@ def envelope(event: RecordedEvent) -> dict[str, Any]:
         "position": event.position,
         "type": event.type,
         "schema": event.schema,
-        "data": event.data,
+        "data": payload_of(event, content=content),
         "meta": event.meta,
         "recorded_at": event.recorded_at.astimezone(UTC).isoformat(timespec="microseconds"),
         "prev_hash": event.prev_hash,
@@ -79,12 +99,17 @@ async def events_of(
         yield event
 
 
-async def export_jsonl(store: EventStore, out: IO[bytes], *, branch: str | None = None) -> int:
-    """Write the envelope of every event (of one branch) to ``out``, one line each; return the count."""
+async def export_jsonl(
+    store: EventStore, out: IO[bytes], *, branch: str | None = None, content: bool = True
+) -> int:
+    """Write the envelope of every event (of one branch) to ``out``, one line each; return the count.
+
+    With ``content=False`` no payload holds conversation content (see ``payload_of``).
+    """
     count = 0
     dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     async for event in events_of(store, branch):
-        out.write(dumps(envelope(event), option=newline))
+        out.write(dumps(envelope(event, content=content), option=newline))
         count += 1
     return count
 
@@ -99,14 +124,20 @@ def _pyarrow() -> Any:
 
 
 async def export_parquet(
-    store: EventStore, projection: AnalyticsProjection, out_dir: str | Path, *, branch: str | None = None
+    store: EventStore,
+    projection: AnalyticsProjection,
+    out_dir: str | Path,
+    *,
+    branch: str | None = None,
+    content: bool = True,
 ) -> dict[str, int]:
     """Write ``events.parquet`` and one Parquet file per fact table into ``out_dir``.
 
     The projection is brought up to date first, and the events written stop at its
     checkpoint, so events and facts describe the same moment. With ``branch``, events are
     those of ``events_of(store, branch)`` and facts those whose ``gen_ai.conversation.id``
-    is the branch.
+    is the branch. With ``content=False`` the events' payloads hold no conversation content
+    and the facts copied from content (a tool's error text) are left empty.
 
     Returns:
         Rows written per file name.
@@ -120,11 +151,15 @@ async def export_parquet(
     # Events and facts of one moment: the facts' checkpoint bounds the events written.
     report = await projection.update()
     written = {
-        "events.parquet": await _write_events(pa, store, out / "events.parquet", branch, report.to_position)
+        "events.parquet": await _write_events(
+            pa, store, out / "events.parquet", branch, report.to_position, content
+        )
     }
     for table in FACT_TABLES:
         where, params = ("", ()) if branch is None else (' WHERE "gen_ai.conversation.id" = ?', (branch,))
         rows = await projection.sql(f"SELECT * FROM {table.name}{where} ORDER BY position", params)
+        if not content:
+            rows = _without_content_facts(table, rows)
         name = f"{table.name.removeprefix('analytics_')}.parquet"
         written[name] = _write_facts(pa, table, rows, out / name)
     return written
@@ -141,7 +176,16 @@ def _event_schema(pa: Any) -> Any:
     return pa.schema([(name, types.get(name, text)) for name in EVENT_COLUMNS])
 
 
-async def _write_events(pa: Any, store: EventStore, path: Path, branch: str | None, upto: int) -> int:
+def _without_content_facts(table: FactTable, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    blank = {i for i, column in enumerate(table.columns) if column.name in _CONTENT_FACT_COLUMNS}
+    if not blank:
+        return rows
+    return [tuple(None if i in blank else value for i, value in enumerate(row)) for row in rows]
+
+
+async def _write_events(
+    pa: Any, store: EventStore, path: Path, branch: str | None, upto: int, content: bool = True
+) -> int:
     schema = _event_schema(pa)
     count = 0
     columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
@@ -154,7 +198,8 @@ async def _write_events(pa: Any, store: EventStore, path: Path, branch: str | No
                 ("recorded_at", event.recorded_at), ("branch_id", branch_of(event)),
                 ("session_id", meta.get("session_id")),
                 ("run_id", meta.get("run_id") or event.data.get("run_id")),
-                ("data", orjson.dumps(event.data).decode()), ("meta", orjson.dumps(meta).decode()),
+                ("data", orjson.dumps(payload_of(event, content=content)).decode()),
+                ("meta", orjson.dumps(meta).decode()),
                 ("prev_hash", event.prev_hash), ("hash", event.hash),
             ):  # fmt: skip
                 columns[name].append(value)

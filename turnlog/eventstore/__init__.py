@@ -8,6 +8,7 @@ that the package imports without the PostgreSQL driver; without it, that name ra
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._base import EventStore
+from ._chain import verify_raw_events
 from ._encoder import EventEncoder, encode_events
 from ._encoding import encode_json, event_hash
 from ._errors import (
@@ -56,6 +57,7 @@ from ._redaction import (
     is_redacted,
     redacted_marker,
 )
+from ._shown import check_events, check_stream
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
 from ._upgrade import UPGRADES_STREAM, UpgradeRefused
@@ -111,6 +113,8 @@ __all__ = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "check_events",
+    "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",
@@ -121,6 +125,7 @@ __all__ = [
     "parse_store_url",
     "redacted_marker",
     "uuid7",
+    "verify_raw_events",
 ]
 
 

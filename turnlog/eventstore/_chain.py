@@ -11,13 +11,13 @@ from uuid import UUID
 
 import orjson
 
-from ._encoding import as_bytes, digest_event_hash, event_hash, legacy_event_hash
+from ._encoding import as_bytes, digest_event_hash, event_hash, legacy_event_hash, payload_digest
 from ._ids import CANONICAL_ID
 from ._records import Problem, VerifyReport
-from ._redaction import RedactionRecords, part_digest
+from ._redaction import REDACTIONS_STREAM, RedactionRecords, part_digest
 from ._snapshots import snapshot_problem
 
-__all__ = ["ChainChecker"]
+__all__ = ["ChainChecker", "verify_raw_events"]
 
 _as_bytes = as_bytes
 
@@ -143,27 +143,44 @@ class ChainChecker:
         erased = self.redactions.by_event.get((stream, version)) if self.redactions.by_event else None
         if erased is not None:
             self.redactions.seen.add((stream, version))
+            if erased.event_id != event_id or erased.event_type not in (None, type_):
+                problem("its redaction record names another event (its id or type differs)")
         data_d, data_gone = self._part_digest(
             data_b,
             None if erased is None else erased.data_digest,
             "payload",
             problem,
             None if erased is None else erased.kept,
+            None if erased is None else erased.data_record,
         )
         meta_d, meta_gone = self._part_digest(
-            meta_b, None if erased is None else erased.meta_digest, "meta", problem
+            meta_b,
+            None if erased is None else erased.meta_digest,
+            "meta",
+            problem,
+            None,
+            None if erased is None else erased.meta_record,
         )
         args = (prev_hash, event_id, stream, version, type_, schema)
         if digest_event_hash(*args, data_d, meta_d, recorded_at_us) == hash_:
             if data_gone or meta_gone:
                 if erased is None:
                     problem("its payload was removed without a redaction record")
-                else:
-                    self.redacted += 1
+                    return
+                self.redacted += 1
+                # A record of the payload does not cover a marker put in place of the meta
+                # (or the reverse): that part was erased without a record.
+                for what, gone, recorded in (("payload", data_gone, erased.data_digest),
+                                             ("meta", meta_gone, erased.meta_digest)):  # fmt: skip
+                    if gone and recorded is None:
+                        problem(f"its {what} was erased without a redaction record")
             return
-        if (data_gone or meta_gone) and erased is None:
+        if (data_gone or meta_gone) and (erased is None or _unrecorded_marker(erased, data_gone, meta_gone)):
             # A payload that merely looks like a marker is the user's own data.
-            if event_hash(*args, data_b, meta_b, recorded_at_us) == hash_:
+            if erased is None and event_hash(*args, data_b, meta_b, recorded_at_us) == hash_:
+                return
+            if erased is not None and self._as_user_data(args, erased, data_b, meta_b, recorded_at_us, hash_):
+                self.redacted += 1
                 return
             problem("its payload was removed without a redaction record (or altered)")
             return
@@ -172,6 +189,20 @@ class ChainChecker:
             return
         if legacy_event_hash(*args, data_b, meta_b, recorded_at_us) != hash_:
             problem("hash does not match the stored bytes (the event was altered)")
+
+    @staticmethod
+    def _as_user_data(
+        args: tuple[str, str, str, int, str, int],
+        erased: Any,
+        data_b: bytes,
+        meta_b: bytes,
+        recorded_at_us: int,
+        hash_: str,
+    ) -> bool:
+        """Whether the chain holds when a part that looks like a marker, but that no record erased, is user data."""
+        data_d = erased.data_digest or payload_digest(data_b)
+        meta_d = erased.meta_digest or payload_digest(meta_b)
+        return digest_event_hash(*args, data_d, meta_d, recorded_at_us) == hash_
 
     def add_snapshot(self, row: Sequence[Any], log_hash: Any) -> None:
         """Check one stored snapshot (``RawSnapshot`` order) against its digest and the log.
@@ -211,6 +242,27 @@ class ChainChecker:
         self.problems.extend(self.redactions.unmatched(stream))
 
 
+def verify_raw_events(events: Iterable[Iterable[Any]]) -> VerifyReport:
+    """``verify`` of a log given as stored rows (``RawEvent`` s), before any store holds it.
+
+    Each stream must be given whole, from version 1; redaction records (stream
+    ``turnlog.redactions``) are checked against the events they name as a store's ``verify``
+    checks them. ``turnlog import`` runs it on what an import would add before writing it.
+
+    Example::
+
+        report = verify_raw_events(await store.raw_events(0, 1000))
+    """
+    rows = sorted((tuple(event) for event in events), key=lambda row: (str(row[2]), row[3]))
+    checker = ChainChecker(
+        RedactionRecords.from_rows((row[3], row[6], row[1]) for row in rows if row[2] == REDACTIONS_STREAM)
+    )
+    for row in rows:
+        checker.add_row(row)
+    checker.finish(None)
+    return checker.report()
+
+
 _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("position", (int,)),
     ("id", (str, UUID)),
@@ -224,6 +276,11 @@ _ROW_TYPES: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("prev_hash", (str,)),
     ("hash", (str,)),
 )
+
+
+def _unrecorded_marker(erased: Any, data_gone: bool, meta_gone: bool) -> bool:
+    """Whether a part holds a marker that the event's redaction records do not account for."""
+    return (data_gone and erased.data_digest is None) or (meta_gone and erased.meta_digest is None)
 
 
 def _is_int(value: object) -> bool:

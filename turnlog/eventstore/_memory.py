@@ -352,7 +352,7 @@ class MemoryEventStore(EventStore):
         if stream is not None:
             check_stream_name(stream)
         records = RedactionRecords.from_rows(
-            (self._rows[p - 1].version, self._rows[p - 1].data)
+            (self._rows[p - 1].version, self._rows[p - 1].data, self._rows[p - 1].id)
             for p in self._streams.get(REDACTIONS_STREAM, ())
         )
         checker = ChainChecker(records)

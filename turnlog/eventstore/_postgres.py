@@ -964,8 +964,14 @@ class PostgresEventStore(EventStore):
         under it too, as an append's is (see the module docstring).
         """
         sql = self._sql
+        quiet = bool(events) and await self._reclaim_positions(conn, events[0].position)
         await conn.execute(sql.take_lock)
-        xid_text, position = await (await conn.execute(sql.reserved_high)).fetchone()
+        xid_text, handed_out, stored = await (await conn.execute(sql.reserved_high)).fetchone()
+        # With every writer kept out, positions handed out but not stored never will be: an
+        # import resumed after a kill may take them again, as its first run meant to.
+        position = high = max(handed_out, stored)
+        if quiet:
+            position = stored
         streams = list(dict.fromkeys(e.stream for e in events)) or [""]
         rows = await (await conn.execute(sql.heads, [streams])).fetchall()
         tips = {row[0]: (row[1] or 0, row[2] or "") for row in rows}
@@ -982,11 +988,26 @@ class PostgresEventStore(EventStore):
                 column.append(value)
             tips[event.stream] = (event.version, event.hash)
         if columns[0]:
-            await conn.execute(sql.advance, [position, True])
+            await conn.execute(sql.advance, [max(position, high), True])
         await conn.execute(sql.release_lock)
         if columns[0]:
             await conn.execute(sql.insert_raw, columns)
             self._own_xid = max(self._own_xid, int(xid_text))
+
+    async def _reclaim_positions(self, conn: Any, first: int) -> bool:
+        """Keep writers out when ``first`` falls among positions handed out but not stored.
+
+        An import or migrate killed after moving the sequence leaves it ahead of what is
+        stored, and a re-run brings the same positions again. Waiting for every writer of the
+        events table to end (``Sql.quiesce``, taken before the position lock, in the order
+        appends take them) proves that those positions will never be stored by anyone else,
+        so the re-run may use them; until commit, appends wait. Returns whether it did so.
+        """
+        handed_out, stored = await (await conn.execute(self._sql.positions_high)).fetchone()
+        if not stored < first <= handed_out:
+            return False
+        await conn.execute(self._sql.quiesce)
+        return True
 
     async def _import_snapshots(self, conn: Any, snapshots: Sequence[RawSnapshot]) -> None:
         async with conn.cursor() as cursor:

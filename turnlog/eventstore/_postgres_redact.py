@@ -29,8 +29,8 @@ this one and not the other way round.
 
 
 def redaction_rows_query(events_table: str) -> str:
-    """The query of ``(version, data)`` of every redaction record (one parameter: the stream)."""
-    return f"SELECT version, data FROM {events_table} WHERE stream = %s ORDER BY version"
+    """The query of ``(version, data, id)`` of every redaction record (one parameter: the stream)."""
+    return f"SELECT version, data, event_id FROM {events_table} WHERE stream = %s ORDER BY version"
 
 
 async def redact_postgres(

@@ -195,11 +195,17 @@ class Sql:
         self.notify = f"SELECT pg_notify('{self.channel}', %s)"
         self.take_lock = f"SELECT pg_advisory_lock({self.position_lock})"
         self.release_lock = f"SELECT pg_advisory_unlock({self.position_lock})"
-        # What import_raw must stay above: every position stored or handed out so far.
-        self.reserved_high = f"""
-            SELECT pg_current_xact_id()::text, greatest(
-                (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {self.sequence}),
-                (SELECT coalesce(max(position), 0) FROM {s}.events))"""
+        # What import_raw must stay above: every position handed out so far, and every one stored
+        # (the sequence runs ahead of the stored ones after a rollback, or an import killed
+        # after moving it: setval is not undone by a rollback).
+        self.positions_high = f"""
+            SELECT (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {self.sequence}),
+                   (SELECT coalesce(max(position), 0) FROM {s}.events)"""
+        self.reserved_high = f"SELECT pg_current_xact_id()::text, r.* FROM ({self.positions_high}) AS r"
+        # SHARE conflicts with the ROW EXCLUSIVE lock every writer of events holds from the
+        # start of its statement (before it takes positions) to its end: once granted, no
+        # position handed out can still be stored by anyone, and none is handed out until commit.
+        self.quiesce = f"LOCK TABLE {s}.events IN SHARE MODE"
         self.advance = f"SELECT setval('{self.sequence}', greatest(%s, 1), %s)"
         self.insert_raw = f"""
             WITH ins AS (

@@ -173,11 +173,21 @@ def record_event(
 
 @dataclass(frozen=True, slots=True)
 class _Erased:
+    """What the records of one event say: the digests, and the record that erased each part.
+
+    ``data_record`` and ``meta_record`` are ``(record id, reason)`` of the record that erased
+    that part (the id is None when the rows were read without ids); a marker must name that
+    record and that reason. ``event_type`` is None when no record named it.
+    """
+
     event_id: str
     data_digest: str | None
     meta_digest: str | None
     reasons: tuple[str, ...]
     kept: Any = None
+    event_type: str | None = None
+    data_record: tuple[str | None, str] | None = None
+    meta_record: tuple[str | None, str] | None = None
 
 
 @dataclass(slots=True)
@@ -192,24 +202,28 @@ class RedactionRecords:
     seen: set[tuple[str, int]] = field(default_factory=set)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[tuple[int, Any]]) -> RedactionRecords:
-        """Parse ``(version, data)`` rows of the reserved stream; malformed ones become problems."""
+    def from_rows(cls, rows: Iterable[Sequence[Any]]) -> RedactionRecords:
+        """Parse ``(version, data, id)`` rows of the reserved stream; malformed ones become problems.
+
+        ``id`` (the record's event id, which markers name) may be left out: ``(version, data)``.
+        A part of an event erased by two records is a problem: a redaction of a part already
+        erased writes no record, so the second one was forged.
+        """
         records = cls()
-        for version, raw in rows:
-            raw_b = (
-                raw
-                if isinstance(raw, bytes)
-                else bytes(raw)
-                if isinstance(raw, memoryview)
-                else str(raw).encode()
-            )
+        for row in rows:
+            version, raw = row[0], row[1]
+            record_id = str(row[2]) if len(row) > 2 else None
+            raw_b = _as_bytes(raw) if isinstance(raw, (bytes, str, memoryview)) else str(raw).encode()
             try:
                 body = orjson.loads(raw_b)
                 stream, target = body["stream"], body["version"]
                 event_id, reason = str(body["event_id"]), str(body["reason"])
                 data_d, meta_d = body.get("data_digest"), body.get("meta_digest")
+                event_type = body.get("event_type")
                 if not isinstance(stream, str) or not isinstance(target, int):
                     raise TypeError("stream or version of the wrong type")
+                if not all(d is None or isinstance(d, str) for d in (data_d, meta_d, event_type)):
+                    raise TypeError("a digest or the event type is not a string")
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                 if stored_marker(raw_b) is not None:
                     what = "a redaction record was itself erased"
@@ -217,19 +231,43 @@ class RedactionRecords:
                     what = f"malformed redaction record: {exc}"
                 records.problems.append(Problem(REDACTIONS_STREAM, version, what))
                 continue
-            key = (stream, target)
-            old = records.by_event.get(key)
-            if old is None:
-                records.by_event[key] = _Erased(event_id, data_d, meta_d, (reason,), body.get("kept"))
-            else:
-                records.by_event[key] = _Erased(
-                    event_id,
-                    old.data_digest or data_d,
-                    old.meta_digest or meta_d,
-                    (*old.reasons, reason),
-                    old.kept if old.data_digest else body.get("kept"),
-                )
+            records._add(version, (stream, target), body, _Erased(
+                event_id, data_d, meta_d, (reason,), body.get("kept") if data_d else None, event_type,
+                (record_id, reason) if data_d else None, (record_id, reason) if meta_d else None,
+            ))  # fmt: skip
         return records
+
+    def _add(self, version: int, key: tuple[str, int], body: dict[str, Any], new: _Erased) -> None:
+        """Merge the record at ``version`` of the reserved stream into what is known of its event."""
+        old = self.by_event.get(key)
+        if old is None:
+            self.by_event[key] = new
+            return
+
+        def problem(what: str) -> None:
+            self.problems.append(
+                Problem(
+                    REDACTIONS_STREAM, version, f"the redaction record of {key[0]!r} version {key[1]} {what}"
+                )
+            )
+
+        if new.data_digest and old.data_digest:
+            problem("erases its payload a second time (a forged record?)")
+        if new.meta_digest and old.meta_digest:
+            problem("erases its meta a second time (a forged record?)")
+        types = {new.event_type, old.event_type} - {None}
+        if new.event_id != old.event_id or len(types) > 1:
+            problem("names another event than the earlier record of that version")
+        self.by_event[key] = _Erased(
+            old.event_id,
+            old.data_digest or new.data_digest,
+            old.meta_digest or new.meta_digest,
+            (*old.reasons, *new.reasons),
+            old.kept if old.data_digest else new.kept,
+            old.event_type or new.event_type,
+            old.data_record or new.data_record,
+            old.meta_record or new.meta_record,
+        )
 
     def reasons(self, stream: str | None = None) -> set[str]:
         """The distinct reasons of the records (of one stream's events when given)."""
@@ -255,10 +293,13 @@ def part_digest(
     what: str,
     problem: Any,
     kept: Any = None,
+    record: tuple[str | None, str] | None = None,
 ) -> tuple[str, bool]:
     """The digest of a stored ``data`` or ``meta`` for the chain, and whether it was erased.
 
-    ``recorded`` is the digest a redaction record gives for it (None without a record).
+    ``recorded`` is the digest a redaction record gives for it (None without a record), and
+    ``record`` that record's ``(id, reason)``: every field of a marker (digest, reason, record
+    id, kept fields) must be the record's, since only the digest is under the hash chain.
     ``problem`` is called with a sentence for each inconsistency.
     """
     marker = stored_marker(raw)
@@ -272,6 +313,12 @@ def part_digest(
         problem(f"the redaction marker of its {what} disagrees with the redaction record's digest")
     if what == "payload" and marker.kept != kept:
         problem("the fields kept by its redaction marker differ from those of the redaction record")
+    if record is not None:
+        record_id, reason = record
+        if record_id is not None and marker.record != record_id:
+            problem(f"the redaction marker of its {what} names another record than the one that erased it")
+        if marker.reason != reason:
+            problem(f"the reason in the redaction marker of its {what} differs from the redaction record's")
     return recorded, True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 import urllib.parse
 
 from ._errors import CorruptStoreError, StoreError, StoreFormatError, StoreNotFound, StoreUnavailable
@@ -58,7 +59,7 @@ def connect(
             # before the switch to WAL, which would write a header into an empty file
             raise StoreNotFound(target, "the database is empty")
         if not in_memory:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _switch_to_wal(conn, busy_ms)
             if mode.lower() != "wal":
                 raise StoreError(f"cannot switch {target} to WAL mode (got {mode!r})")
             if durability == "normal":
@@ -83,6 +84,26 @@ def connect(
         close_quietly(conn)
         raise CorruptStoreError(target, f"SQLite returned garbage while opening it ({exc!r})") from exc
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_ms: int) -> str:
+    """``PRAGMA journal_mode = WAL``, retried while another connection holds the file, up to ``busy_ms``.
+
+    SQLite answers "database is locked" at once, without calling the busy handler, when the
+    switch would have to wait for a connection that is itself switching or creating the
+    schema (a deadlock it cannot rule out). Several processes opening one new file hit
+    exactly that, so the wait the busy timeout promises is done here.
+    """
+    deadline = time.monotonic() + busy_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def damage_or_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:

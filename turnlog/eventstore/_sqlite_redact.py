@@ -24,10 +24,10 @@ from ._validation import PreparedAppend, prepare_events
 __all__ = ["erase_freed", "redact_sync", "redaction_rows", "upgrade_sync"]
 
 
-def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
-    """``(version, data)`` of every redaction record, for ``RedactionRecords.from_rows``."""
+def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes, str]]:
+    """``(version, data, id)`` of every redaction record, for ``RedactionRecords.from_rows``."""
     return conn.execute(
-        "SELECT version, data FROM events WHERE stream = ? ORDER BY version", (REDACTIONS_STREAM,)
+        "SELECT version, data, id FROM events WHERE stream = ? ORDER BY version", (REDACTIONS_STREAM,)
     ).fetchall()
 
 

@@ -49,7 +49,7 @@ def plan_upgrade(stored: Iterable[Iterable[Any]], actor: str) -> ChainUpgrade:
         UpgradeRefused: the log does not verify.
     """
     rows = [tuple(row) for row in stored]
-    records = RedactionRecords.from_rows((r[3], r[6]) for r in rows if r[2] == REDACTIONS_STREAM)
+    records = RedactionRecords.from_rows((r[3], r[6], r[1]) for r in rows if r[2] == REDACTIONS_STREAM)
     checker = ChainChecker(records)
     for row in rows:
         checker.add_row(row)

@@ -24,6 +24,7 @@ from ._control import LoopBreak, LoopControl, LoopDirective
 from ._errors import (
     AmbiguousBranch,
     AmbiguousSession,
+    BranchNameTaken,
     ExecutionError,
     KernelError,
     OperationError,
@@ -33,6 +34,7 @@ from ._errors import (
     ScriptExhaustedError,
     TurnlogError,
     UnknownBranch,
+    UnknownOption,
     UnknownSession,
     UsageError,
 )
@@ -42,7 +44,7 @@ from ._lifecycle import RunScope, current_run, lifecycle, observed_run
 from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
-from ._persist import PersistOptions, SnapshotFileError, UnsafePathError
+from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
 from ._port import BranchPort, VerbPort
 from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
@@ -57,7 +59,7 @@ from ._tools import (
     UnknownTool,
 )
 from .models import iModel
-from .signals import MessageRecorded, Observer, RunEnd, RunFailure, RunStart, Signal
+from .signals import MessageAdded, MessageRecorded, Observer, RunEnd, RunFailed, RunFailure, RunStart, Signal
 
 __all__ = [
     "ActionParam",
@@ -68,6 +70,7 @@ __all__ = [
     "AuditReport",
     "BindProviderSession",
     "Branch",
+    "BranchNameTaken",
     "BranchPort",
     "BufferProblem",
     "ChatParam",
@@ -87,6 +90,7 @@ __all__ = [
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
+    "MessageAdded",
     "MessageRecorded",
     "Middle",
     "NodeStatus",
@@ -102,6 +106,7 @@ __all__ = [
     "ReplayMismatch",
     "ResponseParseError",
     "RunEnd",
+    "RunFailed",
     "RunFailure",
     "RunParam",
     "RunRecoveryError",
@@ -119,6 +124,7 @@ __all__ = [
     "ToolRegistry",
     "TurnlogError",
     "UnknownBranch",
+    "UnknownOption",
     "UnknownSession",
     "UnknownTool",
     "UnsafePathError",
@@ -126,6 +132,7 @@ __all__ = [
     "VerbPort",
     "audit_replay",
     "called_message_ids",
+    "check_snapshot_files",
     "current_run",
     "execute_replay",
     "find_branch",

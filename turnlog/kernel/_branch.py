@@ -54,9 +54,9 @@ from turnlog.kernel._commands import (
 )
 from turnlog.kernel._context import ContextProviderRegistry, ProviderReport
 from turnlog.kernel._control import LoopControl, LoopDirective, parse_directive
-from turnlog.kernel._errors import UsageError
+from turnlog.kernel._errors import AmbiguousBranch, BranchNameTaken, UsageError
 from turnlog.kernel._kernel import Kernel, LiveBranch, branch_events
-from turnlog.kernel._lookup import find_branch
+from turnlog.kernel._lookup import branches_named, find_branch, unique_branch_name
 from turnlog.kernel._model_config import default_store, model_config, rebuild_model, resolve_model
 from turnlog.kernel._persist import read_snapshot_file
 from turnlog.kernel._registry import OperationManager
@@ -74,6 +74,7 @@ from turnlog.projections import (
     apply,
     history,
     new_event,
+    rebuild,
 )
 
 if TYPE_CHECKING:
@@ -111,7 +112,10 @@ class Branch:
     Args:
         store: An open store (``open_store(...)``); None opens the default store on first use
             (or takes the store of ``kernel``).
-        name: A human name (``Branch.load`` finds a branch by it).
+        name: A human name, unique among the store's branches (``Branch.load`` finds a
+            branch by it). A taken name raises ``BranchNameTaken`` when the branch is first
+            recorded (``save()`` or its first command); ``Branch.load_or_create`` opens the
+            branch of that name instead, for scripts that run more than once.
         user: Who the branch talks for (the default sender of instructions).
         system: The system prompt (a string or a ``System`` message).
         chat_model: A chat model, ``"provider/model"`` or a model config dict.
@@ -129,7 +133,8 @@ class Branch:
             ``UsageError``.
 
     Raises:
-        UsageError: ``kernel`` serves another store than ``store``.
+        UsageError: ``kernel`` serves another store than ``store``, or ``name`` is not one a
+            person could type back.
     """
 
     id: str
@@ -292,6 +297,55 @@ class Branch:
         )
 
     @classmethod
+    async def load_or_create(
+        cls,
+        store: EventStore,
+        *,
+        name: str,
+        chat_model: Any = None,
+        parse_model: Any = None,
+        kernel: Kernel | None = None,
+        **create: Any,
+    ) -> Branch:
+        """The branch called ``name``: opened when it exists, else created and recorded now.
+
+        For scripts that run more than once against one store: the first run creates the
+        branch, later runs continue it. ``create`` holds the other arguments of ``Branch(...)``
+        (``user``, ``system``, ``tools``, ``metadata``), used only when the branch is created;
+        ``chat_model`` and ``parse_model`` are used either way (test models are not rebuilt
+        from the log). Two tasks of one process asking at once get the same branch.
+
+        Example::
+
+            branch = await Branch.load_or_create(store, name="geo", system="Be brief.", chat_model=model)
+
+        Raises:
+            AmbiguousBranch: several branches have the name (a log written before names were
+                unique, or by two processes at once).
+            UsageError: an argument ``Branch(...)`` does not take, or a name it refuses.
+        """
+        if not isinstance(name, str):  # None would make a new unnamed branch on every call
+            raise UsageError(f"Branch.load_or_create() needs a name (a str), not {name!r}")
+        check_branch_name(name)
+        unknown = sorted(set(create) - {"user", "system", "tools", "metadata"})
+        if unknown:
+            raise UsageError(
+                f"Branch.load_or_create() got arguments Branch() does not take: {', '.join(unknown)}"
+            )
+        models = {"chat_model": chat_model, "parse_model": parse_model, "kernel": kernel}
+        for _ in range(2):  # a creator that loses the race to another one opens the winner's branch
+            found = await branches_named(store, name)
+            if len(found) > 1:
+                raise AmbiguousBranch(name, found)
+            if found:
+                return await cls.load(store, found[0], **models)
+            try:
+                return await cls(store=store, name=name, **models, **create).save()
+            except BranchNameTaken:
+                continue
+        raise UsageError(f"the branch named {name!r} could neither be opened nor created")  # pragma: no cover
+
+    @classmethod
     async def from_snapshot(
         cls,
         path: str | os.PathLike[str],
@@ -308,9 +362,10 @@ class Branch:
         ``load`` restores them.
 
         Raises:
-            SnapshotFileError: the file cannot be read as a branch snapshot.
+            SnapshotFileError: the file cannot be read as a branch snapshot, was edited (its
+                digest differs), or stands at an event this store does not hold.
         """
-        state = await read_snapshot_file(path)
+        state = await read_snapshot_file(path, store=store)
         branch = cls._open(
             state.branch_id, store, kernel=kernel, state=state, chat_model=chat_model, parse_model=parse_model
         )
@@ -333,7 +388,8 @@ class Branch:
                 # an included branch talks for its session (the seed's branch.user = session.id)
                 session_id = self._session.id
                 pending = pending.model_copy(update={"session_id": session_id, "user": session_id})
-            await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
+            async with unique_branch_name(self.store, pending.name):
+                await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
             self._pending = None
             self._preview = None
         if self._on_recorded is not None:
@@ -669,10 +725,37 @@ class Branch:
         view._parse_model = self._parse_model
         return view
 
+    async def at_time(self, when: datetime) -> Branch:
+        """A read-only view of the branch as it was at the time ``when``; verbs on it raise.
+
+        The view holds every event of the branch recorded at or before ``when`` (the store's
+        ``recorded_at``, stamped in commit order), as ``at`` holds every event up to a version;
+        its ``version`` says which one that is.
+
+        Raises:
+            InvalidTargetError: ``when`` is not an aware datetime (give it a time zone).
+            UnknownBranch: the branch has no event at or before ``when``.
+        """
+        await self._ensure_created()
+        state = await rebuild(self.store, self.id, at_time=when)
+        return Branch._open(
+            self.id,
+            self.store,
+            kernel=self._kernel,
+            state=state,
+            readonly_at=state.version,
+            chat_model=self._chat_model,
+            parse_model=self._parse_model,
+        )
+
     async def fork(self, at_version: int | None = None, *, name: str | None = None) -> Branch:
         """A new branch that starts with this branch's state at ``at_version`` (default: now).
 
         The new stream begins with ``branch.forked``, which references the parent prefix.
+
+        Raises:
+            BranchNameTaken: another branch has ``name`` (nothing is written).
+            UsageError: ``at_version`` is outside the branch.
         """
         check_branch_name(name)
         if self._readonly_at is None:
@@ -696,7 +779,8 @@ class Branch:
             parent_version=version,
             name=name,
         )
-        await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
+        async with unique_branch_name(self.store, name):
+            await child.kernel.execute(child._live, CreateBranch(data), meta=child._meta(None))
         return child
 
 
@@ -745,8 +829,8 @@ MAX_BRANCH_NAME = 200
 def check_branch_name(name: object) -> None:
     """Refuse a branch name a person could not type back: empty, blank, control characters, too long.
 
-    None (no name) is allowed. Names need not be unique to the API; a lookup by a name that
-    several branches share reports them all (the ``turnlog`` command refuses a name in use).
+    None (no name) is allowed. That a name is free is checked where the branch is recorded
+    (``unique_branch_name``), since only the store knows.
 
     Raises:
         UsageError: naming what is wrong with the name.

@@ -8,7 +8,12 @@ The whole tree is drawn in ``docs/errors.md``; the kernel's part of it::
     │   ├── RemovedArgument           a keyword of the seed's API that turnlog dropped (also a
     │   │                             TypeError): where, argument; the message names the
     │   │                             replacement and docs/from-lionagi.md
-    │   └── GraphCycleError           a flow graph has a cycle; nothing ran: cycle
+    │   ├── GraphCycleError           a flow graph has a cycle; nothing ran: cycle
+    │   ├── BranchNameTaken           a new branch's name is another branch's; nothing was
+    │   │                             written: name, branch_id
+    │   └── UnknownOption             a verb keyword is a misspelt option or a parameter the
+    │                                 model does not take; nothing was sent (also a TypeError):
+    │                                 verb, option, suggestions
     ├── ProjectionError               (turnlog.projections)
     │   └── UnknownBranch             no branch matches a reference (LookupError): ref, candidates
     │       └── AmbiguousBranch       several branches match: ref, candidates
@@ -44,6 +49,7 @@ from turnlog.projections import UnknownBranch
 __all__ = [
     "AmbiguousBranch",
     "AmbiguousSession",
+    "BranchNameTaken",
     "ExecutionError",
     "GraphCycleError",
     "KernelError",
@@ -58,6 +64,7 @@ __all__ = [
     "ToolError",
     "TurnlogError",
     "UnknownBranch",
+    "UnknownOption",
     "UnknownSession",
     "UnknownTool",
     "UnsafePathError",
@@ -87,6 +94,47 @@ class RemovedArgument(UsageError, TypeError):
             f"{where}() does not accept {argument!r} any more: {hint} "
             "(see docs/from-lionagi.md, the guide for code ported from lionagi)"
         )
+
+
+class BranchNameTaken(UsageError):
+    """A new branch (``Branch(name=...)``, ``fork(name=...)``) got a name another branch has.
+
+    Names are unique among the branches of a store, so that loading by name finds one. The
+    branch was not created; nothing was written. ``Branch.load_or_create`` opens the branch
+    of that name instead of failing.
+
+    Attributes:
+        name: The name asked for.
+        branch_id: The id of the branch that has it.
+    """
+
+    def __init__(self, name: str, branch_id: str) -> None:
+        self.name = name
+        self.branch_id = branch_id
+        super().__init__(
+            f"a branch named {name!r} exists already ({branch_id}): choose another name, "
+            "or open it with Branch.load(store, name) or Branch.load_or_create(store, name=...)"
+        )
+
+
+class UnknownOption(UsageError, TypeError):
+    """A verb got a keyword that is a misspelt option, or a request parameter its model does not take.
+
+    Raised before the request is sent: the seed's verbs pass extra keywords to the provider,
+    and a provider that ignores what it does not know would never say that ``guidence=``
+    was meant to be ``guidance=``. It is a ``TypeError`` too, as an unexpected keyword is.
+
+    Attributes:
+        verb: The verb called.
+        option: The keyword that was refused.
+        suggestions: What it may have meant (empty when nothing is close).
+    """
+
+    def __init__(self, verb: str, option: str, suggestions: Sequence[str], message: str) -> None:
+        self.verb = verb
+        self.option = option
+        self.suggestions = tuple(suggestions)
+        super().__init__(message)
 
 
 def _several(ref: str, candidates: Sequence[str], kinds: str) -> str:

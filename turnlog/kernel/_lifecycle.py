@@ -13,7 +13,7 @@ records no lifecycle of its own and its model calls count towards the enclosing 
 suppression lives in a ContextVar, so concurrent tasks never suppress each other.
 
 Observers receive typed signals (``turnlog.kernel.signals``), built from the recorded
-events in log order: ``RunStart``, ``RunEnd``, ``RunFailure`` and ``MessageRecorded``.
+events in log order: ``RunStart``, ``RunEnd``, ``RunFailed`` and ``MessageAdded``.
 
 The wrapper works on any ``BranchPort``: it needs the branch id, its chat model and
 ``execute`` for the three commands ``StartRun``, ``EndRun`` and ``FailRun``.

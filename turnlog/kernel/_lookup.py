@@ -7,12 +7,23 @@ carries the name, so one lookup serves both.
 from __future__ import annotations
 
 import difflib
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel._errors import AmbiguousBranch, AmbiguousSession, UnknownBranch, UnknownSession
+from turnlog.kernel._errors import (
+    AmbiguousBranch,
+    AmbiguousSession,
+    BranchNameTaken,
+    UnknownBranch,
+    UnknownSession,
+)
 from turnlog.projections import visible_event
 
-__all__ = ["find_branch", "find_session"]
+__all__ = ["branches_named", "find_branch", "find_session", "unique_branch_name"]
 
 _ID_LENGTH = 36  # str(uuid7())
 
@@ -66,3 +77,43 @@ async def find_session(store: EventStore, ref: str) -> str:
         AmbiguousSession: several sessions match.
     """
     return await _find(store, "session", ref, UnknownSession, AmbiguousSession)
+
+
+async def branches_named(store: EventStore, name: str) -> list[str]:
+    """The ids of the branches whose name is exactly ``name`` (no prefix match), oldest first."""
+    found: list[str] = []
+    for stream, _ in await store.list_streams("branch-"):
+        async for first in store.read_stream(stream, 1, 1):
+            if visible_event(first).data.get("name") == name:
+                found.append(stream.removeprefix("branch-"))
+    return found
+
+
+# One lock per store: the check that a name is free and the append that takes it are one step
+# for every creator in this process. Weak keys: a closed store takes its lock with it.
+_NAME_LOCKS: weakref.WeakKeyDictionary[EventStore, anyio.Lock] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def unique_branch_name(store: EventStore, name: str | None) -> AsyncIterator[None]:
+    """Refuse ``name`` when a branch has it; create the branch inside the block.
+
+    The store's name lock is held from the check to the end of the block, so two creators of
+    one name in this process cannot both pass the check. Creators in two processes at the
+    same instant still can (the store has no unique index on names); loading by that name
+    then raises ``AmbiguousBranch`` naming both.
+
+    Raises:
+        BranchNameTaken: a branch of the store has the name (nothing is created).
+    """
+    if name is None:
+        yield
+        return
+    lock = _NAME_LOCKS.get(store)
+    if lock is None:
+        lock = _NAME_LOCKS[store] = anyio.Lock()
+    async with lock:
+        taken = await branches_named(store, name)
+        if taken:
+            raise BranchNameTaken(name, taken[0])
+        yield

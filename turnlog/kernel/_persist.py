@@ -7,7 +7,10 @@ to their user (files 0600, directories 0700, or stricter under the umask):
 - ``<snapshot_dir or persist_dir>/<branch_id>.json``: the branch projection, written
   atomically (a temporary file of an unpredictable name opened with ``O_EXCL | O_NOFOLLOW``,
   fsync, rename) before the stream starts and again at cleanup;
-  ``Branch.from_snapshot(path, store=...)`` opens it.
+  ``Branch.from_snapshot(path, store=...)`` opens it. As a store's snapshots are, it is
+  checked on load: a SHA-256 ``digest`` of its content, and the ``event_hash`` of the
+  branch's event it stands at, which must be the store's (``check_snapshot_files`` checks a
+  directory of them; ``turnlog verify`` reports them).
 - ``<persist_dir>/<branch_id>.<run_id>.jsonl``: the live buffer (format in
   ``turnlog.kernel._run_buffer``): a header naming the store, then one line per chunk, its
   ``stream.chunk`` event written with one ``os.write`` *before* the chunk is processed, so a
@@ -29,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import struct
@@ -77,6 +81,7 @@ __all__ = [
     "SnapshotFileError",
     "UnsafePathError",
     "buffer_path",
+    "check_snapshot_files",
     "chunk_payload",
     "default_persist_dir",
     "read_snapshot_file",
@@ -88,6 +93,7 @@ SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
 """The ``format`` field of snapshot files."""
 
 _SNAPSHOT_FILE_VERSION = 1
+_DIGEST = "digest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,21 +123,38 @@ class PersistOptions:
 # ----------------------------------------------------------------------------------- snapshots
 
 
-def _snapshot_bytes(state: BranchState) -> bytes:
+def _snapshot_bytes(state: BranchState, event_hash: str) -> bytes:
     records = snapshot_records(state, None)
-    body = {
+    body: dict[str, Any] = {
         "format": SNAPSHOT_FORMAT,
         "format_version": _SNAPSHOT_FILE_VERSION,
         "projection_version": PROJECTION_VERSION,
         "branch_id": state.branch_id,
         "stream": f"branch-{state.branch_id}",
         "version": state.version,
+        "event_hash": event_hash,
         "written_at": datetime.now(UTC).isoformat(),
         "records": [
             {"type": r.type, "version": r.version, "schema": r.schema, "data": dict(r.data)} for r in records
         ],
     }
+    body[_DIGEST] = _body_digest(body)
     return orjson.dumps(body)
+
+
+def _body_digest(body: Mapping[str, Any]) -> str:
+    """SHA-256 of every field but the digest itself, as canonical JSON (sorted keys)."""
+    rest = {key: value for key, value in body.items() if key != _DIGEST}
+    return hashlib.sha256(orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _event_hash(store: EventStore, stream: str, version: int) -> str:
+    """The hash of ``stream``'s event at ``version`` ("" when there is none)."""
+    if version < 1:
+        return ""
+    async for event in store.read_stream(stream, version, version):
+        return event.hash
+    return ""
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -164,20 +187,25 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState) -> Path:
-    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename); return the path."""
+async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState, *, store: EventStore) -> Path:
+    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename); return the path.
+
+    The file holds the digest of its content and the hash of the branch's event in ``store``
+    at the state's version, both checked when it is read back.
+    """
     target = Path(path)
-    payload = _snapshot_bytes(state)
+    payload = _snapshot_bytes(state, await _event_hash(store, f"branch-{state.branch_id}", state.version))
     await anyio.to_thread.run_sync(_write_atomic, target, payload)
     return target
 
 
-async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
-    """The branch state a snapshot file holds.
+async def read_snapshot_file(path: str | os.PathLike[str], *, store: EventStore) -> BranchState:
+    """The branch state a snapshot file holds, once its digest and its place in ``store``'s log are checked.
 
     Raises:
-        SnapshotFileError: the file is missing, not JSON, not a turnlog snapshot, or written by
-            another projection version.
+        SnapshotFileError: the file is missing, not JSON, not a turnlog snapshot, written by
+            another projection version, edited (its digest differs), without a digest, or it
+            stands at an event that is not the store's.
     """
     try:
         raw = await anyio.Path(path).read_bytes()
@@ -195,6 +223,7 @@ async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
             f"written by projection version {body.get('projection_version')}, this code is "
             f"{PROJECTION_VERSION}; rebuild the branch from the store instead",
         )
+    await _check_binding(path, body, store)
     # The state is decoded by the same loader as store snapshots, from a private in-memory store.
     from turnlog.eventstore import NewSnapshot
 
@@ -220,6 +249,50 @@ async def read_snapshot_file(path: str | os.PathLike[str]) -> BranchState:
     if state is None:
         raise SnapshotFileError(path, f"no {SNAPSHOT_TYPE} record in the file")
     return state
+
+
+async def _check_binding(path: str | os.PathLike[str], body: dict[str, Any], store: EventStore) -> None:
+    """The digest of the file's content, then the hash of the event it stands at, against the store."""
+    digest = body.get(_DIGEST)
+    if not isinstance(digest, str):
+        raise SnapshotFileError(path, "it carries no digest (written by an older turnlog, or stripped); "
+                                      "open the branch with Branch.load instead")  # fmt: skip
+    if digest != _body_digest(body):
+        raise SnapshotFileError(path, "its digest does not match its content (the file was edited)")
+    stream, version = body.get("stream"), body.get("version")
+    if not isinstance(stream, str) or not isinstance(version, int) or isinstance(version, bool):
+        raise SnapshotFileError(path, "malformed snapshot: no stream and version")
+    if body.get("event_hash") != await _event_hash(store, stream, version):
+        raise SnapshotFileError(
+            path,
+            f"it stands at version {version} of {stream}, whose hash in this store differs "
+            "(a snapshot of another store or another history)",
+        )
+
+
+async def check_snapshot_files(
+    directory: str | os.PathLike[str], store: EventStore
+) -> list[SnapshotFileError]:
+    """Check every snapshot file (``*.json``) in ``directory`` against ``store``; return the problems.
+
+    ``turnlog verify`` runs it on the store's run directory. A directory that does not exist
+    holds no problems.
+
+    Example::
+
+        for problem in await check_snapshot_files(default_persist_dir(store), store):
+            print(problem)      # "<path>: its digest does not match its content (...)"
+    """
+    folder = anyio.Path(directory)
+    if not await folder.is_dir():
+        return []
+    problems: list[SnapshotFileError] = []
+    for path in sorted([found async for found in folder.glob("*.json")]):
+        try:
+            await read_snapshot_file(path, store=store)
+        except SnapshotFileError as exc:
+            problems.append(exc)
+    return problems
 
 
 # -------------------------------------------------------------------------------------- buffer

@@ -28,7 +28,7 @@ _OPERATE = {
         "request parameters such as timeout= go in as plain keywords"
     ),
     "verbose_action": "tool calls are recorded as ActionRequest / ActionResponse messages; "
-    "observe MessageRecorded signals to show them",
+    "observe MessageAdded signals to show them",
 }
 
 REMOVED: Mapping[str, Mapping[str, str]] = {

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnlog.eventstore import EventStore, RecordedEvent, open_store, redacted_marker
+from turnlog.eventstore import EventStore, RecordedEvent, is_redacted, open_store, redacted_marker
 from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
@@ -62,6 +62,9 @@ class AuditReport:
         redacted: How many events of the branch's stream hold an erased payload whose
             redaction record verifies (they fold as redacted; they are not mismatches).
         redaction_reasons: The reasons of those redactions.
+        redacted_calls: How many of those events are model calls (``model.called``): their
+            raw response and errors were erased, so they are reported as redacted, never
+            compared.
     """
 
     branch_id: str
@@ -72,6 +75,7 @@ class AuditReport:
     problems: tuple[str, ...]
     redacted: int = 0
     redaction_reasons: tuple[str, ...] = ()
+    redacted_calls: int = 0
 
     @property
     def ok(self) -> bool:
@@ -132,6 +136,13 @@ async def audit_replay(store: EventStore, branch_id: str, *, live: BranchState |
         problems=tuple(problems),
         redacted=verified.redacted,
         redaction_reasons=verified.redaction_reasons,
+        redacted_calls=await _redacted_calls(store, stream) if verified.redacted else 0,
+    )
+
+
+async def _redacted_calls(store: EventStore, stream: str) -> int:
+    return len(
+        [e async for e in store.read_stream(stream) if e.type == "model.called" and is_redacted(e.data)]
     )
 
 

@@ -237,17 +237,24 @@ class Session:
 
     # ------------------------------------------------------------------------------ branches
 
-    async def include_branches(self, branches: Branch | Iterable[Branch]) -> None:
+    async def include_branches(self, branches: Branch | Iterable[Branch], *more: Branch) -> None:
         """Include branches: they share this session's registry and observers.
 
-        The first branch included becomes the default when there is none. Including a branch
-        twice changes nothing.
+        Takes one branch, several (``include_branches(a, b)``) or an iterable of them
+        (``include_branches([a, b])``, the seed's form). The first branch included becomes
+        the default when there is none. Including a branch twice changes nothing.
 
         Raises:
-            UsageError: a branch belongs to another session (the whole batch is refused), or
-                lives in another store.
+            UsageError: a branch belongs to another session (the whole batch is refused),
+                lives in another store, or is not a ``Branch``.
         """
-        batch = [branches] if isinstance(branches, Branch) else list(branches)
+        passed: list[object] = [branches] if isinstance(branches, Branch) else list(branches)
+        passed.extend(more)
+        # callers may pass anything at runtime: say what is wrong before anything is recorded
+        wrong = [type(b).__name__ for b in passed if not isinstance(b, Branch)]
+        if wrong:
+            raise UsageError(f"include_branches() takes branches, or one iterable of them, not a {wrong[0]}")
+        batch = [b for b in passed if isinstance(b, Branch)]
         for branch in batch:
             owner = branch.session
             if owner is not None and owner is not self:

@@ -6,9 +6,9 @@ is stored and folded. Its name is not the event's name: events are the recorded 
 signals are the in-process notifications about them and may carry what only the running
 process has (a run's result or exception)::
 
-    from turnlog.kernel.signals import MessageRecorded, RunEnd, RunFailure, RunStart
+    from turnlog.kernel.signals import MessageAdded, RunEnd, RunFailed, RunStart
 
-    @branch.observe(RunStart, RunEnd, RunFailure)
+    @branch.observe(RunStart, RunEnd, RunFailed)
     def log_run(signal):
         print(type(signal).__name__, signal.verb)
 
@@ -17,9 +17,15 @@ signal               event             carries
 ===================  ================  ===============================================
 ``RunStart``         ``run.started``   run_id, verb
 ``RunEnd``           ``run.ended``     run_id, verb, duration_ms, usage, result
-``RunFailure``       ``run.failed``    ... error_type, error_message, reason, error
-``MessageRecorded``  ``message.added`` message, run_id
+``RunFailed``        ``run.failed``    ... error_type, error_message, reason, error
+``MessageAdded``     ``message.added`` message, run_id
 ===================  ================  ===============================================
+
+The names are the seed's (ADR-0021 D4) and lionagi's, so code written to that contract or
+ported from lionagi imports them unchanged. The event catalogue has classes of the same name
+(``turnlog.projections.RunFailed``, ``MessageAdded``): those are the recorded payloads, these
+the notifications. ``RunFailure`` and ``MessageRecorded`` are aliases of ``RunFailed`` and
+``MessageAdded`` (earlier names, kept so code that used them keeps working).
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from turnlog.projections import AnyMessage
 
 __all__ = [
     "FailureReason",
+    "MessageAdded",
     "MessageRecorded",
     "Observer",
     "Observers",
     "RunEnd",
+    "RunFailed",
     "RunFailure",
     "RunStart",
     "Signal",
@@ -98,7 +106,7 @@ class RunEnd(_RunOutcome):
 
 
 @dataclass(frozen=True, slots=True)
-class RunFailure(_RunOutcome):
+class RunFailed(_RunOutcome):
     """A run ended with an error, a cancellation or a timeout (``run.failed``).
 
     Attributes:
@@ -119,7 +127,7 @@ class RunFailure(_RunOutcome):
 
 
 @dataclass(frozen=True, slots=True)
-class MessageRecorded(Signal):
+class MessageAdded(Signal):
     """A message was appended (``message.added``).
 
     Attributes:
@@ -129,6 +137,13 @@ class MessageRecorded(Signal):
 
     message: AnyMessage
     run_id: str | None = None
+
+
+RunFailure = RunFailed
+"""Alias of ``RunFailed`` (the name the seed and lionagi use)."""
+
+MessageRecorded = MessageAdded
+"""Alias of ``MessageAdded`` (the name the seed and lionagi use)."""
 
 
 Observer = Callable[[Signal], Any]

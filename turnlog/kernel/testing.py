@@ -21,8 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from turnlog.eventstore import EventStore
-from turnlog.kernel._errors import ReplayMismatch, ScriptExhaustedError
+from turnlog.kernel._errors import ReplayMismatch, ScriptExhaustedError, UsageError
 from turnlog.kernel.models import (
     ModelRequest,
     ModelResponse,
@@ -41,6 +43,7 @@ __all__ = [
     "ScriptedModel",
     "estimate_tokens",
     "request_text",
+    "usage_of",
 ]
 
 Reply = str | ModelResponse | BaseException | Mapping[str, Any]
@@ -115,11 +118,11 @@ def _build_response(
         )
         for i, c in enumerate(reply.get("tool_calls", ()))
     )
-    usage = reply.get("usage")
-    if usage is None:
+    given = reply.get("usage")
+    if given is None:
         usage = Usage(estimate_tokens(request_text(request)), estimate_tokens(text), None)
-    elif isinstance(usage, Mapping):
-        usage = Usage(**usage)
+    else:
+        usage = usage_of(given)
     finish_reason = "tool_calls" if calls else "stop"
     raw = {
         "object": "chat.completion",
@@ -144,6 +147,61 @@ def _build_response(
     )
 
 
+# Both spellings of token counts: ours (``Usage``) and the OpenAI wire's, which the fake
+# server's scripts use, so a usage mapping copied from either place works in both.
+_USAGE_KEYS = {
+    "input_tokens": "input_tokens",
+    "prompt_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "completion_tokens": "output_tokens",
+    "cost_usd": "cost_usd",
+}
+
+
+def usage_of(value: Any) -> Usage:
+    """A reply's ``usage`` as a ``Usage``: a ``Usage``, or a mapping in either spelling.
+
+    The mapping may say ``input_tokens`` / ``output_tokens`` (``Usage``'s names) or
+    ``prompt_tokens`` / ``completion_tokens`` (the OpenAI wire's, as in the fake server's
+    scripts), plus ``cost_usd``; ``total_tokens`` is accepted and ignored (it is the sum).
+
+    Raises:
+        UsageError: an unknown key, one count given in both spellings, or a value that is
+            not a count (the message names the key).
+    """
+    if isinstance(value, Usage):
+        return value
+    if not isinstance(value, Mapping):
+        raise UsageError(f"a scripted reply's usage must be a mapping or a Usage, not {type(value).__name__}")
+    fields: dict[str, Any] = {}
+    for key, count in value.items():
+        if key == "total_tokens":
+            continue
+        field = _USAGE_KEYS.get(key)
+        if field is None:
+            raise UsageError(
+                f"a scripted reply's usage has an unknown key {key!r}: use input_tokens / output_tokens "
+                "(or prompt_tokens / completion_tokens) and cost_usd"
+            )
+        if field in fields:
+            raise UsageError(
+                f"a scripted reply's usage gives {field} twice (as {key!r} and another spelling)"
+            )
+        fields[field] = count
+    try:
+        return Usage(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"a scripted reply's usage is malformed: {problems}") from exc
+
+
+def _checked(reply: Reply) -> Reply:
+    """``reply`` with its usage made a ``Usage`` now, so a bad one fails where it is written."""
+    if isinstance(reply, Mapping) and reply.get("usage") is not None:
+        return {**reply, "usage": usage_of(reply["usage"])}
+    return reply
+
+
 @dataclass(slots=True)
 class _Entry:
     reply: Reply
@@ -162,7 +220,9 @@ class ScriptedModel:
 
     Each reply is a string (the answer text), a ``ModelResponse``, a mapping with ``text``,
     ``tool_calls`` (``[{"name", "arguments", "id"}]``) and ``usage``, or an exception
-    instance to raise. Replies with a ``when`` matcher (a substring of the request text, or
+    instance to raise. ``usage`` takes ``input_tokens`` / ``output_tokens`` or the fake
+    server's ``prompt_tokens`` / ``completion_tokens``, and ``cost_usd`` (``usage_of``); a
+    malformed one raises ``UsageError`` here, at construction, not as a failed run later. Replies with a ``when`` matcher (a substring of the request text, or
     a predicate on the ``ModelRequest``) are tried first, in the order added, and each is
     used once; otherwise the next positional reply answers. With nothing left to answer,
     ``ScriptExhaustedError`` is raised.
@@ -177,12 +237,12 @@ class ScriptedModel:
 
     def __init__(self, *replies: Reply, model: str = "scripted") -> None:
         self.model = model
-        self._queue: list[_Entry] = [_Entry(r) for r in replies]
+        self._queue: list[_Entry] = [_Entry(_checked(r)) for r in replies]
         self.calls: list[RecordedCall] = []
 
     def add(self, reply: Reply, *, when: Matcher | str | None = None) -> ScriptedModel:
         """Append a reply to the script; return the model for chaining."""
-        self._queue.append(_Entry(reply, _matcher(when) if when is not None else None))
+        self._queue.append(_Entry(_checked(reply), _matcher(when) if when is not None else None))
         return self
 
     @property

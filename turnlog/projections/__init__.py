@@ -34,6 +34,7 @@ from ._catalogue import (
     decode_event,
     new_event,
 )
+from ._content import content_fields, holds_content, redaction_keep, without_content
 from ._errors import (
     EventDecodeError,
     FoldError,
@@ -65,7 +66,7 @@ from ._messages import (
     message_from_dict,
 )
 from ._rebuild import rebuild, write_snapshots
-from ._redacted import REDACTED_KEY, redaction_keep, redaction_of, visible_data, visible_event
+from ._redacted import REDACTED_KEY, redaction_of, visible_data, visible_event
 from ._render import render_yaml
 from ._snapshots import (
     PROJECTION_VERSION,
@@ -147,11 +148,13 @@ __all__ = [
     "UsageError",
     "apply",
     "catalogue_upcasters",
+    "content_fields",
     "decode_event",
     "diff",
     "fold",
     "fork",
     "history",
+    "holds_content",
     "load_snapshot_state",
     "maybe_snapshot",
     "message_from_dict",
@@ -164,5 +167,6 @@ __all__ = [
     "snapshot_records",
     "visible_data",
     "visible_event",
+    "without_content",
     "write_snapshots",
 ]

@@ -11,6 +11,9 @@ Streams and their event types:
 - ``graph-<id>``: ``node.queued``, ``node.started``, ``node.completed``, ``node.failed``,
   ``node.skipped``.
 
+Each schema declares which of its fields hold conversation content (``content_fields``);
+``redact``, ``forget``, retention and the exports read that declaration, nothing else.
+
 Payloads are validated on write (``new_event``) and on read (``decode_event``). Event meta
 keys (all optional): ``session_id``, ``branch_id``, ``run_id``, ``causation_id``,
 ``correlation_id``, ``actor``.
@@ -103,6 +106,15 @@ class EventData(BaseModel):
     event_type: ClassVar[str]
     schema_version: ClassVar[int] = 1
     upcasters: ClassVar[Mapping[int, Upcaster]] = {}
+    content_fields: ClassVar[tuple[str, ...] | None] = None
+    """The fields that can hold conversation content (what a person said or was told, a
+    tool's arguments or result, a provider's answer, an error quoting any of these).
+
+    The one declaration that ``redact``, ``forget``, retention and the exports use to find
+    content (see ``turnlog.projections.content_fields``): a redaction erases these fields and
+    keeps the others. ``()`` declares that the type holds none; ``None`` (the default) means
+    undeclared, and then the whole payload counts as content.
+    """
 
 
 # ------------------------------------------------------------------------------------ branch stream
@@ -112,6 +124,7 @@ class BranchCreated(EventData):
     """Version 1 of a new branch stream."""
 
     event_type: ClassVar[str] = "branch.created"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("user", "system", "metadata")
     branch_id: str
     """The branch id (the stream is ``branch-<branch_id>``)."""
     name: str | None = None
@@ -134,6 +147,7 @@ class BranchForked(EventData):
     """Version 1 of a fork's stream: the parent prefix is referenced, not copied."""
 
     event_type: ClassVar[str] = "branch.forked"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
     """The new branch id."""
     parent_branch_id: str
@@ -150,6 +164,7 @@ class BranchUserSet(EventData):
     """The user the branch talks for changed (a session that includes it sets its own id)."""
 
     event_type: ClassVar[str] = "branch.user_set"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("user",)
     user: str | None
     """The new user: the default sender of instructions and recipient of responses."""
     session_id: str | None = None
@@ -160,6 +175,7 @@ class MessageAdded(EventData):
     """A message appended to the branch (a System message replaces the system in the view)."""
 
     event_type: ClassVar[str] = "message.added"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("message",)
     message: AnyMessage
     """The message, with its ``kind`` discriminator."""
     run_id: str | None = None
@@ -170,6 +186,7 @@ class MessageAnnotated(EventData):
     """Metadata merged into a message's view; the recorded message stays as it was."""
 
     event_type: ClassVar[str] = "message.annotated"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("metadata",)
     message_id: str
     """The message annotated."""
     metadata: dict[str, JsonValue]
@@ -182,12 +199,14 @@ class MessagesCleared(EventData):
     """Every message leaves the view except the system message."""
 
     event_type: ClassVar[str] = "messages.cleared"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
 
 
 class ProviderSessionBound(EventData):
     """A provider session id to resume for a provider/model."""
 
     event_type: ClassVar[str] = "provider.session_bound"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     provider: str
     """The provider, e.g. ``claude_code``."""
     model: str
@@ -202,6 +221,7 @@ class ModelCalled(EventData):
     """One model invocation, with enough facts to audit and replay it (never secrets)."""
 
     event_type: ClassVar[str] = "model.called"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("params", "response", "error_message")
     call_id: str
     """Unique id of the call."""
     provider: str
@@ -262,6 +282,7 @@ class RunStarted(EventData):
     """A verb's run began."""
 
     event_type: ClassVar[str] = "run.started"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     run_id: str
     """The run id (chunks go to ``run-<run_id>``)."""
     verb: str
@@ -280,6 +301,7 @@ class RunEnded(EventData):
     """A run finished normally."""
 
     event_type: ClassVar[str] = "run.ended"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     run_id: str
     """The run id."""
     verb: str
@@ -296,6 +318,7 @@ class RunFailed(EventData):
     """A run ended with an error, a cancellation, a timeout, or was closed by recovery."""
 
     event_type: ClassVar[str] = "run.failed"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("error_message", "recovered")
     run_id: str
     """The run id."""
     verb: str
@@ -321,6 +344,7 @@ class ChunkReceived(EventData):
     """One normalized stream chunk (``stream.chunk`` on ``run-<id>``)."""
 
     event_type: ClassVar[str] = "stream.chunk"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("content", "tool_input", "tool_output", "metadata")
     seq: int = Field(ge=1)
     """1-based sequence number inside the run."""
     type: Literal["system", "thinking", "text", "tool_use", "tool_result", "result", "error"]
@@ -347,6 +371,7 @@ class SessionCreated(EventData):
     """A session began."""
 
     event_type: ClassVar[str] = "session.created"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     session_id: str
     """The session id."""
     name: str | None = None
@@ -357,6 +382,7 @@ class BranchIncluded(EventData):
     """A branch joined the session."""
 
     event_type: ClassVar[str] = "branch.included"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
     """The branch."""
 
@@ -365,6 +391,7 @@ class BranchRemoved(EventData):
     """A branch left the session."""
 
     event_type: ClassVar[str] = "branch.removed"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
     """The branch."""
 
@@ -373,6 +400,7 @@ class DefaultBranchSet(EventData):
     """The session's default branch changed."""
 
     event_type: ClassVar[str] = "session.default_branch_set"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
     """The new default branch."""
 
@@ -381,6 +409,7 @@ class NodeQueued(EventData):
     """A graph node is ready to run."""
 
     event_type: ClassVar[str] = "node.queued"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     node_id: str
     """The node."""
     operation: str
@@ -393,6 +422,7 @@ class NodeStarted(EventData):
     """A graph node started."""
 
     event_type: ClassVar[str] = "node.started"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
     node_id: str
     """The node."""
     operation: str
@@ -405,6 +435,7 @@ class NodeCompleted(EventData):
     """A graph node finished."""
 
     event_type: ClassVar[str] = "node.completed"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("result",)
     node_id: str
     """The node."""
     duration_ms: float
@@ -417,6 +448,7 @@ class NodeFailed(EventData):
     """A graph node failed."""
 
     event_type: ClassVar[str] = "node.failed"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("error_message",)
     node_id: str
     """The node."""
     duration_ms: float
@@ -431,6 +463,7 @@ class NodeSkipped(EventData):
     """A graph node was skipped."""
 
     event_type: ClassVar[str] = "node.skipped"
+    content_fields: ClassVar[tuple[str, ...] | None] = ("reason",)
     node_id: str
     """The node."""
     reason: str
@@ -621,16 +654,18 @@ def decode_event(recorded: RecordedEvent, registry: EventRegistry | None = None)
 def decode_with(schema: type[E], recorded: RecordedEvent) -> E:
     """``decode_event`` with the schema given: redaction resolved, old schemas lifted."""
     data = recorded.data
+    redacted = ""
     if len(data) == 1 and "turnlog_redacted" in data:
         # A redacted payload: what the redaction kept, or a clear error (never None).
+        marker = redacted_marker(recorded.data)
+        redacted = f"the payload was redacted ({marker.reason if marker else 'no reason'})"
         data = visible_data(recorded.type, data)
         if data is recorded.data:
-            marker = redacted_marker(recorded.data)
             raise EventDecodeError(
                 recorded.stream,
                 recorded.version,
                 recorded.type,
-                f"the payload was redacted ({marker.reason if marker else 'no reason'}) and kept nothing to decode",
+                f"{redacted} and kept nothing to decode",
                 position=recorded.position,
             )
         recorded = replace(recorded, data=data)
@@ -639,8 +674,9 @@ def decode_with(schema: type[E], recorded: RecordedEvent) -> E:
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
+        why = f"{redacted} and what it kept does not decode: {_describe(exc)}" if redacted else _describe(exc)
         raise EventDecodeError(
-            recorded.stream, recorded.version, recorded.type, _describe(exc), position=recorded.position
+            recorded.stream, recorded.version, recorded.type, why, position=recorded.position
         ) from exc
 
 

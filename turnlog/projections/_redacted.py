@@ -1,10 +1,12 @@
 """Redacted events in the projections: what a redaction keeps, and how the fold sees it.
 
-A redacted ``message.added`` keeps the structure of its message (``redaction_keep``): kind,
-id, role, time, sender and recipient, and for a tool call its function name and links. The
-fold reads such an event as that message with empty content and
+A redaction keeps what ``redaction_keep`` (``_content.py``) chooses from the catalogue's
+declaration of content fields. A redacted ``message.added`` keeps the structure of its
+message: kind, id, role, time, sender and recipient, and for a tool call its function name
+and links. The fold reads such an event as that message with empty content and
 ``metadata["redacted"] = {"reason": ..., "record": ...}``, so the message keeps its place,
-id and links in the branch and shows as redacted instead of its content.
+id and links in the branch and shows as redacted instead of its content. Any other event
+that kept fields reads as those fields (its content fields empty or at their defaults).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from turnlog.eventstore import RecordedEvent, redacted_marker
 
 __all__ = [
     "REDACTED_KEY",
-    "redaction_keep",
     "redaction_note",
     "redaction_of",
     "visible",
@@ -28,51 +29,6 @@ __all__ = [
 
 REDACTED_KEY = "redacted"
 """The metadata key of a redacted message: ``{"reason": ..., "record": ...}``."""
-
-_MESSAGE_FIELDS = ("kind", "id", "role", "created_at", "sender", "recipient")
-_LINK_FIELDS = ("action_request_id", "action_response_id", "call_id")
-
-
-def _kept_message(message: Mapping[str, Any], keep_names: bool) -> dict[str, Any]:
-    kept: dict[str, Any] = {key: message[key] for key in _MESSAGE_FIELDS if key in message}
-    content = message.get("content")
-    if isinstance(content, Mapping) and message.get("kind") in ("ActionRequest", "ActionResponse"):
-        fields = (*_LINK_FIELDS, "function") if keep_names else _LINK_FIELDS
-        kept["content"] = {key: content[key] for key in fields if key in content}
-        kept["content"].setdefault("function", "[redacted]")
-    return kept
-
-
-def redaction_keep(
-    event_type: str, data: Mapping[str, Any], *, keep_names: bool = True
-) -> dict[str, Any] | None:
-    """The fields of a payload a redaction keeps for the fold (None: nothing is kept).
-
-    - ``message.added``: the message's kind, id, role, time, sender, recipient and
-      ``run_id``, and for a tool call or result its links and (when ``keep_names``) its
-      function name;
-    - ``branch.created``: the branch id, name, session and model settings, and the system
-      message's structure (its text, the user and the metadata go);
-    - ``message.annotated``: the message id and the reason (the metadata goes).
-
-    Other types keep nothing.
-    """
-    if event_type == "message.added" and isinstance(data.get("message"), Mapping):
-        out: dict[str, Any] = {"message": _kept_message(data["message"], keep_names)}
-        if data.get("run_id") is not None:
-            out["run_id"] = data["run_id"]
-        return out
-    if event_type == "branch.created":
-        out = {key: data[key] for key in _BRANCH_FIELDS if data.get(key) is not None}
-        if isinstance(data.get("system"), Mapping):
-            out["system"] = _kept_message(data["system"], keep_names)
-        return out
-    if event_type == "message.annotated":
-        return {key: data[key] for key in ("message_id", "reason") if key in data}
-    return None
-
-
-_BRANCH_FIELDS = ("branch_id", "name", "session_id", "chat_model", "parse_model")
 
 
 def _redacted_message(message: Mapping[str, Any], note: dict[str, str]) -> dict[str, Any]:
@@ -109,8 +65,8 @@ def visible_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         kept["metadata"] = {REDACTED_KEY: note}
     elif event_type == "message.annotated":
         kept["metadata"] = {}
-    else:
-        return data
+    # Any other type: what the redaction kept (its fields that are not content, see
+    # ``redaction_keep``) is the payload the fold reads.
     return kept
 
 

@@ -6,9 +6,9 @@ import argparse
 
 import anyio
 
-from turnlog.projections import BranchDiff, StateCache, diff, rebuild
+from turnlog.projections import AnyMessage, BranchDiff, StateCache, diff, rebuild
 
-from ._command import Command, UserError, add_store_argument, emit_json
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json
 from ._inspect import (
     add_branch_argument,
     branch_id_of,
@@ -18,6 +18,7 @@ from ._inspect import (
     opened_store,
     run_view,
 )
+from ._shown import TAMPERED, Damage, branch_damage, damage_view, warn_damage
 
 __all__ = ["COMMAND"]
 
@@ -29,7 +30,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
 
 
-async def _diff(args: argparse.Namespace) -> BranchDiff:
+async def _diff(args: argparse.Namespace) -> tuple[BranchDiff, Damage]:
     if args.a < 1 or args.b < 1:
         raise UserError(f"versions start at 1, not {min(args.a, args.b)}")
     async with opened_store(args.store) as store:
@@ -43,11 +44,18 @@ async def _diff(args: argparse.Namespace) -> BranchDiff:
             v: await rebuild(store, branch_id, at_version=v, cache=cache)
             for v in sorted({args.a, args.b}, reverse=True)
         }
-    return diff(states[args.a], states[args.b])
+        # both states stand on the events up to the later version: those are proven
+        damage = await branch_damage(store, branch_id, max(args.a, args.b))
+    return diff(states[args.a], states[args.b]), damage
 
 
 def _run(args: argparse.Namespace) -> int:
-    d = anyio.run(_diff, args)
+    d, damage = anyio.run(_diff, args)
+    status = EXIT_FAILED if damage else EXIT_OK
+
+    def mark(message: AnyMessage) -> str:
+        return f"{TAMPERED} " if message.id in damage.message_ids else ""
+
     if args.json:
         emit_json(
             {
@@ -62,25 +70,29 @@ def _run(args: argparse.Namespace) -> int:
                     {"provider": p, "model": m, "before": x, "after": y}
                     for (p, m), (x, y) in d.provider_sessions.items()
                 ],
+                "tampered": [damage_view(p) for p in damage.problems],
             }
         )
-        return 0
+        warn_damage("diff", damage.problems)
+        return status
     if not d:
         print(f"no difference between versions {args.a} and {args.b}")
-        return 0
     for m in d.removed:
-        print(f"- {message_line(m)}")
+        print(f"- {mark(m)}{message_line(m)}")
     for m in d.added:
-        print(f"+ {message_line(m)}")
+        print(f"+ {mark(m)}{message_line(m)}")
     for before, after in d.changed:
-        print(f"~ {message_line(after)} (metadata {before.metadata} -> {after.metadata})")
+        print(f"~ {mark(after)}{message_line(after)} (metadata {before.metadata} -> {after.metadata})")
     if d.system:
         print(f"~ system: {d.system[1].rendered if d.system[1] else None}")
     for rid, (x, y) in d.runs.items():
-        print(f"~ run {rid[:13]}: {x.status if x else 'absent'} -> {y.status if y else 'absent'}")
+        print(f"~ run {rid}: {x.status if x else 'absent'} -> {y.status if y else 'absent'}")
     for (provider, model), (before_sid, after_sid) in d.provider_sessions.items():
         print(f"~ provider session {provider}/{model}: {before_sid} -> {after_sid}")
-    return 0
+    for problem in damage.problems:
+        print(f"{TAMPERED} {problem}")
+    warn_damage("diff", damage.problems)
+    return status
 
 
 COMMAND = Command(

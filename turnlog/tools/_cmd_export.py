@@ -21,12 +21,14 @@ from turnlog.analytics import (
     export_jsonl,
     export_parquet,
 )
+from turnlog.eventstore import Problem
 
 from ._cmd_stats import add_analytics_arguments, open_projection_args
-from ._command import Command, UserError, add_store_argument
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument
 from ._inspect import branch_id_of, opened_store
 from ._outfile import store_files, written_directory_files, written_file
 from ._output import busy
+from ._shown import log_damage, warn_damage
 
 __all__ = ["COMMAND"]
 
@@ -48,7 +50,21 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jsonl: the file to write ('-' for stdout); parquet: the directory to write the tables into",
     )
     parser.add_argument("--force", action="store_true", help="replace files that exist already")
+    parser.add_argument(
+        "--without-content",
+        action="store_true",
+        help="leave out conversation content (the fields the event catalogue declares as content): "
+        "a file to share for analysis; its hashes no longer match its payloads",
+    )
     add_analytics_arguments(parser)
+
+
+class _Damaged(Exception):
+    """The log to export holds events that do not match the hash chain: nothing was written."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(f"{len(problems)} problem(s)")
+        self.problems = problems
 
 
 async def _export(args: argparse.Namespace) -> str:
@@ -58,21 +74,28 @@ async def _export(args: argparse.Namespace) -> str:
         protected.append(Path(options["database"]))
     async with opened_store(args.store, upcast=False) as store:
         branch = await branch_id_of(store, args.branch) if args.branch is not None else None
+        # An export is a copy others trust without the store: it must not launder altered
+        # events into a clean-looking file, so a damaged log is refused before anything is written.
+        damaged = await log_damage(store, branch)
+        if damaged:
+            raise _Damaged(damaged)
         if args.format == "jsonl":
             if args.out == "-":
-                await export_jsonl(store, sys.stdout.buffer, branch=branch)
+                await export_jsonl(store, sys.stdout.buffer, branch=branch, content=not args.without_content)
                 sys.stdout.flush()
                 return ""
             out = Path(args.out)
             with written_file(out, force=args.force, protected=protected) as handle:
-                count = await export_jsonl(store, handle, branch=branch)
+                count = await export_jsonl(store, handle, branch=branch, content=not args.without_content)
             return f"{count} events written to {out}"
         directory = Path(args.out)
         with written_directory_files(
             directory, _PARQUET_FILES, force=args.force, protected=protected
         ) as scratch:
             async with AnalyticsProjection(store, **options) as analytics:
-                written = await export_parquet(store, analytics, scratch, branch=branch)
+                written = await export_parquet(
+                    store, analytics, scratch, branch=branch, content=not args.without_content
+                )
         return "; ".join(f"{name}: {rows} rows" for name, rows in written.items()) + f" (in {directory})"
 
 
@@ -80,6 +103,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with busy(f"exporting {args.format}"):
             summary = anyio.run(_export, args)
+    except _Damaged as exc:
+        warn_damage("export", exc.problems)
+        print("turnlog export: refused: nothing was written; see 'turnlog verify'", file=sys.stderr)
+        return EXIT_FAILED
     except AnalyticsError as exc:  # a price file, a missing extra, where the analytics tables go
         raise UserError(str(exc)) from exc
     except OSError as exc:
@@ -88,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
     if summary:
         print(summary, file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 COMMAND = Command(
@@ -98,7 +125,8 @@ COMMAND = Command(
     "type, schema, data, meta, recorded_at, prev_hash, hash). parquet (pip install 'turnlog[analytics]')\n"
     "writes events.parquet, model_calls.parquet, tool_calls.parquet and runs.parquet into --out.\n"
     "The output is never the store, and an existing file is replaced only with --force; it is\n"
-    "written to a private temporary file and moved into place when complete.",
+    "written to a private temporary file and moved into place when complete. A log holding\n"
+    "events that do not match the hash chain is refused (exit 1): nothing is written.",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog export --format parquet --out ./export --store turnlog.db",

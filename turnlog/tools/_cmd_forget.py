@@ -1,21 +1,22 @@
-"""``turnlog forget BRANCH``: erase every message of a branch and the chunks of its runs."""
+"""``turnlog forget BRANCH``: erase every copy of a branch's conversation content."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
+from turnlog.eventstore import RecordedEvent, SQLiteEventStore, is_redacted
+from turnlog.projections import holds_content
+
 from ._command import Command, add_store_argument, emit_json
 from ._inspect import add_branch_argument, branch_id_of, opened_store
-from ._redact_common import apply_redactions, print_purged, purge_copies
+from ._redact_common import apply_redactions, drop_folded_snapshots, print_purged, purge_copies
 
 __all__ = ["COMMAND"]
-
-_ERASED_TYPES = ("branch.created", "message.added", "message.annotated")
-"""The branch event types whose payloads ``forget`` erases (the others hold structure)."""
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,24 +49,59 @@ async def _forks_of(store: Any, branch: str) -> list[str]:
     return found
 
 
+async def _content_of(store: Any, branches: Sequence[str]) -> list[RecordedEvent]:
+    """Every event that holds content of ``branches``, as the event catalogue declares it.
+
+    The branches' own events, the chunks of their runs (``run-<id>``), and the graph nodes
+    that ran on them (``graph-<id>``): whatever type holds content there, not a fixed list,
+    so a model call's raw response or a run's error message is found like a message.
+    """
+    events: list[RecordedEvent] = []
+    runs: list[str] = []
+    for name in branches:
+        async for event in store.read_stream(f"branch-{name}"):
+            if event.type == "run.started" and isinstance(event.data.get("run_id"), str):
+                runs.append(event.data["run_id"])
+            if _erasable(event):
+                events.append(event)
+    for run_id in runs:
+        events.extend([e async for e in store.read_stream(f"run-{run_id}") if _erasable(e)])
+    events.extend(await _graph_content(store, set(branches)))
+    return events
+
+
+async def _graph_content(store: Any, branches: set[str]) -> list[RecordedEvent]:
+    """The events of graph nodes that ran on ``branches`` and hold content."""
+    nodes: set[tuple[str, str]] = set()
+    held: list[RecordedEvent] = []
+    async for event in store.read_all(stream_prefix="graph-"):
+        node = event.data.get("node_id")
+        if event.data.get("branch_id") in branches and isinstance(node, str):
+            nodes.add((event.stream, node))
+        if _erasable(event):
+            held.append(event)
+    return [e for e in held if (e.stream, e.data.get("node_id")) in nodes]
+
+
+def _erasable(event: RecordedEvent) -> bool:
+    return not is_redacted(event.data) and holds_content(event.type, event.data)
+
+
 async def _forget(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], list[str]]:
     actor = args.actor or getpass.getuser()
     async with opened_store(args.store) as store:
         branch = await branch_id_of(store, args.branch)
-        branches = [branch, *(await _forks_of(store, branch) if args.forks else [])]
-        events = []
-        runs: list[str] = []
-        for name in branches:
-            async for event in store.read_stream(f"branch-{name}"):
-                if event.type in _ERASED_TYPES:
-                    events.append(event)
-                elif event.type == "run.started" and isinstance(event.data.get("run_id"), str):
-                    runs.append(event.data["run_id"])
-        for run_id in runs:
-            events.extend([e async for e in store.read_stream(f"run-{run_id}") if e.type == "stream.chunk"])
+        forks = await _forks_of(store, branch)
+        branches = [branch, *(forks if args.forks else [])]
+        events = await _content_of(store, branches)
+        # A fork's snapshots fold the parent's prefix: those of every fork go, forgotten or
+        # not, before the redaction compacts the store.
+        dropped = await drop_folded_snapshots(store, set(forks), dry_run=args.dry_run)
         rows = await apply_redactions(store, events, args.reason, actor, dry_run=args.dry_run)
-        purged = await purge_copies(store, set(branches), dry_run=args.dry_run)
-        return branch, rows, purged
+        if dropped and not rows and not args.dry_run and isinstance(store, SQLiteEventStore):
+            await store.compact()  # nothing redacted, so nothing compacted the deleted rows yet
+        purged = await purge_copies(store, set(branches), dry_run=args.dry_run, folded=set(forks))
+        return branch, rows, dropped + purged
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -86,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="forget",
-    help="erase every message of a branch and the chunks of its runs (the structure stays)",
+    help="erase all conversation content of a branch: messages, model calls, errors, chunks (the structure stays)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog forget my-branch --reason 'erasure request 2026-12'",

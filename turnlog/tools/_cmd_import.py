@@ -30,12 +30,15 @@ import anyio
 import orjson
 
 from turnlog.eventstore import (
+    REDACTIONS_STREAM,
     EventStore,
     RawEvent,
     RecordedEvent,
     encode_json,
     event_hash_matches,
+    is_redacted,
     open_store,
+    verify_raw_events,
 )
 
 from ._command import Command, UserError, add_store_argument, emit_json, sqlite_file, store_url
@@ -255,9 +258,48 @@ async def import_events(store: EventStore, lines: list[_Line]) -> ImportReport:
         new.append(line)
     if new:
         head = await store.head()
+        await _check_redactions(store, new, head)
         await raw.import_raw([_raw(line, head + i) for i, line in enumerate(new, 1)])
     report.added = len(new)
     return report
+
+
+async def _check_redactions(store: EventStore, new: list[_Line], head: int) -> None:
+    """Refuse new redaction records or markers unless the result verifies as a whole.
+
+    A record is an event of the reserved stream, hashed like any other, so ``check_chains``
+    accepts a forged one; and a marker counts by the digest it names. Before anything is
+    written, every stream such a line touches (the records' stream, the streams they name,
+    the streams holding a new marker) is checked whole, stored events and new ones together,
+    as ``verify`` would check the store afterwards.
+    """
+    reserved = [line for line in new if line.event.stream.startswith("turnlog.")]
+    marked = {
+        line.event.stream for line in new if is_redacted(line.event.data) or is_redacted(line.event.meta)
+    }
+    if not reserved and not marked:
+        return
+    streams = {REDACTIONS_STREAM, *marked, *(line.event.stream for line in reserved)}
+    async for record in store.read_stream(REDACTIONS_STREAM):
+        streams.add(str(record.data.get("stream")))
+    streams.update(
+        str(line.event.data.get("stream")) for line in reserved if line.event.stream == REDACTIONS_STREAM
+    )
+    rows = [RawEvent(e.position, str(e.id), e.stream, e.version, e.type, e.schema, encode_json(e.data),
+                     encode_json(e.meta), _micros(e.recorded_at), e.prev_hash, e.hash)
+            for name in sorted(streams) async for e in store.read_stream(name)]  # fmt: skip
+    rows.extend(_raw(line, head + i) for i, line in enumerate(new, 1) if line.event.stream in streams)
+    report = verify_raw_events(rows)
+    if not report.ok:
+        first = report.problems[0]
+        line = next(
+            (x for x in new if (x.event.stream, x.event.version) == (first.stream, first.version)), None
+        )
+        where = f"line {line.number}: " if line is not None else ""
+        raise UserError(
+            f"{where}the redaction records would not verify after this import ({len(report.problems)} "
+            f"problems, first: {first}); refused, nothing was imported"
+        )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,11 +7,13 @@ from datetime import UTC, datetime
 
 import anyio
 
+from turnlog.eventstore import Problem, check_stream
 from turnlog.projections import HistoryRow, history
 
-from ._command import Command, UserError, add_store_argument, emit_json
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json
 from ._inspect import add_branch_argument, branch_id_of, check_version, opened_store
 from ._output import print_table
+from ._shown import TAMPERED, damage_view, warn_damage
 
 __all__ = ["COMMAND"]
 
@@ -24,7 +26,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
 
 
-async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
+async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow], list[Problem]]:
     if args.from_version < 1:
         raise UserError(f"--from {args.from_version}: versions start at 1")
     if args.to_version is not None and args.to_version < args.from_version:
@@ -33,9 +35,12 @@ async def _log(args: argparse.Namespace) -> tuple[str, list[HistoryRow]]:
         branch_id = await branch_id_of(store, args.branch)
         await check_version(store, branch_id, args.from_version, "--from")
         rows = await history(store, branch_id, from_version=args.from_version, to_version=args.to_version)
-    if args.types:
-        rows = [r for r in rows if r.type in args.types]
-    return branch_id, rows
+        if args.types:
+            rows = [r for r in rows if r.type in args.types]
+        # every listed event is proven against the chain before it is printed
+        shown = {r.version for r in rows}
+        checked = await check_stream(store, f"branch-{branch_id}", args.from_version, args.to_version)
+    return branch_id, rows, [p for p in checked if p.version in shown]
 
 
 def _stamp(moment: datetime) -> str:
@@ -44,7 +49,8 @@ def _stamp(moment: datetime) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    branch_id, rows = anyio.run(_log, args)
+    branch_id, rows, damaged = anyio.run(_log, args)
+    marks = {p.version: p.what for p in damaged}
     if args.json:
         emit_json(
             {
@@ -56,20 +62,36 @@ def _run(args: argparse.Namespace) -> int:
                         "recorded_at": r.recorded_at.isoformat(),
                         "type": r.type,
                         "summary": r.summary,
+                        "tampered": marks.get(r.version),
                     }
                     for r in rows
                 ],
+                "tampered": [damage_view(p) for p in damaged],
             }
         )
-        return 0
-    print_table(
-        ["v", "pos", "time", "type", "what"],
-        [[r.version, r.position, _stamp(r.recorded_at), r.type, r.summary] for r in rows],
-        title=f"branch {branch_id}",
-    )
-    if not rows:
-        print(f"(no event of type {', '.join(args.types)} in these versions)" if args.types else "(no event)")
-    return 0
+    else:
+        print_table(
+            ["v", "pos", "time", "type", "what"],
+            [
+                [r.version, r.position, _stamp(r.recorded_at), r.type, _what(r, marks.get(r.version))]
+                for r in rows
+            ],
+            title=f"branch {branch_id}",
+            keep=["v", "pos", "time", "type"],
+        )
+        if not rows:
+            print(
+                f"(no event of type {', '.join(args.types)} in these versions)"
+                if args.types
+                else "(no event)"
+            )
+    warn_damage("log", damaged)
+    return EXIT_FAILED if damaged else EXIT_OK
+
+
+def _what(row: HistoryRow, damage: str | None) -> str:
+    # the mark only: what is wrong is on stderr (and in --json), the line stays readable
+    return row.summary if damage is None else f"{TAMPERED} {row.summary}"
 
 
 COMMAND = Command(

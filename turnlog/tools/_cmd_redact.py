@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from turnlog.eventstore import RecordedEvent, StoreError
+from turnlog.projections import content_fields, holds_content
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import add_branch_argument, branch_id_of, opened_store, parse_time
@@ -47,6 +48,11 @@ async def _chosen(store: Any, args: argparse.Namespace) -> list[RecordedEvent]:
         return found
     if args.event_type is None:
         raise UserError("give --version N (with a BRANCH) or --type TYPE [--before DATE]")
+    if content_fields(args.event_type) == ():
+        raise UserError(
+            f"{args.event_type} holds no conversation content (the event catalogue declares none): "
+            "nothing to erase; redact one event of it with --version N"
+        )
     before = parse_time(args.before) if args.before else None
     prefix = None
     if args.branch is not None:
@@ -54,7 +60,7 @@ async def _chosen(store: Any, args: argparse.Namespace) -> list[RecordedEvent]:
     return [
         e
         async for e in store.read_all(types=[args.event_type], stream_prefix=prefix)
-        if before is None or e.recorded_at < before
+        if (before is None or e.recorded_at < before) and holds_content(e.type, e.data)
     ]
 
 

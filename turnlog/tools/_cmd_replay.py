@@ -73,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
                     "model_calls": audit.model_calls,
                     "problems": list(audit.problems),
                     "redacted": audit.redacted,
+                    "redacted_calls": audit.redacted_calls,
                 },
                 "execute": _execute_view(executed) if executed else None,
             }
@@ -87,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
             print(
                 f"redacted: {audit.redacted} event(s) ({', '.join(audit.redaction_reasons)}), folded as redacted"
             )
+        if audit.redacted_calls:
+            print(f"redacted model calls: {audit.redacted_calls} (their answers are erased: not compared)")
     else:
         for problem in audit.problems:
             print(f"MISMATCH {problem}")

@@ -79,8 +79,14 @@ def open_projection_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]
     return url, {"database": args.analytics_db, "prices": prices}
 
 
-def _ms(p: Percentiles) -> tuple[float | None, float | None, float | None]:
-    return p.p50, p.p95, p.p99
+def _ms(p: Percentiles) -> tuple[str | None, str | None, str | None]:
+    # A tenth of a millisecond is finer than any latency a person compares; three decimals
+    # only widen the latency columns until a terminal has no room for them (--json keeps all).
+    return _tenth(p.p50), _tenth(p.p95), _tenth(p.p99)
+
+
+def _tenth(ms: float | None) -> str | None:
+    return None if ms is None else f"{ms:,.1f}"
 
 
 def _money(cost: float | None) -> str | None:

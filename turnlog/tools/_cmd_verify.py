@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import anyio
 
 from turnlog.eventstore import VerifyReport
+from turnlog.kernel import SnapshotFileError, check_snapshot_files
+from turnlog.kernel._run_buffer import default_persist_dir
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import opened_store
@@ -23,19 +26,33 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="SQLite: run PRAGMA quick_check instead of the slower, thorough integrity_check",
     )
+    parser.add_argument(
+        "--snapshot-files",
+        type=Path,
+        default=None,
+        help="also check the stream_persist snapshot files (*.json) in this directory; default: the "
+        "store's run directory (<store file>.runs/), when it exists",
+    )
 
 
-async def _verify(value: str | None, stream: str | None, quick: bool) -> VerifyReport:
+async def _verify(
+    value: str | None, stream: str | None, quick: bool, files: Path | None
+) -> tuple[VerifyReport, list[SnapshotFileError]]:
     async with opened_store(value, upcast=False) as store:
         if stream is not None and await store.stream_version(stream) == 0:
             # a stream that is not there verifies trivially: say so rather than "ok"
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
-        return await store.verify(stream, quick=quick)
+        report = await store.verify(stream, quick=quick)
+        return report, await check_snapshot_files(files or default_persist_dir(store), store)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.snapshot_files is not None and not args.snapshot_files.is_dir():
+        raise UserError(f"--snapshot-files: {args.snapshot_files} is not a directory")
     with busy("verifying hash chains"):
-        report = anyio.run(_verify, args.store, args.stream, args.quick)
+        report, bad_files = anyio.run(_verify, args.store, args.stream, args.quick, args.snapshot_files)
+    if bad_files:
+        return _report_files(report, bad_files, as_json=args.json)
     ran = [check for check in report.checks if check in ("integrity_check", "quick_check")]
     database = f"; SQLite {ran[0]} ok" if ran else ""
     if args.json:
@@ -64,6 +81,25 @@ def _run(args: argparse.Namespace) -> int:
             print(f"PROBLEM {problem}")
         print(f"{len(report.problems)} problem(s) in {report.events} events, {report.streams} streams")
     return 0 if report.ok else 1
+
+
+def _report_files(report: VerifyReport, bad_files: list[SnapshotFileError], *, as_json: bool) -> int:
+    """Snapshot files that fail their check (with the store's own problems): always exit 1."""
+    if as_json:
+        emit_json(
+            {
+                "ok": False,
+                "problems": [str(p) for p in report.problems],
+                "snapshot_files": [{"path": e.path, "what": str(e)} for e in bad_files],
+            }
+        )
+        return 1
+    for problem in report.problems:
+        print(f"PROBLEM {problem}")
+    for error in bad_files:
+        print(f"PROBLEM snapshot file {error}")
+    print(f"{len(report.problems) + len(bad_files)} problem(s), {len(bad_files)} in snapshot files")
+    return 1
 
 
 def _redactions_note(report: VerifyReport) -> str:

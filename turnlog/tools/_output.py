@@ -31,59 +31,89 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-_PADDING = 3  # a rich column's left and right padding and its border
-_NARROWEST = 6  # a column that is allowed to wrap still needs this many characters
+_GAP = 2  # the space between two columns of the table (no vertical rules, padding collapsed)
+_TEXT_MIN = 20  # a column of prose that folds still gets this many characters
+_WORD = 40  # words up to this long (an id, a name in a summary) are never folded inside
+_PROSE = 30  # a column is prose (it may fold) when a cell has a space and is longer than this
 
 
-def _fitting(columns: Sequence[str], cells: list[list[str]], keep: set[int], width: int) -> list[int] | None:
-    """The indexes of the columns to show: every kept one, others from the left while they fit.
+def _is_prose(i: int, cells: list[list[str]]) -> bool:
+    """Whether column ``i`` holds prose a person reads folded (a summary), not a token to copy."""
+    return any(len(row[i]) > _PROSE and " " in row[i].strip() for row in cells)
 
-    Kept columns (ids, names) are shown whole, never cut; another column may wrap, but needs
-    at least a few characters, so at a narrow width the last ones are left out. None when
-    the kept columns alone are wider than ``width`` (then no table can show them whole).
+
+def _prose_width(name: str, cells: list[list[str]], i: int) -> int:
+    """The narrowest a prose column may be: enough for its words up to ``_WORD`` characters.
+
+    An id mentioned in a summary stays whole on one line; only longer runs (a JSON blob) fold.
     """
+    words = [len(w) for row in cells for w in row[i].split() if len(w) <= _WORD]
+    return max(min(_TEXT_MIN, max([len(name), *(len(row[i]) for row in cells)])), *words, 0)
 
-    def need(i: int) -> int:
-        longest = max([len(columns[i]), *(len(row[i]) for row in cells)])
-        return (longest if i in keep else min(longest, _NARROWEST)) + _PADDING
 
-    total = 1 + sum(need(i) for i in keep)
-    if total > width:
-        return None
-    shown = set(keep)
-    for i in range(len(columns)):
-        if i in keep:
-            continue
-        if total + need(i) > width:
-            break
-        shown.add(i)
-        total += need(i)
-    return sorted(shown)
+def _header(name: str, width: int) -> str:
+    """A header that fits ``width``: its words on lines of their own when it is wider."""
+    return name if len(name) <= width else "\n".join(name.split())
+
+
+def _token_width(name: str, cells: list[list[str]], i: int) -> int:
+    """The width of a column never split: its longest cell, or its header's longest word."""
+    return max([max(len(w) for w in name.split() or [""]), *(len(row[i]) for row in cells)])
+
+
+def _table_width(columns: Sequence[str], cells: list[list[str]], prose: set[int]) -> int:
+    """The narrowest table that shows every token whole and every prose column folded."""
+    total = _GAP * (len(columns) - 1)
+    for i, name in enumerate(columns):
+        if i in prose:
+            total += _prose_width(name, cells, i)
+        else:
+            total += _token_width(name, cells, i)
+    return total
 
 
 def _rich_table(
-    console: Any,
-    columns: Sequence[str],
-    cells: list[list[str]],
-    kept: set[int],
-    shown: list[int],
-    title: str | None,
+    console: Any, columns: Sequence[str], cells: list[list[str]], prose: set[int], title: str | None
 ) -> None:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
-    for i in shown:
-        longest = max([len(columns[i]), *(len(row[i]) for row in cells)])
-        if i in kept:
-            table.add_column(columns[i], no_wrap=True, min_width=longest)
+    # a rule under the header and no vertical rules: every character of the width goes to
+    # the cells, so ids and latency columns still fit whole at 120 columns
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for i, name in enumerate(columns):
+        if i in prose:
+            table.add_column(name, overflow="fold", min_width=_prose_width(name, cells, i))
         else:
-            table.add_column(columns[i], overflow="fold")
+            # ids, numbers, times, names: a person copies or compares them, so they are never
+            # split over lines or cut; only the header may take two lines
+            width = _token_width(name, cells, i)
+            table.add_column(_header(name, width), no_wrap=True, min_width=width)
     for row in cells:
-        table.add_row(*(row[i] for i in shown))
+        table.add_row(*row)
     console.print(table)
-    hidden = [columns[i] for i in range(len(columns)) if i not in shown]
-    if hidden:
-        console.print(f"({', '.join(hidden)} left out at this width; --json has every column)")
+
+
+def _vertical(columns: Sequence[str], cells: list[list[str]], title: str | None, width: int) -> None:
+    """One block per row, one ``column  value`` line per cell: for a terminal too narrow for a table.
+
+    Nothing is left out and nothing is cut. A long value wraps under itself at spaces, never
+    inside a word or at a hyphen (ids are hyphenated); a word wider than the terminal stays on
+    one line, which the terminal then wraps.
+    """
+    import textwrap
+
+    label = max(len(c) for c in columns)
+    room = max(_TEXT_MIN, width - label - 2)
+    if title:
+        print(title)
+    for n, row in enumerate(cells, 1):
+        print(f"-- {n} " + "-" * max(0, label - len(str(n))))
+        for name, value in zip(columns, row, strict=True):
+            lines = textwrap.wrap(value, room, break_on_hyphens=False, break_long_words=False) or [""]
+            print(f"{name.ljust(label)}  {lines[0]}")
+            for more in lines[1:]:
+                print(f"{'':{label}}  {more}")
 
 
 def print_table(
@@ -99,20 +129,25 @@ def print_table(
         columns: The column headers.
         rows: The cells, row by row.
         title: A line above the table.
-        keep: Columns never cut (ids, names: a person copies them); default the first one.
-            On a terminal too narrow for every column, other columns wrap, and the ones that
-            still do not fit are left out (and named below the table); plain output has them all.
+        keep: Columns that must never fold even if they hold spaces (besides every column of
+            tokens: ids, names, numbers and times are never split or cut anyway).
+
+    On a terminal, prose columns (summaries) fold; every other cell stays whole on one line.
+    When the terminal is too narrow for that table, each row is printed as a block of
+    ``column  value`` lines instead, so no column is ever left out.
     """
     cells = [[_cell(v) for v in row] for row in rows]
     if fancy():
         from rich.console import Console
 
         console = Console()
-        kept = {columns.index(name) for name in (keep if keep is not None else columns[:1])}
-        shown = _fitting(columns, cells, kept, console.width)
-        if shown is not None:
-            _rich_table(console, columns, cells, kept, shown, title)
-            return
+        kept = {columns.index(name) for name in keep or ()}
+        prose = {i for i in range(len(columns)) if i not in kept and _is_prose(i, cells)}
+        if _table_width(columns, cells, prose) <= console.width:
+            _rich_table(console, columns, cells, prose, title)
+        else:
+            _vertical(columns, cells, title, console.width)
+        return
     widths = [len(c) for c in columns]
     for row in cells:
         for i, value in enumerate(row):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,14 @@ from turnlog.projections import redaction_keep
 
 from ._command import UserError
 
-__all__ = ["apply_redactions", "describe", "print_purged", "purge_copies", "target_of"]
+__all__ = [
+    "apply_redactions",
+    "describe",
+    "drop_folded_snapshots",
+    "print_purged",
+    "purge_copies",
+    "target_of",
+]
 
 
 def target_of(event: RecordedEvent, reason: str, actor: str, include_meta: bool = False) -> Redaction:
@@ -56,11 +64,33 @@ async def apply_redactions(
     return rows
 
 
-async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool) -> list[str]:
+async def drop_folded_snapshots(store: EventStore, branch_ids: set[str], *, dry_run: bool) -> list[str]:
+    """Delete the store's snapshots of ``branch_ids`` (forks whose snapshots fold a forgotten prefix).
+
+    Call it before the redaction: the redaction then compacts the store (``VACUUM`` on
+    SQLite, ``VACUUM (FULL)`` on PostgreSQL), so the deleted rows keep no copy.
+    """
+    done: list[str] = []
+    for branch in sorted(branch_ids):
+        stream = f"branch-{branch}"
+        if dry_run:
+            found = await store.load_snapshot(stream)
+            deleted = 0 if found is None else 1
+        else:
+            deleted = await store.delete_snapshots(stream)
+        if deleted:
+            done.append(f"snapshots of {stream} (they fold the forgotten prefix)")
+    return done
+
+
+async def purge_copies(
+    store: EventStore, branch_ids: AbstractSet[str], *, dry_run: bool, folded: AbstractSet[str] = frozenset()
+) -> list[str]:
     """Remove the copies a redaction leaves outside the log; say what was (or would be) removed.
 
     - the run buffers and branch snapshot files of ``branch_ids`` in the store's buffer
-      directory (``<store>.runs/``), deleted;
+      directory (``<store>.runs/``), deleted, and the snapshot files of ``folded`` (forks
+      whose snapshots hold the forgotten prefix);
     - the store's default analytics database, rebuilt from the redacted log and compacted so
       that its old pages keep no copy;
     - the analytics tables an older turnlog kept in a SQLite store's own file, dropped, then
@@ -70,7 +100,7 @@ async def purge_copies(store: EventStore, branch_ids: set[str], *, dry_run: bool
     directory = default_persist_dir(store)
     if directory.is_dir():
         for path in sorted(directory.iterdir()):
-            if _belongs(path, branch_ids):
+            if _belongs(path, branch_ids) or (path.suffix == ".json" and path.stem in folded):
                 done.append(f"buffer file {path}")
                 if not dry_run:
                     path.unlink()
@@ -96,7 +126,7 @@ def print_purged(purged: Sequence[str], *, dry_run: bool) -> None:
         print(f"{'would purge' if dry_run else 'purged'} {what}")
 
 
-def _belongs(path: Path, branch_ids: set[str]) -> bool:
+def _belongs(path: Path, branch_ids: AbstractSet[str]) -> bool:
     named = parse_buffer_name(path)
     if named is not None:
         return named[0] in branch_ids

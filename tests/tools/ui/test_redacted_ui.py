@@ -62,3 +62,23 @@ def test_the_ui_shows_a_forgotten_branch_by_name_without_its_content(tmp_path: P
             page = _get(f"{served.url}/branches/{branch}{suffix}")
             assert SECRET not in page and "carol@example.com" not in page
         assert "redacted" in _get(f"{served.url}/branches/{branch}/conversation")
+
+
+def test_a_redacted_chunk_shows_its_place_and_the_reason() -> None:
+    """A chunk erased by forget keeps its seq, type and tool name on the run page."""
+    from turnlog.eventstore import MemoryEventStore
+    from turnlog.projections import ChunkReceived, redaction_keep
+    from turnlog.tools.ui._pages import chunk_view
+
+    async def main() -> dict[str, object]:
+        async with MemoryEventStore() as store:
+            chunk = ChunkReceived(seq=4, type="tool_use", tool_name="grep", tool_input={"q": SECRET})
+            await store.append("run-r", [new_event(chunk)])
+            (event,) = [e async for e in store.read_stream("run-r")]
+            await store.redact("run-r", 1, reason="gdpr", keep=redaction_keep(event.type, event.data))
+            (event,) = [e async for e in store.read_stream("run-r")]
+            return chunk_view(event, None)
+
+    view = anyio.run(main)
+    assert view["seq"] == 4 and view["type"] == "tool_use" and view["tool"] == "grep"
+    assert view["content"] == "[redacted: gdpr]" and SECRET not in repr(view)

@@ -51,6 +51,7 @@ class AnthropicModel(HTTPChatModel):
     """
 
     codec: ClassVar[AnthropicCodec] = AnthropicCodec()
+    request_params: frozenset[str] | None = AnthropicCodec.ACCEPTED_PARAMETERS
     default_provider: ClassVar[str] = "anthropic"
     default_base_url: ClassVar[str] = ANTHROPIC_BASE_URL
     default_api_key_env: ClassVar[str | None] = "ANTHROPIC_API_KEY"

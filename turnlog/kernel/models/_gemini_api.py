@@ -30,6 +30,7 @@ class GeminiAPIModel(HTTPChatModel):
     """
 
     codec: ClassVar[GeminiCodec] = GeminiCodec()
+    request_params: frozenset[str] | None = GeminiCodec.ACCEPTED_PARAMETERS
     default_provider: ClassVar[str] = "gemini_api"
     default_base_url: ClassVar[str] = GEMINI_BASE_URL
     default_api_key_env: ClassVar[str | None] = "GEMINI_API_KEY"

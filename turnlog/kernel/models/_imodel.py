@@ -231,6 +231,12 @@ class iModel:
         return {key: bool(self._params[key]) for key in _STREAM_KEYS if key in self._params}
 
     @property
+    def request_params(self) -> frozenset[str] | None:
+        """The request parameters the backend takes (None: anything; see ``OpenAIChatModel``)."""
+        declared = getattr(self._backend, "request_params", None)
+        return declared if isinstance(declared, frozenset) else None
+
+    @property
     def params(self) -> Mapping[str, Any]:
         """The default request parameters (read-only)."""
         return MappingProxyType(self._params)

@@ -52,6 +52,9 @@ class OpenAIChatModel(HTTPChatModel):
     """
 
     codec: ClassVar[ChatCompletionsCodec] = ChatCompletionsCodec()
+    #: Chat Completions' parameters; a compatible server that takes more (vLLM's ``top_k``...)
+    #: widens it on the instance (``model.request_params |= {"top_k"}``) or sets None.
+    request_params: frozenset[str] | None = ChatCompletionsCodec.ACCEPTED_PARAMETERS
     default_provider: ClassVar[str] = "openai"
     default_base_url: ClassVar[str] = OPENAI_BASE_URL
     default_api_key_env: ClassVar[str | None] = "OPENAI_API_KEY"

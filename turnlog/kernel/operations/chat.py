@@ -28,6 +28,7 @@ from turnlog.eventstore import uuid7
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import current_run
+from turnlog.kernel._options import check_request_params
 from turnlog.kernel._params import ChatParam
 from turnlog.kernel.models import (
     ChatModel,
@@ -85,6 +86,10 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     """
     branch.require_writable()
     model = branch.require_chat_model(param.imodel)
+    params = dict(param.imodel_kw)
+    stream, persist = _stream_options(model, params)
+    owner = current_run(branch.id)  # name the verb the caller called (operate, not its communicate)
+    check_request_params(model, params, verb=owner.verb if owner is not None else verb)
     ins = build_instruction(branch, instruction, param)
     report = await branch.gather_context(ins)
     history_version: int | None = None
@@ -101,8 +106,6 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     prompt = assemble(branch.prompt_cache, history, branch.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
     tools = [dict(t) for t in param.tool_schemas] or None
-    params = dict(param.imodel_kw)
-    stream, persist = _stream_options(model, params)
     request = ModelRequest(
         messages=prompt.messages,
         params=params,

@@ -43,6 +43,7 @@ from turnlog.kernel._context import prompt_context
 from turnlog.kernel._control import stop_requested
 from turnlog.kernel._errors import ResponseParseError, UsageError
 from turnlog.kernel._lifecycle import observed_run
+from turnlog.kernel._options import check_request_params
 from turnlog.kernel._params import ChatParam, ParseParam, RunParam
 from turnlog.kernel._persist import (
     ChunkLog,
@@ -133,6 +134,7 @@ async def run(
         branch.use_chat_model(param.imodel)  # run() replaces the branch's model, as the facade says
     model = streaming_model(branch.chat_model)
     options = dict(param.imodel_kw)
+    check_request_params(model, options, verb="run")  # a misspelt option never reaches the CLI
     timeout = options.pop("timeout", None)
     provider = str(getattr(model, "provider", "") or "")
     model_name = str(getattr(model, "model", "") or "")
@@ -198,7 +200,9 @@ async def run(
         if snapshot_dir is not None:
             with anyio.CancelScope(shield=True):
                 try:
-                    await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state)
+                    await write_snapshot_file(
+                        snapshot_path(snapshot_dir, branch.id), branch.state, store=branch.store
+                    )
                 except Exception as exc:
                     _log.warning("run on branch %s: final snapshot failed: %r", branch.id, exc)
 
@@ -215,7 +219,7 @@ async def _open_log(state: RunState, param: RunParam, persist: PersistOptions | 
     if param.stream_persist:
         persist_dir = Path(param.persist_dir) if param.persist_dir else default_persist_dir(branch.store)
         snapshot_dir = Path(param.snapshot_dir) if param.snapshot_dir else persist_dir
-        await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state)
+        await write_snapshot_file(snapshot_path(snapshot_dir, branch.id), branch.state, store=branch.store)
         opts = persist or PersistOptions()
         buffer = RunBuffer(buffer_path(persist_dir, branch.id, state.run_id), fsync=opts.fsync)
     state.log = ChunkLog(branch.store, state.run_id, meta, buffer=buffer, options=persist)

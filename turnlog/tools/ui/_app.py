@@ -174,7 +174,8 @@ class _App:
         b = parse_int(request.query_params.get("b"), "b", default=head)
         assert a is not None and b is not None
         d = await self.data.diff(branch_id, a, b)
-        return self.page(f"diff {branch_id}", diff_body(branch_id, a, b, d), name="diff")
+        damage = await self.data.damage(branch_id, max(a, b))
+        return self.page(f"diff {branch_id}", diff_body(branch_id, a, b, d, damage), name="diff")
 
     async def replay(self, request: Request) -> Response:
         branch_id = await self._branch_id(request)
@@ -217,7 +218,7 @@ class _App:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
-        body = pages.run_body(run_id, detail)
+        body = pages.run_body(run_id, detail, await self.data.damaged_events(detail.chunks))
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'
@@ -241,7 +242,9 @@ class _App:
                 async for e in feed:
                     if e.stream == stream and e.type == "stream.chunk":
                         start = start if start is not None else e.recorded_at.timestamp()
-                        yield _sse("chunk", pages.chunk_view(e, start))
+                        # a live chunk is checked as it comes, like the ones the page showed
+                        altered = bool(await self.data.damaged_events([e]))
+                        yield _sse("chunk", pages.chunk_view(e, start) | {"tampered": altered})
                     elif (
                         e.stream == branch
                         and e.data.get("run_id") == run_id
@@ -271,7 +274,8 @@ class _App:
     async def tail(self, request: Request) -> Response:
         head = await self.data.store.head()
         events = [e async for e in self.data.store.read_all(1, head, backwards=True, limit=50)]
-        return self.page("Live tail", pages.tail_body(events, head), name="tail")
+        damaged = await self.data.damaged_events(events)
+        return self.page("Live tail", pages.tail_body(events, head, damaged), name="tail")
 
     async def tail_live(self, request: Request) -> Response:
         after = parse_int(request.query_params.get("after"), "after", default=0, low=0)
@@ -281,7 +285,8 @@ class _App:
             yield b": live\n\n"
             async with _closing(self.data.store.subscribe(after + 1)) as feed:
                 async for e in feed:
-                    yield _sse("event", pages.event_view(e))
+                    altered = bool(await self.data.damaged_events([e]))
+                    yield _sse("event", pages.event_view(e) | {"tampered": altered})
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
 
+from turnlog.eventstore import Problem
 from turnlog.projections import (
     ActionRequest,
     ActionResponse,
@@ -18,10 +19,29 @@ from turnlog.projections import (
 
 from ._html import fmt_time, h, pretty_json, q, seg
 
-__all__ = ["SHOWN", "conversation", "message_block"]
+__all__ = ["SHOWN", "TAMPERED_BADGE", "conversation", "message_block", "tampered_banner"]
 
 SHOWN = 300
 """Messages rendered at once; the earlier ones of a longer conversation are behind a link."""
+
+
+TAMPERED_BADGE = (
+    '<span class="badge tampered" title="this event does not match the hash chain: it was altered '
+    "behind the store's back\">TAMPERED</span>"
+)
+"""The mark on whatever stands on an event that fails its hash check."""
+
+
+def tampered_banner(problems: Iterable[Problem]) -> str:
+    """A loud notice naming the damaged events a page stands on ("" when there is none)."""
+    items = "".join(f"<li><code>{h(p.stream)}</code> v{p.version}: {h(p.what)}</li>" for p in problems)
+    if not items:
+        return ""
+    return (
+        '<div class="banner tampered" role="alert">'
+        f"{TAMPERED_BADGE} this page shows events that do not match the hash chain "
+        f'(altered behind the store\'s back); see <a href="/verify">Verify</a><ul>{items}</ul></div>'
+    )
 
 
 def _text(value: object) -> str:
@@ -97,8 +117,13 @@ def _body(message: AnyMessage) -> str:
     return f"<pre>{pretty_json(message.to_dict())}</pre>"  # pragma: no cover - closed union
 
 
-def message_block(message: AnyMessage, annotated: Collection[str] = (), mark: str = "") -> str:
-    """One message: role, time, badges, run link, body."""
+def message_block(
+    message: AnyMessage, annotated: Collection[str] = (), mark: str = "", tampered: Collection[str] = ()
+) -> str:
+    """One message: role, time, badges, run link, body; ``tampered`` ids get the TAMPERED badge."""
+    altered = message.id in tampered
+    if altered:
+        mark = f"{mark} tampered".strip()
     run_id = message.metadata.get("run_id")
     run = f' <a class="run" href="/runs/{h(seg(str(run_id)))}">run</a>' if isinstance(run_id, str) else ""
     cls = f"msg role-{h(message.role)} kind-{h(message.kind)} {mark}".strip()
@@ -106,26 +131,29 @@ def message_block(message: AnyMessage, annotated: Collection[str] = (), mark: st
     return (
         f'<article class="{cls}" data-id="{h(message.id)}"><div class="meta">'
         f'<span class="role">{sign}{h(message.role)}</span> <span class="kind">{h(message.kind)}</span> '
-        f"<time>{h(fmt_time(message.created_at))}</time>{_badges(message, annotated)}{run}</div>"
+        f"<time>{h(fmt_time(message.created_at))}</time>{TAMPERED_BADGE if altered else ''}"
+        f"{_badges(message, annotated)}{run}</div>"
         f"{_body(message)}</article>"
     )
 
 
-def conversation(state: BranchState, annotated: Collection[str], *, show_all: bool) -> str:
-    """The messages of a state (the last ``SHOWN`` unless ``show_all``)."""
+def conversation(
+    state: BranchState, annotated: Collection[str], *, show_all: bool, tampered: Collection[str] = ()
+) -> str:
+    """The messages of a state (the last ``SHOWN`` unless ``show_all``); ``tampered``: ids to mark."""
     messages = state.messages
     parts = [
         f'<div class="conv-head" data-version="{state.version}">version {state.version}: {len(messages)} message(s)</div>'
     ]
     if state.system is not None:
-        parts.append(message_block(state.system, annotated))
+        parts.append(message_block(state.system, annotated, tampered=tampered))
     hidden = 0 if show_all else max(0, len(messages) - SHOWN)
     if hidden:
         more = q(f"/branches/{seg(state.branch_id)}", at=state.version, all=1)
         parts.append(
             f'<div class="note">{hidden} earlier message(s) not shown · <a href="{more}">show all</a></div>'
         )
-    parts.extend(message_block(m, annotated) for m in list(messages)[hidden:])
+    parts.extend(message_block(m, annotated, tampered=tampered) for m in list(messages)[hidden:])
     if not messages:
         parts.append('<div class="note">no messages at this version</div>')
     return "".join(parts)

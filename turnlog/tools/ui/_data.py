@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turnlog.eventstore import EventStore, RecordedEvent, VerifyReport
+from turnlog.eventstore import EventStore, Problem, RecordedEvent, VerifyReport, check_events, check_stream
 from turnlog.kernel import AmbiguousBranch, RecoveryReport, UnknownBranch, find_branch
 from turnlog.projections import (
     BranchDiff,
@@ -26,6 +26,7 @@ from turnlog.projections import (
     rebuild,
 )
 
+from .._shown import Damage, branch_damage
 from ._http_status import BadRequest, Forbidden, NotFound
 
 if TYPE_CHECKING:
@@ -129,6 +130,24 @@ class UIData:
             return await rebuild(self.store, branch_id, at_version=at, cache=self.cache)
         except ProjectionError as exc:
             raise NotFound(str(exc)) from exc
+
+    async def damage(self, branch_id: str, at: int) -> Damage:
+        """The damaged events the branch's state at ``at`` stands on (a fork's parents included)."""
+        return await branch_damage(self.store, branch_id, at)
+
+    async def damaged_versions(self, branch_id: str, first: int, last: int) -> dict[int, str]:
+        """Version -> what is wrong, for the damaged events of a version range of the branch."""
+        problems = await check_stream(self.store, f"branch-{branch_id}", first, last)
+        return {p.version: p.what for p in problems}
+
+    async def damaged_names(self, branch_ids: list[str]) -> set[str]:
+        """The branches among ``branch_ids`` whose first event (it names the branch) fails its check."""
+        firsts = [e for b in branch_ids async for e in self.store.read_stream(f"branch-{b}", 1, 1)]
+        return {p.stream.removeprefix("branch-") for p in await check_events(self.store, firsts)}
+
+    async def damaged_events(self, events: list[RecordedEvent]) -> tuple[Problem, ...]:
+        """The problems of events a page is about to show (checked against the hash chain)."""
+        return await check_events(self.store, events)
 
     async def timeline(self, branch_id: str, page: int) -> tuple[list[HistoryRow], int]:
         """One page of the branch's own events and the number of pages."""

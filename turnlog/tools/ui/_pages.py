@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from turnlog.eventstore import RecordedEvent, redacted_marker
+from turnlog.eventstore import Problem, RecordedEvent, redacted_marker
+from turnlog.projections import visible_data
 
+from ._conversation import TAMPERED_BADGE, tampered_banner
 from ._data import PAGE, RunDetail, UIData
 from ._html import attr_json, fmt_ms, fmt_time, h, link, q, seg, table
 
@@ -27,6 +30,8 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
     """The branch list: search, one page of rows, paging links."""
     rows, total = await data.branch_page(query, page)
     pages = max(1, -(-total // PAGE))
+    # the name a row shows comes from the branch's first event: it is checked like any content
+    altered = await data.damaged_names([r.branch_id for r in rows])
     cells = []
     for r in rows:
         origin = (
@@ -42,7 +47,8 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
         )
         cells.append(
             [
-                link(q(f"/branches/{seg(r.branch_id)}"), r.name or "(unnamed)"),
+                link(q(f"/branches/{seg(r.branch_id)}"), r.name or "(unnamed)")
+                + (f" {TAMPERED_BADGE}" if r.branch_id in altered else ""),
                 f'<code class="id">{h(r.branch_id)}</code>',
                 h(fmt_time(r.created_at)),
                 h(fmt_time(await data.updated_at(r.branch_id))),
@@ -68,12 +74,14 @@ async def branches_body(data: UIData, query: str, page: int) -> str:
 
 def chunk_view(event: RecordedEvent, start: float | None) -> dict[str, Any]:
     """A chunk for the page and the live stream: what the JS renders with ``textContent``."""
-    d = event.data
+    note = _redacted_note(event.data)
+    # A redacted chunk kept its structure (seq, type, tool name): show that beside the note.
+    d = visible_data(event.type, event.data) if note else event.data
     t = event.recorded_at.timestamp()
     return {
         "seq": d.get("seq"),
         "type": d.get("type"),
-        "content": d.get("content") or _redacted_note(d),
+        "content": d.get("content") or note,
         "tool": d.get("tool_name"),
         "input": d.get("tool_input"),
         "output": d.get("tool_output"),
@@ -129,17 +137,22 @@ def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
     ]
 
 
-def run_body(run_id: str, detail: RunDetail) -> str:
-    """The run page: facts, chunks on a time axis and as a list; open runs update live."""
+def run_body(run_id: str, detail: RunDetail, damaged: Sequence[Problem] = ()) -> str:
+    """The run page: facts, chunks on a time axis and as a list; open runs update live.
+
+    ``damaged``: chunks that fail their hash check, named on top and marked in the list.
+    """
     info = detail.info
     start = detail.chunks[0].recorded_at.timestamp() if detail.chunks else None
-    chunks = [chunk_view(e, start) for e in detail.chunks]
+    altered = {p.position for p in damaged}
+    chunks = [chunk_view(e, start) | {"tampered": e.position in altered} for e in detail.chunks]
     facts = "".join(f"<tr><th>{h(k)}</th><td>{v}</td></tr>" for k, v in _run_facts(detail))
     rows = "".join(_chunk_row(c) for c in chunks)
     live = info is None or info.status == "running"
     return (
         f'<h1>run <code class="id">{h(run_id)}</code></h1>'
         f"<p>of branch {link(q(f'/branches/{seg(detail.branch_id)}'), detail.branch_id)}</p>"
+        f"{tampered_banner(damaged)}"
         f'<table class="facts">{facts}</table>'
         f'<h2>chunks <span id="chunk-count">{len(chunks)}</span></h2>'
         f'<div id="run-live" data-run="{h(run_id)}" data-live="{int(live)}" data-after="{detail.position}" '
@@ -156,10 +169,15 @@ def _chunk_row(c: dict[str, Any]) -> str:
         content = f"{c['tool']}({orjson.dumps(c['input']).decode() if c['input'] is not None else ''})"
     elif c["type"] == "tool_result":
         content = orjson.dumps(c["output"], default=str).decode()
-    cls = f"chunk type-{h(c['type'])}" + (" error" if c["error"] else "")
+    cls = (
+        f"chunk type-{h(c['type'])}"
+        + (" error" if c["error"] else "")
+        + (" tampered" if c.get("tampered") else "")
+    )
+    badge = TAMPERED_BADGE if c.get("tampered") else ""
     return (
         f'<tr class="{cls}" data-seq="{h(c["seq"])}" data-t="{c["t_ms"]}" data-type="{h(c["type"])}"><td>{h(c["seq"])}</td>'
-        f'<td>{c["t_ms"]:.0f}</td><td>{h(c["type"])}</td><td><pre class="text">{h(content)}</pre></td></tr>'
+        f'<td>{c["t_ms"]:.0f}</td><td>{h(c["type"])}{badge}</td><td><pre class="text">{h(content)}</pre></td></tr>'
     )
 
 
@@ -364,11 +382,13 @@ def event_view(event: RecordedEvent) -> dict[str, Any]:
     }
 
 
-def tail_body(events: list[RecordedEvent], after: int) -> str:
-    """The last events of the log; new ones are added live."""
-    rows = "".join(_tail_row(event_view(e)) for e in events)
+def tail_body(events: list[RecordedEvent], after: int, damaged: Sequence[Problem] = ()) -> str:
+    """The last events of the log; new ones are added live. ``damaged`` ones are marked."""
+    altered = {p.position for p in damaged}
+    rows = "".join(_tail_row(event_view(e) | {"tampered": e.position in altered}) for e in events)
     return (
         "<h1>Live tail</h1>"
+        f"{tampered_banner(damaged)}"
         f'<div id="tail-live" data-after="{after}"></div>'
         '<table class="tail"><thead><tr><th>pos</th><th>time</th><th>stream@v</th><th>type</th><th>data</th></tr></thead>'
         f'<tbody id="tail-rows">{rows}</tbody></table>'
@@ -376,7 +396,8 @@ def tail_body(events: list[RecordedEvent], after: int) -> str:
 
 
 def _tail_row(e: dict[str, Any]) -> str:
+    cls, badge = ("tampered", TAMPERED_BADGE + " ") if e.get("tampered") else ("", "")
     return (
-        f'<tr data-position="{e["position"]}"><td>{e["position"]}</td><td class="nowrap">{h(e["time"])}</td><td><code>{h(e["stream"])}@{e["version"]}</code></td>'
-        f"<td><code>{h(e['type'])}</code></td><td><code>{h(e['payload'])}</code></td></tr>"
+        f'<tr class="{cls}" data-position="{e["position"]}"><td>{e["position"]}</td><td class="nowrap">{h(e["time"])}</td><td><code>{h(e["stream"])}@{e["version"]}</code></td>'
+        f"<td>{badge}<code>{h(e['type'])}</code></td><td><code>{h(e['payload'])}</code></td></tr>"
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from turnlog.projections import BranchDiff, BranchState, HistoryRow
 
-from ._conversation import conversation, message_block
+from .._shown import Damage
+from ._conversation import TAMPERED_BADGE, conversation, message_block, tampered_banner
 from ._data import TIMELINE_PAGE, UIData, annotated_ids
 from ._html import fmt_time, h, link, q, seg, table
 from ._index import BranchRow
@@ -13,17 +14,27 @@ __all__ = ["branch_body", "conversation_fragment", "diff_body", "forks_body"]
 
 
 def _timeline(
-    branch_id: str, rows: list[HistoryRow], runs: dict[int, str], at: int, page: int, pages: int
+    branch_id: str,
+    rows: list[HistoryRow],
+    runs: dict[int, str],
+    at: int,
+    page: int,
+    pages: int,
+    damaged: dict[int, str] | None = None,
 ) -> str:
+    damaged = damaged or {}
     base = f"/branches/{seg(branch_id)}"
     items = []
     for r in rows:
         cls = "current" if r.version == at else ("future" if r.version > at else "")
+        badge = ""
+        if r.version in damaged:
+            cls, badge = f"{cls} tampered".strip(), TAMPERED_BADGE + " "
         run = runs.get(r.version)
         run_link = f'<a class="run" href="/runs/{h(seg(run))}">{h(run[:13])}</a>' if run else ""
         items.append(
             f'<tr class="{cls}" data-version="{r.version}"><td>{link(q(base, at=r.version), r.version)}</td>'
-            f"<td><code>{h(r.type)}</code></td><td>{h(r.summary)}</td>"
+            f"<td><code>{h(r.type)}</code></td><td>{badge}{h(r.summary)}</td>"
             f'<td class="nowrap">{h(fmt_time(r.recorded_at)[11:])}</td><td>{run_link}</td></tr>'
         )
     nav = []
@@ -84,7 +95,15 @@ def _fork_form(data: UIData, branch_id: str, at: int, csrf: str) -> str:
 async def conversation_fragment(data: UIData, branch_id: str, at: int, show_all: bool) -> str:
     """The conversation at a version: what the scrubber swaps in."""
     state = await data.state(branch_id, at)
-    return conversation(state, await annotated_ids(data.store, branch_id, at), show_all=show_all)
+    return _conversation(
+        state, await annotated_ids(data.store, branch_id, at), show_all, await data.damage(branch_id, at)
+    )
+
+
+def _conversation(state: BranchState, annotated: set[str], show_all: bool, damage: Damage) -> str:
+    """The conversation with its damaged events named on top and its damaged messages marked."""
+    conv = conversation(state, annotated, show_all=show_all, tampered=damage.message_ids)
+    return tampered_banner(damage.problems) + conv
 
 
 async def branch_body(
@@ -98,32 +117,40 @@ async def branch_body(
     rows, pages = await data.timeline(branch_id, page)
     runs = await data.run_of_version(branch_id, rows[0].version, rows[-1].version) if rows else {}
     await data.index.refresh()
-    conv = conversation(state, await annotated_ids(data.store, branch_id, version), show_all=show_all)
+    damage = await data.damage(branch_id, version)
+    conv = _conversation(state, await annotated_ids(data.store, branch_id, version), show_all, damage)
+    damaged = await data.damaged_versions(branch_id, rows[0].version, rows[-1].version) if rows else {}
     return (
         _header(state, data.index.branches.get(branch_id), head)
         + _scrubber(branch_id, version, head)
         + _fork_form(data, branch_id, version, csrf)
         + f'<div class="split"><section id="conversation" aria-live="polite">{conv}</section>'
-        f'<section class="events">{_timeline(branch_id, rows, runs, version, page, pages)}</section></div>'
+        f'<section class="events">{_timeline(branch_id, rows, runs, version, page, pages, damaged)}</section></div>'
     )
 
 
-def diff_body(branch_id: str, a: int, b: int, d: BranchDiff) -> str:
-    """The diff page: removed and added messages, changed ones, runs and sessions."""
+def diff_body(branch_id: str, a: int, b: int, d: BranchDiff, damage: Damage | None = None) -> str:
+    """The diff page: removed and added messages, changed ones, runs and sessions.
+
+    ``damage``: the damaged events both states stand on, named on top; their messages are marked.
+    """
+    damage = damage or Damage()
+    marked = damage.message_ids
     base = f"/branches/{seg(branch_id)}"
     parts = [
         f"<h1>diff of {link(q(base), branch_id)}</h1>",
         f'<form class="diff-form" method="get" action="{h(base)}/diff">'
         f'versions <input name="a" value="{a}" size="5"> → <input name="b" value="{b}" size="5"> '
         '<button type="submit">compare</button></form>',
+        tampered_banner(damage.problems),
     ]
     if not d:
         parts.append(f'<p class="note">no difference between versions {a} and {b}</p>')
     summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
     parts.append(f'<p class="diff-summary">{h(summary)}</p><div class="diff">')
-    parts.extend(message_block(m, mark="removed") for m in d.removed)
-    parts.extend(message_block(m, mark="added") for m in d.added)
-    parts.extend(message_block(after, mark="changed") for _, after in d.changed)
+    parts.extend(message_block(m, mark="removed", tampered=marked) for m in d.removed)
+    parts.extend(message_block(m, mark="added", tampered=marked) for m in d.added)
+    parts.extend(message_block(after, mark="changed", tampered=marked) for _, after in d.changed)
     parts.append("</div>")
     if d.runs:
         parts.append(

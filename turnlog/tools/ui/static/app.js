@@ -117,19 +117,26 @@ function drawAxis() {
   });
 }
 
+// an event that fails its hash check, as the server marks it (see _conversation.TAMPERED_BADGE)
+function tamperedBadge() {
+  return el("span", { class: "badge tampered", title: "this event does not match the hash chain" }, "TAMPERED");
+}
+
 function chunkRow(c) {
   let content = c.content;
   if (c.tool) content = c.tool + "(" + (c.input ? JSON.stringify(c.input) : "") + ")";
   else if (c.type === "tool_result") content = JSON.stringify(c.output);
   const row = el("tr", {
-    class: "chunk type-" + c.type + (c.error ? " error" : ""),
+    class: "chunk type-" + c.type + (c.error ? " error" : "") + (c.tampered ? " tampered" : ""),
     "data-seq": String(c.seq),
     "data-t": String(c.t_ms),
     "data-type": c.type,
   });
   row.appendChild(el("td", {}, String(c.seq)));
   row.appendChild(el("td", {}, String(Math.round(c.t_ms))));
-  row.appendChild(el("td", {}, c.type));
+  const type = el("td", {}, c.type);
+  if (c.tampered) type.appendChild(tamperedBadge());
+  row.appendChild(type);
   const cell = el("td");
   cell.appendChild(el("pre", { class: "text" }, content));
   row.appendChild(cell);
@@ -168,13 +175,14 @@ function setupTail() {
   source.addEventListener("event", (event) => {
     const e = JSON.parse(event.data);
     if (body.querySelector(`tr[data-position="${Number(e.position)}"]`)) return;  // shown already
-    const row = el("tr", { class: "fresh", "data-position": String(e.position) });
+    const row = el("tr", { class: e.tampered ? "fresh tampered" : "fresh", "data-position": String(e.position) });
     row.appendChild(el("td", {}, String(e.position)));
     row.appendChild(el("td", { class: "nowrap" }, e.time));
     const where = el("td");
     where.appendChild(el("code", {}, `${e.stream}@${e.version}`));
     row.appendChild(where);
     const type = el("td");
+    if (e.tampered) type.appendChild(tamperedBadge());
     type.appendChild(el("code", {}, e.type));
     row.appendChild(type);
     const payload = el("td");
