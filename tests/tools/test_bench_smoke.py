@@ -19,6 +19,7 @@ SMALL = {
     "stream": ["--chunks", "300", "--repeat", "1"],
     "analytics": ["--events", "2000", "--new", "100", "--repeat", "1"],
     "writers": ["--events", "24", "--procs", "1,2", "--tasks", "1,8", "--pg", ""],
+    "proxy": ["--calls", "2", "--events", "10"],
 }
 
 

@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "subscribe": "turnlog.tools.bench._subscribe",
     "ui": "turnlog.tools.bench._ui",
     "writers": "turnlog.tools.bench._writers",
+    "proxy": "turnlog.tools.bench._proxy",
 }
 
 
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, proxy)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

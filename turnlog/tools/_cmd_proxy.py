@@ -138,6 +138,9 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
             sock = socket.create_server((args.host, args.port), family=_family(args.host), backlog=512)
         except OSError as exc:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+        # Accepted connections inherit this: without it Nagle holds the small write that follows
+        # the response head until the client's delayed ACK, some 40 ms on every call.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         port = sock.getsockname()[1]
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"turnlog proxy listening on http://{shown}:{port}", flush=True)

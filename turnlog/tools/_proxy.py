@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ import orjson
 from turnlog.kernel.models._codec import StreamFault, WireError
 from turnlog.kernel.models._secrets import Scrubber
 
-from ._proxy_apis import DEFAULT_UPSTREAMS, Api, error_body, fingerprint, route
+from ._proxy_apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
 from ._proxy_record import WireCall, WireRecorder
 from ._proxy_replay import MISS_STATUS, ReplayIndex, miss_body
 
@@ -145,8 +146,38 @@ class ProxyApp:
                 return
         # what the upstream sends back is recorded as it is, so ask for it uncompressed
         request.headers["accept-encoding"] = "identity"
-        call = await self.recorder.open_call(call_route, parsed, name, scrub)
-        await self._record(request, call, send, receive)
+        call, response = await self._open(request, call_route, parsed, name, scrub)
+        await self._record(request, call, response, send, receive)
+
+    async def _open(
+        self,
+        request: httpx.Request,
+        call_route: Route,
+        body: dict[str, Any],
+        name: str | None,
+        scrub: Scrubber,
+    ) -> tuple[WireCall, httpx.Response | httpx.RequestError]:
+        """Record the call's start while its request goes upstream: the upstream's wait hides it."""
+        sent: list[httpx.Response | httpx.RequestError] = []
+        started = time.perf_counter()
+
+        async def forward() -> None:
+            try:
+                sent.append(await self.client.send(request, stream=True))
+            except httpx.RequestError as exc:
+                sent.append(exc)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(forward)
+                call = await self.recorder.open_call(call_route, body, name, scrub)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if sent and isinstance(sent[0], httpx.Response):
+                    await sent[0].aclose()
+            raise
+        call.started = started  # latency and time to first token count from the request
+        return call, sent[0]
 
     async def _pass(self, request: httpx.Request, api: Api, send: Send) -> None:
         try:
@@ -163,11 +194,17 @@ class ProxyApp:
         finally:
             await response.aclose()
 
-    async def _record(self, request: httpx.Request, call: WireCall, send: Send, receive: Receive) -> None:
+    async def _record(
+        self,
+        request: httpx.Request,
+        call: WireCall,
+        response: httpx.Response | httpx.RequestError,
+        send: Send,
+        receive: Receive,
+    ) -> None:
         api = call.route.api
-        try:
-            response = await self.client.send(request, stream=True)
-        except httpx.RequestError as exc:
+        if isinstance(response, httpx.RequestError):
+            exc = response
             status, message = _unreachable(request, exc)
             await call.fail(type(exc).__name__, message, {"status": status}, reason="error")
             await _reply(send, status, error_body(api, status, message))
