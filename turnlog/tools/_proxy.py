@@ -22,6 +22,7 @@ import anyio
 import httpx
 import orjson
 
+from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.models._codec import StreamFault, WireError
 from turnlog.kernel.models._secrets import Scrubber
 
@@ -251,9 +252,13 @@ async def _stream(response: httpx.Response, call: WireCall, send: Send, upstream
     fault: StreamFault | None = None
     async for piece in response.aiter_raw():
         pending += piece
-        while (found := _EVENT_END.search(pending)) is not None:
-            event, pending = pending[: found.end()], pending[found.end() :]
-            text = event.decode("utf-8", errors="replace")
+        # Every complete event of this read is recorded in one append, then forwarded: one
+        # commit per read of the upstream, however many events it brought.
+        batch: list[tuple[str, list[StreamChunk], str | None]] = []
+        forwarded = 0
+        while (found := _EVENT_END.search(pending, forwarded)) is not None:
+            text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
+            forwarded = found.end()
             error = None
             for data in _data(text):
                 try:
@@ -262,8 +267,11 @@ async def _stream(response: httpx.Response, call: WireCall, send: Send, upstream
                     fault, error = exc, exc.summary
                 except (WireError, orjson.JSONDecodeError) as exc:
                     error = f"unreadable stream event: {exc}"
-            await call.chunk(text, assembly.take_pieces(), error=error)
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+            batch.append((text, assembly.take_pieces(), error))
+        if batch:
+            await call.chunks(batch)
+            await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
+            pending = pending[forwarded:]
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = None

@@ -276,26 +276,31 @@ class WireCall:
     seq: int = 0
     closed: bool = False
 
-    async def chunk(self, raw: str, pieces: Sequence[StreamChunk], *, error: str | None = None) -> None:
-        """Record one stream event (its exact text in ``metadata.sse``) before it is forwarded."""
-        if self.ttft_ms is None and pieces:
-            self.ttft_ms = (time.perf_counter() - self.started) * 1000
-        sse = self.scrub(raw)
-        payloads: list[ChunkReceived] = []
-        if error is not None:
-            payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
-        for piece in pieces:
-            payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
-        if not payloads:
-            payloads.append(ChunkReceived(seq=1, type="system"))
+    async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
+        """Record stream events, in one append, before they are forwarded.
+
+        Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
+        chunk), the pieces the codec made of it, and the error it carried, if any.
+        """
         events = []
         meta = {"branch_id": self.branch.id, "run_id": self.run_id}
         expected = self.seq if self.seq else NO_STREAM
-        for i, payload in enumerate(payloads):
-            self.seq += 1
-            metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
-            data = payload.model_copy(update={"seq": self.seq, "metadata": metadata})
-            events.append(new_event(data, meta=meta))
+        for raw, pieces, error in batch:
+            if self.ttft_ms is None and pieces:
+                self.ttft_ms = (time.perf_counter() - self.started) * 1000
+            payloads: list[ChunkReceived] = []
+            if error is not None:
+                payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
+            for piece in pieces:
+                payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
+            if not payloads:
+                payloads.append(ChunkReceived(seq=1, type="system"))
+            sse = self.scrub(raw)
+            for i, payload in enumerate(payloads):
+                self.seq += 1
+                metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
+                data = payload.model_copy(update={"seq": self.seq, "metadata": metadata})
+                events.append(new_event(data, meta=meta))
         await self.recorder.store.append(f"run-{self.run_id}", events, expected_version=expected)
 
     def _called(
