@@ -95,10 +95,12 @@ async def test_a_path_prefix_or_a_header_names_the_branch(tmp_path: Path) -> Non
 async def test_other_paths_pass_through_unrecorded(tmp_path: Path) -> None:
     store = tmp_path / "s.db"
     async with FakeUpstreamServer([], api_key=KEY) as upstream:
-        async with running_proxy(store, upstream.base_url) as proxy:
+        # /v1/models is OpenAI's path too: the anthropic-version header sends it to Anthropic's upstream
+        upstreams = (f"anthropic={upstream.base_url}", "openai=http://127.0.0.1:9")
+        async with running_proxy(store, *upstreams) as proxy:
             async with httpx.AsyncClient(base_url=proxy.url) as client:
                 models = await client.get("/v1/models", headers=HEADERS)
-                missing = await client.post("/v1/nothing", json={"a": 1}, headers=HEADERS)
+                missing = await client.post("/v1/messages/nothing", json={"a": 1}, headers=HEADERS)
     direct_models = {"object": "list", "data": [], "models": []}
     assert (models.status_code, models.json()) == (200, direct_models)
     assert missing.status_code == 404 and "no such endpoint" in missing.json()["error"]["message"]

@@ -113,7 +113,7 @@ class ProxyApp:
         named = _BRANCH_PREFIX.match(path)
         if named is not None:
             name, path = unquote(named.group(1)), named.group(2)
-        api = _api_of(path)
+        api = _api_of(path, {k for k, _ in headers})
         if self.config.token is not None:
             given = next((v for k, v in headers if k == "x-turnlog-token"), "")
             if not hmac.compare_digest(given.encode(), self.config.token.encode()):
@@ -366,10 +366,19 @@ def _json(body: bytes) -> Any:
         return None
 
 
-def _api_of(path: str) -> Api:
+def _api_of(path: str, headers: set[str]) -> Api:
+    """Which API (and so which upstream) a request is for: its path, else its headers.
+
+    Paths shared by several APIs (``/v1/models``) go where the client's headers point: the
+    Anthropic SDKs always send ``anthropic-version``, Google's send ``x-goog-api-key``.
+    """
     if path.startswith("/v1/messages") or path == "/v1/complete":
         return "anthropic"
     if path.startswith(("/v1beta/", "/v1alpha/")) or ("/models/" in path and ":" in path):
+        return "gemini"
+    if "anthropic-version" in headers:
+        return "anthropic"
+    if "x-goog-api-key" in headers or "x-goog-api-client" in headers:
         return "gemini"
     return "openai"
 
