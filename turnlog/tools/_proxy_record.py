@@ -23,7 +23,7 @@ import anyio
 import orjson
 
 from turnlog.eventstore import NO_STREAM, EventStore, uuid7
-from turnlog.kernel import AddMessages, Branch, StartRun, UnknownBranch
+from turnlog.kernel import AddMessages, Branch, UnknownBranch
 from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
@@ -42,6 +42,7 @@ from turnlog.projections import (
     ModelCalled,
     RunEnded,
     RunFailed,
+    RunStarted,
     System,
     SystemContent,
     new_event,
@@ -119,13 +120,11 @@ class WireRecorder:
             spans: list[tuple[Turn, int]] = []
             names = _call_names(turns)
             for turn in turns[len(recorded) :]:
-                messages = _messages(_scrubbed(turn, scrub), names, system=branch.system)
+                messages = _messages(_scrubbed(turn, scrub), names)
                 items += [MessageAdded(message=m, run_id=run_id) for m in messages]
                 spans.append((turn, len(items)))
             items.append(
-                StartRun(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model).build(
-                    None
-                )[0]
+                RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model)
             )
             events = await branch.execute(AddMessages(tuple(items)), run_id=run_id)
             for turn, end in spans:
@@ -227,7 +226,7 @@ def _call_names(turns: list[Turn]) -> dict[str, str]:
     return {call_id: name for t in turns for call_id, name, _ in t.calls if call_id}
 
 
-def _messages(turn: Turn, names: dict[str, str], *, system: System | None) -> list[AnyMessage]:
+def _messages(turn: Turn, names: dict[str, str]) -> list[AnyMessage]:
     """The turnlog messages of one turn (the first carries the turn's digest)."""
     meta: dict[str, Any] = {"wire_turn": turn.digest}
     if turn.role == "system":
@@ -344,7 +343,7 @@ class WireCall:
             return
         self.closed = True
         turn = answer_turn(answer)
-        messages = _messages(_scrubbed(turn, self.scrub), self.names, system=None)
+        messages = _messages(_scrubbed(turn, self.scrub), self.names)
         items: list[EventData] = [MessageAdded(message=m, run_id=self.run_id) for m in messages]
         items.append(self._called("ok", answer, upstream))
         ended = RunEnded(
