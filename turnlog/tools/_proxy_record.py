@@ -75,7 +75,8 @@ class WireRecorder:
     store: EventStore
     _index: dict[str, list[_Recorded]] = field(default_factory=dict)
     _branches: dict[str, Branch] = field(default_factory=dict)
-    #: Held while a call's branch is chosen and its turns recorded, so the index stays true.
+    #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
+    #: fork or a branch's first load).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @classmethod
@@ -112,23 +113,31 @@ class WireRecorder:
     ) -> WireCall:
         """Pick the branch of a call, record its new turns and ``run.started``."""
         turns = conversation_of(route.codec, body)
-        async with self.lock:  # resolution and the index change together
+        run_id = _uuid()
+        names = _call_names(turns)
+        async with self.lock:  # the choice of branch and the index change together, in memory
             branch, known = await self._resolve(turns, name)
             recorded = self._index.setdefault(branch.id, list(known))
-            run_id = _uuid()
-            items: list[EventData] = []
-            spans: list[tuple[Turn, int]] = []
-            names = _call_names(turns)
-            for turn in turns[len(recorded) :]:
-                messages = _messages(_scrubbed(turn, scrub), names)
-                items += [MessageAdded(message=m, run_id=run_id) for m in messages]
-                spans.append((turn, len(items)))
-            items.append(
-                RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model)
-            )
+            first = len(recorded)
+            new = turns[first:]
+            # reserved until the append says where they landed (version 0: not yet forkable)
+            recorded.extend(_Recorded(turn.digest, branch.id, 0) for turn in new)
+        items: list[EventData] = []
+        ends: list[int] = []
+        for turn in new:
+            items += [
+                MessageAdded(message=m, run_id=run_id) for m in _messages(_scrubbed(turn, scrub), names)
+            ]
+            ends.append(len(items))
+        items.append(RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model))
+        try:
+            # outside the proxy's lock: calls on other branches append (and share commits) meanwhile
             events = await branch.execute(AddMessages(tuple(items)), run_id=run_id)
-            for turn, end in spans:
-                recorded.append(_Recorded(turn.digest, branch.id, events[end - 1].version))
+        except BaseException:
+            del recorded[first : first + len(new)]
+            raise
+        for i, (turn, end) in enumerate(zip(new, ends, strict=True)):
+            recorded[first + i] = _Recorded(turn.digest, branch.id, events[end - 1].version)
         params = scrub(request_params(body))
         return WireCall(
             recorder=self,
@@ -167,7 +176,9 @@ class WireRecorder:
             k = _common(digests, recorded)
             if k > shared:
                 best, shared = branch_id, k
-        if best is not None and any(t.role != "system" for t in turns[:shared]):
+        while best is not None and shared and candidates[best][shared - 1].version == 0:
+            shared -= 1  # a turn still being appended by another call: fork before it
+        if best is not None and shared and any(t.role != "system" for t in turns[:shared]):
             at = candidates[best][shared - 1]
             origin = await self._load(at.origin)
             child = await origin.fork(at_version=at.version)
@@ -354,11 +365,10 @@ class WireCall:
             chunks=self.seq if self.route.stream else None,
         )
         with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
-            async with self.recorder.lock:
-                events = await self.branch.execute(
-                    AddMessages((*items, ended)), run_id=self.run_id, terminal=True
-                )
-                self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+            events = await self.branch.execute(
+                AddMessages((*items, ended)), run_id=self.run_id, terminal=True
+            )
+        self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
 
     async def fail(
         self,
