@@ -117,38 +117,44 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
     from ._proxy_record import WireRecorder
     from ._proxy_replay import ReplayIndex
 
-    # a replay reads a store that must exist; only recording may start a new one
-    async with opened_store(args.store, must_exist=args.replay and not args.record_missing) as store:
-        replay = await ReplayIndex.load(store, pace=args.pace == "recorded") if args.replay else None
-        config = ProxyConfig(
-            upstreams,
-            token=token,
-            max_body=args.max_body,
-            timeout=httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0)),
-            record_missing=args.record_missing,
-        )
-        app = ProxyApp(config, await WireRecorder.load(store), replay)
-        served = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
-        )
-        server = uvicorn.Server(served)
-        # Bind first, so the announced port is the real one (``--port 0``) and a client that
-        # connects right after the line waits in the backlog instead of being refused.
-        try:
-            sock = socket.create_server((args.host, args.port), family=_family(args.host), backlog=512)
-        except OSError as exc:
-            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
-        # Accepted connections inherit this: without it Nagle holds the small write that follows
-        # the response head until the client's delayed ACK, some 40 ms on every call.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        port = sock.getsockname()[1]
-        shown = f"[{args.host}]" if ":" in args.host else args.host
-        print(f"turnlog proxy listening on http://{shown}:{port}", flush=True)
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            await app.aclose()
-            sock.close()
+    sock = _listen(args.host, args.port)  # before the store: a busy port creates no store
+    try:
+        # a replay reads a store that must exist; only recording may start a new one
+        async with opened_store(args.store, must_exist=args.replay and not args.record_missing) as store:
+            replay = await ReplayIndex.load(store, pace=args.pace == "recorded") if args.replay else None
+            config = ProxyConfig(
+                upstreams,
+                token=token,
+                max_body=args.max_body,
+                timeout=httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0)),
+                record_missing=args.record_missing,
+            )
+            app = ProxyApp(config, await WireRecorder.load(store), replay)
+            served = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+            shown = f"[{args.host}]" if ":" in args.host else args.host
+            print(f"turnlog proxy listening on http://{shown}:{sock.getsockname()[1]}", flush=True)
+            try:
+                await uvicorn.Server(served).serve(sockets=[sock])
+            finally:
+                await app.aclose()
+    finally:
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the line is printed.
+
+    So the announced port is the real one (``--port 0``), and a client that connects right
+    after the line waits in the backlog instead of being refused.
+    """
+    try:
+        sock = socket.create_server((host, port), family=_family(host), backlog=512)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    # Accepted connections inherit this: without it Nagle holds the small write that follows
+    # the response head until the client's delayed ACK, some 40 ms on every call.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _family(host: str) -> socket.AddressFamily:
