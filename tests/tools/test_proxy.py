@@ -312,3 +312,17 @@ async def test_gemini_sdk_through_the_proxy(tmp_path: Path) -> None:
     assert [(r.provider, r.model) for b in branches for r in b.state.runs.values()] == [
         ("gemini", "gemini-2.5-flash")
     ] * 3
+
+
+async def test_sdk_retries_are_calls_of_the_same_branch(tmp_path: Path) -> None:
+    script = [{"status": 429, "retry_after": 0.01}, {"status": 529}, {"text": "finally"}]
+    async with FakeUpstreamServer(script, api_key=KEY) as upstream:
+        async with running_proxy(tmp_path / "s.db", upstream.base_url) as proxy:
+            sdk = anthropic.AsyncAnthropic(api_key=KEY, base_url=proxy.url, max_retries=2)
+            async with sdk:
+                message = await sdk.messages.create(model="claude-sonnet-4-5", max_tokens=9, messages=HI)
+    assert message.content[0].text == "finally"
+    (branch,) = await recorded(tmp_path / "s.db")
+    assert transcript(branch) == [("Instruction", "hi"), ("AssistantResponse", "finally")]
+    assert [r.status for r in branch.state.runs.values()] == ["failed", "failed", "ended"]
+    assert [c.params["_upstream"]["status"] for c in branch.calls()] == [429, 529, 200]
