@@ -294,11 +294,13 @@ async def _whole(response: httpx.Response, call: WireCall, send: Send, upstream:
     async for piece in response.aiter_raw():
         parts.append(piece)
         await send({"type": "http.response.body", "body": piece, "more_body": True})
-    raw = _json(b"".join(parts))
+    whole = b"".join(parts)
+    raw = _json(whole)
     codec = call.route.wire
     if response.status_code >= 400:
-        message, _ = codec.error_parts(raw)
-        await call.fail(f"HTTP {response.status_code}", message, upstream)
+        # an error page that is not JSON (a gateway's HTML) is named by its first characters
+        message = codec.error_parts(raw)[0] if raw is not None else whole[:300].decode(errors="replace")
+        await call.fail(f"HTTP {response.status_code}", call.scrub(message), upstream)
         return
     try:
         if isinstance(raw, list):  # Gemini's stream without alt=sse is one JSON array

@@ -339,7 +339,7 @@ class WireCall:
             ttft_ms=self.ttft_ms,
             status=status,
             error_type=error[0] if error else None,
-            error_message=error[1] if error else None,
+            error_message=self.scrub(error[1]) if error else None,
             stream=self.route.stream,
         )
 
@@ -390,7 +390,7 @@ class WireCall:
             duration_ms=self.elapsed_ms,
             usage=answer.usage if answer is not None else Usage(),
             error_type=error_type,
-            error_message=message,
+            error_message=self.scrub(message),
             reason=reason,
         )
         with anyio.CancelScope(shield=True):  # a cancelled client still gets its call closed
