@@ -77,6 +77,9 @@ async def test_a_path_prefix_or_a_header_names_the_branch(tmp_path: Path) -> Non
                 await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi"))
                 await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi", "ok", "next"))
                 await sdk.messages.create(model=MODEL, max_tokens=9, messages=turns("hi", "ok", "other"))
+                await sdk.messages.create(
+                    model=MODEL, max_tokens=9, messages=turns("hi", "ok", "other", "ok", "more")
+                )  # extends the fork, which belongs to the name too
             async with httpx.AsyncClient(base_url=proxy.url) as client:
                 answer = await client.post(
                     "/v1/messages",
@@ -89,7 +92,7 @@ async def test_a_path_prefix_or_a_header_names_the_branch(tmp_path: Path) -> Non
     # a request diverging from the named branch is a fork of it without a name of its own
     assert fork.events[0].event_type == "branch.forked" and fork.events[0].name is None
     assert fork.state.forked_from is not None and fork.state.forked_from.parent_branch_id == review.branch.id
-    assert [text for _, text in transcript(fork)] == ["hi", "ok", "other", "ok"]
+    assert [text for _, text in transcript(fork)] == ["hi", "ok", "other", "ok", "more", "ok"]
     assert [k for k, _ in transcript(review)] == ["Instruction", "AssistantResponse"] * 2
     assert transcript(by_header) == [("Instruction", "hi"), ("AssistantResponse", "ok")]
     # the name is the proxy's: the upstream never sees the prefix or the header

@@ -75,6 +75,7 @@ class WireRecorder:
     store: EventStore
     _index: dict[str, list[_Recorded]] = field(default_factory=dict)
     _branches: dict[str, Branch] = field(default_factory=dict)
+    _parents: dict[str, str] = field(default_factory=dict)
     #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
     #: fork or a branch's first load).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -99,6 +100,7 @@ class WireRecorder:
                 parent = index.get(data["parent_branch_id"])
                 if parent is not None:
                     index[branch_id] = _inherited(parent, data["parent_branch_id"], data["parent_version"])
+                    recorder._parents[branch_id] = data["parent_branch_id"]
             elif branch_id in index:
                 recorded = index[branch_id]
                 digest = (data.get("message") or {}).get("metadata", {}).get("wire_turn")
@@ -159,7 +161,10 @@ class WireRecorder:
         digests = [t.digest for t in turns]
         if name is not None:
             named = await self._named(name)
-            candidates = {named.id: self._index.setdefault(named.id, [])}
+            self._index.setdefault(named.id, [])
+            # the named branch and the forks the proxy made of it (and of those)
+            family = {b for b in self._index if self._descends(b, named.id)}
+            candidates = {b: self._index[b] for b in family}
         else:
             candidates = self._index
         # 1. a branch whose whole recorded conversation the request extends (the longest wins)
@@ -183,11 +188,20 @@ class WireRecorder:
             origin = await self._load(at.origin)
             child = await origin.fork(at_version=at.version)
             self._branches[child.id] = child
+            self._parents[child.id] = best
             return child, candidates[best][:shared]
         # 3. a new conversation
         branch = Branch(store=self.store, name=None, metadata=MARKER)
         self._branches[branch.id] = branch
         return branch, []
+
+    def _descends(self, branch_id: str, ancestor: str) -> bool:
+        seen: str | None = branch_id
+        while seen is not None:
+            if seen == ancestor:
+                return True
+            seen = self._parents.get(seen)
+        return False
 
     async def _named(self, name: str) -> Branch:
         for branch in self._branches.values():
