@@ -80,7 +80,10 @@ _NATIVE = frozenset(
 )
 #: Chat Completions parameters with a Messages API form.
 _TRANSLATED = frozenset({"stop", "max_completion_tokens", "user", "tool_choice", "parallel_tool_calls"})
-ANTHROPIC_PARAMETERS = _NATIVE | _TRANSLATED
+#: Chat Completions' streaming option: the Messages API always reports usage in a stream, so
+#: it has nothing to do and is left out of the body.
+_IGNORED = frozenset({"stream_options"})
+ANTHROPIC_PARAMETERS = _NATIVE | _TRANSLATED | _IGNORED
 _TEXT_ONLY = frozenset({"type", "text"})
 _THINKING = ("thinking", "redacted_thinking")
 # Claude 4.1 and later refuse temperature together with top_p: opus-4-1, sonnet-4-5, ..., claude-5-*.

@@ -60,7 +60,9 @@ _CONFIG = {
 }
 #: Top-level fields of a ``generateContent`` body that a caller may set as they are.
 _NATIVE = frozenset({"safetySettings", "generationConfig", "toolConfig", "cachedContent"})
-GEMINI_PARAMETERS = frozenset(_CONFIG) | _NATIVE | {"tool_choice", "parallel_tool_calls"}
+# ``stream_options`` is Chat Completions' streaming option: Gemini always reports usage in a
+# stream, so it has nothing to do and is left out of the body.
+GEMINI_PARAMETERS = frozenset(_CONFIG) | _NATIVE | {"tool_choice", "parallel_tool_calls", "stream_options"}
 _MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 

@@ -25,6 +25,8 @@ CHAT_COMPLETIONS_PARAMETERS = frozenset(
     {
         "audio",
         "frequency_penalty",
+        "function_call",
+        "functions",
         "logit_bias",
         "logprobs",
         "max_completion_tokens",

@@ -119,6 +119,11 @@ class HTTPChatModel:
 
     #: The wire format of the API.
     codec: ClassVar[Codec]
+    #: The request parameters a verb may pass (``communicate(..., temperature=0)``): anything
+    #: else is refused before it is sent, with a "did you mean" (``turnlog.kernel._options``).
+    #: Each provider sets its codec's ``ACCEPTED_PARAMETERS``; an instance may widen it
+    #: (``model.request_params |= {"top_k"}``) or turn the check off (``None``).
+    request_params: frozenset[str] | None = None
     #: The provider name, API root and key variable used when the caller gives none.
     default_provider: ClassVar[str]
     default_base_url: ClassVar[str]
