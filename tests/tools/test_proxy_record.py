@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -289,3 +290,30 @@ async def test_a_timed_out_upstream_is_a_504_in_the_api_shape_and_a_failed_call(
     assert "timed out" in answer.json()["error"]["message"]
     ((call,),) = [b.calls() for b in await recorded(store)]
     assert (call.status, call.error_type) == ("error", "ReadTimeout")
+
+
+async def test_another_bind_than_loopback_gets_a_token(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "turnlog", "proxy", "--store", str(tmp_path / "s.db"), "--port", "0"]
+    async with FakeUpstreamServer([{"text": "ok"}], api_key=KEY) as upstream:
+        argv += ["--host", "0.0.0.0", "--upstream", upstream.base_url]
+        async with await anyio.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            assert process.stdout is not None and process.stderr is not None
+            with anyio.fail_after(30):
+                line = b""
+                while not line.endswith(b"\n"):
+                    line += await process.stdout.receive(1)
+                told = b""
+                while b"\n" not in told:
+                    told += await process.stderr.receive()
+            port = line.decode().strip().rsplit(":", 1)[1]
+            assert line.decode().startswith("turnlog proxy listening on http://0.0.0.0:")
+            token = told.decode().strip().rsplit(" ", 1)[1]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                refused = await ask(client, turns("hi"))
+                body = {"model": MODEL, "max_tokens": 9, "messages": turns("hi")}
+                fine = await client.post(
+                    "/v1/messages", json=body, headers={**HEADERS, "x-turnlog-token": token}
+                )
+            process.terminate()
+    assert "token (shown once" in told.decode() and len(token) >= 16
+    assert (refused.status_code, fine.status_code) == (401, 200)
