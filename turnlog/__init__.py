@@ -8,6 +8,6 @@ Every error turnlog raises is a ``TurnlogError``; a mistake in using it is a ``U
 """
 
 from turnlog._errors import TurnlogError, UsageError
-from turnlog.tools._version import __version__
+from turnlog._version import __version__
 
 __all__ = ["TurnlogError", "UsageError", "__version__"]

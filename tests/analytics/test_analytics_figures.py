@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -252,37 +250,27 @@ async def test_a_replaced_store_file_does_not_reuse_the_facts_of_the_old_one(
             assert [(r.key, r.calls) for r in await analytics.usage("model")] == [("gpt-4o", 1)]
 
 
-PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-
-
 @pytest.mark.postgres
-@pytest.mark.skipif(not PG_DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
 async def test_postgres_store_keeps_its_facts_in_the_cache_directory(
-    tmp_path: Path, log: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, log: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
-    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    url = pg_url
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    schema = f"t_{uuid.uuid4().hex}"
-    url = PG_DSN + ("&" if "?" in PG_DSN else "?") + f"schema={schema}"
-    try:
-        async with open_store(url) as store:
-            await log.build_small_log(store)
-            async with AnalyticsProjection(store) as analytics:
-                report = await analytics.update()
-                rows = {
-                    row.key: (row.calls, row.errors, row.latency_ms) for row in await analytics.usage("model")
-                }
-            expected = tmp_path / "cache" / "turnlog" / "analytics" / f"{store.store_id}.db"
-            assert analytics.database == str(expected) and expected.is_file()
-            async with AnalyticsProjection(store) as again:  # the next process carries on
-                assert (await again.update()).events == 0
-            async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as chosen:
-                assert (await chosen.update()).model_calls == 8
-        assert (report.model_calls, report.tool_calls) == (8, 4)
-        assert rows["gpt-4o"] == (5, 2, Percentiles(300.0, 800.0, 800.0))
-    finally:
-        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    async with open_store(url) as store:
+        await log.build_small_log(store)
+        async with AnalyticsProjection(store) as analytics:
+            report = await analytics.update()
+            rows = {
+                row.key: (row.calls, row.errors, row.latency_ms) for row in await analytics.usage("model")
+            }
+        expected = tmp_path / "cache" / "turnlog" / "analytics" / f"{store.store_id}.db"
+        assert analytics.database == str(expected) and expected.is_file()
+        async with AnalyticsProjection(store) as again:  # the next process carries on
+            assert (await again.update()).events == 0
+        async with AnalyticsProjection(store, database=tmp_path / "analytics.db") as chosen:
+            assert (await chosen.update()).model_calls == 8
+    assert (report.model_calls, report.tool_calls) == (8, 4)
+    assert rows["gpt-4o"] == (5, 2, Percentiles(300.0, 800.0, 800.0))
 
 
 async def test_a_payload_missing_what_a_fact_needs_is_an_error_naming_the_event(store: EventStore) -> None:

@@ -7,9 +7,7 @@ same tables, and the same errors for a corrupt payload or a failing upcaster.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +21,6 @@ from turnlog.analytics._rollup import ROLLUPS
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
 from turnlog.projections import BranchCreated, new_event
 from turnlog.tools.bench._analytics import _Synth
-
-PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 
 
 def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -160,28 +156,23 @@ async def test_the_stores_upcasters_apply_as_read_all_applies_them(
 
 
 @pytest.mark.postgres
-@pytest.mark.skipif(not PG_DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-async def test_postgres_raw_reads_build_the_same_tables(tmp_path: Path, log: SimpleNamespace) -> None:
+async def test_postgres_raw_reads_build_the_same_tables(
+    tmp_path: Path, log: SimpleNamespace, pg_url: str
+) -> None:
     """On PostgreSQL (which declares raw_copy) stored rows and read_all build the same tables."""
-    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-    schema = f"t_{uuid.uuid4().hex}"
-    url = PG_DSN + ("&" if "?" in PG_DSN else "?") + f"schema={schema}"
-    try:
-        async with open_store(url) as store:
-            assert "raw_copy" in store.capabilities
-            await log.build_small_log(store)
-            await _synthetic_log(store, turns=40)
-            async with AnalyticsProjection(store, database=tmp_path / "raw.db") as analytics:
-                report = await analytics.update()
-            async with AnalyticsProjection(
-                _without_raw_copy(store), database=tmp_path / "decoded.db"
-            ) as analytics:
-                await analytics.update()
-        assert report.model_calls > 8 and report.tool_calls >= 4
-        assert _tables(tmp_path / "raw.db") == _tables(tmp_path / "decoded.db")
-    finally:
-        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    url = pg_url
+    async with open_store(url) as store:
+        assert "raw_copy" in store.capabilities
+        await log.build_small_log(store)
+        await _synthetic_log(store, turns=40)
+        async with AnalyticsProjection(store, database=tmp_path / "raw.db") as analytics:
+            report = await analytics.update()
+        async with AnalyticsProjection(
+            _without_raw_copy(store), database=tmp_path / "decoded.db"
+        ) as analytics:
+            await analytics.update()
+    assert report.model_calls > 8 and report.tool_calls >= 4
+    assert _tables(tmp_path / "raw.db") == _tables(tmp_path / "decoded.db")
 
 
 async def test_a_store_without_raw_reads_uses_read_all(tmp_path: Path, log: SimpleNamespace) -> None:

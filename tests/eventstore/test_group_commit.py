@@ -6,12 +6,9 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
 import pytest
@@ -30,8 +27,6 @@ from turnlog.eventstore import (
     open_store,
 )
 from turnlog.eventstore._group_commit import GroupCommit
-
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 
 # -- GroupCommit alone ------------------------------------------------------------------------
 
@@ -147,19 +142,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async with SQLiteEventStore(tmp_path / "store.db", durability="full") as sqlite_store:
             yield sqlite_store
         return
-    if not DSN:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex}"
-    url = DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    try:
-        async with PostgresEventStore(url) as pg_store:
-            yield pg_store
-    finally:
-        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    url = request.getfixturevalue("pg_url")  # skips (or fails in CI) without a server
+    async with PostgresEventStore(url) as pg_store:
+        yield pg_store
 
 
 def groups_of(store: EventStore) -> GroupCommit[Any, Any]:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 
@@ -22,22 +18,6 @@ from turnlog.eventstore import (
     migrate,
     open_store,
 )
-
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-needs_pg = pytest.mark.skipif(
-    not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
-)
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    schema = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    import psycopg
-    from psycopg import sql
-
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def fill(store: EventStore) -> None:
@@ -73,7 +53,6 @@ async def everything(store: EventStore) -> tuple[list[RecordedEvent], list[Any]]
 
 
 @pytest.mark.postgres
-@needs_pg
 async def test_sqlite_to_postgres_to_sqlite_keeps_everything(tmp_path: Path, pg_url: str) -> None:
     """Both directions keep ids, versions, positions, times, hashes and snapshots; verify passes."""
     async with open_store(f"sqlite:///{tmp_path / 'a.db'}") as first:
@@ -94,7 +73,6 @@ async def test_sqlite_to_postgres_to_sqlite_keeps_everything(tmp_path: Path, pg_
 
 
 @pytest.mark.postgres
-@needs_pg
 async def test_migrate_again_copies_only_what_is_new(tmp_path: Path, pg_url: str) -> None:
     """Re-running a migration is idempotent, and after more appends it resumes where it stopped."""
     async with open_store(f"sqlite:///{tmp_path / 'a.db'}") as source, open_store(pg_url) as target:
@@ -111,7 +89,6 @@ async def test_migrate_again_copies_only_what_is_new(tmp_path: Path, pg_url: str
 
 
 @pytest.mark.postgres
-@needs_pg
 async def test_target_with_other_events_is_refused_untouched(tmp_path: Path, pg_url: str) -> None:
     """A non-empty target that is not a copy of the source is refused before anything is written."""
     async with open_store(f"sqlite:///{tmp_path / 'a.db'}") as source, open_store(pg_url) as target:

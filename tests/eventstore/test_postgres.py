@@ -37,32 +37,19 @@ from turnlog.eventstore import (
 from turnlog.eventstore._postgres import FORMAT_VERSION
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-needs_pg = pytest.mark.skipif(
-    not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
-)
 
 
 def with_params(dsn: str, **params: str) -> str:
     return dsn + ("&" if "?" in dsn else "?") + urlencode(params)
 
 
-@pytest.fixture
-async def pg_schema() -> AsyncIterator[str]:
-    """A fresh, empty PostgreSQL schema name, dropped after the test."""
-    name = f"t_{uuid.uuid4().hex}"
-    yield name
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-@pytest.fixture
-def pg_url(pg_schema: str) -> str:
-    return with_params(DSN, schema=pg_schema)
+def dsn() -> str:
+    """The server's DSN, for helpers; only reached by tests that took ``pg_dsn`` or ``pg_url``."""
+    return os.environ["TURNLOG_TEST_PG_DSN"]
 
 
 async def raw_sql(query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(dsn(), autocommit=True) as conn:
         cursor = await conn.execute(query, params)
         return await cursor.fetchall() if cursor.description else []
 
@@ -71,7 +58,6 @@ async def raw_sql(query: str, params: list[Any] | None = None) -> list[tuple[Any
 
 
 @pytest.mark.postgres
-@needs_pg
 class TestPostgresConformance(StoreConformance):
     @pytest.fixture
     async def store(self, pg_url: str) -> AsyncIterator[EventStore]:
@@ -101,17 +87,19 @@ class PostgresMachine(StoreMachine):
     @property  # read once per example, by StoreMachine.__init__
     def url(self) -> str:  # type: ignore[override]
         self.schema = f"t_{uuid.uuid4().hex}"
-        return with_params(DSN, schema=self.schema)
+        return with_params(dsn(), schema=self.schema)
 
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
-            with psycopg.connect(DSN, autocommit=True) as conn:
+            with psycopg.connect(dsn(), autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-TestPostgresMachine = pytest.mark.slow(pytest.mark.postgres(needs_pg(PostgresMachine.TestCase)))
+TestPostgresMachine = pytest.mark.slow(
+    pytest.mark.postgres(pytest.mark.usefixtures("pg_dsn")(PostgresMachine.TestCase))
+)
 TestPostgresMachine.settings = SETTINGS
 
 
@@ -148,7 +136,6 @@ def test_repr_hides_the_password() -> None:
 
 
 @pytest.mark.postgres
-@needs_pg
 class TestPostgresServer:
     """Behaviour that needs a live server."""
 
@@ -239,7 +226,7 @@ class TestPostgresServer:
         async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
             await store.append("s", [NewEvent("a.b", {"n": 1})])
             # Hold the append lock from outside so the next append is surely in flight.
-            async with await psycopg.AsyncConnection.connect(DSN) as blocker:
+            async with await psycopg.AsyncConnection.connect(dsn()) as blocker:
                 await blocker.execute(f'LOCK TABLE "{pg_schema}".events IN EXCLUSIVE MODE')
                 failure: list[BaseException] = []
 
@@ -377,7 +364,7 @@ class TestPostgresServer:
             """
         )
         url = with_params(pg_url, application_name=app)
-        proc = await anyio.run_process([sys.executable, "-c", code, url, DSN, app], check=False)
+        proc = await anyio.run_process([sys.executable, "-c", code, url, dsn(), app], check=False)
         assert proc.returncode == 0, proc.stderr.decode()
         assert proc.stdout.decode().strip() == "True"
         assert proc.stderr.decode() == ""

@@ -9,33 +9,16 @@ gives, and that a shut gate consumes no position.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 
 from turnlog.eventstore import ANY, ConcurrencyError, NewEvent, PostgresEventStore
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(
-        not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
-    ),
 ]
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    """A URL of a fresh schema, dropped after the test."""
-    name = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": name})
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
 class CountingStore(PostgresEventStore):

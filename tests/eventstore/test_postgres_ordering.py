@@ -10,15 +10,11 @@ ones at the end.
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 import textwrap
-import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
 import orjson
@@ -27,13 +23,9 @@ import pytest
 from turnlog.eventstore import ANY, NewEvent, PostgresEventStore, RecordedEvent, VerifyReport
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against"
-    ),
 ]
 
 PROCESSES = 4
@@ -69,14 +61,6 @@ WORKER = textwrap.dedent(
     anyio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","))
     """
 )
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    schema = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 class Tail:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlencode
 
 import anyio
 import pytest
@@ -16,24 +13,14 @@ import pytest
 from turnlog.eventstore import NewEvent, NewSnapshot, Redaction, open_store
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-pytestmark = pytest.mark.skipif(not DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server")
 
 SMALL = "Qv-Personal-7781 bob@example.net"
 LARGE = "Wk-Personal-5521 " + secrets.token_hex(6000)
 
 
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = f"t_{uuid.uuid4().hex}"
-    yield name
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-async def _relation_files(schema: str) -> list[Path]:
+async def _relation_files(dsn: str, schema: str) -> list[Path]:
     """The files of the events and snapshots tables, their TOAST tables and indexes (None when unreadable)."""
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("CHECKPOINT")
         datadir = (await (await conn.execute("SHOW data_directory")).fetchone())[0]
         rows = await (
@@ -54,13 +41,15 @@ async def _relation_files(schema: str) -> list[Path]:
     return files
 
 
-async def test_redaction_leaves_no_copy_in_the_table_files_or_a_dump(schema: str) -> None:
-    url = DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
+async def test_redaction_leaves_no_copy_in_the_table_files_or_a_dump(
+    pg_dsn: str, pg_schema: str, pg_url: str
+) -> None:
+    schema, url = pg_schema, pg_url
     async with open_store(url) as store:
         await store.append("branch-p", [NewEvent("m.a", {"c": SMALL}), NewEvent("m.a", {"c": LARGE})])
         await store.append("branch-p", [NewEvent("m.a", {"c": "stays"})])
         await store.save_snapshot(NewSnapshot("branch-p", 2, "s.t", {"copy": SMALL}))
-        files = await _relation_files(schema)
+        files = await _relation_files(pg_dsn, schema)
         readable = bool(files) and all(os.access(p, os.R_OK) for p in files)
         if readable:
             assert any(SMALL.encode() in p.read_bytes() for p in files)
@@ -71,12 +60,12 @@ async def test_redaction_leaves_no_copy_in_the_table_files_or_a_dump(schema: str
         report = await store.verify()
         assert report.ok and report.redacted == 2, report.problems
         if readable:
-            for path in await _relation_files(schema):
+            for path in await _relation_files(pg_dsn, schema):
                 data = path.read_bytes()
                 assert SMALL.encode() not in data, path
                 assert LARGE[:40].encode() not in data, path
     if shutil.which("pg_dump"):
-        dump = (await anyio.run_process(["pg_dump", "--schema", schema, DSN])).stdout.decode()
+        dump = (await anyio.run_process(["pg_dump", "--schema", schema, pg_dsn])).stdout.decode()
         assert b"stays".hex() in dump or "stays" in dump
         assert SMALL not in dump and SMALL.encode().hex() not in dump
         assert LARGE[:40].encode().hex() not in dump

@@ -12,7 +12,6 @@ thread per test case).
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import shutil
 import tempfile
@@ -352,8 +351,5 @@ TestSQLiteMemory = SQLiteMemoryMachine.TestCase
 TestSQLiteMemory.settings = SETTINGS
 TestSQLiteFile = SQLiteFileMachine.TestCase
 TestSQLiteFile.settings = SETTINGS
-TestMemoryStore = pytest.mark.skipif(
-    importlib.util.find_spec("turnlog.eventstore._memory") is None,
-    reason="the memory:// backend is not built",
-)(MemoryMachine.TestCase)
+TestMemoryStore = MemoryMachine.TestCase
 TestMemoryStore.settings = SETTINGS

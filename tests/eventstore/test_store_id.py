@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_postgres import needs_pg, pg_schema, pg_url  # noqa: F401  (fixtures)
 
 from turnlog.eventstore import MemoryEventStore, NewEvent, open_store
 
@@ -48,8 +47,7 @@ async def test_memory_stores_have_distinct_ids() -> None:
     assert MemoryEventStore().store_id != MemoryEventStore().store_id
 
 
-@needs_pg
-async def test_postgres_store_keeps_its_id(pg_url: str) -> None:  # noqa: F811
+async def test_postgres_store_keeps_its_id(pg_url: str) -> None:
     """A PostgreSQL store gets an id when it is first opened and keeps it."""
     async with open_store(pg_url) as store:
         await store.head()

@@ -35,6 +35,7 @@ EXPORTED = [
     "GraphCycleError",
     "Kernel",
     "KernelError",
+    "LiveRun",
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
@@ -53,6 +54,7 @@ EXPORTED = [
     "RemovedArgument",
     "ReplayMismatch",
     "ResponseParseError",
+    "RunClosed",
     "RunEnd",
     "RunFailed",
     "RunFailure",
@@ -90,6 +92,7 @@ EXPORTED = [
     "lifecycle",
     "observed_run",
     "recover",
+    "run_lease_key",
 ]
 
 

@@ -22,7 +22,7 @@ from turnlog.eventstore import (
     open_store,
     uuid7,
 )
-from turnlog.kernel import Branch, PersistOptions, StartRun, recover
+from turnlog.kernel import Branch, EndRun, PersistOptions, StartRun, recover
 from turnlog.kernel._persist import ChunkLog, RunBuffer, buffer_path, default_persist_dir
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import AssistantResponse, Instruction, catalogue_upcasters
@@ -440,15 +440,42 @@ async def test_a_live_child_keeps_its_buffer_from_recover_on_a_copy_and_on_its_s
         assert await recovered_text(original, branch_id) == "".join(f"{n} " for n in range(1, 8))
 
 
-async def test_an_id_collision_is_a_failed_run_not_an_exception(tmp_path: Path) -> None:
-    """A buffered chunk whose id the store holds elsewhere: that run fails, the others recover."""
+async def test_a_colliding_buffer_line_is_reported_and_the_rest_imported(tmp_path: Path) -> None:
+    """A buffered chunk whose id the store holds elsewhere: that line is reported, every chunk imported."""
     store = MemoryEventStore(upcasters=catalogue_upcasters())
-    _, bad_run, _ = await crashed_run(store, tmp_path)
+    branch, bad_run, _ = await crashed_run(store, tmp_path)
     _, good_run, _ = await crashed_run(store, tmp_path)
     [bad] = [p for p in tmp_path.glob("*.jsonl") if bad_run in p.name]
-    taken = json.loads(bad.read_bytes().split(b"\n")[4])["id"]  # seq 4, not yet stored
+    taken = json.loads(bad.read_bytes().split(b"\n")[4])["id"]  # seq 4 (line 5), not yet stored
     await store.append("elsewhere-1", [NewEvent("x.y", {}, id=UUID(taken))])
     report = await recover(store, tmp_path)
-    assert [r.run_id for r in report.runs] == [good_run]
-    [failure] = report.failed
-    assert failure.run_id == bad_run and failure.error_type == "IdempotencyError"
+    assert report.failed == ()
+    assert sorted(r.run_id for r in report.runs) == sorted([bad_run, good_run])
+    assert all(r.closed and r.chunks == CHUNKS for r in report.runs)
+    [problem] = report.problems
+    assert problem.line_number == 5 and taken in problem.what and "chunk 4 imported as" in problem.what
+    stored = [e async for e in store.read_stream(f"run-{bad_run}")]
+    assert [e.data["seq"] for e in stored] == list(range(1, CHUNKS + 1))  # seq == version, none lost
+    assert str(stored[3].id) != taken and str(stored[3].id) in problem.what
+    assert report.kept == (str(bad) + ".corrupt",)
+    assert await recovered_text(store, branch.id) == "".join(f"{n} " for n in range(1, CHUNKS + 1))
+
+
+async def test_no_chunk_is_appended_to_a_run_that_has_ended(tmp_path: Path) -> None:
+    """run.ended counts 8 chunks; the buffer holds a 9th: it is reported, never imported."""
+    store = MemoryEventStore(upcasters=catalogue_upcasters())
+    branch, run_id, path = await crashed_run(store, tmp_path, committed=CHUNKS, chunks=CHUNKS + 1)
+    await branch.execute(EndRun(run_id, "run", 1.0, chunks=CHUNKS), run_id=run_id)
+    report = await recover(store, tmp_path)
+    assert (report.runs, report.imported, report.failed) == ((), 0, ())
+    [problem] = report.problems
+    assert (
+        problem.line_number == CHUNKS + 2 and "has ended" in problem.what and "not imported" in problem.what
+    )
+    assert await store.stream_version(f"run-{run_id}") == CHUNKS
+    assert report.kept == (str(path) + ".corrupt",)
+    assert [(r.status, r.chunks) for r in (await Branch.load(store, branch.id)).state.runs.values()] == [
+        ("ended", CHUNKS)
+    ]
+    again = await recover(store, tmp_path)
+    assert not again.changed and again.problems == ()

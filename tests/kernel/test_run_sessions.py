@@ -198,7 +198,7 @@ async def test_recover_takes_what_only_the_cli_record_holds_and_marks_its_source
     run = loaded.state.runs[run_id]
     assert run.recovered is not None
     assert run.recovered["cli_session"] == "reconciled" and run.recovered["cli_session_added"] == 2
-    assert run.recovered["cli_session_file"] == str(path)
+    assert run.recovered["cli_session_file"] == str(path.relative_to(home))  # no home-directory path
     [answer] = [m for m in loaded.messages if isinstance(m, AssistantResponse)]
     assert answer.response == "The answer is 42." and answer.metadata["source"] == "cli_session"
     request = next(m for m in loaded.messages if m.kind == "ActionRequest")
@@ -220,6 +220,30 @@ async def test_without_the_cli_record_the_next_resume_says_the_session_may_hold_
     assert model.calls[-1]["resume"] == "s-1"
     called = [e.data async for e in store.read_stream(f"branch-{branch.id}") if e.type == "model.called"]
     assert "may hold more than this log" in called[-1]["params"]["session_note"]
+
+
+async def test_an_unreconciled_crash_is_said_in_the_report_with_no_home_path_and_no_warning(
+    store: EventStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recover report carries the note; run.failed names ~, not the home directory; a resume warns nothing."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    branch, _ = await crashed_claude_run(store, tmp_path / ".claude", "/work/project", "partial")
+    report = await recover(store, tmp_path / "no-buffers")
+    [done] = report.runs
+    assert done.cli_session == "unreconciled"
+    assert (
+        done.note is not None and "record was not read" in done.note and "resuming session s-1" in done.note
+    )
+    assert report.to_dict()["runs"][0]["note"] == done.note
+    failed = [e async for e in store.read_stream(f"branch-{branch.id}") if e.type == "run.failed"]
+    [payload] = [e.data for e in failed]
+    assert payload["recovered"]["cli_session_reason"] == "no record of session s-1 found under ~/.claude"
+    assert str(tmp_path) not in json.dumps(payload)
+    loaded = await Branch.load(store, branch.id)
+    with caplog.at_level("INFO"):
+        await loaded.run_and_collect("next", chat_model=ChunkModel([text("ok")], model="m1"))
+    assert [r for r in caplog.records if r.levelno >= 30] == []  # no warning in the user's output
+    assert any("may hold more than this log" in r.getMessage() for r in caplog.records)
 
 
 async def test_the_call_records_the_cli_result_even_when_a_response_took_its_metadata(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnlog.eventstore import NewEvent, RecordedEvent, TurnlogError, Upcaster, uuid7
+from turnlog.eventstore import NewEvent, RecordedEvent, TurnlogError, Upcaster, open_store, uuid7
 from turnlog.projections import (
     CATALOGUE,
     AssistantResponse,
@@ -261,10 +261,6 @@ def test_decode_event_upcasts_an_old_schema_itself() -> None:
 
 
 async def test_store_opened_with_catalogue_upcasters_lifts_old_events() -> None:
-    eventstore = pytest.importorskip("turnlog.eventstore")
-    open_store: Any = getattr(eventstore, "open_store", None)
-    if open_store is None:
-        pytest.skip("the store is not available")
     registry = CATALOGUE.copy()
     registry.register(NoteAddedV2)
     async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters(registry)) as store:

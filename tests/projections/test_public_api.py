@@ -72,6 +72,7 @@ def test_public_api() -> None:
         "UsageError",
         "apply",
         "catalogue_upcasters",
+        "check_invariants",
         "content_fields",
         "decode_event",
         "diff",

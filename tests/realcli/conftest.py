@@ -29,6 +29,7 @@ except ``PATH``'s node directory), so a developer's own keys and config never re
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -76,9 +77,14 @@ def realcli_prefix() -> Path:
         return prefix
     if shutil.which("node") is None or shutil.which("npm") is None:
         _unavailable("node and npm are not installed (run tests/realcli/install.sh on a machine with them)")
-    done = subprocess.run(
-        ["bash", str(HERE / "install.sh")], capture_output=True, text=True, timeout=900, check=False
-    )
+    # Parallel test workers (pytest-xdist) each ask for the prefix: one installs, the others
+    # wait on the lock and then find it complete (install.sh returns at once).
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.parent / f"{prefix.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(
+            ["bash", str(HERE / "install.sh")], capture_output=True, text=True, timeout=900, check=False
+        )
     if done.returncode != 0 or not (prefix / ".complete").exists():
         _unavailable(f"tests/realcli/install.sh failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return prefix

@@ -14,11 +14,13 @@ import pytest
 SMALL = {
     "append": ["--single", "30", "--batches", "2", "--batch", "50", "--repeat", "1"],
     "subscribe": ["--writers", "2", "--rate", "20", "--seconds", "1", "--burst", "20", "--pg", ""],
-    "projections": ["--sizes", "300", "--queries", "5", "--cold-queries", "2"],
+    # --run-heavy: the run-heavy branch defaults to 100k events (tests/projections covers it small)
+    "projections": ["--sizes", "300", "--queries", "5", "--cold-queries", "2", "--run-heavy", "0"],
     "kernel": ["--turns", "5", "--blocks", "1", "--no-lionagi"],
     "stream": ["--chunks", "300", "--repeat", "1"],
     "analytics": ["--events", "2000", "--new", "100", "--repeat", "1"],
     "writers": ["--events", "24", "--procs", "1,2", "--tasks", "1,8", "--pg", ""],
+    "otel": ["--events", "2000", "--repeat", "1"],
     "proxy": ["--calls", "2", "--events", "10"],
 }
 

@@ -261,16 +261,12 @@ def test_an_unreachable_postgresql_is_one_line_and_status_3(tmp_path: Path, comm
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("command", ["verify", "tail", "recover", "branches", "stats", "log demo"])
-def test_a_postgresql_schema_without_a_store_is_refused_and_not_created(tmp_path: Path, command: str) -> None:
-    import uuid
-    from urllib.parse import urlencode
+def test_a_postgresql_schema_without_a_store_is_refused_and_not_created(
+    tmp_path: Path, command: str, pg_dsn: str, pg_schema: str, pg_url: str
+) -> None:
+    import psycopg
 
-    dsn = os.environ.get("TURNLOG_TEST_PG_DSN")
-    if not dsn:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    psycopg = pytest.importorskip("psycopg")
-    schema = f"t_{uuid.uuid4().hex}"
-    url = dsn + ("&" if "?" in dsn else "?") + urlencode({"schema": schema})
+    dsn, schema, url = pg_dsn, pg_schema, pg_url
     extra = ["--analytics-db", str(tmp_path / "a.db")] if command == "stats" else []
     done = turnlog(*command.split(), "--store", url, *extra, cwd=tmp_path)
     assert done.returncode == 2, done.stderr

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from urllib.parse import urlencode
 
 import anyio
 import orjson
@@ -16,8 +12,6 @@ import pytest
 from turnlog.eventstore import NewEvent, NewSnapshot, RecordedEvent, open_store
 
 main = entry_points(group="console_scripts")["turnlog"].load()  # the installed ``turnlog`` command
-
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 
 
 def make_store(url: str, events: int = 12) -> None:
@@ -36,19 +30,6 @@ def read_log(url: str) -> list[RecordedEvent]:
             return [event async for event in store.read_all()]
 
     return anyio.run(read)
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not DSN:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    schema = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.postgres

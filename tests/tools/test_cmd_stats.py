@@ -142,3 +142,27 @@ def test_export_jsonl_and_parquet(store: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == [
         "events.parquet", "model_calls.parquet", "runs.parquet", "tool_calls.parquet",
     ]  # fmt: skip
+
+
+async def _build_across_a_price_change(path: Path) -> None:
+    from freezegun import freeze_time  # the store's clock, so each call lands on its own day
+
+    async with open_store(f"sqlite:///{path}") as store:
+        with freeze_time("2026-11-30T12:00:00+00:00"):
+            await store.append("branch-b1", [_call("my-model", 100.0, tokens=1000)])
+        with freeze_time("2026-12-01T12:00:00+00:00"):
+            await store.append("branch-b1", [_call("my-model", 200.0, tokens=1000)])
+
+
+def test_stats_charges_each_call_at_the_price_of_its_day(tmp_path: Path) -> None:
+    path = tmp_path / "turnlog.db"
+    anyio.run(_build_across_a_price_change, path)
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        '{"my-model": [{"input": 1.0, "output": 3.0}, {"input": 2.0, "output": 5.0, "since": "2026-12-01"}]}'
+    )
+    done = turnlog("stats", "--json", "--prices", str(prices), "--store", str(path))
+    assert done.returncode == 0, done.stderr
+    usage = {row["key"]: row for row in orjson.loads(done.stdout)["usage"]}
+    # 1000 in + 1000 out at 1/3 $ per 1M before the change, at 2/5 $ per 1M from it
+    assert usage["my-model"]["cost_usd"] == pytest.approx((4000 + 7000) / 1e6)

@@ -30,6 +30,8 @@ from ._queries import (
     tool_usage,
     usage,
 )
+from ._span_model import SEMCONV_OPT_IN_ENV, AttributeValue, Semconv, Span, SpanEvent, Trace, semconv_from_env
+from ._spans import SPAN_EVENT_TYPES, SpanView, build_traces
 from ._tables import FACT_TABLES, RELEVANT_TYPES, Column, FactTable
 
 __all__ = [
@@ -37,9 +39,12 @@ __all__ = [
     "FACT_TABLES",
     "PRICES_ENV",
     "RELEVANT_TYPES",
+    "SEMCONV_OPT_IN_ENV",
+    "SPAN_EVENT_TYPES",
     "AnalyticsDatabaseError",
     "AnalyticsError",
     "AnalyticsProjection",
+    "AttributeValue",
     "Column",
     "ErrorRow",
     "FactTable",
@@ -51,12 +56,18 @@ __all__ = [
     "PriceTable",
     "PriceTableError",
     "RunRow",
+    "Semconv",
+    "Span",
+    "SpanEvent",
+    "SpanView",
     "TimeRange",
     "ToolRow",
+    "Trace",
     "TurnlogError",
     "UpdateReport",
     "UsageRow",
     "analytics_database_of",
+    "build_traces",
     "drop_legacy_tables",
     "error_rates",
     "export_jsonl",
@@ -64,6 +75,7 @@ __all__ = [
     "legacy_tables",
     "load_price_table",
     "run_usage",
+    "semconv_from_env",
     "tool_usage",
     "usage",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 from collections.abc import Sequence
+from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from ._batch import Batch
 from ._errors import AnalyticsDatabaseError
 from ._facts import RunEnd, RunStart, priced
-from ._pricing import PriceTable
+from ._pricing import Price, PriceTable
 from ._rollup import (
     RANK_INDEXES,
     ROLLUPS,
@@ -79,6 +80,7 @@ def _insert_sql(table: FactTable, verb: str = "INSERT") -> str:
 
 _RUN_INDEX = {name: i for i, name in enumerate(RUNS.column_names)}
 _RUN_MODEL = _RUN_INDEX["gen_ai.request.model"]
+_RUN_RECORDED = _RUN_INDEX["recorded_at"]
 _RUN_ENDED = _RUN_INDEX["ended_at"]
 _RUN_VERB = _RUN_INDEX["turnlog.verb"]
 _RUN_STATUS = _RUN_INDEX["turnlog.status"]
@@ -366,8 +368,10 @@ def _close_run(conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd
     row[_RUN_VERB] = row[_RUN_VERB] or closing[_RUN_VERB]
     # The closing facts (status .. output tokens) sit side by side in RUNS.
     row[_RUN_STATUS:_RUN_COST] = closing[_RUN_STATUS:_RUN_COST]
+    # Priced at the price in force when the run started (its recorded_at, ISO 8601 UTC).
+    started = datetime.fromisoformat(row[_RUN_RECORDED]) if row[_RUN_RECORDED] else None
     row[_RUN_COST : _RUN_COST + 2] = priced(
-        prices, row[_RUN_MODEL], row[_RUN_TOKENS_IN], row[_RUN_TOKENS_IN + 1], end.reported_cost
+        prices, row[_RUN_MODEL], row[_RUN_TOKENS_IN], row[_RUN_TOKENS_IN + 1], end.reported_cost, started
     )
 
 
@@ -384,25 +388,51 @@ def reprice(conn: sqlite3.Connection, table: FactTable, prices: PriceTable) -> N
         )
     ]
     for model in models:
-        price = prices.lookup(model)
+        history = prices.history(model)
         match = '"turnlog.cost_source" IS NOT \'provider\' AND "gen_ai.request.model" IS ?'
-        if price is None:
+        if not history:
             conn.execute(
                 f'UPDATE {table.name} SET "turnlog.cost_usd" = NULL, "turnlog.cost_source" = NULL '
                 f"WHERE {match}",
                 (model,),
             )
             continue
-        # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild.
-        conn.execute(
-            f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-            'OR "gen_ai.usage.output_tokens" IS NULL THEN NULL ELSE '
-            '("gen_ai.usage.input_tokens" * ? + "gen_ai.usage.output_tokens" * ?) / 1000000.0 END, '
-            '"turnlog.cost_source" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-            "OR \"gen_ai.usage.output_tokens\" IS NULL THEN NULL ELSE 'price_table' END "
-            f"WHERE {match}",
-            (price.input, price.output, model),
-        )
+        # Each price of the model's history re-prices the facts recorded while it was in force:
+        # from its day (the first price: from the start) to the next price's day. recorded_at is
+        # ISO 8601 UTC text, so a day compares with it as text.
+        for i, price in enumerate(history):
+            start = None if i == 0 else history[i].since
+            end = history[i + 1].since if i + 1 < len(history) else None
+            _reprice_period(conn, table, match, model, price, start, end)
+
+
+def _reprice_period(
+    conn: sqlite3.Connection,
+    table: FactTable,
+    match: str,
+    model: str,
+    price: Price,
+    start: date | None,
+    end: date | None,
+) -> None:
+    period = ""
+    bounds: list[str] = []
+    if start is not None:
+        period += " AND recorded_at >= ?"
+        bounds.append(start.isoformat())
+    if end is not None:
+        period += " AND recorded_at < ?"
+        bounds.append(end.isoformat())
+    # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild.
+    conn.execute(
+        f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
+        'OR "gen_ai.usage.output_tokens" IS NULL THEN NULL ELSE '
+        '("gen_ai.usage.input_tokens" * ? + "gen_ai.usage.output_tokens" * ?) / 1000000.0 END, '
+        '"turnlog.cost_source" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
+        "OR \"gen_ai.usage.output_tokens\" IS NULL THEN NULL ELSE 'price_table' END "
+        f"WHERE {match}{period}",
+        (price.input, price.output, model, *bounds),
+    )
 
 
 _WAL_INDEX_VERSION = 3007000

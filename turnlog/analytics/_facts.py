@@ -166,14 +166,16 @@ def priced(
     tokens_in: int | None,
     tokens_out: int | None,
     reported: float | None,
+    at: datetime | None = None,
 ) -> tuple[float | None, str | None]:
     """The cost of a call (or run) and where it comes from: ``provider``, ``price_table`` or None.
 
     A cost the provider reported wins over the table; an unknown model stays unknown (None).
+    The table's price is the one in force when the call was recorded (``at``).
     """
     if reported is not None:
         return reported, "provider"
-    cost = prices.cost(model, tokens_in, tokens_out)
+    cost = prices.cost(model, tokens_in, tokens_out, at=at)
     return cost, (None if cost is None else "price_table")
 
 
@@ -246,9 +248,10 @@ def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf)
         _text(event, served, "served_model")
     served = served or model
     # A proxy alias is priced as the model it served when the table does not know the alias.
-    cost, source = priced(prices, model, tokens_in, tokens_out, reported)
+    at = event.recorded_at
+    cost, source = priced(prices, model, tokens_in, tokens_out, reported, at)
     if cost is None and served != model:
-        cost, source = priced(prices, served, tokens_in, tokens_out, reported)
+        cost, source = priced(prices, served, tokens_in, tokens_out, reported, at)
     when, day = _when(event)
     branch, session, run_id = _where(event, session_of, run_id)
     ttft = get("ttft_ms")

@@ -13,6 +13,12 @@ model name to its prices::
 
     {"gpt-4o": {"input": 2.5, "output": 10.0, "cache_read": 1.25}, "my-model": {"input": 0, "output": 0}}
 
+A model whose price changed has a history: a list of prices, each with the UTC day it took
+effect (``since``; none on the first means "from the start"). A call is charged at the price in
+force on the day it was recorded (a call before the first dated price, at the first)::
+
+    {"my-model": [{"input": 1.0, "output": 2.0}, {"input": 0.5, "output": 1.0, "since": "2026-12-01"}]}
+
 With ``maintained=True`` (and the ``genai-prices`` package installed: ``pip install
 turnlog[prices]``), a model the user's entries do not name is priced from that maintained,
 offline database (the pydantic team's; its base tier at today's date) before the shipped
@@ -26,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +59,15 @@ class Price:
             charged as input).
         cache_write: US dollars per million input tokens written to the prompt cache (None:
             charged as input).
+        since: The UTC day this price took effect, in a model's price history (None: from the
+            start).
     """
 
     input: float
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    since: date | None = None
 
     def cost(
         self,
@@ -152,79 +162,104 @@ def _maintained_version() -> str | None:
         return None
 
 
+PriceHistory = Price | Sequence[Price]
+"""A table entry: one price, or a model's price history (prices with the days they took effect)."""
+
+
 class PriceTable:
-    """A mapping of model names to prices, with dated-variant matching.
+    """A mapping of model names to prices, with dated-variant matching and price history.
 
     ``lookup`` tries the exact model name first, then the longest table entry the name
     starts with followed by ``-`` (so ``gpt-4o-2024-08-06`` is priced as ``gpt-4o`` and
     ``gpt-4o-mini-2024-07-18`` as ``gpt-4o-mini``), and ignores a ``provider/`` prefix.
     With ``maintained``, the user's entries are tried first, then ``genai-prices``, then the
-    shipped defaults.
+    shipped defaults. An entry may be a price history; ``lookup`` then gives the price in force
+    on the day asked (today when not asked).
 
     Args:
-        entries: Prices to use on top of the defaults (they win over a default entry).
+        entries: Prices (or price histories) to use on top of the defaults (they win over a
+            default entry).
         include_defaults: Start from ``DEFAULT_PRICES``; False starts from an empty table.
         maintained: Price models the entries do not name from ``genai-prices`` when it is
             installed (else the table behaves as without it).
+
+    Raises:
+        PriceTableError: an entry is malformed (a negative price, two prices on one day...).
     """
 
     __slots__ = ("_cache", "_defaults", "_entries", "_maintained")
 
     def __init__(
         self,
-        entries: Mapping[str, Price] | None = None,
+        entries: Mapping[str, PriceHistory] | None = None,
         *,
         include_defaults: bool = True,
         maintained: bool = False,
     ) -> None:
-        self._defaults: dict[str, Price] = dict(DEFAULT_PRICES) if include_defaults else {}
+        self._defaults: dict[str, tuple[Price, ...]] = (
+            {name: (price,) for name, price in DEFAULT_PRICES.items()} if include_defaults else {}
+        )
         self._entries = {
-            name: _check_entry("argument", name, price) for name, price in (entries or {}).items()
+            name: _check_history("argument", name, prices) for name, prices in (entries or {}).items()
         }
         # The version of the maintained source in use (part of the fingerprint), None when off.
         self._maintained = _maintained_version() if maintained else None
-        self._cache: dict[str, Price | None] = {}
+        self._cache: dict[str, tuple[Price, ...]] = {}
 
     @property
     def entries(self) -> Mapping[str, Price]:
-        """Every entry of the table, by model name (the defaults and the user's)."""
-        return {**self._defaults, **self._entries}
+        """Every entry of the table, by model name (the defaults and the user's), at today's price."""
+        today = datetime.now(UTC).date()
+        return {name: _in_force(h, today) for name, h in {**self._defaults, **self._entries}.items()}
 
     @property
     def maintained(self) -> str | None:
         """The ``genai-prices`` version the table prices unnamed models with (None: not used)."""
         return self._maintained
 
-    def with_entries(self, entries: Mapping[str, Price]) -> PriceTable:
-        """A new table with ``entries`` added on top of this one."""
+    def with_entries(self, entries: Mapping[str, PriceHistory]) -> PriceTable:
+        """A new table with ``entries`` added on top of this one (each replaces a whole history)."""
         table = PriceTable(include_defaults=False)
         table._defaults = dict(self._defaults)
         table._maintained = self._maintained
         table._entries = dict(self._entries)
-        for name, price in entries.items():
-            table._entries[name] = _check_entry("argument", name, price)
+        for name, prices in entries.items():
+            table._entries[name] = _check_history("argument", name, prices)
         return table
 
-    def lookup(self, model: str | None) -> Price | None:
-        """The price of ``model``, or None when the table does not know it."""
+    def history(self, model: str | None) -> tuple[Price, ...]:
+        """The prices of ``model`` with the days they took effect, oldest first (empty: unknown)."""
         if model is None:
-            return None
+            return ()
         try:
             return self._cache[model]
         except KeyError:
             pass
         names = [model, model.rsplit("/", 1)[1]] if "/" in model else [model]
-        merged = self.entries
+        merged = {**self._defaults, **self._entries}
         best = next((b for n in names if (b := _best(merged, n)) is not None), None)
-        price: Price | None = None
+        found: tuple[Price, ...] = ()
         if best is not None and best in self._entries:
-            price = self._entries[best]  # the user's own entry wins over every source
+            found = self._entries[best]  # the user's own entry wins over every source
         elif self._maintained is not None:
             price = next((p for n in names if (p := _maintained_price(n)) is not None), None)
-        if price is None and best is not None:
-            price = merged[best]
-        self._cache[model] = price
-        return price
+            found = () if price is None else (price,)
+        if not found and best is not None:
+            found = merged[best]
+        self._cache[model] = found
+        return found
+
+    def lookup(self, model: str | None, at: date | datetime | None = None) -> Price | None:
+        """The price of ``model`` in force on the UTC day of ``at`` (today when None).
+
+        None when the table does not know the model.
+        """
+        found = self.history(model)
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]  # no history: the day does not matter (the per-call fast path)
+        return _in_force(found, _day(at))
 
     def cost(
         self,
@@ -234,15 +269,17 @@ class PriceTable:
         *,
         cache_read_tokens: int | None = None,
         cache_write_tokens: int | None = None,
+        at: date | datetime | None = None,
     ) -> float | None:
         """The cost of a call in US dollars; None when the model or a token count is unknown.
 
         ``input_tokens`` includes the cached tokens; the cache reads and writes among them,
-        when known, are charged at the model's cache prices.
+        when known, are charged at the model's cache prices. ``at`` is when the call was made:
+        it is charged at the price in force that day (today's when None).
         """
         if input_tokens is None or output_tokens is None:
             return None
-        price = self.lookup(model)
+        price = self.lookup(model, at)
         if price is None:
             return None
         return price.cost(
@@ -256,8 +293,8 @@ class PriceTable:
         """A short hash of the table's content; the projection re-prices facts when it changes."""
         canonical = orjson.dumps(
             {
-                "entries": {name: _row(p) for name, p in self._entries.items()},
-                "defaults": {name: _row(p) for name, p in self._defaults.items()},
+                "entries": {name: [_row(p) for p in h] for name, h in self._entries.items()},
+                "defaults": {name: [_row(p) for p in h] for name, h in self._defaults.items()},
                 "maintained": self._maintained,
             },
             option=orjson.OPT_SORT_KEYS,
@@ -267,7 +304,7 @@ class PriceTable:
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, PriceTable)
-            and self.entries == other.entries
+            and self._defaults == other._defaults
             and self._entries == other._entries
             and self._maintained == other._maintained
         )
@@ -277,14 +314,34 @@ class PriceTable:
 
     def __repr__(self) -> str:
         source = f", genai-prices {self._maintained}" if self._maintained else ""
-        return f"PriceTable({len(self.entries)} models{source})"
+        return f"PriceTable({len({**self._defaults, **self._entries})} models{source})"
 
 
-def _row(price: Price) -> list[float | None]:
-    return [price.input, price.output, price.cache_read, price.cache_write]
+def _day(at: date | datetime | None) -> date:
+    if at is None:
+        return datetime.now(UTC).date()
+    if isinstance(at, datetime):
+        # A naive datetime is taken as UTC, as the store records its times.
+        return (at if at.tzinfo is None else at.astimezone(UTC)).date()
+    return at
 
 
-def _best(entries: Mapping[str, Price], model: str) -> str | None:
+def _in_force(history: tuple[Price, ...], day: date) -> Price:
+    """The latest price of ``history`` (sorted, oldest first) in force on ``day``; else the first."""
+    chosen = history[0]
+    for price in history[1:]:
+        if price.since is not None and price.since > day:
+            break
+        chosen = price
+    return chosen
+
+
+def _row(price: Price) -> list[float | str | None]:
+    since = None if price.since is None else price.since.isoformat()
+    return [price.input, price.output, price.cache_read, price.cache_write, since]
+
+
+def _best(entries: Mapping[str, object], model: str) -> str | None:
     """The entry naming ``model``: itself, else the longest name it starts with followed by ``-``."""
     if model in entries:
         return model
@@ -295,20 +352,48 @@ def _best(entries: Mapping[str, Price], model: str) -> str | None:
     return best
 
 
+def _check_history(source: str, name: object, prices: object) -> tuple[Price, ...]:
+    """One entry (a price or a list of them) checked, as a history sorted oldest first."""
+    if isinstance(prices, Price | Mapping):
+        return (_check_entry(source, name, prices),)
+    if not isinstance(prices, Sequence) or isinstance(prices, str | bytes) or not prices:
+        raise PriceTableError(
+            source, f"model {name!r}: expected a price or a non-empty list of prices, not {prices!r}"
+        )
+    history = [_check_entry(source, name, price) for price in prices]
+    # The undated price (at most one) is the first: it is in force until the first dated one.
+    undated = [p for p in history if p.since is None]
+    dated = sorted((p for p in history if p.since is not None), key=lambda p: p.since or date.min)
+    days = [p.since for p in dated]
+    if len(undated) > 1 or len(set(days)) != len(days):
+        raise PriceTableError(
+            source, f"model {name!r}: two prices take effect on the same day (or both have no 'since')"
+        )
+    return (*undated, *dated)
+
+
 def _check_entry(source: str, name: object, price: object) -> Price:
     if not isinstance(name, str) or not name:
         raise PriceTableError(source, f"a model name must be a non-empty string, not {name!r}")
     if isinstance(price, Price):
         value = price
     elif isinstance(price, Mapping):
-        unknown = set(price) - {"input", "output", "cache_read", "cache_write"}
+        unknown = set(price) - {"input", "output", "cache_read", "cache_write", "since"}
         if unknown or not {"input", "output"} <= set(price):
             raise PriceTableError(
                 source,
                 f"model {name!r}: expected an object with 'input' and 'output' (and optionally "
-                f"'cache_read', 'cache_write'), got keys {sorted(price)}",
+                f"'cache_read', 'cache_write', 'since'), got keys {sorted(price)}",
             )
-        value = Price(price["input"], price["output"], price.get("cache_read"), price.get("cache_write"))
+        since: Any = price.get("since")
+        if isinstance(since, str):
+            try:
+                since = date.fromisoformat(since)
+            except ValueError:
+                pass  # refused below, with the value as given
+        value = Price(
+            price["input"], price["output"], price.get("cache_read"), price.get("cache_write"), since
+        )
     else:
         raise PriceTableError(
             source, f"model {name!r}: expected a Price or an object, not {type(price).__name__}"
@@ -322,15 +407,21 @@ def _check_entry(source: str, name: object, price: object) -> Price:
                 source,
                 f"model {name!r}: {side} must be a number >= 0 (USD per million tokens), not {amount!r}",
             )
+    since_value: object = value.since
+    if since_value is not None and (isinstance(since_value, datetime) or not isinstance(since_value, date)):
+        raise PriceTableError(
+            source, f"model {name!r}: since must be a day (YYYY-MM-DD), not {since_value!r}"
+        )
     return Price(
         float(value.input),
         float(value.output),
         None if value.cache_read is None else float(value.cache_read),
         None if value.cache_write is None else float(value.cache_write),
+        value.since,
     )
 
 
-def _parse_json(source: str, raw: bytes | str) -> dict[str, Price]:
+def _parse_json(source: str, raw: bytes | str) -> dict[str, tuple[Price, ...]]:
     try:
         value: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -339,10 +430,10 @@ def _parse_json(source: str, raw: bytes | str) -> dict[str, Price]:
         raise PriceTableError(
             source, f"expected a JSON object mapping model names to prices, not {type(value).__name__}"
         )
-    return {name: _check_entry(source, name, price) for name, price in value.items()}
+    return {name: _check_history(source, name, price) for name, price in value.items()}
 
 
-def _read_file(path: str | Path, source: str) -> dict[str, Price]:
+def _read_file(path: str | Path, source: str) -> dict[str, tuple[Price, ...]]:
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -353,7 +444,7 @@ def _read_file(path: str | Path, source: str) -> dict[str, Price]:
 def load_price_table(
     path: str | Path | None = None,
     *,
-    entries: Mapping[str, Price] | None = None,
+    entries: Mapping[str, PriceHistory] | None = None,
     environ: Mapping[str, str] | None = None,
     include_defaults: bool = True,
     maintained: bool = False,
@@ -374,7 +465,7 @@ def load_price_table(
         PriceTableError: a source cannot be read or is malformed.
     """
     env = os.environ if environ is None else environ
-    merged: dict[str, Price] = {}
+    merged: dict[str, PriceHistory] = {}
     from_env = env.get(PRICES_ENV, "").strip()
     if from_env:
         source = f"${PRICES_ENV}"
@@ -384,5 +475,5 @@ def load_price_table(
     if path is not None:
         merged.update(_read_file(path, str(path)))
     for name, price in (entries or {}).items():
-        merged[name] = _check_entry("argument", name, price)
+        merged[name] = _check_history("argument", name, price)
     return PriceTable(merged, include_defaults=include_defaults, maintained=maintained)

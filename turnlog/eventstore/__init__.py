@@ -18,6 +18,8 @@ from ._errors import (
     EventTooLarge,
     IdempotencyError,
     InvalidEventError,
+    MigrationError,
+    RedactionError,
     StoreError,
     StoreFormatError,
     StoreNotFound,
@@ -25,12 +27,15 @@ from ._errors import (
     TrackingError,
     TurnlogError,
     UnsupportedStoreURL,
+    UpgradeRefused,
     UsageError,
 )
 from ._ids import uuid7
+from ._leases import Lease, acquire_lease, held_leases
 from ._memory import MemoryEventStore
-from ._migrate import MigrateReport, MigrationError, migrate
-from ._open import StoreURL, open_store, parse_store_url
+from ._migrate import MigrateReport, migrate
+from ._open import open_store
+from ._problem import Problem
 from ._raw import RawCopy, RawEvent, RawSnapshot
 from ._records import (
     ANY,
@@ -41,7 +46,6 @@ from ._records import (
     ExpectedVersion,
     NewEvent,
     NewSnapshot,
-    Problem,
     RecordedEvent,
     Snapshot,
     Tracking,
@@ -51,7 +55,6 @@ from ._redaction import (
     REDACTIONS_STREAM,
     Redacted,
     Redaction,
-    RedactionError,
     RedactionResult,
     event_hash_matches,
     is_redacted,
@@ -60,7 +63,8 @@ from ._redaction import (
 from ._shown import check_events, check_stream
 from ._sqlite import SQLiteEventStore
 from ._upcasting import Upcaster, Upcasters
-from ._upgrade import UPGRADES_STREAM, UpgradeRefused
+from ._upgrade import UPGRADES_STREAM
+from ._url import StoreURL, parse_store_url
 
 if _TYPE_CHECKING:
     from ._postgres import PostgresEventStore
@@ -78,6 +82,7 @@ __all__ = [
     "ExpectedVersion",
     "IdempotencyError",
     "InvalidEventError",
+    "Lease",
     "MemoryEventStore",
     "MigrateReport",
     "MigrationError",
@@ -113,12 +118,14 @@ __all__ = [
     "UpgradeRefused",
     "UsageError",
     "VerifyReport",
+    "acquire_lease",
     "check_events",
     "check_stream",
     "encode_events",
     "encode_json",
     "event_hash",
     "event_hash_matches",
+    "held_leases",
     "is_redacted",
     "migrate",
     "open_store",

@@ -13,7 +13,8 @@ import orjson
 
 from ._encoding import as_bytes, digest_event_hash, event_hash, legacy_event_hash, payload_digest
 from ._ids import CANONICAL_ID
-from ._records import Problem, VerifyReport
+from ._problem import Problem
+from ._records import VerifyReport
 from ._redaction import REDACTIONS_STREAM, RedactionRecords, part_digest
 from ._snapshots import snapshot_problem
 

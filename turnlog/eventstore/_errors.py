@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from turnlog._errors import TurnlogError, UsageError
 
 if TYPE_CHECKING:
-    from ._records import Problem
+    from ._problem import Problem
 
 __all__ = [
     "TurnlogError",

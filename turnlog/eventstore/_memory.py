@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,8 @@ from ._chain import ChainChecker
 from ._decoding import decode_event
 from ._encoder import check_encoded
 from ._encoding import chain_hashes
-from ._errors import ConcurrencyError, StoreError, TrackingError
+from ._errors import ConcurrencyError, RedactionError, StoreError, TrackingError
+from ._follow import follow_log
 from ._ids import uuid7
 from ._raw import RawEvent, raw_event
 from ._records import (
@@ -39,7 +41,6 @@ from ._redaction import (
     REDACTIONS_STREAM,
     Plan,
     Redaction,
-    RedactionError,
     RedactionRecords,
     RedactionResult,
     plan_redaction,
@@ -332,18 +333,18 @@ class MemoryEventStore(EventStore):
         self._check_open()
         check_read_range("from_position", from_position, "to_position", None, None)
         wanted = None if types is None else list(types)
-        position = from_position
-        while True:
-            if self._wake is None:
-                self._wake = anyio.Event()
-            wake = self._wake
-            head = await self.head()
-            if head >= position:
-                async for event in self.read_all(position, head, types=wanted, stream_prefix=stream_prefix):
-                    yield event
-                position = head + 1
-                continue
-            await wake.wait()
+        follow = follow_log(
+            self, from_position, types=wanted, stream_prefix=stream_prefix, next_wake=self._next_wake
+        )
+        async with aclosing(follow) as events:
+            async for event in events:
+                yield event
+
+    def _next_wake(self) -> anyio.Event:
+        """The event the next append sets."""
+        if self._wake is None:
+            self._wake = anyio.Event()
+        return self._wake
 
     # ------------------------------------------------------------------ verify
 

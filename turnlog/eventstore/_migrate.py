@@ -18,12 +18,12 @@ from typing import cast
 
 from ._base import EventStore
 from ._errors import MigrationError
-from ._raw import RawCopy, RawEvent, RawSnapshot, check_continuation
+from ._raw import RawCopy
 from ._records import VerifyReport
 
 # RawEvent, RawSnapshot and check_continuation live in ``_raw``; they are re-exported here
 # for code that imported them from this module.
-__all__ = ["MigrateReport", "MigrationError", "RawEvent", "RawSnapshot", "check_continuation", "migrate"]
+__all__ = ["MigrateReport", "migrate"]
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(events_done, events_total)`` after each copied chunk."""

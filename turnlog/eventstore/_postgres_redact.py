@@ -14,9 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from ._errors import RedactionError
 from ._postgres_sql import ROW_COLUMNS, Sql
 from ._records import NewEvent
-from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
+from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionResult, plan_redaction
 
 __all__ = ["Connect", "redact_postgres", "redaction_rows_query"]
 

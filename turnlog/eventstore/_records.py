@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias, cast
 from uuid import UUID
 
 from ._ids import uuid7
+from ._problem import Problem
 
 __all__ = [
     "ANY",
@@ -35,7 +36,6 @@ __all__ = [
     "ExpectedVersion",
     "NewEvent",
     "NewSnapshot",
-    "Problem",
     "RecordedEvent",
     "Snapshot",
     "Tracking",
@@ -275,26 +275,6 @@ class Tracking:
 
     consumer: str
     position: int
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One problem found by ``verify``.
-
-    Attributes:
-        stream: The stream concerned.
-        version: The version concerned (0 when it concerns the stream as a whole).
-        what: What is wrong, in one sentence.
-        position: The global position, when known.
-    """
-
-    stream: str
-    version: int
-    what: str
-    position: int | None = None
-
-    def __str__(self) -> str:
-        return f"{self.stream} v{self.version}: {self.what}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ import orjson
 
 from ._encoding import digest_event_hash, encode_json, legacy_event_hash, payload_digest
 from ._errors import InvalidEventError, RedactionError
-from ._records import NewEvent, Problem
+from ._problem import Problem
+from ._records import NewEvent
 from ._validation import check_stream_name
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "REDACTIONS_STREAM",
     "Redacted",
     "Redaction",
-    "RedactionError",
     "RedactionResult",
     "RedactionRecords",
     "event_hash_matches",

@@ -17,8 +17,9 @@ from typing import Any, Protocol, cast
 
 from ._base import EventStore
 from ._errors import CorruptEventError
+from ._problem import Problem
 from ._raw import RAW_PAGE, RawEvent
-from ._records import Problem, RecordedEvent
+from ._records import RecordedEvent
 from ._redaction import event_hash_matches
 
 __all__ = ["check_events", "check_stream"]

@@ -49,6 +49,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import aclosing
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -67,6 +68,7 @@ from ._errors import (
     StoreNotFound,
     StoreUnavailable,
 )
+from ._follow import follow_log
 from ._group_commit import GroupCommit
 from ._paging import read_pages
 from ._raw import (
@@ -518,21 +520,24 @@ class SQLiteEventStore(EventStore):
         self._check_open()
         check_read_range("from_position", from_position, "to_position", None, None)
         wanted = None if types is None else list(types)
-        position = from_position
-        while True:
-            # Take the wake-up before looking at the head, so an append in between is not missed.
-            if self._wake is None:
-                self._wake = anyio.Event()
-            wake = self._wake
-            head = await self.head()
-            if head >= position:
-                async for event in self.read_all(position, head, types=wanted, stream_prefix=stream_prefix):
-                    yield event
-                position = head + 1
-                continue
-            # Appends of this object wake us at once; other processes are seen by polling.
-            with anyio.move_on_after(_POLL_INTERVAL):
-                await wake.wait()
+        # Appends of this object wake us at once; other processes are seen by polling.
+        follow = follow_log(
+            self,
+            from_position,
+            types=wanted,
+            stream_prefix=stream_prefix,
+            next_wake=self._next_wake,
+            poll_interval=_POLL_INTERVAL,
+        )
+        async with aclosing(follow) as events:
+            async for event in events:
+                yield event
+
+    def _next_wake(self) -> anyio.Event:
+        """The event the next append of this object sets."""
+        if self._wake is None:
+            self._wake = anyio.Event()
+        return self._wake
 
     # ------------------------------------------------------------------ verify
 

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._chain import ChainChecker
-from ._records import Problem, VerifyReport
+from ._problem import Problem
+from ._records import VerifyReport
 from ._redaction import RedactionRecords
 from ._sqlite_connect import lenient_text
 from ._sqlite_redact import redaction_rows

@@ -12,9 +12,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from ._errors import StoreUnavailable
+from ._errors import RedactionError, StoreUnavailable
 from ._records import ANY
-from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionError, RedactionResult, plan_redaction
+from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionResult, plan_redaction
 from ._sqlite_schema import write_transaction
 from ._sqlite_write import COLUMNS, insert_entries
 from ._upcasting import Upcasters

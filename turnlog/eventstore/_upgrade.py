@@ -21,7 +21,7 @@ from ._errors import UpgradeRefused
 from ._records import NewEvent
 from ._redaction import REDACTIONS_STREAM, RedactionRecords
 
-__all__ = ["UPGRADES_STREAM", "ChainUpgrade", "UpgradeRefused", "plan_upgrade"]
+__all__ = ["UPGRADES_STREAM", "ChainUpgrade", "plan_upgrade"]
 
 UPGRADES_STREAM = "turnlog.upgrades"
 """The reserved stream holding one ``store.chain_upgraded`` record per upgraded stream."""

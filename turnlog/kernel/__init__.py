@@ -31,6 +31,7 @@ from ._errors import (
     RemovedArgument,
     ReplayMismatch,
     ResponseParseError,
+    RunClosed,
     ScriptExhaustedError,
     TurnlogError,
     UnknownBranch,
@@ -40,13 +41,13 @@ from ._errors import (
 )
 from ._flow import FlowResult, Graph, GraphCycleError, flow
 from ._kernel import Kernel
-from ._lifecycle import RunScope, current_run, lifecycle, observed_run
+from ._lifecycle import RunScope, current_run, lifecycle, observed_run, run_lease_key
 from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
 from ._port import BranchPort, VerbPort
-from ._recover import BufferProblem, RecoveredRun, RecoveryReport, RunRecoveryError, recover
+from ._recover import BufferProblem, LiveRun, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
 from ._session import Session
 from ._tools import (
@@ -87,6 +88,7 @@ __all__ = [
     "GraphCycleError",
     "Kernel",
     "KernelError",
+    "LiveRun",
     "LoopBreak",
     "LoopControl",
     "LoopDirective",
@@ -105,6 +107,7 @@ __all__ = [
     "RemovedArgument",
     "ReplayMismatch",
     "ResponseParseError",
+    "RunClosed",
     "RunEnd",
     "RunFailed",
     "RunFailure",
@@ -142,4 +145,5 @@ __all__ = [
     "lifecycle",
     "observed_run",
     "recover",
+    "run_lease_key",
 ]

@@ -9,7 +9,8 @@ then show the model a turn the log does not have.
 ``reconcile_with_cli`` compares the run's chunks with the part of the record written since
 the run started, and appends what only the record has as ``stream.chunk`` events of the
 same run, after the chunks already there, each marked ``metadata["source"] =
-"cli_session"`` with ``metadata["session_file"]``. The chunk rules then make messages of
+"cli_session"`` with ``metadata["session_file"]`` (relative to the CLI's session root: no
+home-directory path is recorded). The chunk rules then make messages of
 them like of any chunk, and those messages carry the same ``source`` marker.
 
 What is compared: assistant text (the log's text, in order, against each text block of
@@ -29,6 +30,7 @@ that resumes it says so.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,7 +41,7 @@ import anyio
 from turnlog.eventstore import EventStore, NewEvent, uuid7
 from turnlog.kernel._persist import CHUNK_TYPE, chunk_payload
 from turnlog.kernel.models import StreamChunk
-from turnlog.kernel.models._cli_sessions import SessionItem, read_session
+from turnlog.kernel.models._cli_sessions import SessionItem, read_session, shown_path
 from turnlog.projections import ChunkReceived
 
 __all__ = ["Reconciliation", "reconcile_with_cli"]
@@ -57,7 +59,8 @@ class Reconciliation:
         status: ``reconciled``, ``in_agreement``, ``complete``, ``no_session`` or
             ``unreconciled`` (see the module docstring).
         added: Chunks appended from the record.
-        session_file: The record read, if one was found.
+        session_file: The record read, if one was found: relative to the CLI's session root
+            (``projects/<directory>/<session>.jsonl``), never with the user's home directory.
         reason: Why the run could not be reconciled, for ``unreconciled``.
         appended: The chunk payloads appended to the run stream, in order.
     """
@@ -207,17 +210,20 @@ async def reconcile_with_cli(
             "unreconciled", reason="the stream does not say where the CLI keeps its sessions"
         )
     since = started_at - _CLOCK_SLACK if started_at is not None else None
+    # Recorded with ~ for the home directory (``shown_path``): this user's home is meant.
+    home = await anyio.to_thread.run_sync(os.path.expanduser, str(log.home))
     record = await anyio.to_thread.run_sync(
-        lambda: read_session(provider, str(log.home), str(log.session_id), cwd=log.cwd, since=since)
+        lambda: read_session(provider, home, str(log.session_id), cwd=log.cwd, since=since)
     )
     if record is None:
         return Reconciliation(
-            "unreconciled", reason=f"no record of session {log.session_id} found under {log.home}"
+            "unreconciled", reason=f"no record of session {log.session_id} found under {shown_path(home)}"
         )
-    marker = {"source": "cli_session", "session_file": record.path}
+    session_file = shown_path(record.path, root=home)
+    marker = {"source": "cli_session", "session_file": session_file}
     extra = _missing(provider, log, record.items, marker)
     if not extra:
-        return Reconciliation("in_agreement", session_file=record.path)
+        return Reconciliation("in_agreement", session_file=session_file)
     if not meta and chunks:
         async for event in store.read_stream(stream, from_version=len(chunks)):
             meta = dict(event.meta)  # the last chunk's correlation (branch, run, session)
@@ -226,4 +232,4 @@ async def reconcile_with_cli(
     new = [NewEvent(CHUNK_TYPE, payload, meta, uuid7()) for payload in payloads]
     await store.append(stream, new, len(chunks))
     appended = tuple(ChunkReceived.model_validate(payload) for payload in payloads)
-    return Reconciliation("reconciled", len(new), record.path, appended=appended)
+    return Reconciliation("reconciled", len(new), session_file, appended=appended)

@@ -4,6 +4,9 @@ A command is validated against the branch's current state and turned into catalo
 payloads (``build``); the Kernel appends them, folds them and announces them. A command
 whose meaning does not depend on where it lands in the stream is ``reorderable``: after a
 concurrency conflict the Kernel folds the other writer's events and tries it again.
+
+A run's terminal (``EndRun``, ``FailRun``, or a ``run.ended`` / ``run.failed`` inside
+``AddMessages``) is conditional on the run being open in that state: ``RunClosed`` otherwise.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
-from turnlog.kernel._errors import UsageError
+from turnlog.kernel._errors import RunClosed, UsageError
 from turnlog.kernel.models import Usage
 from turnlog.projections import (
     AnyMessage,
@@ -62,6 +65,19 @@ def _payload(schema: type[EventData], command: Any, **converted: Any) -> EventDa
     return schema(**(values | converted))
 
 
+def _require_open(state: BranchState | None, run_id: str) -> None:
+    """``RunClosed`` unless ``run_id`` is running in ``state``: a run gets one terminal, after its start.
+
+    The Kernel builds a command against the state folded to the version its append expects,
+    and builds it again after a conflict, so this check and the append are one decision.
+    """
+    run = state.runs.get(run_id) if state is not None else None
+    if run is None:
+        raise RunClosed(run_id, "not started")
+    if run.status != "running":
+        raise RunClosed(run_id, run.status)
+
+
 def _has_message(state: BranchState | None, message_id: str) -> bool:
     return state is not None and state.message(message_id) is not None
 
@@ -102,6 +118,8 @@ class AddMessages:
                 if mid in seen or _has_message(state, mid):
                     raise UsageError(f"message {mid} is recorded in this branch already")
                 seen.add(mid)
+            elif isinstance(item, RunEnded | RunFailed):
+                _require_open(state, item.run_id)  # recover closes a run this way
         return self.items
 
 
@@ -172,6 +190,7 @@ class EndRun:
     chunks: int | None = None
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
+        _require_open(state, self.run_id)
         return (_payload(RunEnded, self, usage=self.usage),)
 
 
@@ -190,5 +209,6 @@ class FailRun:
     recovered: Mapping[str, Any] | None = None
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
+        _require_open(state, self.run_id)
         recovered = dict(self.recovered) if self.recovered is not None else None
         return (_payload(RunFailed, self, usage=self.usage, recovered=recovered),)

@@ -31,6 +31,7 @@ The whole tree is drawn in ``docs/errors.md``; the kernel's part of it::
         │   ├── UnknownTool           no tool has that name (LookupError): name, available
         │   └── ToolArgumentsError    the arguments do not fit the schema (ValueError): name
         ├── LoopBreak                 a run was broken off by control("break") (RuntimeError): reason
+        ├── RunClosed                 a terminal event for a run that is not open: run_id, status
         ├── SnapshotFileError         a snapshot file cannot be read (ValueError): path
         └── UnsafePathError           an id or path cannot name a run file (ValueError): what, value
 
@@ -58,6 +59,7 @@ __all__ = [
     "RemovedArgument",
     "ReplayMismatch",
     "ResponseParseError",
+    "RunClosed",
     "ScriptExhaustedError",
     "SnapshotFileError",
     "ToolArgumentsError",
@@ -196,6 +198,26 @@ class ResponseParseError(KernelError, ValueError):
     def __init__(self, message: str, *, target: str) -> None:
         self.target = target
         super().__init__(message)
+
+
+class RunClosed(KernelError):
+    """A run's terminal event (``run.ended`` / ``run.failed``) was refused: the run is not open.
+
+    The branch stream holds at most one terminal per run, after its ``run.started``: the
+    check runs against the state folded to the version the append expects, and the store
+    refuses the append if another writer moved the stream in between, so of two racing
+    closers (the run's own process and ``recover``) exactly one wins. Nothing was written.
+
+    Attributes:
+        run_id: The run.
+        status: What the branch says of it: ``ended``, ``failed``, or ``not started``.
+    """
+
+    def __init__(self, run_id: str, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        what = "was never started in this branch" if status == "not started" else f"is {status} already"
+        super().__init__(f"run {run_id} {what}: a run is closed exactly once, so this terminal was refused")
 
 
 class ScriptExhaustedError(KernelError, RuntimeError):

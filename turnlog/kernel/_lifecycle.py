@@ -12,6 +12,10 @@ A run nested inside another run of the same branch in the same task is suppresse
 records no lifecycle of its own and its model calls count towards the enclosing run. The
 suppression lives in a ContextVar, so concurrent tasks never suppress each other.
 
+While a run is open its process holds the run's liveness lease (``run_lease_key``, see
+``turnlog.eventstore.acquire_lease``), taken before ``run.started`` and given up after the
+terminal: ``recover`` closes only runs whose lease nobody holds.
+
 Observers receive typed signals (``turnlog.kernel.signals``), built from the recorded
 events in log order: ``RunStart``, ``RunEnd``, ``RunFailed`` and ``MessageAdded``.
 
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import anyio
 
-from turnlog.eventstore import uuid7
+from turnlog.eventstore import Lease, acquire_lease, uuid7
 from turnlog.kernel._commands import EndRun, FailRun, StartRun
 from turnlog.kernel.models import Usage
 from turnlog.kernel.signals import FailureReason
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunScope",
+    "run_lease_key",
     "current_run",
     "failure_reason",
     "lifecycle",
@@ -93,6 +98,11 @@ _innermost: contextvars.ContextVar[RunScope | None] = contextvars.ContextVar(
 )
 
 
+def run_lease_key(run_id: str) -> str:
+    """The name of a run's liveness lease (``turnlog.eventstore.acquire_lease``)."""
+    return f"run-{run_id}"
+
+
 def current_run(branch_id: str) -> RunScope | None:
     """The run of ``branch_id`` open in the current task, if any."""
     runs = _open_runs.get()
@@ -121,7 +131,7 @@ class observed_run:
     ``observed_run.using(branch, verb, chat_model)`` takes both from the model in use.
     """
 
-    __slots__ = ("_branch", "_cwd", "_model", "_provider", "_scope", "_tokens", "_verb")
+    __slots__ = ("_branch", "_cwd", "_lease", "_model", "_provider", "_scope", "_tokens", "_verb")
 
     def __init__(
         self,
@@ -138,6 +148,7 @@ class observed_run:
         self._model = model
         self._cwd = cwd
         self._scope: RunScope | None = None
+        self._lease: Lease | None = None
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
 
     @classmethod
@@ -166,10 +177,19 @@ class observed_run:
         scope = RunScope(
             branch.id, str(uuid7()), self._verb, parent_run_id=parent.run_id if parent is not None else None
         )
-        await branch.execute(
-            StartRun(scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model, self._cwd),
-            run_id=scope.run_id,
-        )
+        # The run's liveness lease is taken before the run is visible and held until its terminal
+        # is written: ``recover`` closes only runs whose lease nobody holds (their writer is gone).
+        self._lease = await acquire_lease(branch.store, run_lease_key(scope.run_id))
+        try:
+            await branch.execute(
+                StartRun(
+                    scope.run_id, self._verb, scope.parent_run_id, self._provider, self._model, self._cwd
+                ),
+                run_id=scope.run_id,
+            )
+        except BaseException:
+            await self._release()
+            raise
         scope.started = time.perf_counter()
         runs = dict(_open_runs.get() or {})
         runs[branch.id] = scope
@@ -189,28 +209,41 @@ class observed_run:
         # The terminal event must be written even when the task is being cancelled. A stream
         # closed by its consumer (GeneratorExit) ends cleanly: abandonment is not a failure.
         with anyio.CancelScope(shield=True):
-            if exc is None or isinstance(exc, GeneratorExit):
-                await self._branch.execute(
-                    EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage, scope.chunks),
-                    run_id=scope.run_id,
-                    extras={"result": scope.result},
-                    terminal=True,
-                )
-            else:
-                await self._branch.execute(
-                    FailRun(
-                        scope.run_id,
-                        scope.verb,
-                        scope.duration_ms,
-                        scope.usage,
-                        type(exc).__name__,
-                        str(exc),
-                        failure_reason(exc),
-                    ),
-                    run_id=scope.run_id,
-                    extras={"error": exc},
-                    terminal=True,
-                )
+            try:
+                await self._close(scope, exc)
+            finally:
+                # Written or not, this process is done with the run: recover may close it now.
+                await self._release()
+
+    async def _release(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            await lease.release()
+
+    async def _close(self, scope: RunScope, exc: BaseException | None) -> None:
+        """Write the run's one terminal: ``run.ended``, or ``run.failed`` with the error."""
+        if exc is None or isinstance(exc, GeneratorExit):
+            await self._branch.execute(
+                EndRun(scope.run_id, scope.verb, scope.duration_ms, scope.usage, scope.chunks),
+                run_id=scope.run_id,
+                extras={"result": scope.result},
+                terminal=True,
+            )
+        else:
+            await self._branch.execute(
+                FailRun(
+                    scope.run_id,
+                    scope.verb,
+                    scope.duration_ms,
+                    scope.usage,
+                    type(exc).__name__,
+                    str(exc),
+                    failure_reason(exc),
+                ),
+                run_id=scope.run_id,
+                extras={"error": exc},
+                terminal=True,
+            )
 
     def _reset(self) -> None:
         if self._tokens is None:

@@ -31,11 +31,14 @@ def default_store() -> EventStore:
 
 
 def resolve_model(value: Any) -> ChatModel | None:
-    """A chat model from a model object, a ``"provider/model"`` string or a config dict."""
+    """A chat model from a model object (API or CLI agent), a ``"provider/model"`` string or a config dict."""
     if value is None:
         return None
-    if hasattr(value, "invoke"):
-        model: ChatModel = value  # a model object, taken as it is (duck-typed: ``invoke``)
+    if hasattr(value, "invoke") or callable(getattr(value, "stream", None)):
+        # A model object, taken as it is (duck-typed): an API model has ``invoke``, a CLI agent
+        # only ``stream``; after ``run(chat_model=...)`` a CLI agent is the branch's chat model,
+        # and every path that hands it on (``fork``, ``load``) must accept it.
+        model: ChatModel = value
         return model
     if isinstance(value, str | Mapping):
         try:

@@ -31,13 +31,17 @@ Steps (each idempotent, so running ``recover`` twice changes nothing the second 
 One run's failure (the store unreachable half-way, a race with another ``recover``, a chunk
 the store refuses) is reported in ``RecoveryReport.failed`` and the other runs go on.
 
-Run it when no process is streaming into the same store without ``stream_persist`` (at
-start-up, or from the ``turnlog recover`` command): an open run without a locked buffer is
-closed as crashed.
+Only runs whose writer is gone are closed. A process holds the liveness lease of each run it
+has open (``turnlog.eventstore.acquire_lease``: a ``flock`` beside a store file, a session
+advisory lock on PostgreSQL), from before ``run.started`` until its terminal is written; an
+open run whose lease is held, or whose buffer is locked, is left alone and reported in
+``RecoveryReport.live``. Recovery may therefore run at any time, next to live processes.
+A run started by a turnlog older than the leases has none, and is closed as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,7 +52,7 @@ from uuid import UUID
 
 import anyio
 
-from turnlog.eventstore import EventEncoder, EventStore, TurnlogError
+from turnlog.eventstore import EventEncoder, EventStore, IdempotencyError, TurnlogError, held_leases, uuid7
 from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
@@ -62,15 +66,21 @@ from turnlog.projections import (
     RunStarted,
 )
 
+from ._errors import RunClosed
+from ._lifecycle import run_lease_key
 from ._recover_buffers import IN_USE, Buffer, check_branch, dispose, open_buffer, plan_import
 from ._run_buffer import (
     CHUNK_TYPE,
+    BufferedChunk,
     default_persist_dir,
     parse_buffer_name,
     store_location,
 )
 
-__all__ = ["BufferProblem", "RecoveredRun", "RecoveryReport", "RunRecoveryError", "recover"]
+__all__ = ["BufferProblem", "LiveRun", "RecoveredRun", "RecoveryReport", "RunRecoveryError", "recover"]
+
+LEASE_HELD = "its writer is alive: a process holds the run's lease"
+BUFFER_LOCKED = "its writer is alive: a process holds the lock of its stream buffer"
 
 _LIFECYCLE = ("run.started", "run.ended", "run.failed")
 _CRASH_TYPE = "ProcessCrashed"
@@ -121,6 +131,30 @@ class RunRecoveryError:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveRun:
+    """An open run that ``recover`` left open because its writer is alive.
+
+    Attributes:
+        branch_id: The branch.
+        run_id: The run.
+        verb: The verb that started it.
+        reason: Why it counts as live (the run's lease is held, or its buffer is locked).
+    """
+
+    branch_id: str
+    run_id: str
+    verb: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} (branch {self.branch_id}, {self.verb}): {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON object of the fields."""
+        return {"branch_id": self.branch_id, "run_id": self.run_id, "verb": self.verb, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveredRun:
     """What recovery did for one run.
 
@@ -135,6 +169,11 @@ class RecoveredRun:
         closed_tools: Tool calls closed with an error response.
         session_id: The provider session to resume, if the stream announced one.
         closed: True when recovery appended ``run.failed`` (crashed).
+        cli_session: How the CLI's own session record compared (``reconciled``,
+            ``in_agreement``, ``complete``, ``no_session``, ``unreconciled``); None for a run
+            that is not a CLI run.
+        note: What the user should know before resuming the run's provider session (set when
+            the CLI's record could not be read: the session may hold more than the log).
     """
 
     branch_id: str
@@ -147,6 +186,8 @@ class RecoveredRun:
     closed_tools: int
     session_id: str | None
     closed: bool
+    cli_session: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON object of the fields."""
@@ -161,6 +202,8 @@ class RecoveredRun:
             "closed_tools": self.closed_tools,
             "session_id": self.session_id,
             "closed": self.closed,
+            "cli_session": self.cli_session,
+            "note": self.note,
         }
 
 
@@ -180,6 +223,7 @@ class RecoveryReport:
         torn: Buffers whose last line was torn (tolerated).
         skipped: Buffer files left untouched (their reasons are in ``problems``).
         failed: Runs whose recovery failed.
+        live: Open runs left open because their writer is alive (skipped, with the reason).
     """
 
     persist_dir: str
@@ -192,6 +236,7 @@ class RecoveryReport:
     torn: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     failed: tuple[RunRecoveryError, ...] = ()
+    live: tuple[LiveRun, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -223,6 +268,7 @@ class RecoveryReport:
                 }
                 for f in self.failed
             ],
+            "live": [r.to_dict() for r in self.live],
         }
 
 
@@ -290,9 +336,45 @@ async def _complete_stream(store: EventStore, run_id: str, buffer: Buffer | None
             max_event_bytes=store.max_event_bytes,
         )
         batch = [encoder.encode(chunk.data, UUID(chunk.id)) for chunk in new]
-        await store.append_encoded(stream, batch, len(stored))
+        await _append_reassigning(store, stream, len(stored), buffer, new, batch, encoder)
         items.extend((chunk.chunk, chunk.received) for chunk in new)
     return _Chunks(items, len(new))
+
+
+async def _append_reassigning(
+    store: EventStore,
+    stream: str,
+    after: int,
+    buffer: Buffer,
+    new: list[BufferedChunk],
+    batch: list[Any],
+    encoder: EventEncoder,
+) -> None:
+    """Append ``batch``; a line whose id another stream's event holds gets a fresh id, reported.
+
+    The batch is atomic, so one such line would otherwise keep every chunk of the run out of
+    the store. When the batch is refused for an id, its chunks go one by one (only then), and
+    a chunk whose id is taken keeps its data (seq == version still holds) under a fresh id;
+    the problem names the line, and the buffer is kept for inspection.
+    """
+    try:
+        await store.append_encoded(stream, batch, after)
+        return
+    except IdempotencyError:
+        pass
+    for index, chunk in enumerate(new):
+        try:
+            await store.append_encoded(stream, [batch[index]], after + index)
+            continue
+        except IdempotencyError as exc:
+            fresh = uuid7()
+            buffer.problem(
+                chunk.line_number,
+                f"id {chunk.id} is taken by another event ({exc.reason}): chunk {chunk.seq} imported as {fresh}",
+            )
+        batch[index] = encoder.encode(chunk.data, fresh)
+        new[index] = dataclasses.replace(chunk, id=str(fresh))
+        await store.append_encoded(stream, [batch[index]], after + index)
 
 
 def _range(message: AnyMessage) -> tuple[int, int] | None:
@@ -374,6 +456,18 @@ async def _close_run(
         len(closed),
         session,
         run.lifecycle,
+        cli.status if cli is not None else None,
+        _note(cli, session),
+    )
+
+
+def _note(cli: Reconciliation | None, session: str | None) -> str | None:
+    """The one thing to say before a resume: the CLI's record of the session was not read."""
+    if cli is None or cli.status != "unreconciled":
+        return None
+    return (
+        f"the CLI's own session record was not read ({cli.reason}): resuming session {session} "
+        "may show the model turns this log does not hold"
     )
 
 
@@ -406,14 +500,13 @@ async def _recover_run(
        that record holds appended to its stream (source-marked), before anything is materialized;
     3. ``_close_run``: the chunk rules replayed, what is missing recorded, the run closed.
     """
-    chunks = await _complete_stream(store, run.run_id, buffer)
     if ended:
-        # It ended (only its buffer outlived it): the chunks were all it lacked.
-        if not chunks.imported:
-            return None
-        return RecoveredRun(
-            run.branch_id, run.run_id, run.verb, len(chunks.items), chunks.imported, 0, 0, 0, None, False
-        )
+        # Its terminal is written: its stream is closed with it, so nothing is appended to it
+        # (run.ended counts the chunks the run recorded); what only the buffer holds is reported.
+        if buffer is not None:
+            await _refuse_after_end(store, run.run_id, buffer)
+        return None
+    chunks = await _complete_stream(store, run.run_id, buffer)
     cli: Reconciliation | None = None
     if run.lifecycle:
         cli = await reconcile_with_cli(
@@ -422,6 +515,19 @@ async def _recover_run(
         if cli is not None:
             chunks.items.extend((c, None) for c in cli.appended)
     return await _close_run(store, run, chunks, cli)
+
+
+async def _refuse_after_end(store: EventStore, run_id: str, buffer: Buffer) -> None:
+    """Note the buffered chunks an ended run's stream lacks: never imported, reported by line."""
+    stored = await store.stream_version(f"run-{run_id}")
+    late = sorted({c.seq: c for c in buffer.chunks if c.seq > stored}.values(), key=lambda c: c.seq)
+    buffer.complete = not late
+    if late:
+        buffer.problem(
+            late[0].line_number,
+            f"run {run_id} has ended: chunks {late[0].seq}..{late[-1].seq} ({len(late)}) not imported "
+            "(a run's stream is closed by its terminal)",
+        )
 
 
 # -------------------------------------------------------------------------------------- recover
@@ -479,9 +585,22 @@ async def _recover_all(
     paths: list[str],
 ) -> RecoveryReport:
     open_runs, ended = await _open_runs(store)
+    alive = [
+        LiveRun(r.branch_id, r.run_id, r.verb, BUFFER_LOCKED) for r in open_runs.values() if r.run_id in live
+    ]
     for run_id in live:
         open_runs.pop(run_id, None)
+    # The lease is asked only now, after the scan: a run that started after it is not in
+    # open_runs, and a run whose lease is free now has no writer that could still close it.
+    leased = await held_leases(store, [run_lease_key(run_id) for run_id in open_runs])
+    for run_id, run in list(open_runs.items()):
+        if run_lease_key(run_id) in leased:
+            alive.append(LiveRun(run.branch_id, run_id, run.verb, LEASE_HELD))
+            del open_runs[run_id]
+    alive_ids = {r.run_id for r in alive}
     for run_id, buffer in buffers.items():
+        if run_id in alive_ids:
+            continue  # its writer still commits its chunks
         if run_id not in open_runs:
             # Ended, or without a lifecycle of its own (nested in another run): chunks and messages only.
             open_runs[run_id] = _Open(buffer.branch_id, run_id, "run", "", "", None, False)
@@ -496,6 +615,9 @@ async def _recover_all(
             if found is not None:
                 left = await anyio.to_thread.run_sync(dispose, found)
                 (kept if left else removed).append(left or str(found.path))
+        except RunClosed:
+            # Its writer closed it after the scan (and then gave up its lease): nothing to do.
+            continue
         except (TurnlogError, OSError, ValueError) as exc:
             failed.append(RunRecoveryError(run.branch_id, run.run_id, type(exc).__name__, str(exc)))
             continue
@@ -517,4 +639,5 @@ async def _recover_all(
         torn=tuple(str(b.path) for b in buffers.values() if b.torn),
         skipped=tuple(skipped),
         failed=tuple(failed),
+        live=tuple(alive),
     )

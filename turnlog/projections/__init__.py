@@ -1,7 +1,4 @@
-"""turnlog.projections: the conversation domain, the event catalogue and pure folds.
-
-``UsageData`` is the former name of ``Usage`` (the same class), importable but not listed.
-"""
+"""turnlog.projections: the conversation domain, the event catalogue and pure folds."""
 
 from ._cache import StateCache
 from ._catalogue import (
@@ -48,6 +45,7 @@ from ._errors import (
     UsageError,
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
+from ._invariants import check_invariants
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -79,7 +77,6 @@ from ._snapshots import (
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
 from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary
 from ._usage import Usage
-from ._usage import UsageData as UsageData  # the former name, kept importable (not in __all__)
 
 __all__ = [
     "ActionRequest",
@@ -148,6 +145,7 @@ __all__ = [
     "UsageError",
     "apply",
     "catalogue_upcasters",
+    "check_invariants",
     "content_fields",
     "decode_event",
     "diff",

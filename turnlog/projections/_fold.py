@@ -7,7 +7,8 @@ rules, so an incremental state always equals a rebuilt one.
 Rules (one per event type):
 
 - ``branch.created`` starts a branch; ``branch.forked`` starts a fork from the parent state
-  at ``parent_version`` (the caller passes that state; provider sessions are not inherited);
+  at ``parent_version`` (the caller passes that state; provider sessions and the runs still
+  open at that version are not inherited);
 - ``branch.user_set`` changes the user the branch talks for;
 - ``message.added`` appends the message, or replaces the message with the same id in place;
   a System message replaces the system message instead; an ActionResponse links its request
@@ -207,6 +208,10 @@ def _forked(b: StateBuilder, data: BranchForked, event: RecordedEvent) -> None:
     # a provider session carries the provider's own transcript, which may hold turns after
     # the fork point: a fork starts without one
     b.drop_sessions()
+    # A run still open at the fork point goes on (and ends) in the parent, never in the fork:
+    # inherited, it would show "running" forever and no writer or recover would close it.
+    # The fork keeps the messages that run recorded up to the fork point, not the run.
+    b.drop_open_runs()
     b.created_at = event.recorded_at
     b.version = 0
 

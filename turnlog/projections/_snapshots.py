@@ -64,8 +64,11 @@ __all__ = [
     "snapshot_records",
 ]
 
-PROJECTION_VERSION = 1
-"""Version of the fold code; bump it when a rule changes so old snapshots are ignored."""
+PROJECTION_VERSION = 2
+"""Version of the fold code; bump it when a rule changes so old snapshots are ignored.
+
+2: a fork no longer inherits the runs still open at its fork point.
+"""
 
 SNAPSHOT_TYPE = "branch_state"
 """The snapshot type of branch states."""

@@ -729,6 +729,12 @@ class StateBuilder:
         """Forget every provider session (a fork starts without one)."""
         self.provider_sessions, self.provider_cwds, self._own_sessions = {}, {}, True
 
+    def drop_open_runs(self) -> None:
+        """Forget the runs still running (a fork cut them: their writer records to the parent)."""
+        if any(r.status == "running" for r in self.runs.values()):
+            self.runs = {k: r for k, r in self.runs.items() if r.status != "running"}
+            self._own_runs = True
+
     def _own_session_maps(self) -> None:
         if not self._own_sessions:
             self.provider_sessions = dict(self.provider_sessions)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Usage", "UsageData"]
+__all__ = ["Usage"]
 
 
 class Usage(BaseModel):
@@ -107,6 +107,3 @@ def _init(self: Usage, *args: int | float | None, **fields: Any) -> None:
 # direct call ``Usage(...)`` runs ``_init``. Should pydantic ever rebuild the model, it would
 # see the custom __init__ and take the slower path, with the same results.
 Usage.__init__ = _init  # type: ignore[method-assign]
-
-UsageData = Usage
-"""The former name of ``Usage`` in this layer (one class: the same type under both names)."""

@@ -8,9 +8,10 @@ code that is not async). Each is loaded on first use, so the command starts with
 
 from typing import Any
 
-from ._errors import ScriptError, TurnlogError, UsageError, UserError
+from ._errors import ExportFailed, ScriptError, TurnlogError, UsageError, UserError
 
 __all__ = [
+    "ExportFailed",
     "FakeOpenAIServer",
     "FakeUpstreamServer",
     "ScriptError",

@@ -6,48 +6,138 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+
+from turnlog._version import __version__
 
 from ._command import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, Command, failure
-from ._version import __version__
 
 __all__ = ["main"]
 
-# Each module exposes ``COMMAND: Command``. The order here is the order of ``--help``.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "turnlog.tools._cmd_demo",
-    "turnlog.tools._cmd_chat",
-    "turnlog.tools._cmd_run",
-    "turnlog.tools._cmd_bench",
-    "turnlog.tools._cmd_fake_openai",
-    "turnlog.tools._cmd_fake_upstream",
-    "turnlog.tools._cmd_fake_cli",
-    "turnlog.tools._cmd_branches",
-    "turnlog.tools._cmd_log",
-    "turnlog.tools._cmd_show",
-    "turnlog.tools._cmd_diff",
-    "turnlog.tools._cmd_fork",
-    "turnlog.tools._cmd_replay",
-    "turnlog.tools._cmd_verify",
-    "turnlog.tools._cmd_recover",
-    "turnlog.tools._cmd_tail",
-    "turnlog.tools._cmd_migrate",
-    "turnlog.tools._cmd_stats",
-    "turnlog.tools._cmd_export",
-    "turnlog.tools._cmd_import",
-    "turnlog.tools._cmd_ui",
-    "turnlog.tools._cmd_proxy",
-    "turnlog.tools._cmd_redact",
-    "turnlog.tools._cmd_forget",
-)
+# name -> (module exposing ``COMMAND: Command``, its one-line help). The order here is the order
+# of ``--help``. The help is repeated here so that ``turnlog --help`` and ``--version`` import
+# no command module, and ``turnlog COMMAND`` imports only its own: a command's imports (the
+# kernel, the projections, the fakes) cost far more than the Python start itself.
+# tests/tools/test_cli_startup.py checks that each help equals its module's ``COMMAND.help``.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "turnlog.tools._cmd_demo",
+        "the main job, offline: verbs, a killed stream recovered and resumed, time travel, replay, stats",
+    ),
+    "chat": (
+        "turnlog.tools._cmd_chat",
+        "send one message to an OpenAI-compatible model and record the exchange",
+    ),
+    "run": (
+        "turnlog.tools._cmd_run",
+        "stream one turn of a CLI agent (claude, codex, gemini), shown live and recorded",
+    ),
+    "bench": (
+        "turnlog.tools._cmd_bench",
+        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
+    ),
+    "fake-openai": (
+        "turnlog.tools._cmd_fake_openai",
+        "serve a scripted OpenAI-compatible Chat Completions API on 127.0.0.1",
+    ),
+    "fake-upstream": (
+        "turnlog.tools._cmd_fake_upstream",
+        "serve scripted Anthropic, OpenAI Responses and Gemini APIs on 127.0.0.1 (for the real CLIs)",
+    ),
+    "fake-cli": (
+        "turnlog.tools._cmd_fake_cli",
+        "run a fake claude/codex/gemini CLI that prints the real NDJSON",
+    ),
+    "branches": ("turnlog.tools._cmd_branches", "list branches: id, name, version, fork origin, last change"),
+    "log": ("turnlog.tools._cmd_log", "show a branch's timeline: version, position, time, type, summary"),
+    "show": ("turnlog.tools._cmd_show", "show a branch's state now, --at a version or --at-time a moment"),
+    "diff": (
+        "turnlog.tools._cmd_diff",
+        "show messages added/removed, runs and provider sessions changed between two versions",
+    ),
+    "fork": (
+        "turnlog.tools._cmd_fork",
+        "start a new branch from a branch as it was at a version (the prefix is referenced, not copied)",
+    ),
+    "replay": (
+        "turnlog.tools._cmd_replay",
+        "audit-replay a branch from its events; --execute re-runs its verbs against recorded responses",
+    ),
+    "verify": (
+        "turnlog.tools._cmd_verify",
+        "check hash chains, version gaps, integrity and the log's invariants; non-zero exit on any problem",
+    ),
+    "recover": (
+        "turnlog.tools._cmd_recover",
+        "import leftover stream buffers and close runs a crash left open",
+    ),
+    "tail": (
+        "turnlog.tools._cmd_tail",
+        "print the last events of the log; --follow keeps printing live ones",
+    ),
+    "migrate": (
+        "turnlog.tools._cmd_migrate",
+        "copy a store to another backend (ids, versions, positions, hashes, snapshots) and verify it",
+    ),
+    "stats": (
+        "turnlog.tools._cmd_stats",
+        "tokens, cost, latency and TTFT percentiles, errors and tools, by model, day, tool, ...",
+    ),
+    "export": (
+        "turnlog.tools._cmd_export",
+        "write the log as JSON Lines (every envelope field) or Parquet event and fact tables",
+    ),
+    "otel": (
+        "turnlog.tools._cmd_otel",
+        "export runs as OpenTelemetry traces over OTLP/HTTP (otel export)",
+    ),
+    "import": (
+        "turnlog.tools._cmd_import",
+        "load a JSON Lines export into a store, unchanged (ids, times, hashes); all or nothing",
+    ),
+    "ui": (
+        "turnlog.tools._cmd_ui",
+        "serve a time-travel debugger for the store in the browser (needs turnlog[ui])",
+    ),
+    "proxy": (
+        "turnlog.tools._cmd_proxy",
+        "serve the LLM APIs on loopback and record every model call that passes",
+    ),
+    "redact": (
+        "turnlog.tools._cmd_redact",
+        "erase event payloads (bytes gone, chain still provable); see docs/redaction.md",
+    ),
+    "forget": (
+        "turnlog.tools._cmd_forget",
+        "erase all conversation content of a branch: messages, model calls, errors, chunks (the structure stays)",
+    ),
+}
 
 
-def _commands() -> list[Command]:
-    return [importlib.import_module(name).COMMAND for name in _COMMAND_MODULES]
+def _command(name: str) -> Command:
+    return importlib.import_module(_COMMANDS[name][0]).COMMAND  # type: ignore[no-any-return]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the whole command."""
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, if any.
+
+    That is its first word that is not an option (no top-level option takes a value).
+    """
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in _COMMANDS else None
+    return None
+
+
+def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the whole command.
+
+    Args:
+        load: The commands whose modules and options to load; the others are listed with their
+            help only, which is all ``turnlog --help`` shows of them. None loads every command.
+    """
     parser = argparse.ArgumentParser(
         prog="turnlog",
         description="turnlog: an event-sourced conversation store and operation kernel for LLM agents.",
@@ -64,7 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the full traceback of an unexpected error (also: TURNLOG_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in _commands():
+    for name, (_, help_text) in _COMMANDS.items():
+        if load is not None and name not in load:
+            sub.add_parser(name, help=help_text)
+            continue
+        command = _command(name)
         epilog = f"example:\n  {command.example}" if command.example else None
         p = sub.add_parser(
             command.name,
@@ -101,8 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status that says what kind of error it was (see ``turnlog --help``); with ``--debug`` or
     ``TURNLOG_DEBUG=1`` an unexpected one also shows its traceback.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    # With no command named (``--help``, ``--version``, a typo) no command module is loaded.
+    chosen = _chosen(words)
+    parser = build_parser(load=[chosen] if chosen else [])
+    args = parser.parse_args(words)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return EXIT_OK

@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, str] = {
     "subscribe": "turnlog.tools.bench._subscribe",
     "ui": "turnlog.tools.bench._ui",
     "writers": "turnlog.tools.bench._writers",
+    "otel": "turnlog.tools.bench._otel",
+    "startup": "turnlog.tools.bench._startup",
     "proxy": "turnlog.tools.bench._proxy",
 }
 
@@ -52,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, proxy)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

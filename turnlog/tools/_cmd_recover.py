@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.to_dict())
         return status
-    if not report.changed and not report.problems and not failed:
+    if not report.changed and not report.problems and not failed and not report.live:
         print(f"nothing to recover (buffers searched in {report.persist_dir})")
         return 0
     for run in report.runs:
@@ -52,6 +52,10 @@ def _run(args: argparse.Namespace) -> int:
             f"{run.interrupted_text} chars of interrupted text, {run.closed_tools} tool calls closed"
             + (f"; resume session {run.session_id}" if run.session_id else "")
         )
+        if run.note:
+            print(f"  note: {run.note}")
+    for live in report.live:
+        print(f"left open, live: {live}")
     for problem in report.problems:
         print(f"problem: {problem}")
     for path in skipped:
@@ -77,6 +81,7 @@ COMMAND = Command(
         "import the buffered chunks (same event ids, so running it twice changes nothing), "
         "record the text received after the last response as an interrupted response, close "
         "tool calls left without a result, and end each such run with run.failed (crashed). "
-        "Run it when no process is streaming into the store."
+        "Only runs whose writer is gone are closed: a run whose process still holds its lease "
+        "(or its buffer's lock) is left open and listed as live, so it is safe to run any time."
     ),
 )

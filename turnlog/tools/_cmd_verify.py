@@ -1,21 +1,23 @@
-"""``turnlog verify``: hash chains, version gaps and integrity of a store."""
+"""``turnlog verify``: hash chains, version gaps and integrity of a store, and the log's invariants."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import anyio
 
-from turnlog.eventstore import VerifyReport
+from turnlog.eventstore import EventStore, VerifyReport
 from turnlog.kernel import SnapshotFileError, check_snapshot_files
 from turnlog.kernel._run_buffer import default_persist_dir
+from turnlog.projections import check_invariants
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import opened_store
 from ._output import busy
 
-__all__ = ["COMMAND"]
+__all__ = ["COMMAND", "with_invariants"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,20 @@ async def _verify(
             # a stream that is not there verifies trivially: say so rather than "ok"
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
         report = await store.verify(stream, quick=quick)
+        report = await with_invariants(store, report, stream)
         return report, await check_snapshot_files(files or default_persist_dir(store), store)
+
+
+async def with_invariants(store: EventStore, report: VerifyReport, stream: str | None = None) -> VerifyReport:
+    """``report`` with the log's invariants checked too (``"invariants"`` in its checks).
+
+    The hashes prove that nothing changed; the invariants (one terminal per run, after its
+    start, no chunk after it, a fork's parent version present) that what was written holds up.
+    """
+    found = await check_invariants(store, stream)
+    return dataclasses.replace(
+        report, problems=(*report.problems, *found), checks=(*report.checks, "invariants")
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -112,7 +127,7 @@ def _redactions_note(report: VerifyReport) -> str:
 
 COMMAND = Command(
     name="verify",
-    help="check hash chains, version gaps and integrity; non-zero exit on any problem",
+    help="check hash chains, version gaps, integrity and the log's invariants; non-zero exit on any problem",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog verify --store turnlog.db",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import urllib.parse
@@ -150,6 +149,7 @@ def serve_loopback(server: LoopbackServer, args: argparse.Namespace) -> int:
     The first line of output is the contract with whoever started the command: the base URL.
     A port that cannot be bound is exit status 1 with one line on stderr.
     """
+    import asyncio  # here, not at the top: every command's start pays for what this module imports
 
     async def serve() -> None:
         await server.start()

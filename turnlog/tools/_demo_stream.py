@@ -18,17 +18,28 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import orjson
 
+from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch
 from turnlog.kernel.models import ClaudeCodeModel
 from turnlog.projections import AssistantResponse
 
-if TYPE_CHECKING:
-    from ._demo import Demo
+
+class Demo(Protocol):
+    """What this step needs of ``_demo.Demo``; named here so that the two modules are no circle."""
+
+    store: EventStore
+    workdir: Path
+    store_url: str
+
+    async def open_branch(self) -> Branch:
+        """The demo branch, rebuilt from the log."""
+        ...
+
 
 __all__ = ["CHUNKS_BEFORE_KILL", "OneBranchView", "claude_command", "crash_recover_resume"]
 
@@ -230,6 +241,8 @@ async def crash_recover_resume(demo: Demo) -> str | None:
             f"{done.interrupted_text} characters of partial text materialized as an interrupted response, "
             f"{done.messages} message(s) recorded, run.failed reason=crashed"
         )
+        if done.note:
+            print(f"   note: {done.note}")  # what the report says before a resume, indented like the rest
         branch = await demo.open_branch()
         partial = [
             m

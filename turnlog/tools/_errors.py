@@ -6,6 +6,7 @@ The whole tree is drawn in ``docs/errors.md``; this module's part of it::
     └── UsageError                    (ValueError)
         ├── UserError                 a mistake at the terminal: printed as one line, exit status 2
         └── ScriptError               a fake-server script cannot be read: names file and entry
+    └── ExportFailed                  an OTLP receiver was unreachable or refused spans: exit status 1
 
 The store the UI opens read-only refuses writes with ``turnlog.tools.ui.WriteRefused``.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from turnlog._errors import TurnlogError, UsageError
 
-__all__ = ["ScriptError", "TurnlogError", "UsageError", "UserError"]
+__all__ = ["ExportFailed", "ScriptError", "TurnlogError", "UsageError", "UserError"]
 
 
 class UserError(UsageError):
@@ -23,3 +24,11 @@ class UserError(UsageError):
 
 class ScriptError(UsageError):
     """A fake-server script that cannot be read; the message names the file and entry."""
+
+
+class ExportFailed(TurnlogError):
+    """An OTLP receiver could not be reached or refused the spans (after the exporter's retries).
+
+    The message names the endpoint without its credentials; what was not acknowledged is sent
+    again by the next export (``--follow`` keeps its checkpoint before it).
+    """

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 
 from turnlog.eventstore import EventStore, StoreNotFound, open_store
-from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
 from turnlog.projections import (
     ActionResponse,
     AnyMessage,
@@ -113,6 +112,10 @@ async def branch_id_of(store: EventStore, ref: str) -> str:
     """
     if not ref.strip():
         raise UserError("the branch is empty: give a branch id, a unique id prefix or a name")
+    # Here, not at the top: the commands that only read the store (verify, tail, branches)
+    # start without importing the kernel, about half of a command's start-up.
+    from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
+
     try:
         found = await find_branch(store, ref)
     except (UnknownBranch, AmbiguousBranch) as exc:

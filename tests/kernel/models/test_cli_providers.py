@@ -177,7 +177,7 @@ async def test_gemini_chunks(fake: Fake) -> None:
         "session_id": system.metadata["session_id"],
         "model": "gemini-2.5-pro",
         "cwd": os.getcwd(),
-        "cli_home": os.path.join(os.environ.get("HOME", ""), ".gemini"),
+        "cli_home": "~/.gemini",  # the log records no home-directory path
     }
     assert text1.is_delta and text1.content == "Listing "
     assert (use1.tool_name, use1.tool_input, res1.tool_id, res1.tool_output) == (

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -252,22 +250,6 @@ def test_analytics_shows_the_figures_of_turnlog_stats(
         assert series["tokens"][r["key"]] == [r["input_tokens"] + r["output_tokens"]]
         assert series["p95"][r["key"]] == [r["latency_ms"]["p95"]]
         assert series["error_rate"][r["key"]] == [r["error_rate"]]
-
-
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    if not DSN:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    schema = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.postgres

@@ -39,6 +39,7 @@ __all__ = [
     "codex_usage_total",
     "find_session_file",
     "read_session",
+    "shown_path",
 ]
 
 
@@ -331,3 +332,23 @@ def read_session(
     except OSError:
         return None
     return SessionRecord(provider, str(path), tuple(items))
+
+
+def shown_path(path: str, root: str | None = None) -> str:
+    """``path`` as the log records it: relative to the CLI's session ``root``, or with ``~``.
+
+    Inside ``root`` the path is given relative to it; elsewhere the home directory is written
+    ``~``. The log outlives the machine and travels (exports, imports, shared stores): a user's home
+    directory in it says who ran it and where, and is no use to anyone reading it elsewhere.
+    """
+    if root is not None:
+        try:
+            inside = os.path.relpath(path, root)
+        except ValueError:  # pragma: no cover - another drive (Windows)
+            inside = ""
+        if inside and not inside.startswith(os.pardir) and not os.path.isabs(inside):
+            return inside
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home.rstrip(os.sep) + os.sep)):
+        return "~" + path[len(home.rstrip(os.sep)) :]
+    return path

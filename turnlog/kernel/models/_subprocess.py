@@ -22,7 +22,7 @@ from turnlog._errors import UsageError
 
 from ._cli_errors import classify_cli_failure, cli_failure
 from ._cli_process import CLIProcess, Diagnostic
-from ._cli_sessions import cli_home
+from ._cli_sessions import cli_home, shown_path
 from ._errors import CLIError, CLINotFound
 from ._secrets import Scrubber
 from ._types import StreamChunk
@@ -306,7 +306,8 @@ class CLIAgentModel:
                         # Where the CLI keeps this session: what recover reconciles with.
                         announced = True
                         chunk.metadata.setdefault("cwd", cwd)
-                        chunk.metadata["cli_home"] = home
+                        # ~ for the home directory: the log records no user's home (recover expands it)
+                        chunk.metadata["cli_home"] = shown_path(home) if home is not None else None
                     yield _scrub_chunk(chunk, scrub)
             status = await proc.wait_exit()
         if status.failed:

@@ -152,7 +152,9 @@ async def run(
         extra_guidance=(context.text,),
     )
     if plan.note is not None:
-        _log.warning("run on branch %s: %s", branch.id, plan.note)
+        # Recorded in model.called (params["session_note"]) and said by `turnlog recover`, its
+        # documented place; a warning here interrupted every resume's output (the demo's).
+        _log.info("run on branch %s: %s", branch.id, plan.note)
     snapshot_dir: Path | None = None
     try:
         async with observed_run(

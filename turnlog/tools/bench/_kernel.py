@@ -3,12 +3,14 @@
 A zero-latency model answers at once, so what is timed is the kernel: prompt assembly,
 the model-call record, three appends per turn (``run.started``; instruction, ``model.called``
 and response; ``run.ended``), each durably committed to a SQLite file, the fold and the
-observers. It runs at history lengths 0, 100 and 500 turns; when lionagi is importable,
-lionagi's ``Branch.communicate`` with its scripted model runs the same turns in the same
-process run, and the ratios are printed.
+observers. It runs at history lengths 0, 100 and 500 turns (``--histories`` picks others,
+e.g. ``0,500,2000``); when lionagi is importable, lionagi's ``Branch.communicate`` with its
+scripted model runs the same turns in the same process run (up to ``--lionagi-max-history``
+turns of history), and the ratios are printed.
 
 Targets: at most 1 ms per turn at 500 turns, at least 10x lionagi at 500 turns, and at most
-3x growth from 0 to 500 turns.
+3x growth from 0 to 500 turns; with 2,000 turns of history: at most 1 ms per turn and at most
+1.3x the cost with an empty history (a flat cost per turn).
 
 The timed turns run in blocks; the figure compared is the best block's mean (as ``timeit``
 does: other load on the machine only ever adds time), with the median of every turn and
@@ -44,6 +46,8 @@ __all__ = ["add_arguments", "run"]
 
 HISTORIES = (0, 100, 500)
 TARGET_MS_AT_500 = 1.0
+TARGET_MS_AT_2000 = 1.0
+TARGET_FLAT_GROWTH = 1.3
 TARGET_SPEEDUP = 10.0
 TARGET_GROWTH = 3.0
 
@@ -80,6 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--blocks", type=at_least(1), default=5, help="timed turns are split in this many blocks (default 5)"
     )
+    parser.add_argument(
+        "--histories",
+        type=_histories,
+        default=HISTORIES,
+        help="history lengths in turns, comma-separated (default 0,100,500; e.g. 0,500,2000)",
+    )
+    parser.add_argument(
+        "--lionagi-max-history",
+        type=at_least(0),
+        default=500,
+        help="longest history lionagi runs at (default 500: its turns grow costly)",
+    )
     parser.add_argument("--no-lionagi", action="store_true", help="skip lionagi even when it is installed")
     parser.add_argument(
         "--durability",
@@ -88,6 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SQLite durability (default normal)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _histories(text: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers of turns, e.g. 0,500,2000")
+    return tuple(sorted({int(p) for p in parts}))
 
 
 async def _time_turns(
@@ -161,11 +184,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     with_lionagi = not args.no_lionagi and _lionagi_available()
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-kernel-") as tmp:
         directory = Path(tmp)
-        for history in HISTORIES:
+        for history in args.histories:
             rows[history] = {
                 "turnlog": await _turnlog(history, args.turns, args.blocks, directory, args.durability)
             }
-            if with_lionagi:
+            if with_lionagi and history <= args.lionagi_max_history:
                 with warnings.catch_warnings(), _quiet(), _cwd(directory):
                     warnings.simplefilter("ignore")
                     rows[history]["lionagi"] = await _lionagi(
@@ -198,23 +221,34 @@ def _cwd(directory: Path) -> Iterator[None]:
 
 def _report(rows: dict[int, dict[str, Any]], with_lionagi: bool, args: argparse.Namespace) -> dict[str, Any]:
     ours = {h: r["turnlog"]["best_ms"] for h, r in rows.items()}
+    first, last = min(ours), max(ours)
     report: dict[str, Any] = {
         "benchmark": "kernel",
         "durability": args.durability,
         "histories": {str(h): r for h, r in rows.items()},
-        "growth_0_to_500": ours[500] / ours[0],
+        f"growth_{first}_to_{last}": ours[last] / ours[first],
         "lionagi": "compared" if with_lionagi else "skipped" if args.no_lionagi else "not installed",
     }
-    if with_lionagi:
+    if 0 in ours and 500 in ours:
+        report["growth_0_to_500"] = ours[500] / ours[0]
+    compared = {h: r for h, r in rows.items() if "lionagi" in r}
+    if with_lionagi and compared:
         report["speedup"] = {
-            str(h): r["lionagi"]["best_ms"] / r["turnlog"]["best_ms"] for h, r in rows.items()
+            str(h): r["lionagi"]["best_ms"] / r["turnlog"]["best_ms"] for h, r in compared.items()
         }
-    report["targets"] = {
-        "ms_per_turn_at_500 <= 1": ours[500] <= TARGET_MS_AT_500,
-        "growth_0_to_500 <= 3": report["growth_0_to_500"] <= TARGET_GROWTH,
-    }
-    if with_lionagi:
-        report["targets"]["speedup_at_500 >= 10"] = report["speedup"]["500"] >= TARGET_SPEEDUP
+    targets: dict[str, bool] = {}
+    if 500 in ours:
+        targets["ms_per_turn_at_500 <= 1"] = ours[500] <= TARGET_MS_AT_500
+    if "growth_0_to_500" in report:
+        targets["growth_0_to_500 <= 3"] = report["growth_0_to_500"] <= TARGET_GROWTH
+    if 2000 in ours:
+        targets["ms_per_turn_at_2000 <= 1"] = ours[2000] <= TARGET_MS_AT_2000
+    if 0 in ours and 2000 in ours:
+        report["growth_0_to_2000"] = ours[2000] / ours[0]
+        targets["growth_0_to_2000 <= 1.3"] = report["growth_0_to_2000"] <= TARGET_FLAT_GROWTH
+    if "speedup" in report and "500" in report["speedup"]:
+        targets["speedup_at_500 >= 10"] = report["speedup"]["500"] >= TARGET_SPEEDUP
+    report["targets"] = targets
     return report
 
 
@@ -228,10 +262,13 @@ def _print(report: dict[str, Any]) -> None:
     print(header)
     for history, row in report["histories"].items():
         line = f"{history:>8}  {_figures(row['turnlog']):>24}"
-        if with_lionagi:
+        if with_lionagi and history in report["speedup"]:
             line += f"  {_figures(row['lionagi']):>24}  {report['speedup'][history]:>7.1f}x"
         print(line)
-    print(f"growth 0 -> 500 turns: {report['growth_0_to_500']:.2f}x")
+    for key, value in report.items():
+        if key.startswith("growth_"):
+            start, _, end = key.removeprefix("growth_").partition("_to_")
+            print(f"growth {start} -> {end} turns: {value:.2f}x")
     if report["lionagi"] == "not installed":
         print("lionagi: not installed (pip install lionagi to compare)")
     for name, ok in report["targets"].items():

@@ -29,7 +29,9 @@ from ._data import UIData, parse_int
 from ._html import h, layout, seg
 from ._http_status import BadRequest, Forbidden, PageError
 from ._pages_branch import branch_body, conversation_fragment, diff_body, forks_body
+from ._pages_trace import trace_section
 from ._readonly import ReadOnlyStore, WriteRefused
+from ._search import SearchIndex
 from ._security import Guard
 
 __all__ = ["UIConfig", "create_app", "display_url"]
@@ -76,6 +78,7 @@ class _App:
         self.csrf = secrets.token_urlsafe(24)
         self.store_label = display_url(config.store_url)
         self._data: UIData | None = None
+        self.searcher = SearchIndex()
 
     @property
     def data(self) -> UIData:
@@ -210,6 +213,10 @@ class _App:
             f'<h1>Recover</h1><div class="banner ok">{closed} crashed run(s) closed, {report.imported} chunk '
             f"event(s) imported, {len(report.removed)} buffer(s) removed</div>"
         )
+        if report.live:
+            # The same lease check as `turnlog recover`: a run whose writer is alive stays open.
+            items = "".join(f"<li>{h(str(run))}</li>" for run in report.live)
+            body += f"<h2>Live runs left open ({len(report.live)})</h2><ul>{items}</ul>"
         return self.page("recover", body, name="recover")
 
     async def forks(self, request: Request) -> Response:
@@ -219,6 +226,7 @@ class _App:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
         body = pages.run_body(run_id, detail, await self.data.damaged_events(detail.chunks))
+        body += await trace_section(self.data.store, detail.branch_id, run_id)
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'
@@ -259,6 +267,10 @@ class _App:
                         return
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def search(self, request: Request) -> Response:
+        text = request.query_params.get("q", "")
+        return self.page("Search", await self.searcher.body(self.data.store, text), name="search")
 
     async def verify(self, request: Request) -> Response:
         page = parse_int(request.query_params.get("page"), "page", default=1)
@@ -326,6 +338,7 @@ def create_app(config: UIConfig) -> Guard:
         Route("/forks", ui.forks),
         Route("/runs/{run_id}", ui.run),
         Route("/runs/{run_id}/live", ui.run_live),
+        Route("/search", ui.search),
         Route("/verify", ui.verify),
         Route("/analytics", ui.analytics),
         Route("/tail", ui.tail),

@@ -206,7 +206,10 @@ class UIData:
 
     async def verify(self) -> tuple[VerifyReport, list[tuple[str, int]]]:
         """The store's verification and every stream with its version."""
-        return await self.store.verify(), await self.store.list_streams()
+        from turnlog.tools._cmd_verify import with_invariants
+
+        report = await with_invariants(self.store, await self.store.verify())
+        return report, await self.store.list_streams()
 
     async def replay(self, branch_id: str, execute: bool) -> tuple[Any, Any]:
         """The audit replay of a branch and, when asked, the execute replay."""

@@ -73,6 +73,7 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") 
 _NAV = (
     ("/", "Branches"),
     ("/forks", "Forks"),
+    ("/search", "Search"),
     ("/verify", "Verify"),
     ("/analytics", "Analytics"),
     ("/tail", "Live tail"),

@@ -1,0 +1,119 @@
+"""``turnlog --help`` and ``--version`` load no command; ``turnlog COMMAND`` loads only its own.
+
+The command table in ``turnlog.tools._cli`` repeats each command's one-line help so that the
+top-level help needs no command module; these tests keep the copy equal to the module's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from turnlog.eventstore import open_store
+from turnlog.projections import AssistantResponse, BranchCreated, Instruction, MessageAdded, new_event
+from turnlog.tools import _cli
+
+TOOLS = Path(_cli.__file__).parent
+
+# Run in a fresh interpreter: which turnlog modules did the command line load?
+PROBE = """
+import json, sys
+from turnlog.tools._cli import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as exit:
+    status = exit.code
+print(json.dumps({"status": status, "modules": sorted(m for m in sys.modules if m.startswith("turnlog"))}))
+"""
+
+
+def _loaded(*argv: str) -> tuple[int, list[str], str]:
+    env = {**os.environ, "PYTHONPATH": str(TOOLS.parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    return report["status"], report["modules"], done.stdout
+
+
+def test_the_table_names_every_command_module_once() -> None:
+    on_disk = {f"turnlog.tools.{p.stem}" for p in TOOLS.glob("_cmd_*.py")}
+    listed = [module for module, _ in _cli._COMMANDS.values()]
+    assert sorted(listed) == sorted(on_disk)
+
+
+@pytest.mark.parametrize("name", list(_cli._COMMANDS))
+def test_the_table_help_is_the_command_help(name: str) -> None:
+    module, help_text = _cli._COMMANDS[name]
+    command = importlib.import_module(module).COMMAND
+    assert (command.name, command.help) == (name, help_text)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], [], ["no-such-command"]])
+def test_top_level_loads_no_command_and_no_layer(argv: list[str]) -> None:
+    status, modules, out = _loaded(*argv)
+    assert status in (0, 2), out
+    heavy = [
+        m
+        for m in modules
+        if m.startswith(
+            ("turnlog.tools._cmd_", "turnlog.kernel", "turnlog.projections", "turnlog.eventstore")
+        )
+    ]
+    assert heavy == [], heavy
+
+
+def test_help_still_lists_every_command() -> None:
+    status, _, out = _loaded("--help")
+    assert status == 0
+    for name, (_, help_text) in _cli._COMMANDS.items():
+        assert name in out
+        assert help_text.split()[0] in out
+
+
+def test_a_command_loads_its_own_module_only() -> None:
+    status, modules, out = _loaded("show", "--help")
+    assert status == 0, out
+    assert "--at" in out
+    commands = [m for m in modules if m.startswith("turnlog.tools._cmd_")]
+    assert commands == ["turnlog.tools._cmd_show"]
+
+
+def test_options_before_the_command_still_work() -> None:
+    status, modules, out = _loaded("--debug", "verify", "--help")
+    assert status == 0, out
+    assert "turnlog.tools._cmd_verify" in modules
+
+
+def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) -> None:
+    async def fill(path: Path) -> None:
+        async with open_store(f"sqlite:///{path}") as store:
+            await store.append(
+                "branch-b1",
+                [
+                    new_event(BranchCreated(branch_id="b1", name="demo")),
+                    new_event(MessageAdded(message=Instruction.create("hello"))),
+                    new_event(MessageAdded(message=AssistantResponse.create("hi"))),
+                ],
+            )
+
+    store = tmp_path / "s.db"
+    anyio.run(fill, store)
+    args = ["bench", "startup", "--runs", "1", "--store", str(store), "--at", "2", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "turnlog", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at"}
+    for row in report["rows"].values():
+        assert row["wall_s"] > 0 and row["x_python"] > 0
+    assert report["rows"]["python -c pass"]["x_python"] == 1.0
+    assert len(report["targets"]) == 3

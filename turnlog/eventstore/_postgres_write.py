@@ -1,0 +1,256 @@
+"""The PostgreSQL store's writes: planning a group of appends, and importing raw events.
+
+``plan_group`` checks each unit of a group against the stream heads (and the units before
+it) and lays out the rows of the good ones for one insert statement; ``plan_from_heads`` and
+``plan_from_lookup`` get those heads from the store object's memory or from the server.
+The statements themselves are in ``_postgres_sql``; ``PostgresEventStore`` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import astuple
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from ._encoding import chain_hashes
+from ._errors import ConcurrencyError, IdempotencyError, InvalidEventError
+from ._postgres_sql import Sql
+from ._raw import RawEvent, RawSnapshot, check_continuation
+from ._records import ANY, NO_STREAM
+from ._results import match_resent
+from ._validation import PreparedAppend, version_matches
+
+__all__ = [
+    "Plan",
+    "RACE_ATTEMPTS",
+    "check_uuid",
+    "import_events",
+    "import_snapshots",
+    "plan_from_heads",
+    "plan_from_lookup",
+    "plan_group",
+]
+
+RACE_ATTEMPTS = 10
+"""How often an append that keeps losing the race for its stream version is retried (``ANY``)."""
+ROW_KEYS = (
+    "stream",
+    "version",
+    "event_id",
+    "type",
+    "schema",
+    "data",
+    "meta",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+)
+"""The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
+
+
+class _Raced(Exception):
+    """Another transaction stored one of the group's (stream, version) pairs or ids first."""
+
+
+class Plan(NamedTuple):
+    """What one group transaction inserts, and the outcome of every unit not inserted."""
+
+    outcomes: list[Any]
+    inserts: list[tuple[int, list[tuple[int, int, int]]]]
+    deferred: list[int]
+    columns: list[list[Any]]
+    rows: int
+
+
+def plan_from_heads(
+    known: dict[str, tuple[int, str]], sql: Sql, units: list[list[PreparedAppend]], now: int
+) -> tuple[Plan, dict[str, tuple[int, str]], str, Any] | None:
+    """A plan from the heads the store object knows (``known``), and its gated statement and parameters.
+
+    None when a stream's head is unknown (a stream never seen is taken as new when the
+    unit allows that), or when a unit would fail against the known heads: only the
+    stored heads and ids can tell a re-send, a conflict or a stale head apart.
+    """
+    tips: dict[str, tuple[int, str]] = {}
+    for unit in units:
+        for entry in unit:
+            if entry.stream not in tips:
+                tip = known.get(entry.stream)
+                if tip is None:
+                    if entry.expected is not ANY and entry.expected != NO_STREAM:
+                        return None
+                    tip = (0, "")
+                tips[entry.stream] = tip
+    heads = list(tips.items())
+    plan = plan_group(units, {}, tips, now)
+    if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
+        return None
+    if plan.rows == 1:
+        return (
+            plan,
+            tips,
+            sql.insert_one,
+            dict(zip(ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
+        )
+    params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
+              [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
+    return plan, tips, sql.insert_checked, params
+
+
+async def plan_from_lookup(
+    conn: Any, sql: Sql, units: list[list[PreparedAppend]], now: int
+) -> tuple[Plan, dict[str, tuple[int, str]]]:
+    """A plan from the heads and ids read from the store (one statement)."""
+    ids = [event.id for unit in units for entry in unit for event in entry.events]
+    streams = list(dict.fromkeys(entry.stream for unit in units for entry in unit))
+    rows = await (await conn.execute(sql.lookup, [ids, streams])).fetchall()
+    stored = {
+        row[4]: (row[1], row[2], row[3], row[5], row[6], row[7], row[8]) for row in rows if row[0] == "id"
+    }
+    tips = {row[2]: (row[3] or 0, row[9] or "") for row in rows if row[0] == "head"}
+    return plan_group(units, stored, tips, now), tips
+
+
+def plan_group(
+    units: list[list[PreparedAppend]],
+    stored: dict[str, tuple[Any, ...]],
+    tips: dict[str, tuple[int, str]],
+    now: int,
+) -> Plan:
+    """Check each unit against the heads (and the units before it); chain and lay out the good ones.
+
+    A unit whose ids are stored is a re-send (its original results) or an ``IdempotencyError``;
+    one whose ``expected_version`` fails gets its ``ConcurrencyError``; one sharing a new id
+    with an earlier unit of the group waits (``deferred``) until that one is stored. Rows of
+    the others follow each other in the insert; their positions are known after the reservation.
+    """
+    outcomes: list[Any] = [None] * len(units)
+    inserts: list[tuple[int, list[tuple[int, int, int]]]] = []
+    deferred: list[int] = []
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    planned: set[str] = set()
+    row = 0
+    for index, unit in enumerate(units):
+        unit_ids = [event.id for entry in unit for event in entry.events]
+        if any(event_id in stored for event_id in unit_ids):
+            try:
+                outcomes[index] = match_resent(unit, stored)
+            except IdempotencyError as exc:
+                outcomes[index] = exc
+            continue
+        if not planned.isdisjoint(unit_ids):
+            deferred.append(index)
+            continue
+        local: dict[str, tuple[int, str]] = {}
+        chained: list[tuple[PreparedAppend, int, str, list[str]]] = []
+        for entry in unit:
+            version, prev = local.get(entry.stream) or tips[entry.stream]
+            if not version_matches(entry.expected, version):
+                outcomes[index] = ConcurrencyError(entry.stream, entry.expected, version)
+                break
+            hashes = chain_hashes(entry.stream, version, prev, entry.events, now)
+            chained.append((entry, version, prev, hashes))
+            local[entry.stream] = (version + len(hashes), hashes[-1])
+        if outcomes[index] is not None:
+            continue
+        tips.update(local)
+        planned.update(unit_ids)
+        spans: list[tuple[int, int, int]] = []
+        for entry, version, prev, hashes in chained:
+            spans.append((row, len(hashes), version + len(hashes)))
+            for event, digest in zip(entry.events, hashes, strict=True):
+                version += 1
+                values = (entry.stream, version, event.id, event.type, event.schema, event.data,
+                          event.meta, now, prev, digest)  # fmt: skip
+                for column, value in zip(columns, values, strict=True):
+                    column.append(value)
+                prev = digest
+                row += 1
+        inserts.append((index, spans))
+    return Plan(outcomes, inserts, deferred, columns, row)
+
+
+def check_uuid(event_id: str, stream: str, index: int) -> None:
+    """Refuse an event id that is not a UUID in canonical form."""
+    # The id column is a uuid: anything but the canonical spelling would come back spelled
+    # differently from what was hashed.
+    try:
+        canonical = str(UUID(event_id))
+    except ValueError:
+        canonical = None
+    if canonical != event_id:
+        raise InvalidEventError(
+            f"event id {event_id!r} is not a UUID in canonical form (e.g. str(uuid7()))",
+            stream=stream,
+            index=index,
+        )
+
+
+async def import_events(conn: Any, sql: Sql, events: Sequence[RawEvent]) -> int | None:
+    """Insert raw events after every position stored or handed out, under the position lock.
+
+    Returns the transaction id of the insert, None when there was nothing to insert.
+
+    The lock is held from reading the highest position to moving the sequence past the
+    imported ones, so no append takes a position in between; the transaction id is taken
+    under it too, as an append's is (see ``_postgres``'s module docstring).
+    """
+    quiet = bool(events) and await _reclaim_positions(conn, sql, events[0].position)
+    await conn.execute(sql.take_lock)
+    xid_text, handed_out, stored = await (await conn.execute(sql.reserved_high)).fetchone()
+    # With every writer kept out, positions handed out but not stored never will be: an
+    # import resumed after a kill may take them again, as its first run meant to.
+    position = high = max(handed_out, stored)
+    if quiet:
+        position = stored
+    streams = list(dict.fromkeys(e.stream for e in events)) or [""]
+    rows = await (await conn.execute(sql.heads, [streams])).fetchall()
+    tips = {row[0]: (row[1] or 0, row[2] or "") for row in rows}
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    for index, event in enumerate(events):
+        check_uuid(event.id, event.stream, index)
+        check_continuation(event, tips[event.stream], position)
+        position = event.position
+        values = (
+            event.position, event.stream, event.version, event.id, event.type, event.schema,
+            event.data, event.meta, event.recorded_at_us, event.prev_hash, event.hash,
+        )  # fmt: skip
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+        tips[event.stream] = (event.version, event.hash)
+    if columns[0]:
+        await conn.execute(sql.advance, [max(position, high), True])
+    await conn.execute(sql.release_lock)
+    if columns[0]:
+        await conn.execute(sql.insert_raw, columns)
+        return int(xid_text)
+    return None
+
+
+async def _reclaim_positions(conn: Any, sql: Sql, first: int) -> bool:
+    """Keep writers out when ``first`` falls among positions handed out but not stored.
+
+    An import or migrate killed after moving the sequence leaves it ahead of what is
+    stored, and a re-run brings the same positions again. Waiting for every writer of the
+    events table to end (``Sql.quiesce``, taken before the position lock, in the order
+    appends take them) proves that those positions will never be stored by anyone else,
+    so the re-run may use them; until commit, appends wait. Returns whether it did so.
+    """
+    handed_out, stored = await (await conn.execute(sql.positions_high)).fetchone()
+    if not stored < first <= handed_out:
+        return False
+    await conn.execute(sql.quiesce)
+    return True
+
+
+async def import_snapshots(conn: Any, sql: Sql, snapshots: Sequence[RawSnapshot]) -> None:
+    """Store snapshots as they are, replacing one of the same (stream, type, version)."""
+    async with conn.cursor() as cursor:
+        await cursor.executemany(
+            f"""INSERT INTO {sql.snapshots} (stream, type, version, schema, data, meta,
+                recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (stream, type, version) DO UPDATE SET schema = excluded.schema,
+                data = excluded.data, meta = excluded.meta, recorded_at = excluded.recorded_at""",
+            [astuple(snap) for snap in snapshots],
+        )
