@@ -34,7 +34,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "turnlog.tools._cmd_bench",
-        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup)",
+        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
     ),
     "fake-openai": (
         "turnlog.tools._cmd_fake_openai",
@@ -98,6 +98,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "ui": (
         "turnlog.tools._cmd_ui",
         "serve a time-travel debugger for the store in the browser (needs turnlog[ui])",
+    ),
+    "proxy": (
+        "turnlog.tools._cmd_proxy",
+        "serve the LLM APIs on loopback and record every model call that passes",
     ),
     "redact": (
         "turnlog.tools._cmd_redact",

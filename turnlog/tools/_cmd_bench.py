@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "writers": "turnlog.tools.bench._writers",
     "otel": "turnlog.tools.bench._otel",
     "startup": "turnlog.tools.bench._startup",
+    "proxy": "turnlog.tools.bench._proxy",
 }
 
 
@@ -53,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup)",
+    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",

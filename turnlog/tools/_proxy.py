@@ -1,0 +1,402 @@
+"""``turnlog proxy``: an ASGI app that forwards LLM API calls and records them as they stream.
+
+``ProxyApp`` serves every path. A model call (``_proxy_apis.route``) is forwarded with httpx
+and recorded by a ``WireRecorder``; anything else passes through unrecorded. Streams go on
+event by event: each complete SSE event of the upstream is recorded, then forwarded with its
+exact bytes, so nothing is buffered beyond one event and a client never holds an event the
+log lacks. A client that goes away mid-stream cancels the upstream request and the call is
+recorded as cancelled with what had arrived. See ``docs/proxy.md``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import anyio
+import httpx
+import orjson
+
+from turnlog.kernel.models import StreamChunk
+from turnlog.kernel.models._codec import StreamFault, WireError
+from turnlog.kernel.models._secrets import Scrubber
+
+from ._proxy_apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
+from ._proxy_record import WireCall, WireRecorder
+from ._proxy_replay import MISS_STATUS, ReplayIndex, miss_body
+
+__all__ = ["MAX_BODY", "ProxyApp", "ProxyConfig"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: The largest request body accepted (bytes); a larger one gets 413 in the API's shape.
+MAX_BODY = 32 * 1024 * 1024
+#: Headers that belong to one connection, never forwarded (RFC 9110 section 7.6.1).
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+#: Upstream response headers recorded with each call (``model.called.params._upstream``).
+RECORDED_HEADERS = ("content-type", "request-id", "x-request-id", "retry-after", "openai-processing-ms")
+_CREDENTIALS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+_BRANCH_PREFIX = re.compile(r"^/b/([^/]+)(/.*)$")
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """How the proxy forwards.
+
+    Attributes:
+        upstreams: The base URL of each API's upstream (default: the real hosts).
+        token: When set, every request must send it in ``x-turnlog-token``.
+        max_body: The largest request body accepted, in bytes.
+        timeout: The upstream timeout (connect, and between two reads).
+        record_missing: With a replay index: a request without a recording goes upstream and
+            is recorded (else it gets the documented miss).
+    """
+
+    upstreams: dict[Api, str] = field(default_factory=lambda: dict(DEFAULT_UPSTREAMS))
+    token: str | None = None
+    max_body: int = MAX_BODY
+    timeout: httpx.Timeout = field(default_factory=lambda: httpx.Timeout(600.0, connect=10.0))
+    record_missing: bool = False
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class ProxyApp:
+    """The ASGI app of ``turnlog proxy`` (one ``httpx.AsyncClient`` shared by every call)."""
+
+    def __init__(
+        self, config: ProxyConfig, recorder: WireRecorder, replay: ReplayIndex | None = None
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.replay = replay
+        self.client = httpx.AsyncClient(timeout=config.timeout, follow_redirects=False)
+
+    async def aclose(self) -> None:
+        """Close the upstream connections."""
+        await self.client.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+        path = scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0] or scope["path"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        name = next((v for k, v in headers if k == "x-turnlog-branch"), None)
+        named = _BRANCH_PREFIX.match(path)
+        if named is not None:
+            name, path = unquote(named.group(1)), named.group(2)
+        api = _api_of(path, {k for k, _ in headers})
+        if self.config.token is not None:
+            given = next((v for k, v in headers if k == "x-turnlog-token"), "")
+            if not hmac.compare_digest(given.encode(), self.config.token.encode()):
+                await _reply(
+                    send, 401, error_body(api, 401, "turnlog proxy: a valid x-turnlog-token is needed")
+                )
+                return
+        try:
+            body = await _read_body(receive, self.config.max_body)
+        except _TooLarge:
+            message = f"turnlog proxy: the request body is larger than {self.config.max_body} bytes"
+            await _reply(send, 413, error_body(api, 413, message, "request_too_large"))
+            return
+        forwarded = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not k.startswith("x-turnlog-")]
+        url = self.config.upstreams[api].rstrip("/") + path + (f"?{query}" if query else "")
+        parsed = _json(body) if body else None
+        call_route = route(scope["method"], path, query, parsed)
+        request = self.client.build_request(scope["method"], url, headers=forwarded, content=body)
+        if call_route is None or not isinstance(parsed, dict):
+            await self._pass(request, api, send)
+            return
+        scrub = Scrubber(_secrets(headers, query))
+        if self.replay is not None:
+            key = fingerprint(call_route, scrub(parsed))
+            recording = self.replay.recordings.get(key)
+            if recording is not None:
+                await self.replay.answer(recording, send)
+                return
+            if not self.config.record_missing:
+                await _reply(send, MISS_STATUS, miss_body(call_route, key))
+                return
+        # what the upstream sends back is recorded as it is, so ask for it uncompressed
+        request.headers["accept-encoding"] = "identity"
+        call, response = await self._open(request, call_route, parsed, name, scrub)
+        await self._record(request, call, response, send, receive)
+
+    async def _open(
+        self,
+        request: httpx.Request,
+        call_route: Route,
+        body: dict[str, Any],
+        name: str | None,
+        scrub: Scrubber,
+    ) -> tuple[WireCall, httpx.Response | httpx.RequestError]:
+        """Record the call's start while its request goes upstream: the upstream's wait hides it."""
+        sent: list[httpx.Response | httpx.RequestError] = []
+        started = time.perf_counter()
+
+        async def forward() -> None:
+            try:
+                sent.append(await self.client.send(request, stream=True))
+            except httpx.RequestError as exc:
+                sent.append(exc)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(forward)
+                call = await self.recorder.open_call(call_route, body, name, scrub)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                if sent and isinstance(sent[0], httpx.Response):
+                    await sent[0].aclose()
+            raise
+        call.started = started  # latency and time to first token count from the request
+        return call, sent[0]
+
+    async def _pass(self, request: httpx.Request, api: Api, send: Send) -> None:
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.RequestError as exc:
+            status, message = _unreachable(request, exc)
+            await _reply(send, status, error_body(api, status, message))
+            return
+        try:
+            await _start(send, response)
+            async for piece in response.aiter_raw():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    async def _record(
+        self,
+        request: httpx.Request,
+        call: WireCall,
+        response: httpx.Response | httpx.RequestError,
+        send: Send,
+        receive: Receive,
+    ) -> None:
+        api = call.route.api
+        if isinstance(response, httpx.RequestError):
+            exc = response
+            status, message = _unreachable(request, exc)
+            await call.fail(type(exc).__name__, message, {"status": status}, reason="error")
+            await _reply(send, status, error_body(api, status, message))
+            return
+        upstream = {
+            "status": response.status_code,
+            "headers": {k: response.headers[k] for k in RECORDED_HEADERS if k in response.headers},
+        }
+        gone = anyio.Event()
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    gone.set()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                await _start(send, response)
+                try:
+                    sse = response.headers.get("content-type", "").startswith("text/event-stream")
+                    if response.status_code == 200 and sse:
+                        await _stream(response, call, send, upstream)
+                    else:
+                        await _whole(response, call, send, upstream)
+                except httpx.RequestError as exc:
+                    await call.fail(type(exc).__name__, f"the upstream answer broke off: {exc}", upstream)
+                # the end of the answer reaches the client once the call is closed in the log
+                await send({"type": "http.response.body", "body": b""})
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+                if gone.is_set():
+                    await call.fail(
+                        "ClientDisconnected", "the client went away mid-answer", upstream, reason="cancelled"
+                    )
+
+
+async def _stream(response: httpx.Response, call: WireCall, send: Send, upstream: dict[str, Any]) -> None:
+    assembly = call.route.wire.assembly(call.route.model)
+    pending = b""
+    fault: StreamFault | None = None
+    async for piece in response.aiter_raw():
+        pending += piece
+        # Every complete event of this read is recorded in one append, then forwarded: one
+        # commit per read of the upstream, however many events it brought.
+        batch: list[tuple[str, list[StreamChunk], str | None]] = []
+        forwarded = 0
+        while (found := _EVENT_END.search(pending, forwarded)) is not None:
+            text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
+            forwarded = found.end()
+            error = None
+            for data in _data(text):
+                try:
+                    assembly.add(None if data == assembly.end_marker else orjson.loads(data))
+                except StreamFault as exc:
+                    fault, error = exc, exc.summary
+                except (WireError, orjson.JSONDecodeError) as exc:
+                    error = f"unreadable stream event: {exc}"
+            batch.append((text, assembly.take_pieces(), error))
+        if batch:
+            await call.chunks(batch)
+            await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
+            pending = pending[forwarded:]
+    if pending:
+        await send({"type": "http.response.body", "body": pending, "more_body": True})
+    answer = None
+    try:
+        answer = call.route.wire.parse(assembly.result(), model=call.route.model, provider=call.route.api)
+    except (WireError, KeyError, TypeError, ValueError):
+        answer = None
+    if fault is not None:
+        await call.fail("StreamFault", fault.summary, upstream, answer=answer)
+    elif answer is None or assembly.missing() is not None:
+        await call.fail(
+            "IncompleteStream", f"the stream ended without {assembly.missing()}", upstream, answer=answer
+        )
+    else:
+        await call.finish(answer, upstream)
+
+
+async def _whole(response: httpx.Response, call: WireCall, send: Send, upstream: dict[str, Any]) -> None:
+    parts: list[bytes] = []
+    async for piece in response.aiter_raw():
+        parts.append(piece)
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    whole = b"".join(parts)
+    raw = _json(whole)
+    codec = call.route.wire
+    if response.status_code >= 400:
+        # an error page that is not JSON (a gateway's HTML) is named by its first characters
+        message = codec.error_parts(raw)[0] if raw is not None else whole[:300].decode(errors="replace")
+        await call.fail(f"HTTP {response.status_code}", call.scrub(message), upstream)
+        return
+    try:
+        if isinstance(raw, list):  # Gemini's stream without alt=sse is one JSON array
+            assembly = codec.assembly(call.route.model)
+            for item in raw:
+                assembly.add(item)
+            raw = assembly.result()
+        answer = codec.parse(raw, model=call.route.model, provider=call.route.api)
+    except (WireError, StreamFault) as exc:
+        await call.fail("ResponseFormatError", str(exc), upstream)
+        return
+    await call.finish(answer, upstream)
+
+
+def _data(event: str) -> list[str]:
+    lines = [line[5:].removeprefix(" ") for line in event.splitlines() if line.startswith("data:")]
+    return ["\n".join(lines)] if lines else []
+
+
+async def _start(send: Send, response: httpx.Response) -> None:
+    headers = [
+        (k.lower(), v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP
+    ]
+    if "content-length" in response.headers and "content-encoding" not in response.headers:
+        headers.append((b"content-length", response.headers["content-length"].encode("latin-1")))
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+
+
+async def _reply(send: Send, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise anyio.get_cancelled_exc_class()
+        piece = message.get("body", b"")
+        size += len(piece)
+        if size > limit:
+            raise _TooLarge
+        parts.append(piece)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _api_of(path: str, headers: set[str]) -> Api:
+    """Which API (and so which upstream) a request is for: its path, else its headers.
+
+    Paths shared by several APIs (``/v1/models``) go where the client's headers point: the
+    Anthropic SDKs always send ``anthropic-version``, Google's send ``x-goog-api-key``.
+    """
+    if path.startswith("/v1/messages") or path == "/v1/complete":
+        return "anthropic"
+    if path.startswith(("/v1beta/", "/v1alpha/")) or ("/models/" in path and ":" in path):
+        return "gemini"
+    if "anthropic-version" in headers:
+        return "anthropic"
+    if "x-goog-api-key" in headers or "x-goog-api-client" in headers:
+        return "gemini"
+    return "openai"
+
+
+def _secrets(headers: list[tuple[str, str]], query: str) -> list[str]:
+    found = []
+    for key, value in headers:
+        if key in _CREDENTIALS:
+            found.append(value)
+            found.append(value.removeprefix("Bearer ").removeprefix("bearer "))
+    found += [v for k, v in parse_qsl(query) if k.lower() in ("key", "api_key", "api-key")]
+    return [s for s in found if len(s) >= 8]
+
+
+def _unreachable(request: httpx.Request, exc: httpx.RequestError) -> tuple[int, str]:
+    where = f"{request.url.scheme}://{request.url.host}:{request.url.port or ''}"
+    if isinstance(exc, httpx.TimeoutException):
+        return 504, f"turnlog proxy: the upstream {where} timed out ({type(exc).__name__})"
+    return 502, f"turnlog proxy: the upstream {where} is unreachable ({type(exc).__name__}: {exc})"

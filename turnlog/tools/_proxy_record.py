@@ -1,0 +1,411 @@
+"""The recording side of ``turnlog proxy``: which branch a call lands on, and its events.
+
+``WireRecorder.open_call`` picks the branch (named, or threaded: see ``docs/proxy.md``),
+records the request's new turns as messages and ``run.started``; the returned ``WireCall``
+records each stream event as a ``stream.chunk`` of the run (``chunk``, awaited *before* the
+event is forwarded, so a client never holds a chunk the log lacks) and closes the call with the
+answer's messages, ``model.called`` and ``run.ended`` in one append (``finish``), or with
+``model.called`` and ``run.failed`` (``fail``).
+
+The threading index maps each branch to the digests of its turns and where each turn was
+recorded (the branch and version that first recorded it), so a divergence forks the branch
+that really holds the shared prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import orjson
+
+from turnlog.eventstore import NO_STREAM, EventStore, uuid7
+from turnlog.kernel import AddMessages, Branch, UnknownBranch
+from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
+from turnlog.kernel.models._secrets import Scrubber
+from turnlog.projections import (
+    ActionRequest,
+    ActionRequestContent,
+    ActionResponse,
+    ActionResponseContent,
+    AnyMessage,
+    AssistantResponse,
+    AssistantResponseContent,
+    ChunkReceived,
+    EventData,
+    Instruction,
+    InstructionContent,
+    MessageAdded,
+    ModelCalled,
+    RunEnded,
+    RunFailed,
+    RunStarted,
+    System,
+    SystemContent,
+    new_event,
+)
+
+from ._proxy_apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
+from ._proxy_apis import conversation as conversation_of
+
+__all__ = ["MARKER", "WireCall", "WireRecorder"]
+
+#: ``branch.created`` metadata of the branches the proxy starts.
+MARKER = {"recorded_by": "turnlog proxy"}
+VERB = "proxy"
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gemini"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    """One turn of a branch: its digest, and the branch and version that recorded it."""
+
+    digest: str
+    origin: str
+    version: int
+
+
+@dataclass
+class WireRecorder:
+    """Records proxied model calls into ``store``; one per proxy, shared by its connections."""
+
+    store: EventStore
+    _index: dict[str, list[_Recorded]] = field(default_factory=dict)
+    _branches: dict[str, Branch] = field(default_factory=dict)
+    _parents: dict[str, str] = field(default_factory=dict)
+    #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
+    #: fork or a branch's first load).
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    @classmethod
+    async def load(cls, store: EventStore) -> WireRecorder:
+        """A recorder whose threading index holds every conversation the proxy recorded before.
+
+        One filtered scan of the log: the branches the proxy started (``MARKER``), the forks of
+        those, and the turn digests their messages carry (``metadata.wire_turn``).
+        """
+        recorder = cls(store)
+        index = recorder._index
+        types = ["branch.created", "branch.forked", "message.added"]
+        async for event in store.read_all(types=types, stream_prefix="branch-"):
+            branch_id = event.stream.removeprefix("branch-")
+            data = event.data
+            if event.type == "branch.created":
+                if data.get("metadata") == MARKER:
+                    index[branch_id] = []
+            elif event.type == "branch.forked":
+                parent = index.get(data["parent_branch_id"])
+                if parent is not None:
+                    index[branch_id] = _inherited(parent, data["parent_branch_id"], data["parent_version"])
+                    recorder._parents[branch_id] = data["parent_branch_id"]
+            elif branch_id in index:
+                recorded = index[branch_id]
+                digest = (data.get("message") or {}).get("metadata", {}).get("wire_turn")
+                if isinstance(digest, str):
+                    recorded.append(_Recorded(digest, branch_id, event.version))
+                elif recorded and recorded[-1].origin == branch_id:
+                    recorded[-1] = _Recorded(recorded[-1].digest, branch_id, event.version)
+        return recorder
+
+    async def open_call(
+        self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
+    ) -> WireCall:
+        """Pick the branch of a call, record its new turns and ``run.started``."""
+        turns = conversation_of(route.codec, body)
+        run_id = _uuid()
+        names = _call_names(turns)
+        async with self.lock:  # the choice of branch and the index change together, in memory
+            branch, known = await self._resolve(turns, name)
+            recorded = self._index.setdefault(branch.id, list(known))
+            first = len(recorded)
+            new = turns[first:]
+            # reserved until the append says where they landed (version 0: not yet forkable)
+            recorded.extend(_Recorded(turn.digest, branch.id, 0) for turn in new)
+        items: list[EventData] = []
+        ends: list[int] = []
+        for turn in new:
+            items += [
+                MessageAdded(message=m, run_id=run_id) for m in _messages(_scrubbed(turn, scrub), names)
+            ]
+            ends.append(len(items))
+        items.append(RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model))
+        try:
+            # outside the proxy's lock: calls on other branches append (and share commits) meanwhile
+            events = await branch.execute(AddMessages(tuple(items)), run_id=run_id)
+        except BaseException:
+            del recorded[first : first + len(new)]
+            raise
+        for i, (turn, end) in enumerate(zip(new, ends, strict=True)):
+            recorded[first + i] = _Recorded(turn.digest, branch.id, events[end - 1].version)
+        params = scrub(request_params(body))
+        return WireCall(
+            recorder=self,
+            branch=branch,
+            route=route,
+            run_id=run_id,
+            fingerprint=fingerprint(route, scrub(body)),
+            params=params if isinstance(params, dict) else {},
+            tools=tool_names(route.codec, body),
+            scrub=scrub,
+            names=names,
+        )
+
+    def note(self, branch_id: str, turn: Turn, version: int) -> None:
+        """Remember that ``branch_id`` recorded ``turn`` (its last message at ``version``)."""
+        self._index.setdefault(branch_id, []).append(_Recorded(turn.digest, branch_id, version))
+
+    async def _resolve(self, turns: list[Turn], name: str | None) -> tuple[Branch, list[_Recorded]]:
+        digests = [t.digest for t in turns]
+        if name is not None:
+            named = await self._named(name)
+            self._index.setdefault(named.id, [])
+            # the named branch and the forks the proxy made of it (and of those)
+            family = {b for b in self._index if self._descends(b, named.id)}
+            candidates = {b: self._index[b] for b in family}
+        else:
+            candidates = self._index
+        # 1. a branch whose whole recorded conversation the request extends (the longest wins)
+        extended = [
+            (len(recorded), branch_id)
+            for branch_id, recorded in candidates.items()
+            if (recorded or name is not None) and _common(digests, recorded) == len(recorded)
+        ]
+        if extended:
+            return await self._load(max(extended)[1]), []
+        # 2. the longest shared prefix that is more than a system prompt: a fork at the divergence
+        best, shared = None, 0
+        for branch_id, recorded in candidates.items():
+            k = _common(digests, recorded)
+            if k > shared:
+                best, shared = branch_id, k
+        while best is not None and shared and candidates[best][shared - 1].version == 0:
+            shared -= 1  # a turn still being appended by another call: fork before it
+        if best is not None and shared and any(t.role != "system" for t in turns[:shared]):
+            at = candidates[best][shared - 1]
+            origin = await self._load(at.origin)
+            child = await origin.fork(at_version=at.version)
+            self._branches[child.id] = child
+            self._parents[child.id] = best
+            return child, candidates[best][:shared]
+        # 3. a new conversation
+        branch = Branch(store=self.store, name=None, metadata=MARKER)
+        self._branches[branch.id] = branch
+        return branch, []
+
+    def _descends(self, branch_id: str, ancestor: str) -> bool:
+        seen: str | None = branch_id
+        while seen is not None:
+            if seen == ancestor:
+                return True
+            seen = self._parents.get(seen)
+        return False
+
+    async def _named(self, name: str) -> Branch:
+        for branch in self._branches.values():
+            if branch.name == name:
+                return branch
+        try:
+            branch = await Branch.load(self.store, name)
+        except UnknownBranch:
+            branch = Branch(store=self.store, name=name, metadata=MARKER)
+        self._branches[branch.id] = branch
+        return branch
+
+    async def _load(self, branch_id: str) -> Branch:
+        if branch_id not in self._branches:
+            self._branches[branch_id] = await Branch.load(self.store, branch_id)
+        return self._branches[branch_id]
+
+
+def _inherited(parent: list[_Recorded], parent_id: str, version: int) -> list[_Recorded]:
+    """The turns a fork at ``version`` of the parent starts with."""
+    out: list[_Recorded] = []
+    for entry in parent:
+        if entry.origin == parent_id and entry.version > version:
+            break
+        out.append(entry)
+    return out
+
+
+def _common(digests: Sequence[str], recorded: Sequence[_Recorded]) -> int:
+    k = 0
+    while k < len(digests) and k < len(recorded) and digests[k] == recorded[k].digest:
+        k += 1
+    return k
+
+
+def _uuid() -> str:
+    return str(uuid7())
+
+
+def _scrubbed(turn: Turn, scrub: Scrubber) -> Turn:
+    """The turn with every credential the request carried replaced (its digest is the original's)."""
+    calls = tuple((scrub(i), scrub(n), scrub(a)) for i, n, a in turn.calls)
+    return Turn(turn.role, scrub(turn.text), calls, tuple((scrub(i), scrub(o)) for i, o in turn.results))
+
+
+def _call_names(turns: list[Turn]) -> dict[str, str]:
+    return {call_id: name for t in turns for call_id, name, _ in t.calls if call_id}
+
+
+def _messages(turn: Turn, names: dict[str, str]) -> list[AnyMessage]:
+    """The turnlog messages of one turn (the first carries the turn's digest)."""
+    meta: dict[str, Any] = {"wire_turn": turn.digest}
+    if turn.role == "system":
+        return [System(content=SystemContent(system_message=turn.text), metadata=meta)]
+    if turn.role == "user":
+        return [Instruction(content=InstructionContent(instruction=turn.text), metadata=meta)]
+    if turn.role == "tool":
+        out: list[AnyMessage] = []
+        for call_id, output in turn.results:
+            content = ActionResponseContent(function=names.get(call_id, call_id), output=_json(output))
+            out.append(ActionResponse(content=content, metadata=meta if not out else {"call_id": call_id}))
+        return out
+    return _assistant(turn, meta)
+
+
+def _assistant(turn: Turn, meta: dict[str, Any]) -> list[AnyMessage]:
+    out: list[AnyMessage] = []
+    if turn.text or not turn.calls:
+        out.append(AssistantResponse(content=AssistantResponseContent(text=turn.text), metadata=meta))
+    for call_id, name, arguments in turn.calls:
+        args = arguments if isinstance(arguments, dict) else {"_raw": _json(arguments)}
+        content = ActionRequestContent(function=name, arguments=_json(args), call_id=call_id or None)
+        out.append(ActionRequest(content=content, metadata=meta if not out else {}))
+    return out
+
+
+def _json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value, default=str))
+
+
+@dataclass
+class WireCall:
+    """One recorded call in flight: its chunks as they pass, then its end."""
+
+    recorder: WireRecorder
+    branch: Branch
+    route: Route
+    run_id: str
+    fingerprint: str
+    params: dict[str, Any]
+    tools: list[str]
+    scrub: Scrubber
+    names: dict[str, str]
+    started: float = field(default_factory=time.perf_counter)
+    ttft_ms: float | None = None
+    seq: int = 0
+    closed: bool = False
+
+    async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
+        """Record stream events, in one append, before they are forwarded.
+
+        Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
+        chunk), the pieces the codec made of it, and the error it carried, if any.
+        """
+        events = []
+        meta = {"branch_id": self.branch.id, "run_id": self.run_id}
+        expected = self.seq if self.seq else NO_STREAM
+        for raw, pieces, error in batch:
+            if self.ttft_ms is None and pieces:
+                self.ttft_ms = (time.perf_counter() - self.started) * 1000
+            payloads: list[ChunkReceived] = []
+            if error is not None:
+                payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
+            for piece in pieces:
+                payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
+            if not payloads:
+                payloads.append(ChunkReceived(seq=1, type="system"))
+            sse = self.scrub(raw)
+            for i, payload in enumerate(payloads):
+                self.seq += 1
+                metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
+                data = payload.model_copy(update={"seq": self.seq, "metadata": metadata})
+                events.append(new_event(data, meta=meta))
+        await self.recorder.store.append(f"run-{self.run_id}", events, expected_version=expected)
+
+    def _called(
+        self,
+        status: Literal["ok", "error"],
+        answer: ModelResponse | None,
+        upstream: dict[str, Any],
+        error: tuple[str, str] | None = None,
+    ) -> ModelCalled:
+        raw = self.scrub(answer.raw) if answer is not None else None
+        return ModelCalled(
+            call_id=_uuid(),
+            provider=_PROVIDERS[self.route.api],
+            model=self.route.model,
+            endpoint=self.route.wire.endpoint,
+            served_model=answer.model if answer is not None and answer.model != self.route.model else None,
+            verb=VERB,
+            run_id=self.run_id,
+            message_ids=list(self.branch.progression),
+            params={**self.params, "_upstream": upstream},
+            tools=self.tools,
+            fingerprint=self.fingerprint,
+            response=raw if isinstance(raw, dict) else None,
+            usage=answer.usage if answer is not None else Usage(),
+            latency_ms=self.elapsed_ms,
+            ttft_ms=self.ttft_ms,
+            status=status,
+            error_type=error[0] if error else None,
+            error_message=self.scrub(error[1]) if error else None,
+            stream=self.route.stream,
+        )
+
+    @property
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the call was opened."""
+        return (time.perf_counter() - self.started) * 1000
+
+    async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
+        """Close the call with its answer: messages, ``model.called``, ``run.ended``, one append."""
+        if self.closed:
+            return
+        self.closed = True
+        turn = answer_turn(answer)
+        messages = _messages(_scrubbed(turn, self.scrub), self.names)
+        items: list[EventData] = [MessageAdded(message=m, run_id=self.run_id) for m in messages]
+        items.append(self._called("ok", answer, upstream))
+        ended = RunEnded(
+            run_id=self.run_id,
+            verb=VERB,
+            duration_ms=self.elapsed_ms,
+            usage=answer.usage,
+            chunks=self.seq if self.route.stream else None,
+        )
+        with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
+            events = await self.branch.execute(
+                AddMessages((*items, ended)), run_id=self.run_id, terminal=True
+            )
+        self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+
+    async def fail(
+        self,
+        error_type: str,
+        message: str,
+        upstream: dict[str, Any],
+        *,
+        reason: Literal["error", "cancelled", "timeout"] = "error",
+        answer: ModelResponse | None = None,
+    ) -> None:
+        """Close a failed or cancelled call: ``model.called`` (status error) and ``run.failed``."""
+        if self.closed:
+            return
+        self.closed = True
+        called = self._called("error", answer, upstream, (error_type, message))
+        failed = RunFailed(
+            run_id=self.run_id,
+            verb=VERB,
+            duration_ms=self.elapsed_ms,
+            usage=answer.usage if answer is not None else Usage(),
+            error_type=error_type,
+            error_message=self.scrub(message),
+            reason=reason,
+        )
+        with anyio.CancelScope(shield=True):  # a cancelled client still gets its call closed
+            await self.branch.execute(AddMessages((called, failed)), run_id=self.run_id, terminal=True)
