@@ -225,8 +225,17 @@ class _App:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
-        body = pages.run_body(run_id, detail, await self.data.damaged_events(detail.chunks))
-        body += await trace_section(self.data.store, detail.branch_id, run_id)
+        damaged = await self.data.damaged_events(detail.chunks)
+        names = {b: row.name for b, row in self.data.index.branches.items() if row.name}
+        body = pages.run_body(run_id, detail, damaged, branch_name=names.get(detail.branch_id))
+        body += await trace_section(
+            self.data.store,
+            detail.branch_id,
+            run_id,
+            self.data.damaged_events,
+            names=names,
+            shown={p.position for p in damaged if p.position is not None},
+        )
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'
