@@ -203,6 +203,10 @@ def test_the_waterfall_marks_the_span_of_an_altered_model_call(demo_copy: Path) 
     try:
         html = get(ui, f"/runs/{run_id}")
         assert html.count('class="banner tampered"') == 1 and 'href="/verify"' in html
+        # the banner is on top of the page, above the facts, naming the altered call
+        banner = html.split('class="banner tampered"')[1].split("</div>")[0]
+        assert html.index('class="banner tampered"') < html.index('<table class="facts">')
+        assert banner.count("<li>") == 1 and "hash does not match the stored bytes" in banner
         rows = _spans(html)
         assert [i for i, (tag, _) in enumerate(rows) if "tampered" in tag] == [5]  # the second chat span
         assert 'data-name="chat gpt-4.1-mini"' in rows[5][0] and BADGE in rows[5][1]

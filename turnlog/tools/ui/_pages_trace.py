@@ -4,7 +4,7 @@ Server-rendered and script-free: each row's bar is an SVG whose ``x`` and ``widt
 attributes (the page's Content-Security-Policy forbids inline styles), each span a
 ``<details>`` that opens its attributes, events and message content, and links to the branch
 version at which its last event was recorded. A span built from an event that fails its hash
-check carries the TAMPERED badge, and the section opens with the banner naming those events.
+check carries the TAMPERED badge; the run page's banner names those events.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from turnlog.analytics import SPAN_EVENT_TYPES, Semconv, Span, SpanView, Trace
 from turnlog.eventstore import EventStore, Problem, RecordedEvent
 
-from ._conversation import TAMPERED_BADGE, tampered_banner
+from ._conversation import TAMPERED_BADGE
 from ._html import h, link, q, seg
 
 __all__ = ["run_trace", "tampered_spans", "trace_section", "waterfall_html"]
@@ -91,23 +91,21 @@ async def trace_section(
     check: Callable[[list[RecordedEvent]], Awaitable[Sequence[Problem]]] | None = None,
     *,
     names: Mapping[str, str] | None = None,
-    shown: Collection[int] = (),
-) -> str:
-    """The waterfall section of a run page (a note while the run has not ended).
+) -> tuple[str, tuple[Problem, ...]]:
+    """The waterfall section of a run page (a note while the run has not ended), and its damage.
 
-    ``check`` names the damaged events among those the spans are built from; the section then
-    opens with the banner (leaving out those at ``shown`` positions, already named on the page)
-    and marks their spans. ``names``: branch id -> name, for the links to branch versions.
+    ``check`` names the damaged events among those the spans are built from: their spans are
+    marked, and they are returned for the page's banner (one banner on top of the page, with
+    the run's damaged chunks). ``names``: branch id -> name, for the links to branch versions.
     """
     trace, events = await _trace_and_events(store, branch_id, run_id)
     if trace is None:
         return (
             '<section class="waterfall"><h2>spans</h2>'
             '<p class="note">The spans appear when the run has ended.</p></section>'
-        )
+        ), ()
     problems = tuple(await check(events)) if check is not None else ()
-    banner = tampered_banner(p for p in problems if p.position not in shown)
-    return banner + waterfall_html(trace, tampered_spans(trace, problems, events), names=names)
+    return waterfall_html(trace, tampered_spans(trace, problems, events), names=names), problems
 
 
 def _depths(spans: tuple[Span, ...]) -> dict[int, int]:
