@@ -128,3 +128,155 @@ def test_the_branch_list_marks_a_name_altered_on_disk(damaged_store: Path) -> No
         assert not any(BADGE in r for r in rows if ">tampered<" in r)  # b-bad's name event is intact
     finally:
         server.close()
+
+
+# ------------------------------------------------------------------ the waterfall and search
+
+
+@pytest.fixture
+def demo_copy(demo_store: Path, tmp_path: Path) -> Path:
+    """A copy of the demo store, to alter on disk without touching the shared one."""
+    copy = tmp_path / "demo.db"
+    source, dest = sqlite3.connect(demo_store), sqlite3.connect(copy)
+    try:
+        source.backup(dest)
+    finally:
+        source.close()
+        dest.close()
+    return copy
+
+
+def _alter(path: Path, position: int, old: bytes, new: bytes) -> None:
+    """Rewrite one event's payload behind the store's back, as a raw UPDATE would."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        (data,) = conn.execute("SELECT data FROM events WHERE position = ?", (position,)).fetchone()
+        assert old in bytes(data)
+        conn.execute(
+            "UPDATE events SET data = ? WHERE position = ?", (bytes(data).replace(old, new, 1), position)
+        )
+    finally:
+        conn.close()
+
+
+def _react(path: Path) -> tuple[str, list[int]]:
+    """The demo's ReAct run and the positions of its model calls."""
+    conn = sqlite3.connect(path)
+    try:
+        (run_id,) = conn.execute(
+            "SELECT json_extract(data, '$.run_id') FROM events "
+            "WHERE type = 'run.started' AND json_extract(data, '$.verb') = 'ReAct'"
+        ).fetchone()
+        calls = conn.execute(
+            "SELECT position FROM events WHERE type = 'model.called' AND json_extract(data, '$.run_id') = ? "
+            "ORDER BY position",
+            (run_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return str(run_id), [p for (p,) in calls]
+
+
+def _first_run(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        (run_id,) = conn.execute(
+            "SELECT json_extract(data, '$.run_id') FROM events WHERE type = 'run.started' ORDER BY position"
+        ).fetchone()
+    finally:
+        conn.close()
+    return str(run_id)
+
+
+def _spans(html: str) -> list[tuple[str, str]]:
+    """(opening tag, whole row) of each waterfall row, in order."""
+    rows = html.split('<li class="span ')[1:]
+    return [(r.split(">")[0], r.split("</details></li>")[0]) for r in rows]
+
+
+def test_the_waterfall_marks_the_span_of_an_altered_model_call(demo_copy: Path) -> None:
+    run_id, calls = _react(demo_copy)
+    assert len(calls) == 3
+    _alter(demo_copy, calls[1], b'"attempts":1', b'"attempts":2')
+    server = serve(demo_copy)
+    ui = next(server)
+    try:
+        html = get(ui, f"/runs/{run_id}")
+        assert html.count('class="banner tampered"') == 1 and 'href="/verify"' in html
+        # the banner is on top of the page, above the facts, naming the altered call
+        banner = html.split('class="banner tampered"')[1].split("</div>")[0]
+        assert html.index('class="banner tampered"') < html.index('<table class="facts">')
+        assert banner.count("<li>") == 1 and "hash does not match the stored bytes" in banner
+        rows = _spans(html)
+        assert [i for i, (tag, _) in enumerate(rows) if "tampered" in tag] == [5]  # the second chat span
+        assert 'data-name="chat gpt-4.1-mini"' in rows[5][0] and BADGE in rows[5][1]
+        assert sum(BADGE in row for _, row in rows) == 1
+        # another run of the same branch stands on none of it
+        other = _first_run(demo_copy)
+        assert other != run_id and BADGE not in get(ui, f"/runs/{other}")
+    finally:
+        server.close()
+
+
+def test_the_waterfall_is_clean_and_names_the_branch_when_nothing_is_altered(demo_copy: Path) -> None:
+    run_id, _ = _react(demo_copy)
+    server = serve(demo_copy)
+    ui = next(server)
+    try:
+        html = get(ui, f"/runs/{run_id}")
+        assert BADGE not in html and "banner tampered" not in html
+        # names before ids: the branch reads as its name, its id beside it
+        assert re.search(r'of branch <a href="/branches/[^"]+">demo</a> <code class="id">', html)
+        assert re.search(r'recorded at <a href="/branches/[^"]+\?at=\d+">demo version \d+</a>', html)
+    finally:
+        server.close()
+
+
+def test_an_altered_chunk_marks_its_run_span_under_one_banner(demo_copy: Path) -> None:
+    conn = sqlite3.connect(demo_copy)
+    try:
+        run_id, position = conn.execute(
+            "SELECT substr(stream, 5), max(position) FROM events WHERE stream LIKE 'run-%' "
+            "AND CAST(data AS TEXT) LIKE '%Picking up%' GROUP BY stream"
+        ).fetchone()
+    finally:
+        conn.close()
+    _alter(demo_copy, position, b"Picking up", b"Making up")
+    server = serve(demo_copy)
+    ui = next(server)
+    try:
+        html = get(ui, f"/runs/{run_id}")
+        assert html.count('class="banner tampered"') == 1  # the chunk is named once, not per section
+        assert re.search(r'<tr class="chunk type-\w+ tampered"', html)
+        marked = [tag for tag, _ in _spans(html) if "tampered" in tag]
+        assert len(marked) == 1 and "kind-run" in marked[0]
+    finally:
+        server.close()
+
+
+def test_a_search_hit_from_an_altered_message_is_marked(demo_copy: Path) -> None:
+    conn = sqlite3.connect(demo_copy)
+    try:
+        (position,) = conn.execute(
+            "SELECT position FROM events WHERE type = 'message.added' AND CAST(data AS TEXT) LIKE '%advise%'"
+        ).fetchone()
+        (plain,) = conn.execute(
+            "SELECT count(*) FROM events WHERE type = 'message.added' AND CAST(data AS TEXT) LIKE '%umbrella%' AND position != ?",
+            (position,),
+        ).fetchone()
+    finally:
+        conn.close()
+    assert plain > 0
+    _alter(demo_copy, position, b"advise", b"advise (forged)")
+    server = serve(demo_copy)
+    ui = next(server)
+    try:
+        hits = get(ui, "/search?q=advise").split('<li class="hit ')[1:]
+        assert len(hits) == 1 and "tampered" in hits[0].split(">")[0] and BADGE in hits[0]
+        assert "forged" in hits[0]
+        # names before ids: the hit reads "demo @ version", the id set apart beside it
+        assert re.search(r'<a class="where" href="[^"]+">demo @ \d+</a> <code class="id">', hits[0])
+        others = get(ui, "/search?q=umbrella").split('<li class="hit ')[1:]
+        assert others and not any(BADGE in hit for hit in others)
+    finally:
+        server.close()

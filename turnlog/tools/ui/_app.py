@@ -225,8 +225,20 @@ class _App:
     async def run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await self.data.run(run_id)
-        body = pages.run_body(run_id, detail, await self.data.damaged_events(detail.chunks))
-        body += await trace_section(self.data.store, detail.branch_id, run_id)
+        names = {b: row.name for b, row in self.data.index.branches.items() if row.name}
+        spans, span_damage = await trace_section(
+            self.data.store, detail.branch_id, run_id, self.data.damaged_events, names=names
+        )
+        # one banner on top names every damaged event the page stands on, chunks and spans alike
+        damaged = {p.position: p for p in await self.data.damaged_events(detail.chunks)}
+        damaged.update((p.position, p) for p in span_damage)
+        body = pages.run_body(
+            run_id,
+            detail,
+            sorted(damaged.values(), key=lambda p: p.position or 0),
+            branch_name=names.get(detail.branch_id),
+        )
+        body += spans
         if self.config.allow_writes and detail.info is not None and detail.info.status == "running":
             body += (
                 '<form class="action" method="post" action="/recover">'

@@ -137,10 +137,13 @@ def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
     ]
 
 
-def run_body(run_id: str, detail: RunDetail, damaged: Sequence[Problem] = ()) -> str:
+def run_body(
+    run_id: str, detail: RunDetail, damaged: Sequence[Problem] = (), *, branch_name: str | None = None
+) -> str:
     """The run page: facts, chunks on a time axis and as a list; open runs update live.
 
     ``damaged``: chunks that fail their hash check, named on top and marked in the list.
+    ``branch_name``: shown before the branch id, which stays beside it.
     """
     info = detail.info
     start = detail.chunks[0].recorded_at.timestamp() if detail.chunks else None
@@ -149,9 +152,10 @@ def run_body(run_id: str, detail: RunDetail, damaged: Sequence[Problem] = ()) ->
     facts = "".join(f"<tr><th>{h(k)}</th><td>{v}</td></tr>" for k, v in _run_facts(detail))
     rows = "".join(_chunk_row(c) for c in chunks)
     live = info is None or info.status == "running"
+    id_note = f' <code class="id">{h(detail.branch_id)}</code>' if branch_name else ""
     return (
         f'<h1>run <code class="id">{h(run_id)}</code></h1>'
-        f"<p>of branch {link(q(f'/branches/{seg(detail.branch_id)}'), detail.branch_id)}</p>"
+        f"<p>of branch {link(q(f'/branches/{seg(detail.branch_id)}'), branch_name or detail.branch_id)}{id_note}</p>"
         f"{tampered_banner(damaged)}"
         f'<table class="facts">{facts}</table>'
         f'<h2>chunks <span id="chunk-count">{len(chunks)}</span></h2>'

@@ -4,7 +4,8 @@ The index is the ui's own (an in-memory SQLite database, never the store): it re
 ``branch.created`` / ``branch.forked`` and ``message.added`` events from where it stopped and
 adds their names and texts. A hit links to its branch at the version where the message was
 recorded. A message redacted after it was indexed is checked again against the store before
-it is shown, so a redaction takes effect at once.
+it is shown, so a redaction takes effect at once. Each hit's event is checked against the hash
+chain as it is shown: a hit from an altered event carries the TAMPERED badge.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from turnlog.eventstore import EventStore
+from turnlog.eventstore import EventStore, RecordedEvent, check_events
 from turnlog.projections import visible_data
 
+from ._conversation import TAMPERED_BADGE
 from ._html import h, q, seg
 
 __all__ = ["SearchIndex"]
@@ -82,20 +84,27 @@ class SearchIndex:
             (query, _LIMIT),
         ).fetchall()
         hits = []
+        events: list[RecordedEvent] = []
         for kind, branch, version, snippet in found:
-            if kind != "branch" and not await self._still_there(store, branch, version):
+            event = await self._event(store, branch, version)
+            if kind != "branch" and not _still_there(event):
                 continue
+            if event is not None:
+                events.append(event)
             hits.append(
                 {"kind": kind, "branch": branch, "version": version, "snippet": snippet,
-                 "name": self._names.get(branch, "")}
+                 "name": self._names.get(branch, ""), "position": event.position if event else None}
             )  # fmt: skip
+        # the text was indexed from the event as it read then; a hit stands on that event now
+        altered = {p.position for p in await check_events(store, events)}
+        for hit in hits:
+            hit["tampered"] = hit.pop("position") in altered
         return hits
 
-    async def _still_there(self, store: EventStore, branch: str, version: int) -> bool:
+    async def _event(self, store: EventStore, branch: str, version: int) -> RecordedEvent | None:
         async for event in store.read_stream(f"branch-{branch}", version, version):
-            message = visible_data(event.type, event.data).get("message")
-            return isinstance(message, Mapping) and bool(_message_text(message))
-        return False
+            return event
+        return None
 
     async def body(self, store: EventStore, text: str) -> str:
         """The search page: the form and the hits, each linking to its branch at its version."""
@@ -114,11 +123,22 @@ class SearchIndex:
         )
 
 
+def _still_there(event: RecordedEvent | None) -> bool:
+    """Whether a message hit's event still shows text (a redaction since indexing hides it)."""
+    if event is None:
+        return False
+    message = visible_data(event.type, event.data).get("message")
+    return isinstance(message, Mapping) and bool(_message_text(message))
+
+
 def _row(hit: Mapping[str, Any]) -> str:
     href = q(f"/branches/{seg(hit['branch'])}", at=hit["version"])
     snippet = h(hit["snippet"]).replace("\x01", "<mark>").replace("\x02", "</mark>")
-    where = f"{hit['name'] or hit['branch']} @ {hit['version']}"
+    # names before ids: the branch's name leads; its id follows, set apart so it never wraps
+    where = f"{hit['name']} @ {hit['version']}" if hit["name"] else f"{hit['branch']} @ {hit['version']}"
+    id_note = f' <code class="id">{h(hit["branch"])}</code>' if hit["name"] else ""
+    cls, badge = (" tampered", " " + TAMPERED_BADGE) if hit.get("tampered") else ("", "")
     return (
-        f'<li class="hit kind-{h(hit["kind"])}"><a href="{href}">{h(where)}</a> '
-        f'<span class="muted">{h(hit["kind"])}</span><div class="snippet">{snippet}</div></li>'
+        f'<li class="hit kind-{h(hit["kind"])}{cls}"><a class="where" href="{href}">{h(where)}</a>{id_note} '
+        f'<span class="muted">{h(hit["kind"])}</span>{badge}<div class="snippet">{snippet}</div></li>'
     )
