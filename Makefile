@@ -49,13 +49,16 @@ realcli:
 # The tests run in parallel (pytest-xdist): most of them wait on child processes, sockets and
 # fsync rather than on the CPU, so 4 workers beat 2 even on 2 cores. Tests that share something
 # (a port, a file, a process-wide setting) carry @pytest.mark.xdist_group and run on one
-# worker. TEST_WORKERS=0 runs them in this process, one after the other.
+# worker. TEST_WORKERS=0 runs them in this process, one after the other. Tests marked `serial`
+# hold the shared PostgreSQL server in one long transaction (which holds back every global
+# reader on it), so they run first, alone.
 TEST_WORKERS ?= 4
 
 test: $(STAMP) realcli
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -m serial
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not serial"
 
 bench: $(STAMP)
 	$(BIN)/turnlog bench append

@@ -27,6 +27,9 @@ psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not insta
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.slow,
+    # A 100k-event import is one long write transaction: on a shared server it holds back every
+    # global reader (docs/postgres.md), so these run on their own, before the parallel tests.
+    pytest.mark.serial,
 ]
 
 IMPORT_EVENTS = 100_000
