@@ -44,7 +44,7 @@ class Follower:
     def line(self, containing: str) -> str:
         while True:
             try:
-                line = self.lines.get(timeout=30)
+                line = self.lines.get(timeout=120)
             except Empty:
                 raise AssertionError(f"no line with {containing!r}") from None
             self.seen.append(line)
@@ -53,7 +53,9 @@ class Follower:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
-        status = self.proc.wait(timeout=30)
+        # A safety net, not a timing claim: an export in flight when SIGINT arrives finishes first
+        # (up to its 10 s timeout), and a 2-core CI machine under full load is slow to start one.
+        status = self.proc.wait(timeout=120)
         self.pump.join(timeout=30)  # the pipe reached its end
         assert self.proc.stdout is not None
         self.proc.stdout.close()
