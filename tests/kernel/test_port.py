@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, BranchPort, ChatParam, ParseParam, RunParam, observed_run
+from turnlog.kernel import Branch, BranchPort, ChatParam, ModelChoice, ParseParam, RunParam, observed_run
 from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest
 
@@ -38,9 +38,24 @@ class Answer(BaseModel):
 
 
 def test_the_port_names_what_operations_use() -> None:
-    """The port is small and names the capabilities the design lists."""
-    assert {"execute", "require_writable", "state", "prompt_cache", "require_chat_model"} <= PORT
-    assert len(PORT) < 25
+    """The port is eleven members: facts of the branch come from ``state``, model choice is one object."""
+    assert PORT == {
+        "id",
+        "store",
+        "state",
+        "session",
+        "models",
+        "tools",
+        "prompt_cache",
+        "require_writable",
+        "poll_control",
+        "gather_context",
+        "execute",
+    }
+    assert len(PORT) == 11
+    assert {"chat", "parse", "require_chat", "parse_or", "use_chat"} == {
+        name for name in vars(ModelChoice) if not name.startswith("_")
+    }
 
 
 async def test_api_operations_run_on_the_port_alone(store: EventStore) -> None:

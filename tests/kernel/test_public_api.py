@@ -42,6 +42,7 @@ EXPORTED = [
     "MessageAdded",
     "MessageRecorded",
     "Middle",
+    "ModelChoice",
     "NodeStatus",
     "Observer",
     "Operation",

@@ -46,7 +46,7 @@ from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
-from ._port import BranchPort, VerbPort
+from ._port import BranchPort, ModelChoice, VerbPort
 from ._recover import BufferProblem, LiveRun, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
 from ._session import Session
@@ -95,6 +95,7 @@ __all__ = [
     "MessageAdded",
     "MessageRecorded",
     "Middle",
+    "ModelChoice",
     "NodeStatus",
     "Observer",
     "Operation",

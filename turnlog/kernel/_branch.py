@@ -59,6 +59,7 @@ from turnlog.kernel._kernel import Kernel, LiveBranch, branch_events
 from turnlog.kernel._lookup import branches_named, find_branch, unique_branch_name
 from turnlog.kernel._model_config import default_store, model_config, rebuild_model, resolve_model
 from turnlog.kernel._persist import read_snapshot_file
+from turnlog.kernel._port import messages_by_ids, provider_session
 from turnlog.kernel._registry import OperationManager
 from turnlog.kernel.models import ChatModel
 from turnlog.kernel.signals import Observer, Observers, Signal, Subscription
@@ -476,11 +477,7 @@ class Branch:
 
         Without ``model``, the most recently bound session of the provider.
         """
-        sessions = self.state.provider_sessions
-        if model is not None:
-            return sessions.get((provider, model))
-        found = [sid for (p, _), sid in sessions.items() if p == provider]
-        return found[-1] if found else None
+        return provider_session(self.state, provider, model)
 
     @property
     def chat_model(self) -> ChatModel | None:
@@ -564,17 +561,18 @@ class Branch:
         """Make ``model`` (as given, not resolved) the chat model: ``run(chat_model=...)`` replaces it."""
         self._chat_model = model
 
+    @property
+    def models(self) -> BranchModels:
+        """The models the verbs use, as one object (the port's ``ModelChoice``)."""
+        return BranchModels(self)
+
     def messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
         """The branch's messages with these ids, in that order.
 
         Raises:
             UsageError: an id names no message of the branch.
         """
-        by_id = {m.id: m for m in self.messages}
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise UsageError(f"progression names messages that are not in branch {self.id}: {missing}")
-        return [by_id[i] for i in ids]
+        return messages_by_ids(self.state, ids)
 
     async def gather_context(self, instruction: Instruction) -> ProviderReport:
         """Run the context providers for one request (none run without a system message)."""
@@ -864,3 +862,34 @@ def preview_state(branch_id: str, data: BranchCreated | BranchForked) -> BranchS
         hash="",
     )
     return apply(None, recorded)
+
+
+class BranchModels:
+    """The models of one branch, as its verbs choose them (``Branch.models``, a ``ModelChoice``)."""
+
+    __slots__ = ("_branch",)
+
+    def __init__(self, branch: Branch) -> None:
+        self._branch = branch
+
+    @property
+    def chat(self) -> ChatModel | None:
+        """The default model of the verbs."""
+        return self._branch.chat_model
+
+    @property
+    def parse(self) -> ChatModel | None:
+        """The model that reformats answers for parsing (default: the chat model)."""
+        return self._branch.parse_model
+
+    def require_chat(self, given: ChatModel | None = None) -> ChatModel:
+        """``given``, else the chat model; ``UsageError`` (saying why) when neither is set."""
+        return self._branch.require_chat_model(given)
+
+    def parse_or(self, given: ChatModel | None) -> ChatModel | None:
+        """``given``, else the parse model (``is None``: a model object may be falsy)."""
+        return given if given is not None else self.parse
+
+    def use_chat(self, model: ChatModel) -> None:
+        """Make ``model`` the chat model from now on (``run`` replaces the model)."""
+        self._branch.use_chat_model(model)

@@ -37,7 +37,7 @@ import anyio
 
 from turnlog.eventstore import Lease, acquire_lease, uuid7
 from turnlog.kernel._commands import EndRun, FailRun, StartRun
-from turnlog.kernel.models import Usage
+from turnlog.kernel.models import Usage, as_chat_model
 from turnlog.kernel.signals import FailureReason
 
 if TYPE_CHECKING:
@@ -157,13 +157,11 @@ class observed_run:
 
         Analytics attributes a run's cost by them, so every verb owning a run passes its model.
         """
-        used = chat_model if chat_model is not None else branch.chat_model
-        return cls(
-            branch,
-            verb,
-            provider=str(getattr(used, "provider", "") or "") or None,
-            model=str(getattr(used, "model", "") or "") or None,
-        )
+        used = chat_model if chat_model is not None else branch.models.chat
+        if used is None:
+            return cls(branch, verb)
+        contract = as_chat_model(used)
+        return cls(branch, verb, provider=contract.provider or None, model=contract.model or None)
 
     async def __aenter__(self) -> RunScope:
         branch = self._branch

@@ -14,7 +14,8 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, TurnlogError
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel.models import ChatModel, public_params
+from turnlog.kernel.models import ChatModel, as_chat_model, public_params
+from turnlog.kernel.models._contract import is_model_object
 from turnlog.kernel.models._secrets import scrub_url
 
 __all__ = ["default_store", "model_config", "rebuild_model", "resolve_model"]
@@ -34,12 +35,6 @@ def resolve_model(value: Any) -> ChatModel | None:
     """A chat model from a model object (API or CLI agent), a ``"provider/model"`` string or a config dict."""
     if value is None:
         return None
-    if hasattr(value, "invoke") or callable(getattr(value, "stream", None)):
-        # A model object, taken as it is (duck-typed): an API model has ``invoke``, a CLI agent
-        # only ``stream``; after ``run(chat_model=...)`` a CLI agent is the branch's chat model,
-        # and every path that hands it on (``fork``, ``load``) must accept it.
-        model: ChatModel = value
-        return model
     if isinstance(value, str | Mapping):
         try:
             from turnlog.kernel.models import iModel
@@ -48,6 +43,13 @@ def resolve_model(value: Any) -> ChatModel | None:
         if isinstance(value, str):
             return iModel(value) if "/" in value else iModel(model=value)
         return iModel.from_config(dict(value))
+    if is_model_object(value):
+        # A model object, taken as it is: the contract's, or one satisfying the small protocol
+        # (an API model has ``invoke``, a CLI agent only ``stream``); after ``run(chat_model=...)``
+        # a CLI agent is the branch's chat model, and every path that hands it on (``fork``,
+        # ``load``) must accept it. The verbs see it through ``as_chat_model``.
+        model: ChatModel = value
+        return model
     raise UsageError(
         f"a chat model must be a model object, a 'provider/model' string or a dict, not {value!r}"
     )
@@ -67,10 +69,7 @@ def model_config(model: Any) -> dict[str, Any] | None:
     """
     if model is None:
         return None
-    to_config = getattr(model, "to_config", None)
-    if not callable(to_config):
-        return {"provider": str(getattr(model, "provider", "")), "model": str(getattr(model, "model", ""))}
-    given = dict(to_config())
+    given = as_chat_model(model).to_config()
     config = {name: given[name] for name in _RECORDED_FIELDS if name in given}
     if isinstance(config.get("base_url"), str):
         config["base_url"] = scrub_url(config["base_url"], drop=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnlog.kernel._errors import UnknownOption
+from turnlog.kernel.models import as_chat_model
 
 __all__ = ["VERB_OPTIONS", "check_request_params", "one_edit_apart"]
 
@@ -110,8 +111,8 @@ def check_request_params(model: object, params: Mapping[str, Any], *, verb: str)
     Raises:
         UnknownOption: naming the keyword, the verb, and what it may have meant.
     """
-    declared = getattr(model, "request_params", None)
-    accepted = declared if isinstance(declared, frozenset) else None
+    contract = as_chat_model(model)
+    accepted = contract.profile.request_params
     for key in params:
         if accepted is not None and key in accepted:
             continue
@@ -128,8 +129,8 @@ def check_request_params(model: object, params: Mapping[str, Any], *, verb: str)
         if accepted is not None:
             close = difflib.get_close_matches(key, sorted(accepted), n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            provider = getattr(model, "provider", None) or type(model).__name__
-            speaker = type(getattr(model, "backend", model)).__name__  # iModel's: the API client
+            provider = contract.provider or type(model).__name__
+            speaker = contract.profile.transport  # iModel's: the API client
             raise UnknownOption(
                 verb,
                 key,

@@ -7,11 +7,16 @@ graph has no circle, and a verb can be tested against any object that speaks the
 
 What the port offers:
 
-- facts: ``id``, ``store``, ``state`` (the folded ``BranchState``), ``version``, ``user``,
-  ``system``, ``messages``, ``session``, the models, the tools, ``provider_session``;
+- facts: ``id``, ``store``, ``state`` (the folded ``BranchState``: version, user, system,
+  messages and provider sessions are read from it, ``messages_by_ids`` and
+  ``provider_session`` here are functions of it), ``session``, the tools;
+- model choice, folded into one object: ``models`` (``chat``, ``parse``, ``require_chat``,
+  ``parse_or``, ``use_chat``);
 - commands: ``execute`` (the only way a verb changes the log), after ``require_writable``;
 - the prompt cache (``prompt_cache``: rendered history kept between turns), the context
-  providers (``gather_context``) and the model a verb uses (``require_chat_model``).
+  providers (``gather_context``) and the loop directive (``poll_control``).
+
+Eleven members: every one is used by a verb, and ``tests/kernel/test_port.py`` checks the count.
 
 ``VerbPort`` adds the verbs that composed operations (``ReAct``, ``select``) call back into.
 
@@ -34,9 +39,17 @@ if TYPE_CHECKING:
     from turnlog.kernel._commands import Command
     from turnlog.kernel._control import LoopControl
     from turnlog.kernel.models import ChatModel
-    from turnlog.projections import AnyMessage, BranchState, Instruction, System
+    from turnlog.projections import AnyMessage, BranchState, Instruction
 
-__all__ = ["BranchPort", "ContextReport", "SessionRef", "VerbPort"]
+__all__ = [
+    "BranchPort",
+    "ContextReport",
+    "ModelChoice",
+    "SessionRef",
+    "VerbPort",
+    "messages_by_ids",
+    "provider_session",
+]
 
 
 class ContextReport(Protocol):
@@ -62,6 +75,32 @@ class SessionRef(Protocol):
         ...
 
 
+class ModelChoice(Protocol):
+    """Which models a branch's verbs use: the one object that decides (``Branch.models`` is one)."""
+
+    @property
+    def chat(self) -> ChatModel | None:
+        """The default model of the verbs."""
+        ...
+
+    @property
+    def parse(self) -> ChatModel | None:
+        """The model that reformats answers for parsing (default: the chat model)."""
+        ...
+
+    def require_chat(self, given: ChatModel | None = None) -> ChatModel:
+        """``given``, else the chat model; ``UsageError`` (saying why) when neither is set."""
+        ...
+
+    def parse_or(self, given: ChatModel | None) -> ChatModel | None:
+        """``given``, else the parse model: the one rule of every verb that parses."""
+        ...
+
+    def use_chat(self, model: ChatModel) -> None:
+        """Make ``model`` the chat model from now on (``run`` replaces the model)."""
+        ...
+
+
 class BranchPort(Protocol):
     """One branch, as operations and the lifecycle see it (see the module docstring)."""
 
@@ -77,27 +116,7 @@ class BranchPort(Protocol):
 
     @property
     def state(self) -> BranchState:
-        """The folded state; before the first write, what it will be."""
-        ...
-
-    @property
-    def version(self) -> int:
-        """The stream version the state is at (0 before the first write)."""
-        ...
-
-    @property
-    def user(self) -> str | None:
-        """The user the branch talks for."""
-        ...
-
-    @property
-    def system(self) -> System | None:
-        """The current system message."""
-        ...
-
-    @property
-    def messages(self) -> Sequence[AnyMessage]:
-        """The messages in progression order."""
+        """The folded state (version, user, system, messages, sessions); before a write, what it will be."""
         ...
 
     @property
@@ -106,13 +125,8 @@ class BranchPort(Protocol):
         ...
 
     @property
-    def chat_model(self) -> ChatModel | None:
-        """The default model of the verbs."""
-        ...
-
-    @property
-    def parse_model(self) -> ChatModel | None:
-        """The model that reformats answers for parsing."""
+    def models(self) -> ModelChoice:
+        """The models the verbs use."""
         ...
 
     @property
@@ -125,28 +139,12 @@ class BranchPort(Protocol):
         """Derived data verbs keep between turns, keyed by what it was derived from."""
         ...
 
-    def provider_session(self, provider: str, model: str | None = None) -> str | None:
-        """The provider session to resume for ``provider`` (and ``model``), if one is bound."""
-        ...
-
     def require_writable(self) -> None:
         """Raise ``UsageError`` when the branch is a read-only view of the past."""
         ...
 
-    def require_chat_model(self, given: ChatModel | None = None) -> ChatModel:
-        """``given``, else the branch's chat model; ``UsageError`` (saying why) when neither is set."""
-        ...
-
-    def use_chat_model(self, model: ChatModel) -> None:
-        """Make ``model`` the branch's chat model from now on (``run`` replaces the model)."""
-        ...
-
     def poll_control(self) -> LoopControl | None:
         """The loop directive set since the last poll (polling clears it)."""
-        ...
-
-    def messages_by_ids(self, ids: Iterable[str]) -> list[AnyMessage]:
-        """The branch's messages with these ids, in that order; ``UsageError`` for an unknown id."""
         ...
 
     async def gather_context(self, instruction: Instruction) -> ContextReport:
@@ -163,6 +161,34 @@ class BranchPort(Protocol):
     ) -> list[RecordedEvent]:
         """Run a kernel command on the branch; return the recorded events."""
         ...
+
+
+def messages_by_ids(state: BranchState, ids: Iterable[str]) -> list[AnyMessage]:
+    """The branch's messages with these ids, in that order.
+
+    Raises:
+        UsageError: an id names no message of the branch.
+    """
+    from turnlog.kernel._errors import UsageError
+
+    wanted = list(ids)
+    by_id = {m.id: m for m in state.messages}
+    missing = [i for i in wanted if i not in by_id]
+    if missing:
+        raise UsageError(f"progression names messages that are not in branch {state.branch_id}: {missing}")
+    return [by_id[i] for i in wanted]
+
+
+def provider_session(state: BranchState, provider: str, model: str | None = None) -> str | None:
+    """The provider session to resume for ``provider`` (and ``model``), if one is bound.
+
+    Without ``model``, the most recently bound session of the provider.
+    """
+    sessions = state.provider_sessions
+    if model is not None:
+        return sessions.get((provider, model))
+    found = [sid for (p, _), sid in sessions.items() if p == provider]
+    return found[-1] if found else None
 
 
 class VerbPort(BranchPort, Protocol):

@@ -30,13 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["run", "run_and_collect"]
 
 
-def _stream_model(chat_model: Any) -> Any:
-    """A model object that can stream as it is; anything else resolved like any chat model."""
-    if chat_model is None or callable(getattr(chat_model, "stream", None)):
-        return chat_model
-    return resolve_model(chat_model)
-
-
 def run(
     branch: BranchPort,
     instruction: Any = "",
@@ -90,7 +83,7 @@ def run(
     """
     from turnlog.kernel.operations.run import run as run_operation
 
-    model = _stream_model(chat_model)
+    model = resolve_model(chat_model)
     imodel_kw = dict(kwargs)
     if timeout is not None:
         imodel_kw["timeout"] = timeout
@@ -140,7 +133,7 @@ async def run_and_collect(
     from turnlog.kernel.operations.run import run_and_collect as collect
 
     num_parse_retries = capped_parse_retries(num_parse_retries)
-    model = _stream_model(chat_model)
+    model = resolve_model(chat_model)
     imodel_kw = {k: v for k, v in kwargs.items() if k != "timeout" or v is not None}
     param = RunParam(
         guidance=guidance,
@@ -161,7 +154,7 @@ async def run_and_collect(
         parse_param = ParseParam(
             response_format=response_format,
             max_retries=num_parse_retries,
-            imodel=branch.parse_model if chosen is None else chosen,
+            imodel=branch.models.parse_or(chosen),
         )
     return await collect(
         branch,

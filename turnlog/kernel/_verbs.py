@@ -187,7 +187,7 @@ async def communicate(
         parse_param = ParseParam(
             response_format=response_format,
             max_retries=num_parse_retries,
-            imodel=or_default(resolve_model(parse_model), branch.parse_model),
+            imodel=branch.models.parse_or(resolve_model(parse_model)),
         )
     async with observed_run.using(branch, "communicate", model) as run:
         run.result = await communicate_operation(
@@ -245,7 +245,7 @@ async def parse(
         max_retries=max_retries,
         fuzzy_match=fuzzy_match,
         similarity_threshold=similarity_threshold,
-        imodel=or_default(resolve_model(parse_model), branch.parse_model),
+        imodel=branch.models.parse_or(resolve_model(parse_model)),
     )
     return await parse_operation(branch, text, param, return_res_message=return_res_message)
 

@@ -5,6 +5,7 @@ from ._claude_code import ClaudeCodeModel
 from ._cli_errors import ExitStatus
 from ._cli_process import CLIProcess, Diagnostic, NDJSONFramer
 from ._codex import CodexModel
+from ._contract import BaseChatModel, ModelProfile, as_chat_model
 from ._errors import (
     AuthenticationError,
     CLIError,
@@ -47,6 +48,9 @@ from ._types import (
 )
 
 __all__ = [
+    "BaseChatModel",
+    "ModelProfile",
+    "as_chat_model",
     "CLIAgentModel",
     "CLIEventParser",
     "CLIProcess",

@@ -31,6 +31,7 @@ import orjson
 from turnlog._errors import UsageError
 
 from ._codec import Assembly, Codec, StreamFault, WireError
+from ._contract import BaseChatModel, ModelProfile
 from ._errors import (
     MissingAPIKey,
     ModelRequestsBlocked,
@@ -85,7 +86,7 @@ def result_chunk(answer: ModelResponse) -> StreamChunk:
     )
 
 
-class HTTPChatModel:
+class HTTPChatModel(BaseChatModel):
     """A client of one model API over HTTP; subclasses name the API's ``codec`` and defaults.
 
     Args:
@@ -175,6 +176,16 @@ class HTTPChatModel:
     def endpoint(self) -> str:
         """The endpoint recorded with each call (the codec's, e.g. ``chat/completions``)."""
         return self.codec.endpoint
+
+    @property
+    def profile(self) -> ModelProfile:
+        """Streams its deltas (``streams_chunks``), records the codec's endpoint, takes ``request_params``."""
+        return ModelProfile(
+            streams_chunks=self.streams_chunks,
+            endpoint=self.endpoint,
+            request_params=self.request_params,
+            transport=type(self).__name__,
+        )
 
     @property
     def url(self) -> str:

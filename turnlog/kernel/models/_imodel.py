@@ -35,6 +35,7 @@ import httpx
 from turnlog._errors import UsageError
 
 from ._anthropic import ANTHROPIC_BASE_URL, AnthropicModel
+from ._contract import BaseChatModel, ModelProfile, as_chat_model
 from ._errors import ProviderError
 from ._fingerprint import public_params, request_fingerprint
 from ._gemini_api import GEMINI_BASE_URL, GeminiAPIModel
@@ -118,7 +119,7 @@ def _load_cli_class(provider: str) -> type[Any]:
         ) from exc
 
 
-class iModel:
+class iModel(BaseChatModel):
     """A model handle: provider, model, default parameters and the transport behind them.
 
     Args:
@@ -242,6 +243,31 @@ class iModel:
         return MappingProxyType(self._params)
 
     @property
+    def profile(self) -> ModelProfile:
+        """What the model behind this handle can do (``ModelProfile``), from its provider and parameters."""
+        transport = type(self._backend).__name__
+        if self.is_cli:
+            behind = as_chat_model(self._backend).profile
+            return ModelProfile(
+                is_cli=True,
+                endpoint="cli",
+                default_params=self.params,
+                system_prompt_option=behind.system_prompt_option,
+                cwd=behind.cwd,
+                transport=transport,
+            )
+        defaults = self.stream_defaults
+        return ModelProfile(
+            streams_chunks=self.streams_chunks,
+            endpoint=self.endpoint,
+            stream=defaults.get("stream", False),
+            stream_persist=defaults.get("stream_persist", False),
+            request_params=self.request_params,
+            default_params=self.params,
+            transport=transport,
+        )
+
+    @property
     def backend(self) -> Any:
         """The provider object doing the work (``OpenAIChatModel`` or a CLI model)."""
         return self._backend
@@ -259,7 +285,7 @@ class iModel:
 
     async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
         """Send one request to an API provider (defaults merged); see ``OpenAIChatModel.invoke``."""
-        if self.is_cli and not hasattr(self._backend, "invoke"):
+        if self.is_cli and as_chat_model(self._backend).profile.is_cli:
             raise ProviderError(
                 f"{self.provider} is a CLI agent provider: use stream(prompt)",
                 provider=self.provider,

@@ -23,9 +23,10 @@ from turnlog._errors import UsageError
 from ._cli_errors import classify_cli_failure, cli_failure
 from ._cli_process import CLIProcess, Diagnostic
 from ._cli_sessions import cli_home, shown_path
-from ._errors import CLIError, CLINotFound
+from ._contract import BaseChatModel, ModelProfile
+from ._errors import CLIError, CLINotFound, ProviderError
 from ._secrets import Scrubber
-from ._types import StreamChunk
+from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk
 
 __all__ = ["CLIAgentModel", "CLIEventParser", "resolve_executable", "usage_dict"]
 
@@ -136,7 +137,7 @@ def _absolute(path: str | os.PathLike[str] | None) -> str:
 _COMMON_OPTIONS = frozenset({"cwd", "env", "extra_args", "model"})
 
 
-class CLIAgentModel:
+class CLIAgentModel(BaseChatModel):
     """Base of the CLI agent providers: argv building, spawning, chunk normalization, errors.
 
     A subclass sets ``provider``, ``env_var`` and ``default_executable`` and implements
@@ -188,6 +189,25 @@ class CLIAgentModel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
+
+    @property
+    def profile(self) -> ModelProfile:
+        """A CLI agent: driven by ``stream``, recorded as ``cli``, with its system-prompt option and cwd."""
+        return ModelProfile(
+            is_cli=True,
+            endpoint="cli",
+            system_prompt_option=self.system_prompt_option,
+            cwd=self.cwd,
+            transport=type(self).__name__,
+        )
+
+    async def invoke(self, request: ModelRequest, *, on_chunk: ChunkSink | None = None) -> ModelResponse:
+        """A CLI agent takes no request/response call: ``ProviderError`` pointing at ``stream``."""
+        raise ProviderError(
+            f"{self.provider} is a CLI agent provider: use stream(prompt)",
+            provider=self.provider,
+            model=self.model,
+        )
 
     def build_args(
         self, prompt: str, *, resume: str | None, model: str, options: Mapping[str, Any]

@@ -97,7 +97,7 @@ def clamp_extensions(max_extensions: int | None) -> int:
 
 
 def _last_response_text(branch: VerbPort) -> str | None:
-    for message in reversed(branch.messages):
+    for message in reversed(branch.state.messages):
         if isinstance(message, AssistantResponse):
             return message.response
     return None

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from turnlog.kernel._port import provider_session
+
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
 
@@ -88,7 +90,7 @@ def plan_session(
 ) -> SessionPlan:
     """Decide resume and working directory (see the module docstring); sets ``options["cwd"]``."""
     asked = options.get("cwd")
-    bound = branch.provider_session(provider, model)
+    bound = provider_session(branch.state, provider, model)
     bound_cwd = branch.state.provider_cwd(provider, model) if bound else None
     if resume is not None:
         cwd = asked or bound_cwd if resume == bound else asked

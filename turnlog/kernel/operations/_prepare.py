@@ -120,7 +120,7 @@ def build_instruction(branch: BranchPort, instruction: Any, param: ChatParam) ->
         response_format=schema,
         images=list(param.images),
         image_detail=param.image_detail if param.images else None,
-        sender=param.sender or branch.user or "user",
+        sender=param.sender or branch.state.user or "user",
         recipient=param.recipient or branch.id,
     )
 

@@ -21,7 +21,7 @@ from turnlog.kernel._commands import AddMessages, BindProviderSession
 from turnlog.kernel._context import PromptContext
 from turnlog.kernel._lifecycle import RunScope, current_run
 from turnlog.kernel._persist import ChunkLog
-from turnlog.kernel.models import ModelRequest, public_params, request_fingerprint
+from turnlog.kernel.models import BaseChatModel, ModelRequest, public_params, request_fingerprint
 from turnlog.kernel.operations._cli_prompt import CLIPrompt
 from turnlog.kernel.operations._cli_session import SessionPlan
 from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled
@@ -29,7 +29,7 @@ from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCall
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
 
-__all__ = ["VERB", "RunState", "model_cwd", "system_option"]
+__all__ = ["VERB", "RunState"]
 
 _log = logging.getLogger("turnlog.kernel.run")
 
@@ -40,33 +40,12 @@ def _json(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=str))
 
 
-def _attribute(model: Any, name: str) -> Any:
-    """``name`` of the CLI model behind ``model``: itself, a wrapper's ``inner``, an iModel's backend."""
-    for outer in (model, getattr(model, "inner", None)):
-        for candidate in (outer, getattr(outer, "_backend", None)):
-            value = getattr(candidate, name, None)
-            if value is not None:
-                return value
-    return None
-
-
-def system_option(model: Any) -> str | None:
-    """The model's system-prompt option (see ``CLIAgentModel.system_prompt_option``), if any."""
-    option = _attribute(model, "system_prompt_option")
-    return option if isinstance(option, str) else None
-
-
-def model_cwd(model: Any) -> Any:
-    """The working directory the model was made with, if any."""
-    return _attribute(model, "cwd")
-
-
 @dataclass(slots=True)
 class RunState:
     """One run: what it sends, what it has received, and how it records both."""
 
     branch: BranchPort
-    model: Any
+    model: BaseChatModel
     run_id: str
     scope: RunScope
     provider: str
@@ -91,7 +70,7 @@ class RunState:
 
     def stream_options(self) -> dict[str, Any]:
         options = dict(self.options)
-        option = system_option(self.model)
+        option = self.model.profile.system_prompt_option
         if self.prompt.system and option and option not in options:
             options[option] = self.prompt.system
         return options

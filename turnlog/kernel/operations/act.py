@@ -158,7 +158,7 @@ def _calls(branch: BranchPort, items: Sequence[Any]) -> list[_Call]:
             continue
         name, arguments, call_id = item
         request = ActionRequest.create(
-            name, arguments, call_id=call_id, sender=branch.id, recipient=branch.user or "user"
+            name, arguments, call_id=call_id, sender=branch.id, recipient=branch.state.user or "user"
         )
         calls.append(_Call(request, False))
     return calls

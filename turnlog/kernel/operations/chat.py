@@ -30,12 +30,14 @@ from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import current_run
 from turnlog.kernel._options import check_request_params
 from turnlog.kernel._params import ChatParam
+from turnlog.kernel._port import messages_by_ids
 from turnlog.kernel.models import (
-    ChatModel,
+    BaseChatModel,
     ChunkSink,
     ModelRequest,
     ModelResponse,
     StreamChunk,
+    as_chat_model,
     public_params,
     request_fingerprint,
 )
@@ -46,12 +48,6 @@ if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
 
 __all__ = ["Exchange", "chat", "exchange"]
-
-
-def _prepared(model: ChatModel, request: ModelRequest) -> ModelRequest:
-    """The request as the model will send it (its default parameters merged in), if it says."""
-    prepare = getattr(model, "prepare", None)
-    return prepare(request) if callable(prepare) else request
 
 
 def _json_params(params: Any) -> dict[str, Any]:
@@ -85,7 +81,7 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     Nothing is recorded here: the caller decides what to append.
     """
     branch.require_writable()
-    model = branch.require_chat_model(param.imodel)
+    model = as_chat_model(branch.models.require_chat(param.imodel))
     params = dict(param.imodel_kw)
     stream, persist = _stream_options(model, params)
     owner = current_run(branch.id)  # name the verb the caller called (operate, not its communicate)
@@ -95,15 +91,15 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     history_version: int | None = None
     history: Sequence[AnyMessage]
     if param.progression is not None:
-        history = branch.messages_by_ids(param.progression)
+        history = messages_by_ids(branch.state, param.progression)
         cached = False
     else:
-        history = branch.messages
+        history = branch.state.messages
         cached = True
         # The branch's own view is named by its version (O(1) per call) instead of listing
         # every id again. Before the first write the view is the one version 1 will hold.
-        history_version = max(branch.version, 1)
-    prompt = assemble(branch.prompt_cache, history, branch.system, ins, report.blocks, cached=cached)
+        history_version = max(branch.state.version, 1)
+    prompt = assemble(branch.prompt_cache, history, branch.state.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
     tools = [dict(t) for t in param.tool_schemas] or None
     request = ModelRequest(
@@ -114,16 +110,16 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
         message_ids=prompt.message_ids,
         stream=stream,
     )
-    sent = _prepared(model, request)
+    sent = model.prepare(request)
     run = current_run(branch.id)
     call_id = str(uuid7())
     started = time.perf_counter()
     error: Exception | None = None
     response: ModelResponse | None = None
     try:
-        if stream and getattr(model, "streams_chunks", False) is True:
+        if stream and model.profile.streams_chunks:
             async with _chunk_sink(branch, call_id, persist) as sink:
-                response = await model.invoke(request, on_chunk=sink)  # type: ignore[call-arg]
+                response = await model.invoke(request, on_chunk=sink)
         else:
             response = await model.invoke(request)
     except Exception as exc:
@@ -131,10 +127,10 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     latency = (time.perf_counter() - started) * 1000
     called = ModelCalled(
         call_id=call_id,
-        provider=str(getattr(model, "provider", "") or ""),
-        model=str(getattr(model, "model", "") or ""),
-        endpoint=str(getattr(model, "endpoint", "chat/completions")),
-        served_model=_served(response, str(getattr(model, "model", "") or "")),
+        provider=model.provider,
+        model=model.model,
+        endpoint=model.profile.endpoint,
+        served_model=_served(response, model.model),
         verb=verb,
         run_id=run.run_id if run is not None else None,
         message_ids=prompt.message_ids if history_version is None else [],
@@ -143,7 +139,7 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
         params=_json_params(sent.params),
         tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
         response_format=schema_name,
-        fingerprint=request_fingerprint(sent, model=str(getattr(model, "model", ""))),
+        fingerprint=request_fingerprint(sent, model=model.model),
         context_providers=report.fired_names,
         response=response.raw if response is not None else None,
         usage=_usage(response),
@@ -170,17 +166,16 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
         # The provider's signed reasoning must go back with this turn (Anthropic thinking blocks).
         metadata["thinking_blocks"] = list(response.reasoning)
     res = AssistantResponse.create(
-        response.text, sender=branch.id, recipient=branch.user or "user", metadata=metadata
+        response.text, sender=branch.id, recipient=branch.state.user or "user", metadata=metadata
     )
     return Exchange(ins, res, called, None, response)
 
 
-def _stream_options(model: Any, params: dict[str, Any]) -> tuple[bool, bool]:
+def _stream_options(model: BaseChatModel, params: dict[str, Any]) -> tuple[bool, bool]:
     """``stream`` and ``stream_persist`` taken out of the call's parameters (else the model's defaults)."""
-    defaults = getattr(model, "stream_defaults", None)
-    defaults = defaults if isinstance(defaults, dict) else {}
-    stream = params.pop("stream", defaults.get("stream", False))
-    persist = params.pop("stream_persist", defaults.get("stream_persist", False))
+    profile = model.profile
+    stream = params.pop("stream", profile.stream)
+    persist = params.pop("stream_persist", profile.stream_persist)
     for name, value in (("stream", stream), ("stream_persist", persist)):
         if not isinstance(value, bool):
             raise UsageError(f"{name} must be True or False, not {value!r}")

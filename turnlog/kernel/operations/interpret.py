@@ -6,10 +6,10 @@ Nothing is recorded as a message; the model call is recorded (``model.called`` w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnlog.kernel._params import ChatParam
+from turnlog.kernel.models import as_chat_model
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
@@ -55,8 +55,9 @@ async def interpret(
     if sample_writing:
         guidance += f" Sample writing: {sample_writing}"
     model = resolve_model(interpret_model)
-    defaults = getattr(model if model is not None else getattr(branch, "chat_model", None), "params", None)
-    given = {*kwargs, *(defaults if isinstance(defaults, Mapping) else ())}
+    chosen = model if model is not None else branch.models.chat
+    defaults = as_chat_model(chosen).profile.default_params if chosen is not None else {}
+    given = {*kwargs, *defaults}
     params = dict(kwargs)
     if not given & _SAMPLING:
         params["temperature"] = 0.1

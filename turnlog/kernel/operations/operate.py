@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, create_model
 from turnlog.kernel._errors import ResponseParseError, UsageError
 from turnlog.kernel._params import ChatParam, Middle, ParseParam, RunParam
 from turnlog.kernel._tools import ActionParam, ToolRegistry
+from turnlog.kernel.models import as_chat_model
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse
 
 if TYPE_CHECKING:
@@ -105,12 +106,9 @@ def operative_models(
     return request, response
 
 
-def is_cli_model(model: Any) -> bool:
-    """True for a CLI agent model (driven by streams, not by request/response calls)."""
-    flag = getattr(model, "is_cli", None)
-    if isinstance(flag, bool):
-        return flag
-    return model is not None and hasattr(model, "stream") and not hasattr(model, "invoke")
+def is_cli_model(model: object) -> bool:
+    """True for a CLI agent model (driven by streams, not by request/response calls): its profile says."""
+    return model is not None and as_chat_model(model).profile.is_cli
 
 
 def default_middle(branch: BranchPort, chat_param: ChatParam) -> Middle:
@@ -119,7 +117,7 @@ def default_middle(branch: BranchPort, chat_param: ChatParam) -> Middle:
     Raises:
         UsageError: a CLI model, but the CLI Middle is not available.
     """
-    model = chat_param.imodel if chat_param.imodel is not None else branch.chat_model
+    model = chat_param.imodel if chat_param.imodel is not None else branch.models.chat
     if isinstance(chat_param, RunParam) or is_cli_model(model):
         try:
             from turnlog.kernel.operations.run import run_and_collect
@@ -151,7 +149,7 @@ def _all_optional(model: type[BaseModel]) -> bool:
 
 def _native_calls(branch: BranchPort, before: set[str]) -> list[dict[str, Any]]:
     """Tool calls the model made natively in the exchange, not yet run by the Middle."""
-    new = [m for m in branch.messages if m.id not in before]
+    new = [m for m in branch.state.messages if m.id not in before]
     answered = {m.content.call_id for m in new if isinstance(m, ActionRequest) and m.content.call_id}
     calls: list[dict[str, Any]] = []
     for message in new:
@@ -249,10 +247,10 @@ async def operate(
             # A bare operative (no caller format) is not worth reformat requests: free text
             # or native tool calls are read as they are.
             max_retries=num_parse_retries if response_format is not None else 0,
-            imodel=parse_model if parse_model is not None else branch.parse_model,
+            imodel=branch.models.parse_or(parse_model),
         )
     chosen = middle if middle is not None else default_middle(branch, chat_param)
-    before = {m.id for m in branch.messages}
+    before = {m.id for m in branch.state.messages}
     result = await chosen(branch, instruction, chat_param, parse_param, clear_messages, skip_validation)
     if skip_validation:
         return result

@@ -255,7 +255,7 @@ async def parse(
         last_error = exc
     from turnlog.kernel.operations.chat import chat
 
-    model = parse_param.imodel if parse_param.imodel is not None else branch.parse_model
+    model = branch.models.parse_or(parse_param.imodel)
     param = ChatParam(
         guidance=_REFORMAT,
         context=[text],

@@ -55,16 +55,18 @@ from turnlog.kernel._persist import (
     write_snapshot_file,
 )
 from turnlog.kernel.models import (
+    BaseChatModel,
     CLIError,
     ProviderError,
     ProviderTimeout,
     StreamChunk,
+    as_chat_model,
 )
 from turnlog.kernel.models._cli_errors import classify_stream_error
 from turnlog.kernel.operations._cli_prompt import cli_prompt
 from turnlog.kernel.operations._cli_session import SessionPlan, plan_session
 from turnlog.kernel.operations._prepare import build_instruction, response_schema
-from turnlog.kernel.operations._run_state import VERB, RunState, model_cwd, system_option
+from turnlog.kernel.operations._run_state import VERB, RunState
 from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
@@ -91,19 +93,19 @@ CLI_HINT = (
 )
 
 
-def streaming_model(model: Any) -> Any:
-    """``model`` when it is a CLI agent that can stream; else ``ValueError`` with a hint."""
+def streaming_model(model: object) -> BaseChatModel:
+    """``model`` (seen through the contract) when it is a CLI agent; else ``ValueError`` with a hint."""
     if model is None:
         raise UsageError(
             f"run operation only supports CLI endpoints, but the branch has no chat model. {CLI_HINT}"
         )
-    is_cli = getattr(model, "is_cli", None)
-    if is_cli is False or not callable(getattr(model, "stream", None)):
-        provider = getattr(model, "provider", type(model).__name__)
+    contract = as_chat_model(model)
+    if not contract.profile.is_cli:
+        provider = contract.provider or type(model).__name__
         raise UsageError(
             f"run operation only supports CLI endpoints, but got provider={provider!r}. {CLI_HINT}"
         )
-    return model
+    return contract
 
 
 async def run(
@@ -131,24 +133,23 @@ async def run(
     """
     branch.require_writable()
     if param.imodel is not None:
-        branch.use_chat_model(param.imodel)  # run() replaces the branch's model, as the facade says
-    model = streaming_model(branch.chat_model)
+        branch.models.use_chat(param.imodel)  # run() replaces the branch's model, as the facade says
+    model = streaming_model(branch.models.chat)
     options = dict(param.imodel_kw)
     check_request_params(model, options, verb="run")  # a misspelt option never reaches the CLI
     timeout = options.pop("timeout", None)
-    provider = str(getattr(model, "provider", "") or "")
-    model_name = str(getattr(model, "model", "") or "")
-    plan = plan_session(branch, provider, model_name, options, model_cwd(model), options.pop("resume", None))
+    provider, model_name = model.provider, model.model
+    plan = plan_session(branch, provider, model_name, options, model.profile.cwd, options.pop("resume", None))
     ins = build_instruction(branch, instruction, param)
     if branch.state.message(ins.id) is not None:
         raise UsageError(f"instruction {ins.id} is recorded in branch {branch.id} already; pass a new one")
     context = await prompt_context(branch, ins)  # providers' text: in the guidance, never recorded
     prompt = cli_prompt(
-        branch.messages,
-        branch.system,
+        branch.state.messages,
+        branch.state.system,
         ins,
         resume=plan.resume,
-        system_option=system_option(model),
+        system_option=model.profile.system_prompt_option,
         extra_guidance=(context.text,),
     )
     if plan.note is not None:
@@ -172,7 +173,7 @@ async def run(
                 plan=plan,
                 prompt=prompt,
                 options=options,
-                assembler=StreamAssembler(branch_id=branch.id, user=branch.user, run_id=run_id),
+                assembler=StreamAssembler(branch_id=branch.id, user=branch.state.user, run_id=run_id),
                 started=time.perf_counter(),
                 response_format=response_schema(param.response_format)[1],
                 fallback=plan.fallback,
@@ -274,11 +275,11 @@ def _fall_back(state: RunState, reason: str) -> None:
     state.plan = SessionPlan(None, plan.cwd, reason, previous, plan.note)
     state.fallback = reason
     state.prompt = cli_prompt(
-        [m for m in state.branch.messages if m.id != state.ins.id],
-        state.branch.system,
+        [m for m in state.branch.state.messages if m.id != state.ins.id],
+        state.branch.state.system,
         state.ins,
         resume=None,
-        system_option=system_option(state.model),
+        system_option=state.model.profile.system_prompt_option,
         extra_guidance=(state.context.text,),
     )
     marker = StreamChunk("system", metadata={"resume_fallback": reason, "previous_session": previous})
