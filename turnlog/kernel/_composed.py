@@ -12,16 +12,15 @@ Lifecycles: ``operate`` and ``ReAct`` each own one observed run; ``act``, ``inte
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from turnlog.kernel._lifecycle import observed_run
 from turnlog.kernel._model_config import resolve_model
-from turnlog.kernel._params import ChatParam, Middle, RunParam, instruct_value
+from turnlog.kernel._params import ChatParam, Middle, RunParam, build_chat_param, instruct_value
 from turnlog.kernel._removed import check_removed
 from turnlog.kernel._tools import ActionParam, Authorize
-from turnlog.kernel._verbs import build_chat_param, check_format
+from turnlog.kernel._verbs import check_format
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort, VerbPort
@@ -161,14 +160,13 @@ async def operate(
         action_strategy = instruct_value(instruct, "action_strategy") or action_strategy
     branch.require_writable()
     check_format(response_format)  # a format no request can carry: refused before the run
-    model = resolve_model(chat_model)
     param: ChatParam = build_chat_param(
         guidance=guidance,
         context=context,
         sender=sender,
         recipient=recipient,
         progression=progression,
-        imodel=model,
+        chat_model=chat_model,
         tool_schemas=tool_schemas,
         images=images,
         image_detail=image_detail,
@@ -176,14 +174,13 @@ async def operate(
         imodel_kw=kwargs,
     )
     if stream_persist or persist_dir is not None or snapshot_dir is not None:
-        fields = {f.name: getattr(param, f.name) for f in dataclasses.fields(ChatParam)}
-        param = RunParam(
-            **fields, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
+        param = RunParam.from_chat(
+            param, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
         )
     action_param = ActionParam(strategy=action_strategy, suppress_errors=suppress_errors, authorize=authorize)
     if middle is None:  # chosen before the run starts: a missing adapter writes nothing
         middle = default_middle(branch, param)
-    async with observed_run.using(branch, "operate", model) as run:
+    async with observed_run.using(branch, "operate", param.imodel) as run:
         run.result = await operate_operation(
             branch,
             instruction if instruction is not None else "",

@@ -1,19 +1,26 @@
 """Parameter objects passed from the Branch facade to the verbs, and the ``Middle`` seam.
 
 They are frozen, slotted dataclasses whose declared defaults really apply: a field the
-caller leaves out has exactly the default written here.
+caller leaves out has exactly the default written here. Each one is built in one place:
+``build_chat_param`` (a verb's keyword arguments, where the seed's model names ``imodel=``
+and ``chat_model=`` meet in the one field ``imodel``), ``RunParam.from_chat`` (a chat
+parameter object plus the run's own fields) and ``build_parse_param`` (the one rule
+"the given parse model, else the branch's").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
 
+from turnlog.kernel._model_config import resolve_model
+
 if TYPE_CHECKING:
-    from turnlog.kernel._port import BranchPort
+    from turnlog.kernel._port import BranchPort, ModelChoice
     from turnlog.kernel.models import ChatModel
 
 __all__ = [
@@ -22,6 +29,8 @@ __all__ = [
     "Middle",
     "ParseParam",
     "RunParam",
+    "build_chat_param",
+    "build_parse_param",
     "capped_parse_retries",
     "instruct_value",
 ]
@@ -112,6 +121,34 @@ class RunParam(ChatParam):
     persist_dir: str | None = None
     snapshot_dir: str | None = None
 
+    @classmethod
+    def from_chat(
+        cls,
+        chat_param: ChatParam,
+        *,
+        stream_persist: bool = False,
+        persist_dir: str | os.PathLike[str] | None = None,
+        snapshot_dir: str | os.PathLike[str] | None = None,
+    ) -> RunParam:
+        """``chat_param`` with the run's own fields: the one copy of a ``ChatParam`` into a ``RunParam``.
+
+        A ``RunParam`` given without run fields is returned as it is.
+        """
+        if (
+            isinstance(chat_param, RunParam)
+            and not stream_persist
+            and persist_dir is None
+            and snapshot_dir is None
+        ):
+            return chat_param
+        fields = {f.name: getattr(chat_param, f.name) for f in dataclasses.fields(ChatParam)}
+        return cls(
+            **fields,
+            stream_persist=stream_persist,
+            persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
+            snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ParseParam:
@@ -139,6 +176,40 @@ class ParseParam:
     def with_updates(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied; unknown names raise ``TypeError``."""
         return dataclasses.replace(self, **changes)
+
+
+def build_chat_param(*, chat_model: Any = None, **fields: Any) -> ChatParam:
+    """A ``ChatParam`` from a verb's keyword arguments; None means "the field's default".
+
+    The seed names the model ``imodel=`` in ``chat`` and ``chat_model=`` in ``communicate``,
+    ``operate`` and ``run``: both land in the field ``imodel``, resolved here (a model object,
+    a ``"provider/model"`` string or a config). Sequences become tuples.
+
+    Raises:
+        TypeError: a name that is no field (request parameters go in ``imodel_kw``).
+    """
+    given = {k: v for k, v in fields.items() if v is not None}
+    if chat_model is not None:
+        given["imodel"] = chat_model
+    if "imodel" in given:
+        given["imodel"] = resolve_model(given["imodel"])
+    for name in ("tool_schemas", "images"):
+        if name in given:
+            given[name] = tuple(given[name])
+    return ChatParam(**given)
+
+
+def build_parse_param(
+    models: ModelChoice, response_format: Any, *, parse_model: Any = None, **fields: Any
+) -> ParseParam:
+    """A ``ParseParam`` for ``response_format``: the one rule "``parse_model``, else the branch's parse model".
+
+    ``parse_model`` is resolved like any model (``is None``, not truthiness: a model object
+    may be falsy); ``fields`` are the other ``ParseParam`` fields.
+    """
+    return ParseParam(
+        response_format=response_format, imodel=models.parse_or(resolve_model(parse_model)), **fields
+    )
 
 
 class Middle(Protocol):

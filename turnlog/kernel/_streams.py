@@ -19,8 +19,7 @@ import os
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from turnlog.kernel._model_config import resolve_model
-from turnlog.kernel._params import ParseParam, RunParam, capped_parse_retries
+from turnlog.kernel._params import RunParam, build_chat_param, build_parse_param, capped_parse_retries
 from turnlog.kernel._persist import PersistOptions
 from turnlog.projections import AnyMessage
 
@@ -83,23 +82,22 @@ def run(
     """
     from turnlog.kernel.operations.run import run as run_operation
 
-    model = resolve_model(chat_model)
     imodel_kw = dict(kwargs)
     if timeout is not None:
         imodel_kw["timeout"] = timeout
-    param = RunParam(
+    chat_param = build_chat_param(
         guidance=guidance,
         context=context,
         sender=sender,
         recipient=recipient,
         response_format=response_format,
-        images=tuple(images or ()),
+        images=images,
         image_detail=image_detail,
-        imodel=model,
+        chat_model=chat_model,
         imodel_kw=imodel_kw,
-        stream_persist=stream_persist,
-        persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
-        snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+    )
+    param = RunParam.from_chat(
+        chat_param, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
     )
     return run_operation(branch, instruction, param, persist=persist_options)
 
@@ -133,28 +131,23 @@ async def run_and_collect(
     from turnlog.kernel.operations.run import run_and_collect as collect
 
     num_parse_retries = capped_parse_retries(num_parse_retries)
-    model = resolve_model(chat_model)
     imodel_kw = {k: v for k, v in kwargs.items() if k != "timeout" or v is not None}
-    param = RunParam(
+    chat_param = build_chat_param(
         guidance=guidance,
         context=context,
         sender=sender,
         recipient=recipient,
         response_format=response_format,
-        imodel=model,
+        chat_model=chat_model,
         imodel_kw=imodel_kw,
-        stream_persist=stream_persist,
-        persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
-        snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+    )
+    param = RunParam.from_chat(
+        chat_param, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
     )
     parse_param = None
     if response_format is not None and not skip_validation:
-        # `is None`, not truthiness: a supplied model object that is falsy is still used
-        chosen = resolve_model(parse_model)
-        parse_param = ParseParam(
-            response_format=response_format,
-            max_retries=num_parse_retries,
-            imodel=branch.models.parse_or(chosen),
+        parse_param = build_parse_param(
+            branch.models, response_format, parse_model=parse_model, max_retries=num_parse_retries
         )
     return await collect(
         branch,

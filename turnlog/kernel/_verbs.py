@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from turnlog.kernel._errors import UsageError
 from turnlog.kernel._lifecycle import observed_run
-from turnlog.kernel._model_config import resolve_model
-from turnlog.kernel._params import ChatParam, ParseParam, capped_parse_retries
+from turnlog.kernel._params import ChatParam, build_chat_param, build_parse_param, capped_parse_retries
 from turnlog.kernel._removed import check_removed
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
-    from turnlog.kernel.models import ChatModel
     from turnlog.projections import AssistantResponse, Instruction
 
-__all__ = ["build_chat_param", "chat", "chat_and_record", "communicate", "or_default", "parse"]
+__all__ = ["chat", "chat_and_record", "check_format", "communicate", "parse"]
 
 
 @overload
@@ -126,7 +124,7 @@ async def chat_and_record(branch: BranchPort, instruction: Any = None, **kwargs:
     request_fields = kwargs.pop("request_fields", None)
     if kwargs.get("response_format") is None and request_fields is not None:
         kwargs["response_format"] = request_fields
-    param = build_chat_param(**_chat_param_kwargs(kwargs))
+    param = build_chat_param(chat_model=kwargs.pop("chat_model", None), **_chat_param_kwargs(kwargs))
     return await record(branch, instruction, param)
 
 
@@ -166,7 +164,6 @@ async def communicate(
     check_removed("communicate", kwargs)
     num_parse_retries = capped_parse_retries(num_parse_retries)
     branch.require_writable()
-    model = resolve_model(chat_model)
     param = build_chat_param(
         guidance=guidance,
         context=context,
@@ -174,7 +171,7 @@ async def communicate(
         recipient=recipient,
         response_format=response_format if response_format is not None else request_fields,
         progression=progression,
-        imodel=model,
+        chat_model=chat_model,
         images=images,
         image_detail=image_detail,
         plain_content=plain_content,
@@ -184,12 +181,10 @@ async def communicate(
     check_format(param.response_format)  # refused before the run starts: nothing recorded
     parse_param = None
     if response_format is not None and not skip_validation:
-        parse_param = ParseParam(
-            response_format=response_format,
-            max_retries=num_parse_retries,
-            imodel=branch.models.parse_or(resolve_model(parse_model)),
+        parse_param = build_parse_param(
+            branch.models, response_format, parse_model=parse_model, max_retries=num_parse_retries
         )
-    async with observed_run.using(branch, "communicate", model) as run:
+    async with observed_run.using(branch, "communicate", param.imodel) as run:
         run.result = await communicate_operation(
             branch,
             instruction,
@@ -239,30 +234,20 @@ async def parse(
     fmt = response_format if response_format is not None else request_type
     if fmt is None:
         raise UsageError("parse() needs response_format=")
-    param = ParseParam(
-        response_format=fmt,
+    param = build_parse_param(
+        branch.models,
+        fmt,
+        parse_model=parse_model,
         handle_validation=handle_validation,
         max_retries=max_retries,
         fuzzy_match=fuzzy_match,
         similarity_threshold=similarity_threshold,
-        imodel=branch.models.parse_or(resolve_model(parse_model)),
     )
     return await parse_operation(branch, text, param, return_res_message=return_res_message)
 
 
 _CHAT_FIELDS = frozenset(f.name for f in dataclasses.fields(ChatParam)) - {"imodel_kw"}
 """The keyword arguments that are ``ChatParam`` fields (the rest are request parameters)."""
-
-
-def build_chat_param(**fields: Any) -> ChatParam:
-    """A ``ChatParam`` of the given fields; None means "the field's default"."""
-    given = {k: v for k, v in fields.items() if v is not None}
-    if "imodel" in given:
-        given["imodel"] = resolve_model(given["imodel"])
-    for name in ("tool_schemas", "images"):
-        if name in given:
-            given[name] = tuple(given[name])
-    return ChatParam(**given)
 
 
 def check_format(fmt: Any) -> None:
@@ -272,14 +257,8 @@ def check_format(fmt: Any) -> None:
     response_schema(fmt)
 
 
-def or_default(model: ChatModel | None, default: ChatModel | None) -> ChatModel | None:
-    """``model`` unless it is None (a model object may be falsy: never test its truth)."""
-    return model if model is not None else default
-
-
 def _chat_param_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``chat``'s keyword arguments split: ``ChatParam`` fields, and the request parameters in ``imodel_kw``."""
     fields = {k: v for k, v in kwargs.items() if k in _CHAT_FIELDS}
-    if "chat_model" in kwargs:
-        fields["imodel"] = kwargs["chat_model"]
-    fields["imodel_kw"] = {k: v for k, v in kwargs.items() if k not in _CHAT_FIELDS and k != "chat_model"}
+    fields["imodel_kw"] = {k: v for k, v in kwargs.items() if k not in _CHAT_FIELDS}
     return fields

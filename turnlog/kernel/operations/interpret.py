@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from turnlog.kernel._params import ChatParam
+from turnlog.kernel._params import build_chat_param
 from turnlog.kernel.models import as_chat_model
 
 if TYPE_CHECKING:
@@ -61,10 +61,7 @@ async def interpret(
     params = dict(kwargs)
     if not given & _SAMPLING:
         params["temperature"] = 0.1
-    param = ChatParam(
-        guidance=guidance,
-        context=[f"User input: {text}"],
-        imodel=model,
-        imodel_kw=params,
+    param = build_chat_param(
+        guidance=guidance, context=[f"User input: {text}"], imodel=model, imodel_kw=params
     )
     return str(await chat(branch, INTERPRET_INSTRUCTION, param, verb="interpret"))

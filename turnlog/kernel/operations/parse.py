@@ -18,7 +18,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from turnlog.kernel._errors import ResponseParseError
-from turnlog.kernel._params import ChatParam, ParseParam
+from turnlog.kernel._params import ParseParam, build_chat_param
 from turnlog.kernel.operations._fields import is_field_spec, spec_model
 from turnlog.kernel.operations._prepare import response_schema
 
@@ -256,7 +256,7 @@ async def parse(
     from turnlog.kernel.operations.chat import chat
 
     model = branch.models.parse_or(parse_param.imodel)
-    param = ChatParam(
+    param = build_chat_param(
         guidance=_REFORMAT,
         context=[text],
         response_format=fmt if fmt is not dict else None,

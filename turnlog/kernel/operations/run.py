@@ -27,7 +27,6 @@ ReAct loop) the lifecycle events are left to the enclosing run, the rest is unch
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -398,13 +397,6 @@ async def _close(iterator: AsyncIterator[StreamChunk] | None, primary: BaseExcep
 # -------------------------------------------------------------------------------- run_and_collect
 
 
-def _as_run_param(chat_param: ChatParam) -> RunParam:
-    if isinstance(chat_param, RunParam):
-        return chat_param
-    fields = {f.name: getattr(chat_param, f.name) for f in dataclasses.fields(ChatParam)}
-    return RunParam(**fields)
-
-
 async def run_and_collect(
     branch: BranchPort,
     instruction: Any,
@@ -427,7 +419,7 @@ async def run_and_collect(
     if clear_messages:
         await branch.execute(ClearMessages())
     texts: list[str] = []
-    async with contextlib.aclosing(run(branch, instruction, _as_run_param(chat_param))) as stream:
+    async with contextlib.aclosing(run(branch, instruction, RunParam.from_chat(chat_param))) as stream:
         async for message in stream:
             if isinstance(message, AssistantResponse) and message.response:
                 texts.append(message.response)
