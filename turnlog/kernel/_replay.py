@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnlog.eventstore import EventStore, RecordedEvent, is_redacted, open_store, redacted_marker
 from turnlog.projections import (
@@ -39,6 +39,9 @@ from turnlog.projections import (
 from ._errors import KernelError, ReplayMismatch
 from .models import ToolCall
 from .testing import RecordedModel
+
+if TYPE_CHECKING:
+    from ._branch import Branch
 
 __all__ = ["AuditReport", "ExecuteReport", "audit_replay", "execute_replay"]
 
@@ -203,126 +206,168 @@ async def execute_replay(store: EventStore, branch_id: str) -> ExecuteReport:
     of that call) is re-executed with ``chat_and_record`` on a scratch branch, served by a
     ``RecordedModel`` armed with the recorded call. Messages recorded without a model call are
     copied as they are. The report holds the first divergence, if any.
-    """
-    from ._branch import Branch  # local: Branch imports this module's layer
-    from ._called import called_message_ids
 
-    states = StateCache(store)  # the calls name their history by version: fold each once
+    In steps: find the next recorded exchange (``_exchange_at``), re-run it
+    (``_Replayer.exchange``) or copy the event (``_Replayer.copy``); stop at the first
+    redacted event (``_redaction_note``) or divergence.
+    """
     events = await _effective_events(store, branch_id)
     if not events:
         raise KernelError(f"branch {branch_id} has no events")
     report = ExecuteReport(branch_id=branch_id)
     state = await rebuild(store, branch_id, snapshots=False)
-    by_id = {m.id: m for m in state.messages}
-    if state.system is not None:
-        by_id[state.system.id] = state.system
-    created = visible_event(events[0]).data
     model = RecordedModel()
     async with open_store("memory://") as scratch:
-        recorded_system = created.get("system")
-        system = message_from_dict(recorded_system) if isinstance(recorded_system, Mapping) else None
-        if system is not None and not isinstance(system, System):
-            raise KernelError(
-                f"branch {branch_id}: branch.created holds a {type(system).__name__} as its system"
-            )
-        scratch_branch = Branch(
-            store=scratch,
-            name=created.get("name"),
-            user=created.get("user"),
-            system=system,
-            chat_model=model,
+        replayer = _Replayer(
+            store, report, model, _scratch_branch(scratch, branch_id, events[0], model), state
         )
-        seen: dict[str, AnyMessage] = {}
-        renamed: dict[str, str] = {}
-        index = 0
         i = 0
         while i < len(events):
-            event = events[i]
-            marker = redacted_marker(event.data) if i else None
-            if marker is not None:
-                report.stopped_at_redaction = (
-                    f"{event.stream} version {event.version} ({event.type}) was redacted "
-                    f"({marker.reason}): the calls from there on cannot be re-executed"
-                )
+            note = _redaction_note(events[i]) if i else None
+            if note is not None:
+                report.stopped_at_redaction = note
                 return report
-            if event.type == "message.added":
-                message = _message_of(event)
-                nxt = events[i + 1] if i + 1 < len(events) else None
-                after = events[i + 2] if i + 2 < len(events) else None
-                if (
-                    isinstance(message, Instruction)
-                    and nxt is not None
-                    and nxt.type == "model.called"
-                    and nxt.data.get("status") == "ok"
-                    and after is not None
-                    and after.type == "message.added"
-                ):
-                    answer = _message_of(after)
-                    if isinstance(answer, AssistantResponse):
-                        index += 1
-                        called = decode_event(nxt)
-                        assert isinstance(called, ModelCalled)
-                        recorded = [
-                            by_id.get(mid) or seen.get(mid)
-                            for mid in await called_message_ids(store, nxt, cache=states)
-                        ]
-                        calls = _tool_calls_of(answer)
-                        model.expect(
-                            called,
-                            index=index,
-                            version=nxt.version,
-                            messages=[m.to_chat() for m in recorded if m is not None],
-                            text=answer.content.text,
-                            tool_calls=calls,
-                            reasoning=_reasoning_of(answer),
-                        )
-                        try:
-                            await scratch_branch.chat_and_record(
-                                message, tool_schemas=message.content.tool_schemas or None
-                            )
-                        except ReplayMismatch as exc:
-                            history = [*scratch_branch.messages, message]
-                            found = _message_differences(history, [m for m in recorded if m is not None])
-                            report.divergence = (
-                                ReplayMismatch(
-                                    exc.actual,
-                                    found[0],
-                                    call_index=exc.call_index,
-                                    expected=exc.expected,
-                                    call_id=exc.call_id,
-                                    version=exc.version,
-                                )
-                                if found
-                                else exc
-                            )
-                            return report
-                        report.calls_replayed += 1
-                        seen[message.id] = message
-                        seen[answer.id] = answer
-                        # The replayed response is a new message; later events name the original.
-                        renamed[answer.id] = scratch_branch.messages[-1].id
-                        i += 3
-                        continue
-                seen[message.id] = message
-                if isinstance(message, System):
-                    await scratch_branch.set_system(message)
-                else:
-                    await scratch_branch.add_message(message)
-                report.messages_copied += 1
-            elif event.type == "model.called":
-                report.calls_skipped += 1
-            elif event.type == "messages.cleared":
-                await scratch_branch.clear_messages()
-            elif event.type == "message.annotated":
-                target = str(event.data["message_id"])
-                await scratch_branch.annotate(
-                    renamed.get(target, target),
-                    event.data.get("metadata") or {},
-                    reason=event.data.get("reason"),
-                )
+            found = _exchange_at(events, i)
+            if found is not None:
+                if not await replayer.exchange(*found):
+                    return report
+                i += 3
+                continue
+            await replayer.copy(events[i])
             i += 1
-        report.final_mismatch = _message_differences(scratch_branch.messages, state.messages)
+        report.final_mismatch = _message_differences(replayer.branch.messages, state.messages)
     return report
+
+
+def _scratch_branch(
+    scratch: EventStore, branch_id: str, first: RecordedEvent, model: RecordedModel
+) -> Branch:
+    """A branch of the scratch store made as ``branch.created`` made the recorded one."""
+    from ._branch import Branch  # local: Branch imports this module's layer
+
+    created = visible_event(first).data
+    recorded_system = created.get("system")
+    system = message_from_dict(recorded_system) if isinstance(recorded_system, Mapping) else None
+    if system is not None and not isinstance(system, System):
+        raise KernelError(f"branch {branch_id}: branch.created holds a {type(system).__name__} as its system")
+    return Branch(
+        store=scratch, name=created.get("name"), user=created.get("user"), system=system, chat_model=model
+    )
+
+
+def _redaction_note(event: RecordedEvent) -> str | None:
+    """Why the replay stops at ``event``: its recorded inputs were redacted (None: they were not)."""
+    marker = redacted_marker(event.data)
+    if marker is None:
+        return None
+    return (
+        f"{event.stream} version {event.version} ({event.type}) was redacted "
+        f"({marker.reason}): the calls from there on cannot be re-executed"
+    )
+
+
+def _exchange_at(
+    events: Sequence[RecordedEvent], i: int
+) -> tuple[Instruction, RecordedEvent, AssistantResponse] | None:
+    """The recorded exchange starting at ``events[i]``: instruction, its ok ``model.called``, the answer."""
+    if events[i].type != "message.added" or i + 2 >= len(events):
+        return None
+    message = _message_of(events[i])
+    called, after = events[i + 1], events[i + 2]
+    if not isinstance(message, Instruction) or called.type != "model.called" or after.type != "message.added":
+        return None
+    if called.data.get("status") != "ok":
+        return None
+    answer = _message_of(after)
+    return (message, called, answer) if isinstance(answer, AssistantResponse) else None
+
+
+class _Replayer:
+    """The scratch branch a replay records to, and what it has seen of the recorded one."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        report: ExecuteReport,
+        model: RecordedModel,
+        branch: Branch,
+        state: BranchState,
+    ) -> None:
+        self.store = store
+        self.report = report
+        self.model = model
+        self.branch = branch
+        self.states = StateCache(store)  # the calls name their history by version: fold each once
+        self.by_id: dict[str, AnyMessage] = {m.id: m for m in state.messages}
+        if state.system is not None:
+            self.by_id[state.system.id] = state.system
+        self.seen: dict[str, AnyMessage] = {}
+        self.renamed: dict[str, str] = {}
+        self.index = 0
+
+    async def exchange(self, message: Instruction, event: RecordedEvent, answer: AssistantResponse) -> bool:
+        """Re-run one recorded exchange; False (the divergence in the report) when the request differs."""
+        from ._called import called_message_ids
+
+        self.index += 1
+        called = decode_event(event)
+        assert isinstance(called, ModelCalled)
+        ids = await called_message_ids(self.store, event, cache=self.states)
+        recorded = [m for m in (self.by_id.get(mid) or self.seen.get(mid) for mid in ids) if m is not None]
+        self.model.expect(
+            called,
+            index=self.index,
+            version=event.version,
+            messages=[m.to_chat() for m in recorded],
+            text=answer.content.text,
+            tool_calls=_tool_calls_of(answer),
+            reasoning=_reasoning_of(answer),
+        )
+        try:
+            await self.branch.chat_and_record(message, tool_schemas=message.content.tool_schemas or None)
+        except ReplayMismatch as exc:
+            found = _message_differences([*self.branch.messages, message], recorded)
+            self.report.divergence = (
+                ReplayMismatch(
+                    exc.actual,
+                    found[0],
+                    call_index=exc.call_index,
+                    expected=exc.expected,
+                    call_id=exc.call_id,
+                    version=exc.version,
+                )
+                if found
+                else exc
+            )
+            return False
+        self.report.calls_replayed += 1
+        self.seen[message.id] = message
+        self.seen[answer.id] = answer
+        # The replayed response is a new message; later events name the original.
+        self.renamed[answer.id] = self.branch.messages[-1].id
+        return True
+
+    async def copy(self, event: RecordedEvent) -> None:
+        """Apply an event that is no recorded exchange: copy a message, count a call, clear, annotate."""
+        if event.type == "message.added":
+            message = _message_of(event)
+            self.seen[message.id] = message
+            if isinstance(message, System):
+                await self.branch.set_system(message)
+            else:
+                await self.branch.add_message(message)
+            self.report.messages_copied += 1
+        elif event.type == "model.called":
+            self.report.calls_skipped += 1
+        elif event.type == "messages.cleared":
+            await self.branch.clear_messages()
+        elif event.type == "message.annotated":
+            target = str(event.data["message_id"])
+            await self.branch.annotate(
+                self.renamed.get(target, target),
+                event.data.get("metadata") or {},
+                reason=event.data.get("reason"),
+            )
 
 
 def _tool_calls_of(answer: AssistantResponse) -> tuple[ToolCall, ...]:

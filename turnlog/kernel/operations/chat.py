@@ -41,11 +41,11 @@ from turnlog.kernel.models import (
     public_params,
     request_fingerprint,
 )
-from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
+from turnlog.kernel.operations._prepare import Prompt, assemble, build_instruction, response_schema
 from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, Usage
 
 if TYPE_CHECKING:
-    from turnlog.kernel._port import BranchPort
+    from turnlog.kernel._port import BranchPort, ContextReport
 
 __all__ = ["Exchange", "chat", "exchange"]
 
@@ -78,10 +78,45 @@ class Exchange:
 async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, verb: str) -> Exchange:
     """Call the model for ``instruction``; describe the call whether it succeeded or not.
 
+    In steps: prepare the request (``_prepare_call``), call the model (``_call``), describe the
+    call (``_describe``) and, when it answered, make the assistant response (``_answer``).
     Nothing is recorded here: the caller decides what to append.
     """
     branch.require_writable()
     model = as_chat_model(branch.models.require_chat(param.imodel))
+    call = await _prepare_call(branch, model, instruction, param, verb)
+    run = current_run(branch.id)
+    call_id = str(uuid7())
+    started = time.perf_counter()
+    response, error = await _call(branch, model, call, call_id)
+    latency = (time.perf_counter() - started) * 1000
+    request = _describe(model, call, call_id, verb, run.run_id if run is not None else None)
+    called = ModelCalled(**request, **_outcome(response, error, latency, model.model))
+    if response is None:
+        return Exchange(call.ins, None, called, error, None)
+    if run is not None:
+        run.add_usage(response.usage)
+    return Exchange(call.ins, _answer(branch, response, call_id), called, None, response)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One prepared request: what is sent, and what the ``model.called`` payload says of it."""
+
+    ins: Instruction
+    report: ContextReport
+    prompt: Prompt
+    request: ModelRequest
+    sent: ModelRequest
+    history_version: int | None
+    schema_name: str | None
+    persist: bool
+
+
+async def _prepare_call(
+    branch: BranchPort, model: BaseChatModel, instruction: Any, param: ChatParam, verb: str
+) -> _Call:
+    """The instruction, the context, the history and the request the model gets."""
     params = dict(param.imodel_kw)
     stream, persist = _stream_options(model, params)
     owner = current_run(branch.id)  # name the verb the caller called (operate, not its communicate)
@@ -92,69 +127,90 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     history: Sequence[AnyMessage]
     if param.progression is not None:
         history = messages_by_ids(branch.state, param.progression)
-        cached = False
     else:
         history = branch.state.messages
-        cached = True
         # The branch's own view is named by its version (O(1) per call) instead of listing
         # every id again. Before the first write the view is the one version 1 will hold.
         history_version = max(branch.state.version, 1)
+    cached = history_version is not None
     prompt = assemble(branch.prompt_cache, history, branch.state.system, ins, report.blocks, cached=cached)
     _, schema_name, wire_format = response_schema(param.response_format)
-    tools = [dict(t) for t in param.tool_schemas] or None
     request = ModelRequest(
         messages=prompt.messages,
         params=params,
-        tools=tools,
+        tools=[dict(t) for t in param.tool_schemas] or None,
         response_format=wire_format,
         message_ids=prompt.message_ids,
         stream=stream,
     )
-    sent = model.prepare(request)
-    run = current_run(branch.id)
-    call_id = str(uuid7())
-    started = time.perf_counter()
-    error: Exception | None = None
-    response: ModelResponse | None = None
+    return _Call(ins, report, prompt, request, model.prepare(request), history_version, schema_name, persist)
+
+
+async def _call(
+    branch: BranchPort, model: BaseChatModel, call: _Call, call_id: str
+) -> tuple[ModelResponse | None, Exception | None]:
+    """The model's response, or the exception it raised; a streamed call's chunks are recorded."""
     try:
-        if stream and model.profile.streams_chunks:
-            async with _chunk_sink(branch, call_id, persist) as sink:
-                response = await model.invoke(request, on_chunk=sink)
-        else:
-            response = await model.invoke(request)
+        if call.request.stream and model.profile.streams_chunks:
+            async with _chunk_sink(branch, call_id, call.persist) as sink:
+                return await model.invoke(call.request, on_chunk=sink), None
+        return await model.invoke(call.request), None
     except Exception as exc:
-        error = exc
-    latency = (time.perf_counter() - started) * 1000
-    called = ModelCalled(
-        call_id=call_id,
-        provider=model.provider,
-        model=model.model,
-        endpoint=model.profile.endpoint,
-        served_model=_served(response, model.model),
-        verb=verb,
-        run_id=run.run_id if run is not None else None,
-        message_ids=prompt.message_ids if history_version is None else [],
-        history_version=history_version,
-        instruction_id=ins.id if history_version is not None else None,
-        params=_json_params(sent.params),
-        tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
-        response_format=schema_name,
-        fingerprint=request_fingerprint(sent, model=model.model),
-        context_providers=report.fired_names,
-        response=response.raw if response is not None else None,
-        usage=_usage(response),
-        latency_ms=response.latency_ms if response is not None and response.latency_ms > 0 else latency,
-        ttft_ms=response.ttft_ms if response is not None else None,
-        attempts=max(1, response.attempts if response is not None else getattr(error, "attempts", 1) or 1),
-        status="ok" if error is None else "error",
-        error_type=type(error).__name__ if error is not None else None,
-        error_message=str(error) if error is not None else None,
-        stream=stream,
-    )
+        return None, exc
+
+
+def _describe(
+    model: BaseChatModel, call: _Call, call_id: str, verb: str, run_id: str | None
+) -> dict[str, Any]:
+    """The ``model.called`` fields that describe the request (``_outcome`` adds how it went)."""
+    by_version = call.history_version is not None
+    return {
+        "call_id": call_id,
+        "provider": model.provider,
+        "model": model.model,
+        "endpoint": model.profile.endpoint,
+        "verb": verb,
+        "run_id": run_id,
+        "message_ids": [] if by_version else call.prompt.message_ids,
+        "history_version": call.history_version,
+        "instruction_id": call.ins.id if by_version else None,
+        "params": _json_params(call.sent.params),
+        "tools": [
+            str(t.get("function", {}).get("name", t.get("name", ""))) for t in call.request.tools or ()
+        ],
+        "response_format": call.schema_name,
+        "fingerprint": request_fingerprint(call.sent, model=model.model),
+        "context_providers": call.report.fired_names,
+        "stream": call.request.stream,
+    }
+
+
+def _outcome(
+    response: ModelResponse | None, error: Exception | None, latency: float, requested: str
+) -> dict[str, Any]:
+    """The ``model.called`` fields that say how the call went."""
     if response is None:
-        return Exchange(ins, None, called, error, None)
-    if run is not None:
-        run.add_usage(response.usage)
+        return {
+            "usage": Usage(),
+            "latency_ms": latency,
+            "attempts": max(1, getattr(error, "attempts", 1) or 1),
+            "status": "error",
+            "error_type": type(error).__name__,
+            "error_message": str(error),
+        }
+    return {
+        "served_model": _served(response, requested),
+        "response": response.raw,
+        "usage": response.usage,
+        "latency_ms": response.latency_ms if response.latency_ms > 0 else latency,
+        "ttft_ms": response.ttft_ms,
+        "attempts": max(1, response.attempts),
+        "status": "ok",
+    }
+
+
+def _answer(branch: BranchPort, response: ModelResponse, call_id: str) -> AssistantResponse:
+    """The assistant response for what the model returned (tool calls and signed reasoning kept)."""
     metadata: dict[str, Any] = {"model_call_id": call_id}
     if response.tool_calls:
         metadata["tool_calls"] = [
@@ -165,10 +221,9 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     if response.reasoning:
         # The provider's signed reasoning must go back with this turn (Anthropic thinking blocks).
         metadata["thinking_blocks"] = list(response.reasoning)
-    res = AssistantResponse.create(
+    return AssistantResponse.create(
         response.text, sender=branch.id, recipient=branch.state.user or "user", metadata=metadata
     )
-    return Exchange(ins, res, called, None, response)
 
 
 def _stream_options(model: BaseChatModel, params: dict[str, Any]) -> tuple[bool, bool]:
@@ -213,10 +268,6 @@ async def _chunk_sink(branch: BranchPort, call_id: str, persist: bool) -> AsyncI
 def _served(response: ModelResponse | None, requested: str) -> str | None:
     served = response.model if response is not None else ""
     return served if served and served != requested else None
-
-
-def _usage(response: ModelResponse | None) -> Usage:
-    return response.usage if response is not None else Usage()
 
 
 @overload

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
 from turnlog.kernel._errors import ResponseParseError, UsageError
-from turnlog.kernel._params import ChatParam, Middle, ParseParam, RunParam
+from turnlog.kernel._params import ChatParam, Middle, ParseParam, RunParam, build_parse_param
 from turnlog.kernel._tools import ActionParam, ToolRegistry
 from turnlog.kernel.models import as_chat_model
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse
@@ -216,22 +217,64 @@ async def operate(
 ) -> Any:
     """Run one Middle exchange and the outer validation and actions; see the module docstring.
 
+    In steps: plan the exchange (``_plan``: the operative models, the request's format and
+    tools, the parse parameters), run the Middle, validate its answer (``_validated``: native
+    tool calls may stand in for it) and invoke the actions it asks for (``_invoke_actions``).
+
     Raises:
         UsageError: a bad parameter (nothing was written).
         ResponseParseError: the answer did not validate and ``handle_validation="raise"``.
     """
+    _check_handling(handle_validation)
+    plan = _plan(branch, chat_param, response_format, reason, actions, tools)
+    parse_param = None
+    if not skip_validation:
+        parse_param = _parse_param(branch, plan, response_format, parse_model, num_parse_retries)
+    chosen = middle if middle is not None else default_middle(branch, plan.chat_param)
+    before = {m.id for m in branch.state.messages}
+    result = await chosen(branch, instruction, plan.chat_param, parse_param, clear_messages, skip_validation)
+    if skip_validation:
+        return result
+    native = _native_calls(branch, before) if plan.use_tools else []
+    result, from_native, valid = _validated(result, plan, native, handle_validation)
+    if not valid:
+        return None
+    if not (invoke_actions and plan.use_tools):
+        return result
+    requests = native if from_native else _structured_requests(result) + native
+    return await _invoke_actions(branch, requests, action_param, result, plan.response_model)
+
+
+def _check_handling(handle_validation: str) -> None:
+    """Refuse a ``handle_validation`` that is none of the three (before anything is written)."""
     if handle_validation not in ("raise", "return_value", "return_none"):
         raise UsageError(
             f"handle_validation must be raise, return_value or return_none, not {handle_validation!r}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one operate exchange asks for: the operative models, the target and the request."""
+
+    use_tools: bool
+    request_model: type[BaseModel] | None
+    response_model: type[BaseModel] | None
+    target: Any
+    chat_param: ChatParam
+
+
+def _plan(
+    branch: BranchPort,
+    chat_param: ChatParam,
+    response_format: Any,
+    reason: bool,
+    actions: bool,
+    tools: bool | str | Iterable[str] | None,
+) -> _Plan:
+    """The operative models (with reason and action fields), the target and the request's tools and format."""
     use_tools = actions or (tools is not None and tools is not False)
-    base = _model_class(response_format)
-    if (reason or use_tools) and response_format is not None and base is None:
-        raise UsageError("reason= and actions= need response_format to be a pydantic model class")
-    request_model = response_model = None
-    if reason or use_tools:
-        request_model, response_model = operative_models(base, reason, use_tools)
-    target: Any = request_model or base or response_format
+    request_model, response_model, target = _operatives(response_format, reason, use_tools)
     updates: dict[str, Any] = {}
     if use_tools:
         updates["tool_schemas"] = _tool_schemas(branch, chat_param, tools)
@@ -239,44 +282,76 @@ async def operate(
         updates["response_format"] = target
     if updates:
         chat_param = chat_param.with_updates(**updates)
-    parse_param = None
-    if target is not None and not skip_validation:
-        parse_param = ParseParam(
-            response_format=target,
-            handle_validation="return_value",
-            # A bare operative (no caller format) is not worth reformat requests: free text
-            # or native tool calls are read as they are.
-            max_retries=num_parse_retries if response_format is not None else 0,
-            imodel=branch.models.parse_or(parse_model),
-        )
-    chosen = middle if middle is not None else default_middle(branch, chat_param)
-    before = {m.id for m in branch.state.messages}
-    result = await chosen(branch, instruction, chat_param, parse_param, clear_messages, skip_validation)
-    if skip_validation:
-        return result
-    native = _native_calls(branch, before) if use_tools else []
-    from_native = False
-    if isinstance(target, type) and not isinstance(result, target):
-        if native and request_model is not None and _all_optional(request_model):
-            asked = [
-                ActionRequestModel(function=c["name"], arguments=c.get("arguments") or {}) for c in native
-            ]
-            result = request_model(action_required=True, action_requests=asked)
-            from_native = True
-        elif handle_validation == "raise":
-            shown = str(result)[:200]
-            raise ResponseParseError(
-                f"Failed to parse LLM response into {target.__name__!r}. Received (truncated): {shown!r}. "
-                "Hint: ask for the JSON object only, or use a repair Middle.",
-                target=target.__name__,
-            )
-        elif handle_validation == "return_none":
-            return None
-    if invoke_actions and use_tools:
-        requests = native if from_native else _structured_requests(result) + native
-        if requests:
-            from turnlog.kernel.operations.act import act
+    return _Plan(use_tools, request_model, response_model, target, chat_param)
 
-            responses = await act(branch, requests, action_param)
-            result = _merge(result, response_model, _response_models(responses))
-    return result
+
+def _parse_param(
+    branch: BranchPort, plan: _Plan, response_format: Any, parse_model: Any, num_parse_retries: int
+) -> ParseParam | None:
+    """How the Middle parses the answer into the target (None without a target)."""
+    if plan.target is None:
+        return None
+    # A bare operative (no caller format) is not worth reformat requests: free text
+    # or native tool calls are read as they are.
+    retries = num_parse_retries if response_format is not None else 0
+    return build_parse_param(
+        branch.models,
+        plan.target,
+        parse_model=parse_model,
+        handle_validation="return_value",
+        max_retries=retries,
+    )
+
+
+def _operatives(
+    response_format: Any, reason: bool, use_tools: bool
+) -> tuple[type[BaseModel] | None, type[BaseModel] | None, Any]:
+    """``(request model, response model, target)``: the operatives when reason or tools are asked for."""
+    base = _model_class(response_format)
+    if not (reason or use_tools):
+        return None, None, base or response_format
+    if response_format is not None and base is None:
+        raise UsageError("reason= and actions= need response_format to be a pydantic model class")
+    request_model, response_model = operative_models(base, reason, use_tools)
+    return request_model, response_model, request_model
+
+
+def _validated(
+    result: Any, plan: _Plan, native: list[dict[str, Any]], handle_validation: HandleValidation
+) -> tuple[Any, bool, bool]:
+    """``(result, from_native, valid)``: the answer, or an operative made of the native tool calls.
+
+    Raises:
+        ResponseParseError: the answer is not the target and ``handle_validation="raise"``.
+    """
+    target = plan.target
+    if not isinstance(target, type) or isinstance(result, target):
+        return result, False, True
+    request_model = plan.request_model
+    if native and request_model is not None and _all_optional(request_model):
+        asked = [ActionRequestModel(function=c["name"], arguments=c.get("arguments") or {}) for c in native]
+        return request_model(action_required=True, action_requests=asked), True, True
+    if handle_validation == "raise":
+        shown = str(result)[:200]
+        raise ResponseParseError(
+            f"Failed to parse LLM response into {target.__name__!r}. Received (truncated): {shown!r}. "
+            "Hint: ask for the JSON object only, or use a repair Middle.",
+            target=target.__name__,
+        )
+    return result, False, handle_validation != "return_none"
+
+
+async def _invoke_actions(
+    branch: BranchPort,
+    requests: list[Any],
+    action_param: ActionParam | None,
+    result: Any,
+    response_model: type[BaseModel] | None,
+) -> Any:
+    """Run the requested actions and merge their responses into the answer (no request: the answer)."""
+    if not requests:
+        return result
+    from turnlog.kernel.operations.act import act
+
+    responses = await act(branch, requests, action_param)
+    return _merge(result, response_model, _response_models(responses))
