@@ -170,9 +170,7 @@ async def ReActStream(
     for name in _DISPLAY_ONLY:  # how a console showed the rounds; nothing to send or record
         operate_kwargs.pop(name, None)
     extensions = clamp_extensions(max_extensions)
-    instruction = instruction if instruction is not None else instruct_value(instruct, "instruction")
-    guidance = guidance if guidance is not None else instruct_value(instruct, "guidance")
-    context = context if context is not None else instruct_value(instruct, "context")
+    instruction, guidance, context = _instruct_parts(instruct, instruction, guidance, context)
     if interpret:
         instruction = await branch.interpret(
             str(instruction or ""),
@@ -182,6 +180,46 @@ async def ReActStream(
             interpret_model=interpret_model,
             **dict(interpret_kwargs or {}),
         )
+    round_kwargs = _round_kwargs(branch, tools, analysis_model, operate_kwargs)
+    first = _first_prompt(instruction, extensions if extension_allowed else 0)
+    analysis = await branch.operate(instruction=first, guidance=guidance, context=context, **round_kwargs)
+    yield analysis
+    number = 1
+    needed = _check_round(analysis, number, continue_after_failed_response)
+    while extension_allowed and extensions > 0 and needed:
+        extensions -= 1
+        number += 1
+        prompt = await _round_prompt(branch, number, extensions, between_rounds)
+        analysis = await branch.operate(instruction=prompt, **round_kwargs)
+        yield analysis
+        needed = _check_round(analysis, number, continue_after_failed_response)
+    yield await _final_answer(branch, instruction, response_format, response_kwargs)
+
+
+def _first_prompt(instruction: Any, extensions: int) -> str:
+    """The first round's instruction: the task, and the extension budget when there is one."""
+    first = str(instruction) if instruction is not None else ""
+    if extensions:
+        first = f"{first}\n\n{FIRST_EXT_PROMPT.format(extensions=extensions)}".strip()
+    return first
+
+
+def _instruct_parts(instruct: Any, instruction: Any, guidance: Any, context: Any) -> tuple[Any, Any, Any]:
+    """Instruction, guidance and context: each given one, else the ``instruct``'s."""
+    return (
+        instruction if instruction is not None else instruct_value(instruct, "instruction"),
+        guidance if guidance is not None else instruct_value(instruct, "guidance"),
+        context if context is not None else instruct_value(instruct, "context"),
+    )
+
+
+def _round_kwargs(
+    branch: VerbPort,
+    tools: bool | str | Iterable[str] | None,
+    analysis_model: Any,
+    operate_kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``operate`` arguments of every analysis round (a ``ReActAnalysis``, with actions when tools are offered)."""
     use_tools = bool(branch.tools) if tools is None else tools not in (False, [], ())
     round_kwargs: dict[str, Any] = {
         "response_format": ReActAnalysis,
@@ -192,39 +230,38 @@ async def ReActStream(
     }
     if use_tools and tools is not None and tools is not True:
         round_kwargs["tools"] = tools
-    first = str(instruction) if instruction is not None else ""
-    if extension_allowed and extensions:
-        first = f"{first}\n\n{FIRST_EXT_PROMPT.format(extensions=extensions)}".strip()
-    analysis = await branch.operate(instruction=first, guidance=guidance, context=context, **round_kwargs)
-    yield analysis
-    number = 1
-    needed = _check_round(analysis, number, continue_after_failed_response)
-    while extension_allowed and extensions > 0 and needed:
-        extensions -= 1
-        number += 1
-        prompt: Any = CONTINUE_EXT_PROMPT.format(extensions=extensions)
-        if between_rounds is not None:
-            injected = between_rounds(branch, number)
-            if hasattr(injected, "__await__"):
-                injected = await injected
-            if injected is not None:
-                prompt = injected
-        analysis = await branch.operate(instruction=prompt, **round_kwargs)
-        yield analysis
-        needed = _check_round(analysis, number, continue_after_failed_response)
+    return round_kwargs
+
+
+async def _round_prompt(
+    branch: VerbPort, number: int, extensions: int, between_rounds: BetweenRounds | None
+) -> Any:
+    """The instruction of extension round ``number``: what ``between_rounds`` returns, else the usual prompt."""
+    prompt: Any = CONTINUE_EXT_PROMPT.format(extensions=extensions)
+    if between_rounds is None:
+        return prompt
+    injected = between_rounds(branch, number)
+    if hasattr(injected, "__await__"):
+        injected = await injected
+    return injected if injected is not None else prompt
+
+
+async def _final_answer(
+    branch: VerbPort,
+    instruction: Any,
+    response_format: type[BaseModel] | None,
+    response_kwargs: Mapping[str, Any] | None,
+) -> Any:
+    """The answer round; when it fails, the last thing the model said is the best answer there is."""
     final_kwargs: dict[str, Any] = {
         "response_format": response_format or Analysis,
         "invoke_actions": False,
         **dict(response_kwargs or {}),
     }
     try:
-        final = await branch.operate(
-            instruction=ANSWER_PROMPT.format(instruction=instruction), **final_kwargs
-        )
+        return await branch.operate(instruction=ANSWER_PROMPT.format(instruction=instruction), **final_kwargs)
     except Exception:
-        # The answer round failed: the last thing the model said is the best answer there is.
-        final = _last_response_text(branch)
-    yield final
+        return _last_response_text(branch)
 
 
 async def ReAct(
