@@ -285,7 +285,6 @@ def test_since_and_branch_choose_runs(otel_demo_store: Path, receiver: Receiver)
 # ----------------------------------------------------------------------------------- --follow
 
 
-@pytest.mark.serial
 def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, receiver: Receiver) -> None:
     follower = Follower(demo_copy, receiver.url)
     try:
@@ -359,7 +358,6 @@ def pg_url() -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-@pytest.mark.serial
 @pytest.mark.postgres
 def test_follow_on_postgresql_keeps_its_checkpoint_there(
     demo_copy: Path, pg_url: str, receiver: Receiver
