@@ -174,7 +174,7 @@ class TestPostgresServer:
         async with open_store(pg_url) as store:
             await store.append("s", [NewEvent("a.b", {})])
         async with open_store(pg_url, create=False) as store:
-            assert await store.head() == 1
+            assert [e.position for e in await _subscribed(store, 1)] == [1]
 
     async def test_a_format_1_store_is_upgraded_on_open(self, pg_url: str, pg_schema: str) -> None:
         """A store of format 1 (no xid column, no sequence) opens, keeps its events and continues."""
@@ -211,6 +211,8 @@ class TestPostgresServer:
             async with anyio.create_task_group() as tg:
                 for i, store in enumerate(stores):
                     tg.start_soon(store.append, f"s-{i}", [NewEvent("a.b", {"i": i})])
+            # Wait for the four appends of the other stores to settle: see _subscribed.
+            assert sorted(e.data["i"] for e in await _subscribed(stores[0], 4)) == [0, 1, 2, 3]
             assert await stores[0].head() == 4
             names = sorted(name for name, _ in await stores[0].list_streams())
             assert names == [f"s-{i}" for i in range(4)]
@@ -450,9 +452,9 @@ class TestPostgresServer:
             anyio.run(main)
             """
         )
-        async with PostgresEventStore(pg_url, poll_interval=30.0) as store:
+        async with PostgresEventStore(pg_url, poll_interval=120.0) as store:
             got: list[int] = []
-            with anyio.fail_after(30):
+            with anyio.fail_after(60):
                 async with anyio.create_task_group() as tg:
 
                     async def consume() -> None:
@@ -465,8 +467,62 @@ class TestPostgresServer:
                     await anyio.sleep(0.2)  # let the subscription reach its LISTEN
                     proc = await anyio.run_process([sys.executable, "-c", code, pg_url], check=False)
                     assert proc.returncode == 0, proc.stderr.decode()
-            # poll_interval=30 means only notifications could have delivered these in time
+            # poll_interval=120 means only notifications (or the quick re-query of events held
+            # back by an older transaction) could have delivered these in time
             assert got == [0, 1, 2, 3, 4]
+
+    async def test_subscriber_gets_an_event_held_back_once_the_older_transaction_ends(
+        self, pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An event committed after a position taken by a still-open transaction is delivered when
+        that transaction commits, though its commit notifies nobody and nothing else is appended."""
+        async with (
+            PostgresEventStore(pg_url, poll_interval=120.0) as reader,
+            PostgresEventStore(pg_url) as writer,
+        ):
+            got: list[int] = []
+            first = anyio.Event()
+            # Set once a query of the subscriber started after the second append has returned:
+            # it found that event committed but held back (a seam on the reader's queries).
+            looked: list[anyio.Event] = []
+            fetch_global = reader._fetch_global
+
+            async def watched(action: str, query: str, params: Any) -> list[tuple[Any, ...]]:
+                after = looked[:]
+                rows = await fetch_global(action, query, params)
+                if action == "subscribe":
+                    for event in after:
+                        event.set()
+                return rows
+
+            monkeypatch.setattr(reader, "_fetch_global", watched)
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+
+                    async def consume() -> None:
+                        async for event in reader.subscribe():
+                            got.append(event.data["n"])
+                            first.set()
+                            if len(got) == 2:
+                                return
+
+                    tg.start_soon(consume)
+                    await writer.append("s", [NewEvent("a.b", {"n": 1})])
+                    await first.wait()  # the subscriber is live, waiting for a notification
+                    async with await psycopg.AsyncConnection.connect(dsn()) as older:
+                        # An open transaction with an id and a position, as an append not yet
+                        # committed (or any writer on the server) has.
+                        await older.execute(
+                            f"SELECT pg_current_xact_id(), nextval('\"{pg_schema}\".events_position')"
+                        )
+                        await writer.append("s", [NewEvent("a.b", {"n": 2})])  # committed, notified
+                        looked.append(anyio.Event())
+                        await looked[0].wait()
+                        # held back: the older transaction may still add an event before it
+                        assert await reader.head() == 1
+                        assert got == [1]
+                        await older.commit()  # no NOTIFY, and no append after this one
+            assert got == [1, 2]
 
     async def test_tampered_byte_is_named_by_verify(self, pg_url: str, pg_schema: str) -> None:
         """Changing one stored byte with plain SQL makes verify name the stream and version."""
@@ -510,6 +566,19 @@ async def _wait_for_lock_waiter(app: str) -> list[int]:
             if rows:
                 return [row[0] for row in rows]
             await anyio.sleep(0.02)
+
+
+async def _subscribed(store: EventStore, count: int) -> list[RecordedEvent]:
+    """The first ``count`` events of the log, by subscribing: a global read of another store
+    object shows an append only once every older transaction of the server has ended (other
+    tests' too), which a subscriber waits for and a single ``head`` or ``read_all`` does not."""
+    got: list[RecordedEvent] = []
+    with anyio.fail_after(30):
+        async for event in store.subscribe():
+            got.append(event)
+            if len(got) == count:
+                break
+    return got
 
 
 async def _insert_without_notify(schema: str, previous: RecordedEvent) -> None:

@@ -466,10 +466,10 @@ class PostgresEventStore(EventStore):
         type_list = check_type_filter(types)
         await self._ensure_open()
 
-        async def fetch_live(low: int) -> tuple[list[tuple[Any, ...]], int]:
+        async def fetch_live(low: int) -> tuple[list[tuple[Any, ...]], int, int]:
             query, params = live_query(self._sql, low, type_list, stream_prefix, SUBSCRIBE_PAGE)
             rows = await retrying(lambda: self._fetch_global("subscribe", query, params))
-            return [row[1:] for row in rows if row[1] is not None], int(rows[0][0])
+            return [row[2:] for row in rows if row[2] is not None], int(rows[0][0]), int(rows[0][1])
 
         # aclosing: the LISTEN connection closes when this generator does, not at garbage collection
         async with aclosing(follow(self._db, max(from_position, 1), fetch_live, self.poll_interval)) as rows:

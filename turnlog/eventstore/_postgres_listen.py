@@ -1,7 +1,9 @@
 """The PostgreSQL store's subscriptions: a LISTEN connection, and the catch-up-then-wait loop.
 
 Subscribers are woken by LISTEN/NOTIFY and re-query on a timer as well, so a lost
-notification delays an event by at most ``poll_interval`` seconds and never loses it.
+notification delays an event by at most ``poll_interval`` seconds and never loses it. Events
+committed but held back by an older transaction (see ``_postgres``) are looked for again
+within 1 ms doubling to 100 ms, since that transaction's end may notify nobody.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ __all__ = ["Listener", "SUBSCRIBE_PAGE", "follow", "retrying"]
 
 SUBSCRIBE_PAGE = 500
 """How many events one catch-up query of a subscriber reads at most."""
+HELD_BACK_FIRST = 0.001
+"""Seconds before a subscriber looks again for committed events an older transaction holds back."""
+HELD_BACK_LAST = 0.1
+"""The longest such pause: it doubles from ``HELD_BACK_FIRST`` up to this while they are held."""
 _SUBSCRIBE_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 """The pauses of a subscriber between attempts when its query fails; then it raises."""
 
@@ -97,15 +103,16 @@ async def retrying(fetch: Callable[[], Awaitable[Rows]]) -> Rows:
 async def follow(
     db: PgPool,
     low: int,
-    fetch_live: Callable[[int], Awaitable[tuple[Rows, int]]],
+    fetch_live: Callable[[int], Awaitable[tuple[Rows, int, int]]],
     poll_interval: float,
 ) -> AsyncGenerator[tuple[Any, ...], None]:
     """The rows of the log from position ``low`` on, forever: catch up, then wait for more.
 
     ``fetch_live(low)`` returns the matching rows from ``low`` up to the head (at most
-    ``SUBSCRIBE_PAGE``) and that head.
+    ``SUBSCRIBE_PAGE``), that head, and the top (the last committed position, settled or not).
     """
     listener = Listener(db)
+    held_back = HELD_BACK_FIRST
     try:
         # LISTEN before catching up, so nothing committed after the catch-up query is missed.
         await listener.start()
@@ -113,14 +120,23 @@ async def follow(
             # Rows become visible to global reads in position order (see _postgres), so
             # "everything after the last one seen" never skips an event, whichever
             # notification woke us (or none).
-            rows, head = await fetch_live(low)
+            rows, head, top = await fetch_live(low)
             for row in rows:
                 low = row[0] + 1
                 yield row
-            if len(rows) < SUBSCRIBE_PAGE:
-                # Every matching event up to the head was delivered: skip the others for good.
-                low = max(low, head + 1)
+            if len(rows) == SUBSCRIBE_PAGE:
+                continue
+            # Every matching event up to the head was delivered: skip the others for good.
+            low = max(low, head + 1)
+            if top < low:
+                held_back = HELD_BACK_FIRST
                 await listener.wait(poll_interval)
+                continue
+            # Committed events wait for an older transaction to end. Its end sends no
+            # notification when it is not an append of a turnlog store (any transaction of
+            # the server with an id counts), so look again soon, less often the longer it lasts.
+            await listener.wait(held_back)
+            held_back = min(held_back * 2, HELD_BACK_LAST)
     finally:
         with anyio.CancelScope(shield=True):
             await listener.close()

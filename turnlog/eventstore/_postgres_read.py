@@ -54,15 +54,20 @@ def range_query(
 def live_query(
     sql: Sql, low: int, types: list[str] | None, prefix: str | None, page: int
 ) -> tuple[str, list[Any]]:
-    """Matching events from ``low`` up to the head, and that head: one statement, one snapshot.
+    """Matching events from ``low`` up to the head, that head and the top: one statement, one snapshot.
 
-    Each row is the head followed by an event's columns (NULL columns when none matched).
+    Each row is the head, the top, then an event's columns (NULL columns when none matched).
+    The head is the last settled position; the top is the last committed one, settled or not.
+    A top above the head means events are committed but held back by an older transaction,
+    which may end without any notification (it need not be an append of this store): the
+    subscriber must look again soon rather than wait for one.
     """
     # The head is read first, in the same statement: everything at or below it is final.
     query, params = range_query(sql, low, None, types, prefix, False, page, "position <= h.head")
     query = (
-        f"WITH h(head) AS MATERIALIZED ({sql.head}) "
-        f"SELECT h.head, e.* FROM h LEFT JOIN LATERAL ({query}) AS e ON true"
+        f"WITH h(head) AS MATERIALIZED ({sql.head}), "
+        f"t(top) AS MATERIALIZED (SELECT coalesce(max(position), 0) FROM {sql.events}) "
+        f"SELECT h.head, t.top, e.* FROM h CROSS JOIN t LEFT JOIN LATERAL ({query}) AS e ON true"
     )
     return query, params
 

@@ -12,12 +12,17 @@ the store (capability ``tracking``) make that so:
 A restart reads from ``-from``, rebuilds the traces, and sends only those that finished after
 ``otel-<consumer>``. Span and trace ids are derived from the log, so a trace sent twice (a
 crash at the wrong moment, or a one-off export over a followed range) carries the same ids.
+
+SIGINT and SIGTERM stop a follower cleanly: the follow loop is cancelled (a send in flight is
+abandoned, unacknowledged, so its run is sent again after a restart), the last line says how
+many spans went out and where the checkpoint is, and the exit status is 128 + the signal.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -127,31 +132,69 @@ async def _export_once(store: EventStore, args: argparse.Namespace, sender: Send
     print(f"exported {len(chosen)} runs ({sent} spans) to {safe_url(sender.endpoint)}", flush=True)
 
 
-async def _follow(store: EventStore, args: argparse.Namespace, sender: Sender) -> None:
+class _Progress:
+    """What a follower has done so far: spans the receiver acknowledged, and its checkpoint."""
+
+    def __init__(self, checkpoint: int) -> None:
+        self.spans = 0
+        self.checkpoint = checkpoint
+
+
+async def _follow(store: EventStore, args: argparse.Namespace, sender: Sender) -> int:
+    """Export runs as they end until SIGINT or SIGTERM; return the exit status (128 + signal)."""
     if "tracking" not in store.capabilities:
         raise UserError("--follow keeps its checkpoint in the store, and this store has no tracking")
+    done_name = f"otel-{args.consumer}"
+    progress = _Progress(await store.tracking_position(done_name) or 0)
+    received: list[int] = []
+    # The receiver is in place before the first line is printed: whoever waits for that line
+    # and then signals is sure to reach it, and not the interpreter's default handler.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    received.append(int(signum))
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(stop_on_signal)
+            await _export_as_they_end(store, args, sender, progress)
+    print(f"stopped; {progress.spans} spans exported, checkpoint at {progress.checkpoint}", flush=True)
+    return 128 + received[0]
+
+
+async def _export_as_they_end(
+    store: EventStore, args: argparse.Namespace, sender: Sender, progress: _Progress
+) -> None:
+    """The follow loop: send each trace when its run ends, then move the checkpoints; forever."""
     done_name, from_name = f"otel-{args.consumer}", f"otel-{args.consumer}-from"
-    done = await store.tracking_position(done_name) or 0
     resume = await store.tracking_position(from_name)
     start, since_ns = _since(args.since)
     start = max(start, (resume or 0) + 1)
     view = SpanView(content=args.content, semconv=semconv_from_env(os.environ))
     print(f"following the log from position {start} to {safe_url(sender.endpoint)}", flush=True)
     async for event in store.subscribe(start, types=SPAN_EVENT_TYPES):
-        finished = [t for t in view.apply(event) if t.end_position > done]
+        finished = [t for t in view.apply(event) if t.end_position > progress.checkpoint]
         if not finished:
             continue
         chosen = select(finished, args.branch, since_ns)
-        spans = await anyio.to_thread.run_sync(sender.send, chosen)
-        done = event.position
-        await store.save_tracking(done_name, done)
-        open_from = view.open_from()
-        low = (open_from - 1) if open_from is not None else event.position
-        if low > (resume or 0):
-            await store.save_tracking(from_name, low)
-            resume = low
-        for trace in chosen:
-            _say(trace, spans)
+        # A signal abandons a send in flight (its thread ends by the exporter's own timeout):
+        # no checkpoint is written for it, so a restart sends it again, with the same ids.
+        spans = await anyio.to_thread.run_sync(sender.send, chosen, abandon_on_cancel=True)
+        # Acknowledged: write the checkpoint even if a signal comes now, so that a restart does
+        # not send these again (a few milliseconds of local writes).
+        with anyio.CancelScope(shield=True):
+            progress.spans += spans
+            progress.checkpoint = event.position
+            await store.save_tracking(done_name, event.position)
+            open_from = view.open_from()
+            low = (open_from - 1) if open_from is not None else event.position
+            if low > (resume or 0):
+                await store.save_tracking(from_name, low)
+                resume = low
+            for trace in chosen:
+                _say(trace, spans)
 
 
 def _say(trace: Trace, spans: int) -> None:
@@ -162,24 +205,25 @@ def _say(trace: Trace, spans: int) -> None:
     )
 
 
-async def _main(args: argparse.Namespace) -> None:
+async def _main(args: argparse.Namespace) -> int:
     endpoint = resolve_endpoint(args.endpoint, os.environ)
     sender = Sender(endpoint, protocol_of(args.protocol), os.environ)
     try:
         async with opened_store(args.store) as store:
             if args.follow:
-                await _follow(store, args, sender)
-            else:
-                await _export_once(store, args, sender)
+                return await _follow(store, args, sender)
+            await _export_once(store, args, sender)
+            return 0
     finally:
+        # Also ends the retry pauses of a send abandoned by a signal, so that its thread (which
+        # the interpreter waits for at exit) ends within the exporter's timeout.
         sender.close()
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.consumer and not all(c.isalnum() or c in "-_." for c in args.consumer):
         raise UserError(f"--consumer takes letters, digits, '-', '_' and '.', not {args.consumer!r}")
-    anyio.run(_main, args)
-    return 0
+    return anyio.run(_main, args)
 
 
 COMMAND = Command(

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "EXPORT_TIMEOUT",
     "Protocol",
     "Sender",
     "otlp_json",
@@ -130,6 +131,13 @@ def _readable(span: Span, resource: Resource, scope: Any, cls: type[ReadableSpan
     )
 
 
+EXPORT_TIMEOUT = 10.0
+"""How long a send may take by default: the exporter's deadline over all its retries
+(http/protobuf), or httpx's timeout of each network operation (http/json). The standard
+variables ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`` / ``OTEL_EXPORTER_OTLP_TIMEOUT`` change it, in
+seconds as the Python exporter reads them."""
+
+
 class Sender:
     """One OTLP/HTTP destination; ``send`` blocks until the receiver said yes, or raises.
 
@@ -146,11 +154,12 @@ class Sender:
         self.protocol = protocol
         self._resource = service_resource(environ)
         self._headers = _headers(environ)
+        self.timeout = _timeout(environ)
         self._exporter: Any = None
         if protocol == "http/protobuf":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            self._exporter = OTLPSpanExporter(endpoint=endpoint, headers=self._headers, timeout=10)
+            self._exporter = OTLPSpanExporter(endpoint=endpoint, headers=self._headers, timeout=self.timeout)
 
     def send(self, traces: Sequence[Trace]) -> int:
         """Send the spans of ``traces``; return how many spans went out.
@@ -180,7 +189,7 @@ class Sender:
         body = orjson.dumps(otlp_json(spans))
         headers = {**self._headers, "Content-Type": "application/json"}
         try:
-            response = httpx.post(self.endpoint, content=body, headers=headers, timeout=10)
+            response = httpx.post(self.endpoint, content=body, headers=headers, timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise ExportFailed(
                 f"the OTLP receiver at {safe_url(self.endpoint)} cannot be reached: {type(exc).__name__}"
@@ -191,9 +200,18 @@ class Sender:
             )
 
     def close(self) -> None:
-        """Release the exporter's connections."""
+        """Release the exporter's connections; a send still running stops retrying."""
         if self._exporter is not None:
             self._exporter.shutdown()
+
+
+def _timeout(environ: Mapping[str, str]) -> float:
+    text = environ.get("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") or environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") or ""
+    try:
+        seconds = float(text) if text else EXPORT_TIMEOUT
+    except ValueError:
+        raise UserError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be a number of seconds, not {text!r}") from None
+    return seconds if seconds > 0 else EXPORT_TIMEOUT
 
 
 def _headers(environ: Mapping[str, str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from turnlog.projections import Instruction, MessageAdded, ModelCalled, RunEnded
 class Follower:
     """``turnlog otel export --follow`` in a child process, its output lines in a queue."""
 
-    def __init__(self, store: Path | str, endpoint: str) -> None:
+    def __init__(self, store: Path | str, endpoint: str, env: dict[str, str] | None = None) -> None:
         args = [
             sys.executable,
             "-m",
@@ -30,7 +31,13 @@ class Follower:
             "--endpoint",
             endpoint,
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         self.lines: Queue[str] = Queue()
         self.seen: list[str] = []
         self.pump = threading.Thread(target=self._pump, daemon=True)
@@ -51,15 +58,18 @@ class Follower:
             if containing in line:
                 return line
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        # A safety net, not a timing claim: an export in flight when SIGINT arrives finishes first
-        # (up to its 10 s timeout), and a 2-core CI machine under full load is slow to start one.
-        status = self.proc.wait(timeout=120)
+    def stop(self, sig: signal.Signals = signal.SIGINT) -> str:
+        """Signal the follower; return its last line, once it has exited with 128 + ``sig``."""
+        self.proc.send_signal(sig)
+        # Its own word that it stopped (a line, waited for as the others), then its exit: a send
+        # in flight is abandoned, and the exporter's timeout bounds the thread it leaves.
+        stopped = self.line("stopped;")
+        status = self.proc.wait(timeout=60)
         self.pump.join(timeout=30)  # the pipe reached its end
         assert self.proc.stdout is not None
         self.proc.stdout.close()
-        assert status == 130
+        assert status == 128 + sig
+        return stopped
 
 
 async def record_run(store: Path | str, run_id: str) -> None:

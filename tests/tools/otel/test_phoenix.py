@@ -26,6 +26,10 @@ import pytest
 from ._follow import Follower, record_run
 from .test_otel_export import LATEST, otel, stats_usage
 
+# One worker, one Phoenix server for both tests (the fixture is per module, and so per worker):
+# two servers starting at once on a loaded 2-core machine have been seen to need over 180 s.
+pytestmark = pytest.mark.xdist_group("phoenix")
+
 
 def _phoenix_program() -> str | None:
     given = os.environ.get("TURNLOG_PHOENIX")
@@ -156,9 +160,6 @@ def test_phoenix_returns_every_run_call_and_tool_as_spans_and_a_second_export_ad
     assert len(_await_spans(phoenix, 18, timeout=10)) == 17
 
 
-# Alone (serial): in a fresh checkout under the full parallel load the --follow child has been
-# seen not to exit after SIGINT; alone it always does. Named as an open gap, not hidden.
-@pytest.mark.serial
 def test_follow_into_phoenix_exports_a_later_run_and_a_restart_resends_nothing(
     phoenix: str, demo_copy: Path
 ) -> None:

@@ -217,3 +217,34 @@ def test_a_non_loopback_bind_asks_the_browser_for_its_token(page: Any, small_sto
         expect(page.locator("table.branches tbody tr")).to_have_count(1)
         page.get_by_role("link", name="one", exact=True).click()  # the cookie carries it on
         expect(page.locator("#conversation article.msg:not(.role-system)")).to_have_count(3)
+
+
+def test_every_page_fits_a_390_px_screen(page: Any, demo_ui: Served, demo_ids: dict[str, Any]) -> None:
+    """At phone width no page scrolls sideways: wide tables and charts scroll inside themselves."""
+    demo_id, version = demo_ids["branches"]["demo"]
+    paths = [
+        "/",
+        f"/branches/{demo_id}",
+        f"/branches/{demo_id}?at=6",
+        f"/branches/{demo_id}/diff?a=3&b={version}",
+        f"/branches/{demo_id}/replay",
+        "/forks",
+        f"/runs/{demo_ids['runs'][0]}",
+        "/search?q=umbrella",
+        "/verify",
+        "/analytics",
+        "/analytics?by=tool",
+        "/analytics?by=day",
+        "/tail",
+    ]
+    page.set_viewport_size({"width": 390, "height": 844})
+    wide: dict[str, int] = {}
+    for path in paths:
+        response = page.goto(demo_ui.url + path)
+        assert response is not None and response.status == 200, path
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > 390:
+            wide[path] = width
+        screenshot(page, "390" + re.sub(r"[/?=&]", "-", path))
+    assert wide == {}
+    assert page.errors == []
