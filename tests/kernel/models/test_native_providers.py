@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from pydantic import BaseModel
@@ -564,3 +566,29 @@ async def test_usage_recorded_before_the_cache_counts_still_reads(store: EventSt
         [row] = await analytics.usage("model")
     assert (row.cache_read_tokens, row.cache_write_tokens) == (0, 0)
     assert row.cost_usd == pytest.approx((100 * 3 + 10 * 15) / 1e6)
+
+
+async def test_gemini_waits_the_retry_delay_its_quota_error_names() -> None:
+    """Gemini names the wait in the body's RetryInfo only (no retry-after header): it is honoured,
+    and one longer than ``max_retry_after`` is surfaced at once instead of retried sooner."""
+    # A backoff of a minute: a retry that came sooner waited the RetryInfo delay.
+    slow = RetryPolicy(max_attempts=2, initial_delay=60.0, jitter=0.0, max_retry_after=5.0)
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}])
+    async with FakeUpstreamServer(
+        [{"status": 429, "retry_after": 0.3}, {"text": "after"}], api_key=KEY
+    ) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=slow)
+        began = time.monotonic()
+        with anyio.fail_after(30):
+            reply = await m.invoke(request)
+        waited = time.monotonic() - began
+    assert (reply.text, reply.attempts) == ("after", 2)
+    assert waited >= 0.3  # a lower bound only: the machine may be slow, never fast
+    async with FakeUpstreamServer(
+        [{"status": 429, "retry_after": 300}, {"text": "never"}], api_key=KEY
+    ) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=slow)
+        with anyio.fail_after(30), pytest.raises(RateLimitError) as caught:
+            await m.invoke(request)
+        assert len(server.requests) == 1
+    assert (caught.value.retry_after, caught.value.attempts) == (300.0, 1)
