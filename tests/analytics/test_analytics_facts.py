@@ -40,7 +40,7 @@ def test_integer_and_float_payloads_give_the_same_facts() -> None:
         _no_session,
     )
     assert as_float == as_int
-    assert as_float[16:18] == (0.25, 0.02) and type(as_int[16]) is float and type(as_int[17]) is float
+    assert as_float[18:20] == (0.25, 0.02) and type(as_int[18]) is float and type(as_int[19]) is float
     ended = run_end_fact(_event("run.ended", _END), _no_session)
     ended_int = run_end_fact(
         _event("run.ended", {**_END, "duration_ms": 1500, "usage": {**_END["usage"], "cost_usd": 0}}),

@@ -19,7 +19,7 @@ import pytest
 from turnlog.analytics import FACT_TABLES, AnalyticsProjection, _batch
 from turnlog.analytics._rollup import ROLLUPS
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
-from turnlog.projections import BranchCreated, new_event
+from turnlog.projections import BranchCreated, ModelCalled, new_event
 from turnlog.tools.bench._analytics import _Synth
 
 
@@ -145,7 +145,7 @@ async def test_the_stores_upcasters_apply_as_read_all_applies_them(
         (lambda data: {**data, "lifted": True}, Exception),
     ):
         ups = Upcasters()
-        ups.add("model.called", 1, upcaster)
+        ups.add("model.called", ModelCalled.schema_version, upcaster)
         path.unlink(missing_ok=True)
         async with open_store(f"sqlite:///{path}", upcasters=ups) as store:
             await store.append("branch-x", [log.call("gpt-4o")])
@@ -210,13 +210,15 @@ async def test_an_older_schema_is_lifted_through_the_catalogue(
             await analytics.update()
         lifted: list[int] = []
         async with AnalyticsProjection(store, database=tmp_path / "lifted.db") as analytics:
-            # Pretend the catalogue's model.called moved on to schema 2: every stored one is older.
+            # Pretend the catalogue's model.called moved on a schema: every stored one is older.
             catalogue = _batch.CATALOGUE
 
             class Newer:
                 def get(self, name: str) -> Any:
                     return (
-                        SimpleNamespace(schema_version=2) if name == "model.called" else catalogue.get(name)
+                        SimpleNamespace(schema_version=ModelCalled.schema_version + 1)
+                        if name == "model.called"
+                        else catalogue.get(name)
                     )
 
             monkeypatch.setattr(_batch, "CATALOGUE", Newer())

@@ -106,6 +106,17 @@ async def test_usage_takes_the_fake_servers_spelling_too(store: EventStore) -> N
     assert [(r.usage.input_tokens, r.usage.output_tokens) for r in runs] == [(7, 3), (5, 2)]
 
 
+async def test_a_scripted_reply_may_report_cache_reads_and_writes(store: EventStore) -> None:
+    """The cache counts of a scripted usage reach the call and the run, as a provider's would."""
+    usage = {"input_tokens": 900, "output_tokens": 4, "cache_read_tokens": 800, "cache_write_tokens": 50}
+    branch = Branch(store=store, chat_model=ScriptedModel({"text": "a", "usage": usage}))
+    await branch.communicate("one")
+    expected = Usage(900, 4, cache_read_tokens=800, cache_write_tokens=50)
+    [run] = branch.state.runs.values()
+    [called] = [d for e, d in await branch.events() if e.type == "model.called"]
+    assert run.usage == called.usage == expected  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     ("usage", "complaint"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,39 @@ def test_stats_charges_each_call_at_the_price_of_its_day(tmp_path: Path) -> None
     usage = {row["key"]: row for row in orjson.loads(done.stdout)["usage"]}
     # 1000 in + 1000 out at 1/3 $ per 1M before the change, at 2/5 $ per 1M from it
     assert usage["my-model"]["cost_usd"] == pytest.approx((4000 + 7000) / 1e6)
+
+
+def test_stats_prices_a_cached_call_from_genai_prices(tmp_path: Path) -> None:
+    """``--genai-prices`` prices a model the shipped defaults do not know, cache reads and writes
+    at their own prices, and shows the cache columns."""
+    pytest.importorskip("genai_prices")
+    path = tmp_path / "cached.db"
+
+    async def build() -> None:
+        async with open_store(f"sqlite:///{path}") as store:
+            call = ModelCalled(
+                call_id="c1", provider="anthropic", model="claude-3-opus", endpoint="v1/messages",
+                fingerprint="0" * 64, latency_ms=10.0, status="ok",
+                usage=Usage(1230, 5, cache_read_tokens=1000, cache_write_tokens=200),
+            )  # fmt: skip
+            await store.append("branch-c", [new_event(call)])
+
+    anyio.run(build)
+    plain = turnlog("stats", "--store", str(path), "--analytics-db", str(tmp_path / "a.db"))
+    assert plain.returncode == 0, plain.stderr
+    header, row = plain.stdout.splitlines()[1:3]
+    assert re.split(r"\s{2,}", header)[4:8] == ["input tok", "cache read", "cache write", "output tok"]
+    # The defaults do not know the model: unpriced, with its cache counts shown.
+    assert row.split()[4:9] == ["1230", "1000", "200", "5", "-"]
+    priced = turnlog(
+        "stats", "--store", str(path), "--genai-prices", "--analytics-db", str(tmp_path / "a.db"), "--json"
+    )
+    assert priced.returncode == 0, priced.stderr
+    [usage] = orjson.loads(priced.stdout)["usage"]
+    assert (usage["cache_read_tokens"], usage["cache_write_tokens"], usage["unpriced_calls"]) == (
+        1000,
+        200,
+        0,
+    )
+    # claude-3-opus: $15 input, $1.50 cache read, $18.75 cache write, $75 output per million
+    assert usage["cost_usd"] == pytest.approx((30 * 15 + 1000 * 1.5 + 200 * 18.75 + 5 * 75) / 1e6)

@@ -282,7 +282,9 @@ def test_gemini_errors_have_google_shape(upstream: FakeUpstreamServer) -> None:
     assert (error["code"], error["status"]) == (400, "INVALID_ARGUMENT")
     assert error["details"][0]["reason"] == "API_KEY_INVALID" and "API key not valid" in error["message"]
     upstream.set_script([{"status": 429, "retry_after": 3}])
-    limited = post(url, gemini_body(), GOOGLE).json()["error"]
+    answer = post(url, gemini_body(), GOOGLE)
+    assert "retry-after" not in answer.headers  # the real API names the wait in the body only
+    limited = answer.json()["error"]
     assert limited["status"] == "RESOURCE_EXHAUSTED"
     assert {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "3s"} in limited["details"]
 

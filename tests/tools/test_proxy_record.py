@@ -317,3 +317,29 @@ async def test_another_bind_than_loopback_gets_a_token(tmp_path: Path) -> None:
             process.terminate()
     assert "token (shown once" in told.decode() and len(token) >= 16
     assert (refused.status_code, fine.status_code) == (401, 200)
+
+
+async def test_the_proxy_records_the_cache_reads_and_writes_of_a_call(tmp_path: Path) -> None:
+    """A cached call through the proxy, plain and streamed: its usage keeps the cache counts."""
+    store = tmp_path / "s.db"
+    usage = {
+        "input_tokens": 30,
+        "output_tokens": 5,
+        "cached_tokens": 1000,
+        "cache_creation_input_tokens": 200,
+    }
+    async with FakeUpstreamServer([{"text": "ok", "usage": usage, "times": None}], api_key=KEY) as upstream:
+        async with running_proxy(store, upstream.base_url) as proxy:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                assert (await ask(client, turns("hi"))).status_code == 200
+                assert (await ask(client, turns("hi", "ok", "more"), stream=True)).status_code == 200
+    [branch] = await recorded(store)
+    expected = {
+        "input_tokens": 1230,
+        "output_tokens": 5,
+        "cache_read_tokens": 1000,
+        "cache_write_tokens": 200,
+    }
+    assert [c.usage.model_dump() for c in branch.calls()] == [{**expected, "cost_usd": None}] * 2
+    runs = [e for e in branch.events if e.event_type == "run.ended"]
+    assert [r.usage.cache_read_tokens for r in runs] == [1000, 1000]

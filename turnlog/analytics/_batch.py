@@ -165,16 +165,39 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def lifted(event: FactEvent) -> FactEvent:
-    """``event`` with an older payload the store did not upcast lifted through the catalogue."""
+    """``event`` with an older payload the store did not upcast lifted through the catalogue.
+
+    The catalogue's upcasters are applied to the payload as a store opened with
+    ``catalogue_upcasters()`` applies them, so a stored row and ``read_all`` give the same
+    facts (and an old log costs about what a current one does: every ``model.called``,
+    ``run.ended`` and ``run.failed`` written before schema 2 takes this path). Without a step
+    up to the current schema, the payload is decoded by its schema class, which lifts it or
+    names the event it cannot read.
+    """
     schema = CATALOGUE.get(event.type)
     if schema is None or event.schema == schema.schema_version:
         return event
-    recorded = event if isinstance(event, RecordedEvent) else _as_recorded(event)
-    data = decode_event(recorded).model_dump(mode="json")
+    data = _upcast(schema, event)
+    if data is None:
+        recorded = event if isinstance(event, RecordedEvent) else _as_recorded(event)
+        data = decode_event(recorded).model_dump(mode="json")
     return DecodedRow(
         event.stream, event.version, event.position, event.type, schema.schema_version,
         data, event.meta, event.recorded_at,
     )  # fmt: skip
+
+
+def _upcast(schema: Any, event: FactEvent) -> dict[str, Any] | None:
+    """The payload lifted by the schema's upcasters, step by step; None when a step is missing."""
+    steps = getattr(schema, "upcasters", None) or {}
+    version, data = event.schema, event.data
+    while version < schema.schema_version:
+        step = steps.get(version)
+        if step is None:
+            return None
+        data = step(data)
+        version += 1
+    return data if version == schema.schema_version else None
 
 
 def _as_recorded(event: FactEvent) -> RecordedEvent:

@@ -45,7 +45,7 @@ __all__ = [
 CONSUMER = "analytics"
 """The projection's row in the analytics database's ``tracking`` table (its checkpoint)."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the fact tables' layout; a database with another version is rebuilt."""
 
 # A long update lets the WAL grow to this before copying it into the database; a finished
@@ -88,7 +88,8 @@ _RUN_COST = _RUN_INDEX["turnlog.cost_usd"]
 _RUN_TOKENS_IN = _RUN_INDEX["gen_ai.usage.input_tokens"]
 assert RUNS.column_names[_RUN_STATUS:_RUN_COST + 2] == (
     "turnlog.status", "turnlog.reason", "error.type", "gen_ai.client.operation.duration", "turnlog.chunks",
-    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "turnlog.cost_usd", "turnlog.cost_source",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens", "turnlog.cost_usd", "turnlog.cost_source",
 )  # fmt: skip
 
 
@@ -371,7 +372,13 @@ def _close_run(conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd
     # Priced at the price in force when the run started (its recorded_at, ISO 8601 UTC).
     started = datetime.fromisoformat(row[_RUN_RECORDED]) if row[_RUN_RECORDED] else None
     row[_RUN_COST : _RUN_COST + 2] = priced(
-        prices, row[_RUN_MODEL], row[_RUN_TOKENS_IN], row[_RUN_TOKENS_IN + 1], end.reported_cost, started
+        prices,
+        row[_RUN_MODEL],
+        row[_RUN_TOKENS_IN],
+        row[_RUN_TOKENS_IN + 1],
+        end.reported_cost,
+        started,
+        cache=(row[_RUN_TOKENS_IN + 2], row[_RUN_TOKENS_IN + 3]),
     )
 
 
@@ -423,15 +430,24 @@ def _reprice_period(
     if end is not None:
         period += " AND recorded_at < ?"
         bounds.append(end.isoformat())
-    # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild.
+    # Same arithmetic, in the same order, as Price.cost: a re-price equals a rebuild. A cache
+    # price the model does not have is its input price.
+    read = price.input if price.cache_read is None else price.cache_read
+    write = price.input if price.cache_write is None else price.cache_write
+    tokens_in, tokens_out = '"gen_ai.usage.input_tokens"', '"gen_ai.usage.output_tokens"'
+    cached_read = 'COALESCE("gen_ai.usage.cache_read.input_tokens", 0)'
+    cached_write = 'COALESCE("gen_ai.usage.cache_creation.input_tokens", 0)'
     conn.execute(
-        f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-        'OR "gen_ai.usage.output_tokens" IS NULL THEN NULL ELSE '
-        '("gen_ai.usage.input_tokens" * ? + "gen_ai.usage.output_tokens" * ?) / 1000000.0 END, '
-        '"turnlog.cost_source" = CASE WHEN "gen_ai.usage.input_tokens" IS NULL '
-        "OR \"gen_ai.usage.output_tokens\" IS NULL THEN NULL ELSE 'price_table' END "
+        f'UPDATE {table.name} SET "turnlog.cost_usd" = CASE WHEN {tokens_in} IS NULL '
+        f"OR {tokens_out} IS NULL THEN NULL "
+        f"WHEN {cached_read} = 0 AND {cached_write} = 0 THEN "
+        f"({tokens_in} * ? + {tokens_out} * ?) / 1000000.0 ELSE "
+        f"(MAX({tokens_in} - {cached_read} - {cached_write}, 0) * ? + {cached_read} * ? "
+        f"+ {cached_write} * ? + {tokens_out} * ?) / 1000000.0 END, "
+        f'"turnlog.cost_source" = CASE WHEN {tokens_in} IS NULL '
+        f"OR {tokens_out} IS NULL THEN NULL ELSE 'price_table' END "
         f"WHERE {match}{period}",
-        (price.input, price.output, model, *bounds),
+        (price.input, price.output, price.input, read, write, price.output, model, *bounds),
     )
 
 

@@ -134,14 +134,20 @@ def _seconds(event: FactEvent, value: Any, key: str) -> float | None:
 _NO_USAGE: dict[str, Any] = {}
 
 
-def _usage(event: FactEvent, data: Mapping[str, Any]) -> tuple[int | None, int | None, float | None]:
+UsageFacts = tuple[int | None, int | None, float | None, int | None, int | None]
+"""Input tokens, output tokens, reported cost, cache reads, cache writes."""
+
+
+def _usage(event: FactEvent, data: Mapping[str, Any]) -> UsageFacts:
     # The catalogue defaults usage to all-unknown, so a payload without it is valid.
     usage = data.get("usage", _NO_USAGE)
     if usage.__class__ is dict:
-        tokens_in, tokens_out, cost = (
+        tokens_in, tokens_out, cost, read, write = (
             usage.get("input_tokens"),
             usage.get("output_tokens"),
             usage.get("cost_usd"),
+            usage.get("cache_read_tokens"),
+            usage.get("cache_write_tokens"),
         )
         # The common shapes pass these class checks at once; anything else takes the
         # checks (and the conversions, and the errors) below.
@@ -149,14 +155,18 @@ def _usage(event: FactEvent, data: Mapping[str, Any]) -> tuple[int | None, int |
             (tokens_in is None or tokens_in.__class__ is int)
             and (tokens_out is None or tokens_out.__class__ is int)
             and (cost is None or cost.__class__ is float)
+            and (read is None or read.__class__ is int)
+            and (write is None or write.__class__ is int)
         ):
-            return tokens_in, tokens_out, cost
+            return tokens_in, tokens_out, cost, read, write
     if not isinstance(usage, dict):
         raise _bad(event, f"usage must be an object, not {type(usage).__name__}")
     return (
         _count(event, usage.get("input_tokens"), "usage.input_tokens"),
         _count(event, usage.get("output_tokens"), "usage.output_tokens"),
         _number(event, usage.get("cost_usd"), "usage.cost_usd"),
+        _count(event, usage.get("cache_read_tokens"), "usage.cache_read_tokens"),
+        _count(event, usage.get("cache_write_tokens"), "usage.cache_write_tokens"),
     )
 
 
@@ -167,15 +177,19 @@ def priced(
     tokens_out: int | None,
     reported: float | None,
     at: datetime | None = None,
+    cache: tuple[int | None, int | None] = (None, None),
 ) -> tuple[float | None, str | None]:
     """The cost of a call (or run) and where it comes from: ``provider``, ``price_table`` or None.
 
     A cost the provider reported wins over the table; an unknown model stays unknown (None).
-    The table's price is the one in force when the call was recorded (``at``).
+    The table's price is the one in force when the call was recorded (``at``); the cache reads
+    and writes among the input tokens (``cache``) are charged at the model's cache prices.
     """
     if reported is not None:
         return reported, "provider"
-    cost = prices.cost(model, tokens_in, tokens_out, at=at)
+    cost = prices.cost(
+        model, tokens_in, tokens_out, cache_read_tokens=cache[0], cache_write_tokens=cache[1], at=at
+    )
     return cost, (None if cost is None else "price_table")
 
 
@@ -242,16 +256,16 @@ def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf)
     )
     if latency is None:
         raise _bad(event, "latency_ms must be a number")
-    tokens_in, tokens_out, reported = _usage(event, data)
+    tokens_in, tokens_out, reported, read, write = _usage(event, data)
     served = get("served_model")
     if served is not None and served.__class__ is not str:
         _text(event, served, "served_model")
     served = served or model
     # A proxy alias is priced as the model it served when the table does not know the alias.
     at = event.recorded_at
-    cost, source = priced(prices, model, tokens_in, tokens_out, reported, at)
+    cost, source = priced(prices, model, tokens_in, tokens_out, reported, at, (read, write))
     if cost is None and served != model:
-        cost, source = priced(prices, served, tokens_in, tokens_out, reported, at)
+        cost, source = priced(prices, served, tokens_in, tokens_out, reported, at, (read, write))
     when, day = _when(event)
     branch, session, run_id = _where(event, session_of, run_id)
     ttft = get("ttft_ms")
@@ -260,7 +274,7 @@ def model_call_fact(event: FactEvent, prices: PriceTable, session_of: SessionOf)
     attempts = get("attempts", 1)
     return (
         event.position, when, day, provider, model, endpoint, branch, session, run_id, verb,
-        call_id, get("stream") is True, tokens_in, tokens_out, cost, source, latency,
+        call_id, get("stream") is True, tokens_in, tokens_out, read, write, cost, source, latency,
         ttft, status, error_type,
         attempts if attempts.__class__ is int else _count(event, attempts, "attempts"), served,
     )  # fmt: skip
@@ -372,6 +386,8 @@ def run_start_fact(event: FactEvent, session_of: SessionOf) -> RunStart:
         None,
         None,
         None,
+        None,
+        None,
     )
     return RunStart(run_id, row)
 
@@ -382,7 +398,7 @@ def run_end_fact(event: FactEvent, session_of: SessionOf) -> RunEnd:
     run_id = _run_id(event)
     when, day = _when(event)
     failed = event.type == "run.failed"
-    tokens_in, tokens_out, reported = _usage(event, data)
+    tokens_in, tokens_out, reported, read, write = _usage(event, data)
     reason = error_type = None
     if failed:
         reason = _text(event, _field(event, data, "reason"), "reason")
@@ -402,6 +418,6 @@ def run_end_fact(event: FactEvent, session_of: SessionOf) -> RunEnd:
         verb = _text(event, _field(event, data, "verb"), "verb")
     row = (
         run_id, event.position, when, day, when, verb, None, None, None, branch, session,
-        status, reason, error_type, duration, chunks, tokens_in, tokens_out, None, None,
+        status, reason, error_type, duration, chunks, tokens_in, tokens_out, read, write, None, None,
     )  # fmt: skip
     return RunEnd(run_id, row, reported)

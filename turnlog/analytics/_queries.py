@@ -147,6 +147,10 @@ class UsageRow:
         unpriced_calls: Calls whose cost is unknown (not counted in ``cost_usd``).
         latency_ms: Latency percentiles.
         ttft_ms: Time-to-first-chunk percentiles (streamed calls only).
+        cache_read_tokens: Sum of the input tokens read from the prompt cache (part of
+            ``input_tokens``).
+        cache_write_tokens: Sum of the input tokens written to the prompt cache (part of
+            ``input_tokens``).
     """
 
     key: str | None
@@ -159,6 +163,8 @@ class UsageRow:
     unpriced_calls: int
     latency_ms: Percentiles
     ttft_ms: Percentiles
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -206,6 +212,8 @@ class RunRow:
         output_tokens: Sum of the runs' output tokens.
         cost_usd: Sum of the known costs; None when none is known.
         duration_ms: Duration percentiles of the closed runs.
+        cache_read_tokens: Sum of the runs' input tokens read from the prompt cache.
+        cache_write_tokens: Sum of the runs' input tokens written to the prompt cache.
     """
 
     key: str | None
@@ -217,6 +225,8 @@ class RunRow:
     output_tokens: int
     cost_usd: float | None
     duration_ms: Percentiles
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -362,6 +372,11 @@ def _ranked_groups(
     return {k: out.get(k, Percentiles()) for k in counts}
 
 
+_CACHE_TOTALS = (
+    'TOTAL("gen_ai.usage.cache_read.input_tokens"), TOTAL("gen_ai.usage.cache_creation.input_tokens")'
+)
+
+
 def usage(
     conn: sqlite3.Connection, by: str = "model", window: TimeRange | None = None, *, limit: int | None = None
 ) -> list[UsageRow]:
@@ -376,7 +391,8 @@ def usage(
     if window.unbounded:
         sql = (
             f"SELECT {key} AS k, SUM(calls) AS n, SUM(errors), SUM(input_tokens), SUM(output_tokens), "
-            f"SUM(cost_nanos), SUM(priced), SUM(ttft_calls) FROM {MODEL_ROLLUP.name} "
+            f"SUM(cost_nanos), SUM(priced), SUM(ttft_calls), SUM(cache_read_tokens), "
+            f"SUM(cache_write_tokens) FROM {MODEL_ROLLUP.name} "
             f"GROUP BY k ORDER BY {_order(by, limit)}"
         )
         rows = conn.execute(sql).fetchall()
@@ -387,7 +403,8 @@ def usage(
         sql = (
             f"SELECT {key} AS k, COUNT(*) AS n, SUM(\"turnlog.status\" = 'error'), "
             'TOTAL("gen_ai.usage.input_tokens"), TOTAL("gen_ai.usage.output_tokens"), '
-            'SUM(turnlog_nanos("turnlog.cost_usd")), COUNT("turnlog.cost_usd"), 0 '
+            'SUM(turnlog_nanos("turnlog.cost_usd")), COUNT("turnlog.cost_usd"), 0, '
+            f"{_CACHE_TOTALS} "
             f"FROM {MODEL_CALLS.name} WHERE {where} GROUP BY k ORDER BY {_order(by, limit)}"
         )
         rows = conn.execute(sql, params).fetchall()
@@ -397,9 +414,9 @@ def usage(
     result = [
         UsageRow(
             k, n, int(errors), errors / n, int(tin), int(tout), _nanos_to_usd(nanos, priced), n - priced,
-            latency.get(k, empty), ttft.get(k, empty),
+            latency.get(k, empty), ttft.get(k, empty), int(read), int(write),
         )
-        for k, n, errors, tin, tout, nanos, priced, _ in rows
+        for k, n, errors, tin, tout, nanos, priced, _, read, write in rows
     ]  # fmt: skip
     return _chronological(by, limit, result)
 
@@ -446,7 +463,7 @@ def run_usage(
         f"SELECT {key} AS k, COUNT(*) AS n, SUM(\"turnlog.status\" = 'ok'), "
         "SUM(\"turnlog.status\" = 'failed'), SUM(\"turnlog.status\" = 'running'), "
         'TOTAL("gen_ai.usage.input_tokens"), TOTAL("gen_ai.usage.output_tokens"), '
-        'SUM(turnlog_nanos("turnlog.cost_usd")), COUNT("turnlog.cost_usd") '
+        f'SUM(turnlog_nanos("turnlog.cost_usd")), COUNT("turnlog.cost_usd"), {_CACHE_TOTALS} '
         f"FROM {RUNS.name} WHERE {where} GROUP BY k ORDER BY {_order(by, limit)}"
     )
     rows = conn.execute(sql, params).fetchall()
@@ -463,8 +480,10 @@ def run_usage(
             int(tout),
             _nanos_to_usd(nanos, priced),
             durations.get(k, empty),
+            int(read),
+            int(write),
         )
-        for k, n, ok, failed, running, tin, tout, nanos, priced in rows
+        for k, n, ok, failed, running, tin, tout, nanos, priced, read, write in rows
     ]
     return _chronological(by, limit, result)
 

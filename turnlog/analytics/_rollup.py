@@ -104,6 +104,8 @@ MODEL_ROLLUP = Rollup(
         ("cost_nanos", 'COALESCE(SUM(turnlog_nanos("turnlog.cost_usd")), 0)'),
         ("priced", 'COUNT("turnlog.cost_usd")'),
         ("ttft_calls", 'COUNT("gen_ai.response.time_to_first_chunk")'),
+        ("cache_read_tokens", 'TOTAL("gen_ai.usage.cache_read.input_tokens")'),
+        ("cache_write_tokens", 'TOTAL("gen_ai.usage.cache_creation.input_tokens")'),
     ),
 )
 
@@ -141,7 +143,7 @@ def _column(table: FactTable, name: str) -> int:
 
 
 _MODEL_KEY = itemgetter(*(_column(MODEL_CALLS, d) for d in MODEL_ROLLUP.dims))
-_MODEL_STATUS, _MODEL_IN, _MODEL_OUT, _MODEL_COST, _MODEL_TTFT = (
+_MODEL_STATUS, _MODEL_IN, _MODEL_OUT, _MODEL_COST, _MODEL_TTFT, _MODEL_READ, _MODEL_WRITE = (
     _column(MODEL_CALLS, name)
     for name in (
         "turnlog.status",
@@ -149,6 +151,8 @@ _MODEL_STATUS, _MODEL_IN, _MODEL_OUT, _MODEL_COST, _MODEL_TTFT = (
         "gen_ai.usage.output_tokens",
         "turnlog.cost_usd",
         "gen_ai.response.time_to_first_chunk",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_creation.input_tokens",
     )
 )
 _TOOL_KEY = itemgetter(*(_column(TOOL_CALLS, d) for d in TOOL_ROLLUP.dims))
@@ -156,7 +160,8 @@ _TOOL_STATUS, _TOOL_DURATION = (
     _column(TOOL_CALLS, name) for name in ("turnlog.status", "gen_ai.client.operation.duration")
 )
 assert [m for m, _ in MODEL_ROLLUP.measures] == [
-    "calls", "errors", "input_tokens", "output_tokens", "cost_nanos", "priced", "ttft_calls"
+    "calls", "errors", "input_tokens", "output_tokens", "cost_nanos", "priced", "ttft_calls",
+    "cache_read_tokens", "cache_write_tokens",
 ]  # fmt: skip
 assert [m for m, _ in TOOL_ROLLUP.measures] == ["calls", "ok", "errors", "denied", "timed"]
 
@@ -165,12 +170,14 @@ def _model_sums(rows: Iterable[Sequence[Any]]) -> dict[Any, list[int]]:
     # The measures of MODEL_ROLLUP, in its order, as exact integers.
     sums: dict[Any, list[int]] = {}
     key_of = _MODEL_KEY
-    status, tokens_in, tokens_out, cost_at, ttft = (
+    status, tokens_in, tokens_out, cost_at, ttft, read_at, write_at = (
         _MODEL_STATUS,
         _MODEL_IN,
         _MODEL_OUT,
         _MODEL_COST,
         _MODEL_TTFT,
+        _MODEL_READ,
+        _MODEL_WRITE,
     )
     for row in rows:
         key = key_of(row)
@@ -178,7 +185,7 @@ def _model_sums(rows: Iterable[Sequence[Any]]) -> dict[Any, list[int]]:
         t_in, t_out = row[tokens_in], row[tokens_out]
         this = sums.get(key)
         if this is None:
-            sums[key] = this = [0, 0, 0, 0, 0, 0, 0]
+            sums[key] = this = [0, 0, 0, 0, 0, 0, 0, 0, 0]
         this[0] += 1
         if row[status] == "error":
             this[1] += 1
@@ -191,6 +198,11 @@ def _model_sums(rows: Iterable[Sequence[Any]]) -> dict[Any, list[int]]:
             this[5] += 1
         if row[ttft] is not None:
             this[6] += 1
+        read, write = row[read_at], row[write_at]
+        if read is not None:
+            this[7] += read
+        if write is not None:
+            this[8] += write
     return sums
 
 

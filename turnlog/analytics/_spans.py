@@ -490,6 +490,9 @@ def _usage(attrs: dict[str, AttributeValue], usage: Any) -> None:
     for key, name in (
         ("input_tokens", "gen_ai.usage.input_tokens"),
         ("output_tokens", "gen_ai.usage.output_tokens"),
+        # The OpenTelemetry GenAI names of the prompt-cache counts.
+        ("cache_read_tokens", "gen_ai.usage.cache_read.input_tokens"),
+        ("cache_write_tokens", "gen_ai.usage.cache_creation.input_tokens"),
     ):
         if isinstance(usage.get(key), int):
             attrs[name] = usage[key]

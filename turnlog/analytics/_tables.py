@@ -103,6 +103,16 @@ MODEL_CALLS = FactTable(
         _c("gen_ai.request.stream", "bool", "the call streamed its response"),
         _c("gen_ai.usage.input_tokens", "int", "input (prompt) tokens; null when not reported"),
         _c("gen_ai.usage.output_tokens", "int", "output (completion) tokens; null when not reported"),
+        _c(
+            "gen_ai.usage.cache_read.input_tokens",
+            "int",
+            "input tokens read from the prompt cache (part of input_tokens); null when not reported",
+        ),
+        _c(
+            "gen_ai.usage.cache_creation.input_tokens",
+            "int",
+            "input tokens written to the prompt cache (part of input_tokens); null when not reported",
+        ),
         _c("turnlog.cost_usd", "float", "cost in US dollars; null when unknown"),
         _c("turnlog.cost_source", "text", "'provider' (reported), 'price_table' (computed) or null"),
         _c("gen_ai.client.operation.duration", "float", "latency of the call in seconds"),
@@ -161,6 +171,16 @@ RUNS = FactTable(
         _c("turnlog.chunks", "int", "stream chunks of the run, when it streamed"),
         _c("gen_ai.usage.input_tokens", "int", "input tokens of the run"),
         _c("gen_ai.usage.output_tokens", "int", "output tokens of the run"),
+        _c(
+            "gen_ai.usage.cache_read.input_tokens",
+            "int",
+            "input tokens of the run read from the prompt cache",
+        ),
+        _c(
+            "gen_ai.usage.cache_creation.input_tokens",
+            "int",
+            "input tokens of the run written to the prompt cache",
+        ),
         _c("turnlog.cost_usd", "float", "cost of the run in US dollars; null when unknown"),
         _c("turnlog.cost_source", "text", "'provider', 'price_table' or null"),
     ),

@@ -155,6 +155,8 @@ _USAGE_KEYS = {
     "output_tokens": "output_tokens",
     "completion_tokens": "output_tokens",
     "cost_usd": "cost_usd",
+    "cache_read_tokens": "cache_read_tokens",
+    "cache_write_tokens": "cache_write_tokens",
 }
 
 
@@ -163,7 +165,9 @@ def usage_of(value: Any) -> Usage:
 
     The mapping may say ``input_tokens`` / ``output_tokens`` (``Usage``'s names) or
     ``prompt_tokens`` / ``completion_tokens`` (the OpenAI wire's, as in the fake server's
-    scripts), plus ``cost_usd``; ``total_tokens`` is accepted and ignored (it is the sum).
+    scripts), plus ``cost_usd`` and the cache counts ``cache_read_tokens`` /
+    ``cache_write_tokens`` (part of the input tokens); ``total_tokens`` is accepted and ignored
+    (it is the sum).
 
     Raises:
         UsageError: an unknown key, one count given in both spellings, or a value that is
@@ -181,7 +185,7 @@ def usage_of(value: Any) -> Usage:
         if field is None:
             raise UsageError(
                 f"a scripted reply's usage has an unknown key {key!r}: use input_tokens / output_tokens "
-                "(or prompt_tokens / completion_tokens) and cost_usd"
+                "(or prompt_tokens / completion_tokens), cost_usd, cache_read_tokens and cache_write_tokens"
             )
         if field in fields:
             raise UsageError(

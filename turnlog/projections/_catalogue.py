@@ -217,10 +217,26 @@ class ProviderSessionBound(EventData):
     """The working directory the session belongs to (CLIs keep sessions per directory)."""
 
 
+def _usage_without_cache_counts(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2 of the events that carry a ``Usage``: nothing to change.
+
+    Schema 2 added the cache counts to ``usage`` (``cache_read_tokens``,
+    ``cache_write_tokens``); a schema-1 payload has none, and reads as "not reported". The
+    version moved so that a reader of schema 1, which forbids unknown usage fields, refuses a
+    newer payload by its schema number instead of failing on a field it does not know.
+    """
+    return data
+
+
+_USAGE_UPCASTERS: Mapping[int, Upcaster] = {1: _usage_without_cache_counts}
+
+
 class ModelCalled(EventData):
     """One model invocation, with enough facts to audit and replay it (never secrets)."""
 
     event_type: ClassVar[str] = "model.called"
+    schema_version: ClassVar[int] = 2
+    upcasters: ClassVar[Mapping[int, Upcaster]] = _USAGE_UPCASTERS
     content_fields: ClassVar[tuple[str, ...] | None] = ("params", "response", "error_message")
     call_id: str
     """Unique id of the call."""
@@ -301,6 +317,8 @@ class RunEnded(EventData):
     """A run finished normally."""
 
     event_type: ClassVar[str] = "run.ended"
+    schema_version: ClassVar[int] = 2
+    upcasters: ClassVar[Mapping[int, Upcaster]] = _USAGE_UPCASTERS
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     run_id: str
     """The run id."""
@@ -318,6 +336,8 @@ class RunFailed(EventData):
     """A run ended with an error, a cancellation, a timeout, or was closed by recovery."""
 
     event_type: ClassVar[str] = "run.failed"
+    schema_version: ClassVar[int] = 2
+    upcasters: ClassVar[Mapping[int, Upcaster]] = _USAGE_UPCASTERS
     content_fields: ClassVar[tuple[str, ...] | None] = ("error_message", "recovered")
     run_id: str
     """The run id."""
@@ -562,8 +582,8 @@ for _schema in (
 def catalogue_upcasters(registry: EventRegistry | None = None) -> Upcasters:
     """The upcasters of the catalogue (and of snapshots), ready to pass to ``open_store``.
 
-    No agreed type has an old schema yet, so the result is empty until one changes; passing it
-    anyway means old events keep decoding the day a schema moves on.
+    ``model.called``, ``run.ended`` and ``run.failed`` have a schema 1 (usage without cache
+    counts); passing the result means old events keep decoding whenever a schema moves on.
     """
     ups = (registry or CATALOGUE).upcasters()
     for from_schema, fn in sorted(_SNAPSHOT_UPCASTERS.items()):

@@ -3,8 +3,9 @@
 Providers report it (``turnlog.kernel.models.Usage`` is this class), ``model.called``,
 ``run.ended`` and ``run.failed`` store it, and the fold keeps it per run: one frozen pydantic
 model, so no hand conversion sits between a response and the event that records it. Its JSON
-form (``model_dump(mode="json")``) is the stored payload, unchanged from when the event schema
-had its own copy of the type.
+form (``model_dump(mode="json")``) is the stored payload. The cache counts are stored only when
+known, so a call without them stores what it stored before they existed (schema 1 of
+``model.called``, ``run.ended`` and ``run.failed``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Usage"]
 
@@ -20,8 +21,11 @@ __all__ = ["Usage"]
 class Usage(BaseModel):
     """Token usage and cost; each field None when unknown (never a made-up zero).
 
-    Positional arguments are accepted in field order, so ``Usage(10, 2, None)`` reads as it did
-    when this was a dataclass.
+    Positional arguments are accepted in field order for the first three, so
+    ``Usage(10, 2, None)`` reads as it did when this was a dataclass; the cache counts are
+    keywords. ``input_tokens`` counts every prompt token, the cached ones included: the cache
+    counts say how many of them were read from or written to the provider's prompt cache (they
+    are priced apart).
 
     Example:
         >>> Usage(10, 2) + Usage(5, None, 0.01)
@@ -36,6 +40,13 @@ class Usage(BaseModel):
     """Completion tokens."""
     cost_usd: float | None = None
     """Cost in US dollars."""
+    # Left out of the stored form while unknown: a payload without cache counts stays
+    # byte-identical to the one written before they existed.
+    cache_read_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Prompt tokens read from the provider's prompt cache (part of ``input_tokens``)."""
+    cache_write_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Prompt tokens written to the prompt cache (Anthropic's cache creation; part of
+    ``input_tokens``). OpenAI and Gemini report cache reads only."""
 
     if TYPE_CHECKING:
         # what type checkers see; the real __init__ is set below the class
@@ -44,7 +55,16 @@ class Usage(BaseModel):
             input_tokens: int | None = None,
             output_tokens: int | None = None,
             cost_usd: float | None = None,
+            *,
+            cache_read_tokens: int | None = None,
+            cache_write_tokens: int | None = None,
         ) -> None: ...
+
+    def __repr_args__(self) -> Any:
+        # The cache counts only when known: most calls have none, and the repr stays short.
+        for name, value in super().__repr_args__():
+            if value is not None or name not in _CACHE_FIELDS:
+                yield name, value
 
     def __add__(self, other: Usage) -> Usage:
         """The sum; a field unknown on one side takes the other side's value."""
@@ -56,13 +76,16 @@ class Usage(BaseModel):
             add(self.input_tokens, other.input_tokens),
             add(self.output_tokens, other.output_tokens),
             add(self.cost_usd, other.cost_usd),
+            cache_read_tokens=add(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens=add(self.cache_write_tokens, other.cache_write_tokens),
         )
 
     @classmethod
     def from_reported(cls, reported: Mapping[str, Any]) -> Usage:
         """The usage a stream chunk or a recorded call reports as a JSON object.
 
-        Reads ``input_tokens``, ``output_tokens`` and ``cost_usd``; a value of the wrong type
+        Reads ``input_tokens``, ``output_tokens``, ``cost_usd``, ``cache_read_tokens`` and
+        ``cache_write_tokens``; a value of the wrong type
         (a string, a bool, a fraction of a token) counts as unknown instead of failing the run.
         """
 
@@ -76,14 +99,17 @@ class Usage(BaseModel):
             tokens(reported.get("input_tokens")),
             tokens(reported.get("output_tokens")),
             cost(reported.get("cost_usd")),
+            cache_read_tokens=tokens(reported.get("cache_read_tokens")),
+            cache_write_tokens=tokens(reported.get("cache_write_tokens")),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON object of the three fields (the stored form)."""
+        """The stored form: the three fields, and the cache counts when known."""
         return self.model_dump(mode="json")
 
 
 _FIELDS = ("input_tokens", "output_tokens", "cost_usd")
+_CACHE_FIELDS = ("cache_read_tokens", "cache_write_tokens")
 
 
 def _init(self: Usage, *args: int | float | None, **fields: Any) -> None:

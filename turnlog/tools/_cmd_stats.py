@@ -35,13 +35,19 @@ _BY = ("model", "served_model", "provider", "day", "tool", "branch", "session", 
 
 
 def add_analytics_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--prices`` and ``--analytics-db``, shared by ``stats`` and ``export``."""
+    """``--prices``, ``--genai-prices`` and ``--analytics-db``, shared by ``stats`` and ``export``."""
     parser.add_argument(
         "--prices",
         default=None,
         metavar="FILE",
         help='JSON price file {"model": {"input": USD per 1M tokens, "output": ...}} on top of the '
         "defaults and $TURNLOG_PRICES",
+    )
+    parser.add_argument(
+        "--genai-prices",
+        action="store_true",
+        help="price the models your prices do not name from genai-prices (cache prices, price "
+        "history; needs turnlog[prices])",
     )
     parser.add_argument(
         "--analytics-db",
@@ -73,9 +79,12 @@ def open_projection_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]
     url = store_url(args.store)
     check_store_exists(url)
     try:
-        prices = load_price_table(args.prices)
+        prices = load_price_table(args.prices, maintained=args.genai_prices)
     except AnalyticsError as exc:
         raise UserError(str(exc)) from exc
+    if args.genai_prices and prices.maintained is None:
+        # Without the package the table would silently fall back to the shipped defaults.
+        raise UserError("--genai-prices needs the genai-prices package: pip install 'turnlog[prices]'")
     return url, {"database": args.analytics_db, "prices": prices}
 
 
@@ -135,6 +144,8 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
         "errors",
         "error rate",
         "input tok",
+        "cache read",
+        "cache write",
         "output tok",
         "cost $",
         "unpriced",
@@ -154,6 +165,8 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
                 r.errors,
                 _pct(r.error_rate),
                 r.input_tokens,
+                r.cache_read_tokens,
+                r.cache_write_tokens,
                 r.output_tokens,
                 _money(r.cost_usd),
                 r.unpriced_calls,
@@ -195,6 +208,8 @@ def _print_runs(rows: list[RunRow]) -> None:
             "failed",
             "running",
             "input tok",
+            "cache read",
+            "cache write",
             "output tok",
             "cost $",
             "p50 ms",
@@ -209,6 +224,8 @@ def _print_runs(rows: list[RunRow]) -> None:
                 r.failed,
                 r.running,
                 r.input_tokens,
+                r.cache_read_tokens,
+                r.cache_write_tokens,
                 r.output_tokens,
                 _money(r.cost_usd),
                 *_ms(r.duration_ms),

@@ -264,6 +264,9 @@ def _error_body(status: int, error: UpstreamError | None, retry_after: float | N
 def error_reply(
     status: int, error: UpstreamError | None, number: int, retry_after: float | None = None
 ) -> Reply:
-    """An error answer with Google's body shape."""
-    headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
-    return Reply(status, body=_error_body(status, error, retry_after), headers=headers)
+    """An error answer with Google's body shape.
+
+    The wait goes in the body's ``RetryInfo`` only, as the real API names it: no
+    ``retry-after`` header, so a client that honours the wait must read the body.
+    """
+    return Reply(status, body=_error_body(status, error, retry_after))

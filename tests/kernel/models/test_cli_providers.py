@@ -129,7 +129,13 @@ async def test_claude_chunks(fake: Fake) -> None:
     assert result.content == "done" and not result.is_error
     meta = result.metadata
     assert meta["session_id"] == session
-    assert meta["usage"] == {"input_tokens": 21, "output_tokens": 13, "cost_usd": 0.0042}
+    assert meta["usage"] == {
+        "input_tokens": 21,
+        "output_tokens": 13,
+        "cost_usd": 0.0042,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
     assert meta["num_turns"] == 3 and isinstance(meta["duration_ms"], int)
     assert fake.starts()[0]["argv"] == [
         "-p", "List the files", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
@@ -159,7 +165,13 @@ async def test_codex_chunks(fake: Fake) -> None:
     assert (res2.tool_id, res2.tool_output, res2.is_error) == (use2.tool_id, "no such file", True)
     assert result.content == "done"
     assert result.metadata["session_id"] == thread
-    assert result.metadata["usage"] == {"input_tokens": 21, "output_tokens": 13, "cost_usd": None}
+    assert result.metadata["usage"] == {
+        "input_tokens": 21,
+        "output_tokens": 13,
+        "cost_usd": None,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
     assert result.metadata["num_turns"] == 1 and result.metadata["duration_ms"] > 0
     argv = fake.starts()[0]["argv"]
     assert argv[:2] == ["exec", "--json"] and argv[-2:] == ["--", "List the files"]
@@ -189,7 +201,12 @@ async def test_gemini_chunks(fake: Fake) -> None:
     assert (res2.tool_id, res2.tool_output, res2.is_error) == (use2.tool_id, "no such file", True)
     assert result.content == "done"  # the text after the last tool call
     assert result.metadata["session_id"] == system.metadata["session_id"]
-    assert result.metadata["usage"] == {"input_tokens": 21, "output_tokens": 13, "cost_usd": None}
+    assert result.metadata["usage"] == {
+        "input_tokens": 21,
+        "output_tokens": 13,
+        "cost_usd": None,
+        "cache_read_tokens": 0,
+    }
     assert result.metadata["tool_calls"] == 2
     assert fake.starts()[0]["env"]["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
 

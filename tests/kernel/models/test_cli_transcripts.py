@@ -12,7 +12,7 @@ import pytest
 from turnlog.kernel._assembler import StreamAssembler
 from turnlog.kernel.models import ClaudeCodeModel, CodexModel, ExitStatus, GeminiModel, StreamChunk
 from turnlog.kernel.models._cli_errors import cli_failure
-from turnlog.projections import ActionResponse, AssistantResponse
+from turnlog.projections import ActionResponse, AssistantResponse, Usage
 
 HERE = Path(__file__).parent / "transcripts"
 PARSERS = {"claude_code": ClaudeCodeModel, "codex": CodexModel, "gemini": GeminiModel}
@@ -145,11 +145,17 @@ def test_gemini_empty_tool_output_is_recorded_as_empty_and_says_so() -> None:
 def test_codex_resumed_usage_is_the_difference_of_the_running_totals() -> None:
     parser = CodexModel().new_parser(0.0)
     parser.resumed = True  # type: ignore[attr-defined]
-    parser.baseline = {"input_tokens": 20, "output_tokens": 10}  # type: ignore[attr-defined]
+    parser.baseline = {"input_tokens": 20, "output_tokens": 10, "cached_input_tokens": 0}  # type: ignore[attr-defined]
     chunks = [c for e in lines("codex.real.resume-ok.ndjson") for c in parser.feed(e)]
     result = chunks[-1]
     assert result.metadata["raw_usage"]["input_tokens"] == 26  # the session's running total
-    assert result.metadata["usage"] == {"input_tokens": 6, "output_tokens": 8, "cost_usd": None}
+    assert result.metadata["usage"] == {
+        "input_tokens": 6,
+        "output_tokens": 8,
+        "cost_usd": None,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
 
 
 def test_codex_resumed_usage_without_a_baseline_says_it_is_cumulative() -> None:
@@ -157,3 +163,46 @@ def test_codex_resumed_usage_without_a_baseline_says_it_is_cumulative() -> None:
     parser.resumed = True  # type: ignore[attr-defined]
     chunks = [c for e in lines("codex.real.resume-ok.ndjson") for c in parser.feed(e)]
     assert chunks[-1].metadata["usage_basis"] == "cumulative"
+
+
+def test_each_cli_reports_its_cache_reads_and_writes_as_usage_counts_them() -> None:
+    """Every prompt token is an input token; the cache reads and writes among them are apart.
+
+    Claude Code reports the cache apart from ``input_tokens`` (the Messages API's way); Codex
+    and Gemini CLI count the cached tokens inside their input count.
+    """
+    claude = ClaudeCodeModel().new_parser(0.0)
+    [result] = claude.feed(
+        {
+            "type": "result",
+            "subtype": "success",
+            "session_id": "s",
+            "total_cost_usd": 0.01,
+            "usage": {
+                "input_tokens": 3,
+                "cache_creation_input_tokens": 500,
+                "cache_read_input_tokens": 9000,
+                "output_tokens": 40,
+            },
+        }
+    )
+    assert Usage.from_reported(result.metadata["usage"]) == Usage(
+        9503, 40, 0.01, cache_read_tokens=9000, cache_write_tokens=500
+    )
+    codex = CodexModel().new_parser(0.0)
+    [result] = codex.feed(
+        {
+            "type": "turn.completed",
+            "usage": {"input_tokens": 1200, "cached_input_tokens": 1000, "output_tokens": 7},
+        }
+    )
+    assert Usage.from_reported(result.metadata["usage"]) == Usage(1200, 7, cache_read_tokens=1000)
+    gemini = GeminiModel().new_parser(0.0)
+    [result] = gemini.feed(
+        {
+            "type": "result",
+            "status": "success",
+            "stats": {"input_tokens": 800, "output_tokens": 5, "cached": 600, "input": 200},
+        }
+    )
+    assert Usage.from_reported(result.metadata["usage"]) == Usage(800, 5, cache_read_tokens=600)

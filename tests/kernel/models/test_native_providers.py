@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from pydantic import BaseModel
 
-from turnlog.analytics import PriceTable
-from turnlog.eventstore import EventStore, open_store
+from turnlog.analytics import AnalyticsProjection, Price, PriceTable, build_traces
+from turnlog.eventstore import EventStore, NewEvent, open_store
 from turnlog.kernel import Branch, execute_replay, iModel
 from turnlog.kernel.models import (
     AnthropicModel,
@@ -24,7 +26,7 @@ from turnlog.kernel.models import (
     RetryPolicy,
     ServerError,
 )
-from turnlog.projections import catalogue_upcasters
+from turnlog.projections import ModelCalled, RunEnded, Usage, catalogue_upcasters, decode_event
 from turnlog.tools import FakeUpstreamServer
 
 KEY = "sk-native-provider-test-0123456789"
@@ -476,3 +478,117 @@ async def test_structured_output_on_anthropic_comes_back_through_the_response_to
     assert body["tools"][0]["input_schema"]["properties"] == {"city": {"title": "City", "type": "string"}}
     [reply] = [m for m in branch.messages if m.role == "assistant"]
     assert "tool_calls" not in reply.metadata
+
+
+async def test_a_cached_anthropic_call_is_recorded_priced_and_traced_with_its_cache_counts(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """Cache reads and writes go from the answer to model.called, run.ended, the facts, the spans.
+
+    The call is charged at the cache prices of its day, and a re-price of the stored facts (the
+    price table changed) charges it as a fresh build does.
+    """
+    usage = {
+        "input_tokens": 30,
+        "output_tokens": 5,
+        "cached_tokens": 1000,
+        "cache_creation_input_tokens": 200,
+    }
+    async with FakeUpstreamServer([{"text": "cached", "usage": usage}], api_key=KEY) as server:
+        branch = Branch(store=store, chat_model=model("anthropic", server))
+        assert await branch.communicate("hi") == "cached"
+    expected = Usage(1230, 5, cache_read_tokens=1000, cache_write_tokens=200)
+    [called] = await calls(branch)
+    assert called.usage == expected
+    [ended] = [d for e, d in await branch.events() if e.type == "run.ended"]
+    assert ended.usage == expected
+    # claude-sonnet-4-5: $3 input, $0.30 cache read, $3.75 cache write, $15 output per million
+    cost = (30 * 3 + 1000 * 0.30 + 200 * 3.75 + 5 * 15) / 1e6
+    async with AnalyticsProjection(store, database=tmp_path / "a.db") as analytics:
+        await analytics.update()
+        [row] = await analytics.usage("model")
+        [run] = await analytics.run_usage("verb")
+    assert (row.input_tokens, row.cache_read_tokens, row.cache_write_tokens) == (1230, 1000, 200)
+    assert row.cost_usd == pytest.approx(cost) and row.unpriced_calls == 0
+    assert (run.cache_read_tokens, run.cache_write_tokens) == (1000, 200)
+    assert run.cost_usd == pytest.approx(cost)
+    # Re-priced at other prices, then back: the same figures as the first build.
+    other = PriceTable({"claude-sonnet-4-5": Price(1.0, 1.0, cache_read=0.1, cache_write=2.0)})
+    async with AnalyticsProjection(store, prices=other, database=tmp_path / "a.db") as analytics:
+        await analytics.update()
+        [row] = await analytics.usage("model")
+        [run] = await analytics.run_usage("verb")
+    repriced = (30 * 1.0 + 1000 * 0.1 + 200 * 2.0 + 5 * 1.0) / 1e6
+    assert (row.cost_usd, run.cost_usd) == (pytest.approx(repriced), pytest.approx(repriced))
+    async with AnalyticsProjection(store, database=tmp_path / "a.db") as analytics:
+        await analytics.update()
+        [row] = await analytics.usage("model")
+    assert row.cost_usd == pytest.approx(cost)
+    traces = build_traces([e async for e in store.read_all()])
+    spans = [s for t in traces for s in t.spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert [
+        (
+            s.attributes["gen_ai.usage.cache_read.input_tokens"],
+            s.attributes["gen_ai.usage.cache_creation.input_tokens"],
+        )
+        for s in spans
+    ] == [(1000, 200)]
+
+
+async def test_usage_recorded_before_the_cache_counts_still_reads(store: EventStore, tmp_path: Path) -> None:
+    """A schema-1 model.called / run.ended (no cache counts) decodes, folds and is priced as before."""
+    call = {
+        "call_id": "c1", "provider": "anthropic", "model": "claude-sonnet-4-5", "endpoint": "v1/messages",
+        "run_id": "r1", "fingerprint": "f" * 64, "usage": {"input_tokens": 100, "output_tokens": 10,
+        "cost_usd": None}, "latency_ms": 12.0, "status": "ok",
+    }  # fmt: skip
+    started = {"run_id": "r1", "verb": "chat", "model": "claude-sonnet-4-5"}
+    ended = {"run_id": "r1", "verb": "chat", "duration_ms": 20.0, "usage": call["usage"]}
+    await store.append(
+        "branch-old",
+        [
+            NewEvent("branch.created", {"branch_id": "old", "name": "old"}),
+            NewEvent("run.started", started),
+            NewEvent("model.called", call, schema=1),
+            NewEvent("run.ended", ended, schema=1),
+        ],
+    )
+    recorded = [e async for e in store.read_all()]
+    assert [e.schema for e in recorded[2:]] == [ModelCalled.schema_version, RunEnded.schema_version] == [2, 2]
+    decoded = decode_event(recorded[2])
+    assert isinstance(decoded, ModelCalled) and decoded.usage == Usage(100, 10)
+    assert decoded.usage.cache_read_tokens is None and decoded.usage.cache_write_tokens is None
+    async with open_store(f"sqlite:///{tmp_path / 'native.db'}") as plain:  # no upcasters: lifted on decode
+        [old_call] = [e async for e in plain.read_all() if e.type == "model.called"]
+        assert old_call.schema == 1 and decode_event(old_call).usage == Usage(100, 10)
+    async with AnalyticsProjection(store, database=tmp_path / "old.db") as analytics:
+        await analytics.update()
+        [row] = await analytics.usage("model")
+    assert (row.cache_read_tokens, row.cache_write_tokens) == (0, 0)
+    assert row.cost_usd == pytest.approx((100 * 3 + 10 * 15) / 1e6)
+
+
+async def test_gemini_waits_the_retry_delay_its_quota_error_names() -> None:
+    """Gemini names the wait in the body's RetryInfo only (no retry-after header): it is honoured,
+    and one longer than ``max_retry_after`` is surfaced at once instead of retried sooner."""
+    # A backoff of a minute: a retry that came sooner waited the RetryInfo delay.
+    slow = RetryPolicy(max_attempts=2, initial_delay=60.0, jitter=0.0, max_retry_after=5.0)
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}])
+    async with FakeUpstreamServer(
+        [{"status": 429, "retry_after": 0.3}, {"text": "after"}], api_key=KEY
+    ) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=slow)
+        began = time.monotonic()
+        with anyio.fail_after(30):
+            reply = await m.invoke(request)
+        waited = time.monotonic() - began
+    assert (reply.text, reply.attempts) == ("after", 2)
+    assert waited >= 0.3  # a lower bound only: the machine may be slow, never fast
+    async with FakeUpstreamServer(
+        [{"status": 429, "retry_after": 300}, {"text": "never"}], api_key=KEY
+    ) as server:
+        m = GeminiAPIModel("gemini-2.5-flash", base_url=server.base_url, api_key=KEY, retry=slow)
+        with anyio.fail_after(30), pytest.raises(RateLimitError) as caught:
+            await m.invoke(request)
+        assert len(server.requests) == 1
+    assert (caught.value.retry_after, caught.value.attempts) == (300.0, 1)

@@ -320,3 +320,14 @@ def test_allow_writes_recovers_a_crashed_run(open_run_store: Path) -> None:
     for ui in serve(open_run_store):
         assert "recover crashed runs" not in get(ui, "/branches/b-live").text
         assert httpx.post(ui.url + "/recover", data={"csrf": "x"}, timeout=30).status_code == 403
+
+
+def test_a_runs_usage_says_what_the_prompt_cache_served() -> None:
+    """The run page's usage line names the cache reads and writes when the provider reported them."""
+    from turnlog.projections import Usage
+    from turnlog.tools.ui._pages import _usage
+
+    assert _usage(Usage(900, 4)) == "900 input, 4 output tokens"
+    cached = Usage(900, 4, cache_read_tokens=800, cache_write_tokens=50)
+    assert _usage(cached) == "900 input, 4 output tokens (prompt cache: 800 of the input read, 50 written)"
+    assert _usage(Usage()) == "not reported"

@@ -273,9 +273,7 @@ class _ClaudeParser(CLIEventParser):
             self.http_status = event["api_error_status"]
         meta = {
             "session_id": self.session_id,
-            "usage": usage_dict(
-                usage.get("input_tokens"), usage.get("output_tokens"), event.get("total_cost_usd")
-            ),
+            "usage": _usage(usage, event.get("total_cost_usd")),
             "cost_usd": event.get("total_cost_usd"),
             "duration_ms": event.get("duration_ms"),
             "duration_api_ms": event.get("duration_api_ms"),
@@ -322,4 +320,20 @@ def _tool_result(block: dict[str, Any], raw: Any) -> StreamChunk:
         tool_output=block.get("content"),
         is_error=bool(block.get("is_error")),
         metadata=meta,
+    )
+
+
+def _usage(usage: dict[str, Any], cost: Any) -> dict[str, Any]:
+    """The result's usage as ``Usage`` counts it (cache reads and writes are input tokens).
+
+    The Messages API counts cache reads and writes apart from ``input_tokens``; a Claude Code
+    run reads most of its prompt from the cache, so leaving them out would show a fraction of
+    the tokens it was charged for.
+    """
+    read, write = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+    given = usage.get("input_tokens")
+    if isinstance(given, int) and not isinstance(given, bool):
+        given += sum(v for v in (read, write) if isinstance(v, int) and not isinstance(v, bool))
+    return usage_dict(
+        given, usage.get("output_tokens"), cost, cache_read_tokens=read, cache_write_tokens=write
     )

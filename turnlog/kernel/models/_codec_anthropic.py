@@ -200,7 +200,11 @@ class AnthropicCodec(Codec):
 
 
 def usage_of(raw: Any) -> Usage:
-    """The ``Usage`` of a Messages API ``usage`` object (cache reads and writes count as input)."""
+    """The ``Usage`` of a Messages API ``usage`` object.
+
+    The API counts the cache reads and writes apart from ``input_tokens``; ``Usage`` counts
+    every prompt token as input and says how many of them were cache reads and writes.
+    """
     if not isinstance(raw, dict):
         return Usage()
 
@@ -214,6 +218,8 @@ def usage_of(raw: Any) -> Usage:
     return Usage(
         input_tokens=prompt + cached if isinstance(prompt, int) else None,
         output_tokens=output if isinstance(output, int) else None,
+        cache_read_tokens=_count(raw, "cache_read_input_tokens"),
+        cache_write_tokens=_count(raw, "cache_creation_input_tokens"),
     )
 
 

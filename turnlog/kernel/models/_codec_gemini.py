@@ -240,7 +240,10 @@ def _usage(raw: Any) -> Usage:
         count("thoughtsTokenCount"),
     )
     output = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
-    return Usage(input_tokens=prompt, output_tokens=output)
+    # promptTokenCount includes the cached tokens, as Usage counts them.
+    return Usage(
+        input_tokens=prompt, output_tokens=output, cache_read_tokens=count("cachedContentTokenCount")
+    )
 
 
 def _declaration(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -168,6 +168,7 @@ def usage_of(raw: Any) -> Usage:
         output_tokens=completion if isinstance(completion, int) else None,
         # OpenRouter and LiteLLM report the billed cost in the usage object.
         cost_usd=number(raw.get("cost")),
+        cache_read_tokens=_cached(raw),
     )
 
 

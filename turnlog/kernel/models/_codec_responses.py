@@ -131,6 +131,7 @@ def usage_of(raw: Any) -> Usage:
     return Usage(
         input_tokens=given if isinstance(given, int) else None,
         output_tokens=made if isinstance(made, int) else None,
+        cache_read_tokens=_cached(raw),
     )
 
 

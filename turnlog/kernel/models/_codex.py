@@ -179,16 +179,17 @@ class _CodexParser(CLIEventParser):
         self.finished = True
         usage = event.get("usage") or {}
         meta: dict[str, Any] = {"session_id": self.session_id}
+        # input_tokens counts the cached ones too (OpenAI's convention, and Usage's).
+        keys = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens")
         if self.resumed and self.baseline is None:
-            run_in, run_out = usage.get("input_tokens"), usage.get("output_tokens")
+            run_in, run_out, read, write = (usage.get(key) for key in keys)
             meta["usage_basis"] = "cumulative"  # the session's earlier runs are included
         else:
             base = self.baseline or {}
-            run_in = _minus(usage.get("input_tokens"), base.get("input_tokens"))
-            run_out = _minus(usage.get("output_tokens"), base.get("output_tokens"))
+            run_in, run_out, read, write = (_minus(usage.get(key), base.get(key)) for key in keys)
         meta.update(
             {
-                "usage": usage_dict(run_in, run_out, None),
+                "usage": usage_dict(run_in, run_out, None, cache_read_tokens=read, cache_write_tokens=write),
                 "cost_usd": None,
                 "duration_ms": self.elapsed_ms(),
                 "num_turns": max(self.turns, 1),

@@ -125,7 +125,13 @@ class _GeminiParser(CLIEventParser):
                 is_error=is_error,
                 metadata={
                     "session_id": self.session_id,
-                    "usage": usage_dict(stats.get("input_tokens"), stats.get("output_tokens"), None),
+                    # input_tokens counts the cached ones too (``input`` is the rest).
+                    "usage": usage_dict(
+                        stats.get("input_tokens"),
+                        stats.get("output_tokens"),
+                        None,
+                        cache_read_tokens=stats.get("cached"),
+                    ),
                     "cost_usd": None,
                     "duration_ms": stats.get("duration_ms"),
                     "num_turns": None,

@@ -383,6 +383,10 @@ class HTTPChatModel(BaseChatModel):
             model=self.model,
         )
         retryable = self.retry.should_retry_status(status, response.headers)
+        if retry_after is not None and retry_after > self.retry.max_retry_after:
+            # A wait named in the body (Gemini's RetryInfo) too long to honour: surfaced, as a
+            # header's would be, instead of retrying sooner than the server asked.
+            retryable = False
         return Failure(error, retryable=retryable, retry_after=retry_after)
 
     async def _read_stream(

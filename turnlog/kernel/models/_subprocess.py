@@ -120,13 +120,34 @@ class CLIEventParser:
         return StreamChunk("error", content=text, is_error=True, metadata={"kind": kind, **metadata})
 
 
-def usage_dict(input_tokens: Any, output_tokens: Any, cost_usd: Any) -> dict[str, Any]:
-    """The ``{input_tokens, output_tokens, cost_usd}`` object of a result chunk (None when unknown)."""
-    return {
-        "input_tokens": input_tokens if isinstance(input_tokens, int) else None,
-        "output_tokens": output_tokens if isinstance(output_tokens, int) else None,
-        "cost_usd": float(cost_usd) if isinstance(cost_usd, int | float) else None,
+def usage_dict(
+    input_tokens: Any,
+    output_tokens: Any,
+    cost_usd: Any,
+    *,
+    cache_read_tokens: Any = None,
+    cache_write_tokens: Any = None,
+) -> dict[str, Any]:
+    """The ``usage`` object of a result chunk, in ``Usage``'s stored form (None when unknown).
+
+    ``input_tokens`` counts every prompt token, the cached ones included; the cache counts
+    are there only when the CLI reported them.
+    """
+    usage = {
+        "input_tokens": _tokens(input_tokens),
+        "output_tokens": _tokens(output_tokens),
+        "cost_usd": float(cost_usd)
+        if isinstance(cost_usd, int | float) and not isinstance(cost_usd, bool)
+        else None,
     }
+    for key, value in (("cache_read_tokens", cache_read_tokens), ("cache_write_tokens", cache_write_tokens)):
+        if (count := _tokens(value)) is not None:
+            usage[key] = count
+    return usage
+
+
+def _tokens(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _absolute(path: str | os.PathLike[str] | None) -> str:

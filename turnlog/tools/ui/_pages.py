@@ -101,7 +101,11 @@ def _usage(usage: Any) -> str:
     if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
         return "not reported"
     known = [("?" if n is None else str(n)) for n in (usage.input_tokens, usage.output_tokens)]
-    return f"{known[0]} input, {known[1]} output tokens"
+    text = f"{known[0]} input, {known[1]} output tokens"
+    read, written = usage.cache_read_tokens, usage.cache_write_tokens
+    if read or written:
+        text += f" (prompt cache: {read or 0} of the input read, {written or 0} written)"
+    return text
 
 
 def _run_facts(detail: RunDetail) -> list[tuple[str, str]]:
