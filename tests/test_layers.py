@@ -1,8 +1,9 @@
 """The layers of the whole package, and its import graph, checked from the source.
 
-The layers are ``tools -> {kernel, analytics} -> projections -> eventstore``: a layer imports
-only the layers below it, ``kernel`` and ``analytics`` not each other, and the root package
-(``turnlog/*.py``) nothing above itself. Analytics reads the layers below it through their
+The layers are ``tools -> {testing -> kernel, analytics} -> projections -> eventstore``: a layer
+imports only the layers below it, ``kernel`` and ``analytics`` not each other, ``testing`` (the
+test doubles and wire fakes a user tests their agent with) sits above the kernel and below the
+command line, and the root package (``turnlog/*.py``) imports nothing above itself. Analytics reads the layers below it through their
 public names only. No module reaches itself through imports.
 
 Every module is parsed (ast). An import counts when it runs at module level, including under
@@ -34,7 +35,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "projections": frozenset({"", "eventstore"}),
     "kernel": frozenset({"", "eventstore", "projections"}),
     "analytics": frozenset({"", "eventstore", "projections"}),
-    "tools": frozenset({"", "eventstore", "projections", "kernel", "analytics"}),
+    "testing": frozenset({"", "eventstore", "projections", "kernel"}),
+    "tools": frozenset({"", "eventstore", "projections", "kernel", "analytics", "testing"}),
 }
 """Each layer (by top-level subpackage; ``""`` is the root package) and the layers it may import."""
 SCRIPTS = {"turnlog.__main__": "tools"}

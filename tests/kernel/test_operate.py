@@ -22,8 +22,8 @@ from turnlog.kernel import (
 )
 from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.operations import RepairMiddle
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 

@@ -29,7 +29,6 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore, open_store, uuid7
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy, StreamChunk
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import (
     Instruction,
     NodeCompleted,
@@ -40,7 +39,7 @@ from turnlog.projections import (
     new_event,
     write_snapshots,
 )
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer, ScriptedModel
 
 MARKER = "Qz-Erase-4417 carol.h@example.com"
 KEY = "sk-erasure-0123456789abcdef"
@@ -72,7 +71,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     home.mkdir()
     monkeypatch.chdir(home)  # a server store's run buffers go to ./runs/<store id>
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # a server store's analytics
-    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} -m turnlog.tools._fake_cli claude")
+    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} -m turnlog.testing._fake_cli claude")
     monkeypatch.setenv("TURNLOG_FAKE_CLI_STATE", str(tmp_path / "cli-state"))  # the CLI's, not ours
     monkeypatch.delenv("TURNLOG_FAKE_CLI_RECORD", raising=False)
     monkeypatch.delenv("TURNLOG_STORE", raising=False)
