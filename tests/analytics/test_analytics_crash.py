@@ -142,7 +142,15 @@ def test_sigkill_while_updating_never_double_counts_or_skips(tmp_path: Path) -> 
         # itself after writing the facts of a random batch, just before its checkpoint.
         die_at = 0 if kill % 2 == 0 else rng.randint(1, 30)
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(store_path), str(kill), str(die_at), str(Path(__file__).parent)],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(store_path),
+                str(kill),
+                str(die_at),
+                str(Path(__file__).parent),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
