@@ -49,6 +49,8 @@ EXPORTED = [
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
+    "RecordedCall",
+    "RecordedModel",
     "RecoveredRun",
     "RecoveryReport",
     "RemovedArgument",
