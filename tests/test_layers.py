@@ -19,8 +19,8 @@ import of a parent package by its children is not an edge (Python does it for ev
 from __future__ import annotations
 
 import ast
-import re
 import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
