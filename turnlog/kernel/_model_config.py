@@ -14,7 +14,7 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, TurnlogError
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel.models import ChatModel, public_params
+from turnlog.kernel.models import ChatModel, iModel, public_params
 from turnlog.kernel.models._secrets import scrub_url
 
 __all__ = ["default_store", "model_config", "rebuild_model", "resolve_model"]
@@ -41,10 +41,6 @@ def resolve_model(value: Any) -> ChatModel | None:
         model: ChatModel = value
         return model
     if isinstance(value, str | Mapping):
-        try:
-            from turnlog.kernel.models import iModel
-        except ImportError as exc:
-            raise UsageError("model configurations need turnlog.kernel.models.iModel") from exc
         if isinstance(value, str):
             return iModel(value) if "/" in value else iModel(model=value)
         return iModel.from_config(dict(value))

@@ -6,11 +6,8 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlencode
 
 import anyio
 import pytest
@@ -311,21 +308,6 @@ def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, 
     assert Counter(s.span_id for s in spans).most_common(1)[0][1] == 1  # nothing was sent twice
     runs = [s.attributes.get("turnlog.run_id") for s in spans if s.parent_id == ""]
     assert runs[-3:] == ["run-after-start", "run-while-stopped", "run-after-restart"]
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL store URL in a schema of its own, dropped afterwards."""
-    dsn = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-    if not dsn:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    schema = f"t_{uuid.uuid4().hex}"
-    yield dsn + ("&" if "?" in dsn else "?") + urlencode({"schema": schema})
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 # Alone (serial): in a fresh checkout under the full parallel load the --follow child has been
