@@ -127,6 +127,13 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
     ui_help = _run([str(venv / "bin" / "turnlog"), "ui", "--help"], cwd=elsewhere)
     assert "--allow-writes" in ui_help.stdout
 
+    # the benchmarks stay in the checkout: the installed command says so, in one line
+    bench = subprocess.run(
+        [str(venv / "bin" / "turnlog"), "bench", "append"], cwd=elsewhere, capture_output=True, text=True
+    )
+    assert bench.returncode == 2 and "runs from a source checkout" in bench.stderr, bench.stderr
+    assert not list(site.glob("python*/site-packages/benchmarks")), "benchmarks/ installed"
+
     help_run = _run([str(venv / "bin" / "turnlog"), "--help"], cwd=elsewhere)
     assert "usage: turnlog" in help_run.stdout
     # python -m turnlog and turnlog.__version__ work from the wheel too

@@ -67,8 +67,8 @@ def _package() -> ModuleType | None:
     return package
 
 
-def _load(name: str) -> Any:
-    if _package() is None:
+def _load(name: str | None) -> Any:
+    if name is None or _package() is None:
         raise UserError(
             f"turnlog bench runs from a source checkout: there is no benchmarks/ next to "
             f"{Path(turnlog.__file__).resolve().parent} (clone the repository and pip install -e '.[dev,bench]')"
@@ -77,16 +77,16 @@ def _load(name: str) -> Any:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    if _package() is None:
+        # No checkout: take any words, so that running a benchmark says what is missing
+        # (rather than argparse refusing options it cannot know).
+        parser.add_argument("argv", nargs=argparse.REMAINDER, help="NAME and its options (needs a checkout)")
+        parser.set_defaults(bench=None)
+        return
     sub = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
-    have = _package() is not None
     for name, module in BENCHMARKS.items():
         p = sub.add_parser(name, help=f"benchmark {name}")
-        if have:
-            # Unknown options are refused by each benchmark's own parser, as before the move.
-            importlib.import_module(f"benchmarks.{module}").add_arguments(p)
-        else:
-            # Without a checkout each benchmark takes anything, and running it says what is missing.
-            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        importlib.import_module(f"benchmarks.{module}").add_arguments(p)
 
 
 def _run(args: argparse.Namespace) -> int:
