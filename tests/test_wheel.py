@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER_FOLDERS = ("eventstore", "projections", "analytics", "kernel", "tools")
+LAYER_FOLDERS = ("eventstore", "projections", "analytics", "kernel", "testing", "tools")
 
 # Run inside the fresh venv, with -I (isolated: no cwd, no PYTHONPATH, no user site).
 PROBE = textwrap.dedent(
