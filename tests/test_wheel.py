@@ -10,6 +10,7 @@ top-level name, and the console script runs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -129,7 +130,11 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
 
     # the benchmarks stay in the checkout: the installed command says so, in one line
     bench = subprocess.run(
-        [str(venv / "bin" / "turnlog"), "bench", "append"], cwd=elsewhere, capture_output=True, text=True
+        [str(venv / "bin" / "turnlog"), "bench", "append"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # the wheel's turnlog, not ours
     )
     assert bench.returncode == 2 and "runs from a source checkout" in bench.stderr, bench.stderr
     assert not list(site.glob("python*/site-packages/benchmarks")), "benchmarks/ installed"
