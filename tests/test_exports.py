@@ -11,6 +11,7 @@ LAYERS = [
     "turnlog.analytics",
     "turnlog.kernel",
     "turnlog.kernel.models",
+    "turnlog.testing",
     "turnlog.tools",
     "turnlog.tools.ui",
 ]

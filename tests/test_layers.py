@@ -1,15 +1,16 @@
 """The layers of the whole package, and its import graph, checked from the source.
 
-The layers are ``tools -> {kernel, analytics} -> projections -> eventstore``: a layer imports
-only the layers below it, ``kernel`` and ``analytics`` not each other, and the root package
-(``turnlog/*.py``) nothing above itself. Analytics reads the layers below it through their
+The layers are ``tools -> {testing -> kernel, analytics} -> projections -> eventstore``: a layer
+imports only the layers below it, ``kernel`` and ``analytics`` not each other, ``testing`` (the
+test doubles and wire fakes a user tests their agent with) sits above the kernel and below the
+command line, and the root package (``turnlog/*.py``) imports nothing above itself. Analytics reads the layers below it through their
 public names only. No module reaches itself through imports.
 
 Every module is parsed (ast). An import counts when it runs at module level, including under
 ``if TYPE_CHECKING:`` (a circle a type checker needs is a circle a reader has to hold in their
 head); an import inside a function runs later, at call time, so it is no circle at import time
-but it still must respect the layers. In the kernel, where the facade and the operations meet,
-function-level imports count for circles too (operations see a branch through the port).
+but it still must respect the layers, and no circle may close through it either (a reader
+follows a call as readily as an import).
 
 A package's ``__init__`` that re-exports its modules is a node like the others; the implicit
 import of a parent package by its children is not an edge (Python does it for every module).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +36,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "projections": frozenset({"", "eventstore"}),
     "kernel": frozenset({"", "eventstore", "projections"}),
     "analytics": frozenset({"", "eventstore", "projections"}),
-    "tools": frozenset({"", "eventstore", "projections", "kernel", "analytics"}),
+    "testing": frozenset({"", "eventstore", "projections", "kernel"}),
+    "tools": frozenset({"", "eventstore", "projections", "kernel", "analytics", "testing"}),
 }
 """Each layer (by top-level subpackage; ``""`` is the root package) and the layers it may import."""
 SCRIPTS = {"turnlog.__main__": "tools"}
@@ -132,7 +135,7 @@ def _graph(*, function_level: bool = False) -> dict[str, set[str]]:
     for edge in EDGES:
         if edge.target == edge.source or edge.target not in MODULES:
             continue
-        if edge.module_level or (function_level and _layer(edge.source) == "kernel"):
+        if edge.module_level or function_level:
             graph[edge.source].add(edge.target)
     return graph
 
@@ -205,10 +208,9 @@ def test_the_package_has_no_import_circle() -> None:
     assert _cycles(_graph()) == []
 
 
-def test_the_kernel_has_no_import_circle_even_through_calls() -> None:
-    """In the kernel, imports inside functions count too (the facade and operations meet there)."""
-    kernel = {m: {t for t in ts if _layer(t) == "kernel"} for m, ts in _graph(function_level=True).items()}
-    assert _cycles({m: ts for m, ts in kernel.items() if _layer(m) == "kernel"}) == []
+def test_the_package_has_no_import_circle_even_through_calls() -> None:
+    """Imports inside functions count too: no module needs, at call time, one that needs it."""
+    assert _cycles(_graph(function_level=True)) == []
 
 
 def test_operations_do_not_import_the_facade() -> None:
@@ -243,4 +245,93 @@ def test_analytics_imports_only_public_names_of_the_layers_below() -> None:
             continue
         public = set(importlib.import_module(e.target).__all__)
         wrong.extend(f"{where}: {n!r} is not in {e.target}.__all__" for n in e.names if n not in public)
+    assert wrong == []
+
+
+# ------------------------------------------------------------------------- who writes the store
+
+STORE_WRITES = frozenset(
+    {
+        "append",
+        "append_encoded",
+        "append_batch",
+        "append_tracked",
+        "save_snapshot",
+        "delete_snapshots",
+        "save_tracking",
+        "redact",
+        "redact_many",
+        "upgrade_chain",
+    }
+)
+"""The methods of ``EventStore`` that change what a store holds."""
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def _store_writes(path: Path) -> set[tuple[str, str]]:
+    """Each (module path under turnlog/, method) of a call that writes to a store in ``path``.
+
+    A call ``x.append(...)`` with two arguments or more is a store's (a list's takes one); the
+    other names are the store's own.
+    """
+    found: set[tuple[str, str]] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name = node.func.attr
+        if name not in STORE_WRITES or (name == "append" and len(node.args) + len(node.keywords) < 2):
+            continue
+        found.add((path.relative_to(ROOT).as_posix(), name))
+    return found
+
+
+def _listed_writers() -> set[tuple[str, str]]:
+    """The (module, method) pairs of the table in docs/architecture.md "Who writes the store"."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("<!-- store-writers -->", 1)[1].split("<!-- /store-writers -->", 1)[0]
+    listed: set[tuple[str, str]] = set()
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        module = cells[0].strip("`")
+        listed |= {(module, m) for m in re.findall(r"`(\w+)`", cells[1])}
+    return listed
+
+
+def test_the_writer_finder_finds_a_write() -> None:
+    """The checker itself can fail: a store append is found, a list append is not."""
+    module = ROOT / "kernel" / "_kernel.py"
+    assert (("kernel/_kernel.py", "append")) in _store_writes(module)
+    assert ("kernel/_kernel.py", "append") in _listed_writers()
+
+
+def test_every_writer_of_the_store_is_listed_in_the_architecture() -> None:
+    """A module that starts writing to a store (outside eventstore/) must be added to the table."""
+    found = {
+        write
+        for name, path in MODULES.items()
+        if _layer(name) != "eventstore"
+        for write in _store_writes(path)
+    }
+    listed = _listed_writers()
+    assert sorted(found - listed) == [], "writes to the store not listed in docs/architecture.md"
+    assert sorted(listed - found) == [], "listed in docs/architecture.md but no longer written"
+
+
+def test_only_the_kernel_writes_a_branch_stream() -> None:
+    """No module outside the kernel names a ``branch-`` stream in a write (forks go through Branch)."""
+    wrong: list[str] = []
+    for name, path in MODULES.items():
+        if _layer(name) in ("kernel", "eventstore"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in STORE_WRITES - {"save_snapshot", "delete_snapshots", "redact_many"}
+                and len(node.args) + len(node.keywords) >= 2
+                and "branch-" in ast.unparse(node.args[0])
+            ):
+                wrong.append(f"{name}:{node.lineno}")
     assert wrong == []

@@ -44,3 +44,17 @@ def test_with_a_server_a_pg_test_runs(pg_dsn: str) -> None:
     done = _run(TURNLOG_TEST_PG_DSN=pg_dsn, CI="true")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_no_test_module_checks_the_dsn_itself() -> None:
+    """The DSN is checked in one place (``pg_dsn_or_skip``): no module has its own copy of the skip."""
+    copies = [
+        path.relative_to(TESTS).as_posix()
+        for path in TESTS.rglob("*.py")
+        if path.name not in ("conftest.py", "test_pg_fixture.py")
+        and (
+            'environ.get("TURNLOG_TEST_PG_DSN"' in (text := path.read_text(encoding="utf-8"))
+            or "TURNLOG_TEST_PG_DSN is not set" in text
+        )
+    ]
+    assert copies == []

@@ -10,6 +10,7 @@ top-level name, and the console script runs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER_FOLDERS = ("eventstore", "projections", "analytics", "kernel", "tools")
+LAYER_FOLDERS = ("eventstore", "projections", "analytics", "kernel", "testing", "tools")
 
 # Run inside the fresh venv, with -I (isolated: no cwd, no PYTHONPATH, no user site).
 PROBE = textwrap.dedent(
@@ -126,6 +127,17 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(tmp_path: Path) -> None:
     assert {"app.js", "app.css"} <= shipped, shipped
     ui_help = _run([str(venv / "bin" / "turnlog"), "ui", "--help"], cwd=elsewhere)
     assert "--allow-writes" in ui_help.stdout
+
+    # the benchmarks stay in the checkout: the installed command says so, in one line
+    bench = subprocess.run(
+        [str(venv / "bin" / "turnlog"), "bench", "append"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # the wheel's turnlog, not ours
+    )
+    assert bench.returncode == 2 and "runs from a source checkout" in bench.stderr, bench.stderr
+    assert not list(site.glob("python*/site-packages/benchmarks")), "benchmarks/ installed"
 
     help_run = _run([str(venv / "bin" / "turnlog"), "--help"], cwd=elsewhere)
     assert "usage: turnlog" in help_run.stdout

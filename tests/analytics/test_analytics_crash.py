@@ -35,7 +35,9 @@ import anyio
 from turnlog.eventstore import uuid7
 from turnlog.eventstore import SQLiteEventStore
 from turnlog.analytics import AnalyticsProjection
-from turnlog.tools.bench._analytics import _Synth
+
+sys.path.insert(0, sys.argv[4])  # this test's folder: the synthetic-log generator
+from synthlog import SyntheticLog
 
 
 def die_before_checkpoint(analytics: AnalyticsProjection, at_batch: int) -> None:
@@ -52,7 +54,7 @@ def die_before_checkpoint(analytics: AnalyticsProjection, at_batch: int) -> None
 
 
 async def main(path: str, seed: int, die_at: int) -> None:
-    synth = _Synth(seed, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(seed, datetime(2026, 11, 1, tzinfo=UTC))
     branches = [str(uuid7()) for _ in range(3)]
     async with SQLiteEventStore(path) as store, AnalyticsProjection(store, batch_size=13) as analytics:
         if die_at:
@@ -140,7 +142,15 @@ def test_sigkill_while_updating_never_double_counts_or_skips(tmp_path: Path) -> 
         # itself after writing the facts of a random batch, just before its checkpoint.
         die_at = 0 if kill % 2 == 0 else rng.randint(1, 30)
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(store_path), str(kill), str(die_at)],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(store_path),
+                str(kill),
+                str(die_at),
+                str(Path(__file__).parent),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,

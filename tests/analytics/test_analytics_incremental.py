@@ -24,14 +24,15 @@ from turnlog.analytics import _queries as queries
 from turnlog.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
 from turnlog.eventstore import ANY, NewEvent, SQLiteEventStore, uuid7
 from turnlog.projections import BranchCreated, BranchIncluded, new_event
-from turnlog.tools.bench._analytics import _Synth
+
+from .synthlog import SyntheticLog
 
 Entries = list[tuple[str, list[NewEvent], Any]]
 
 
 def _log(seed: int, turns: int) -> list[Entries]:
     """A random log, one list of append_batch entries per turn, sessions included."""
-    synth = _Synth(seed, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(seed, datetime(2026, 11, 1, tzinfo=UTC))
     rng = synth.rng
     session = str(uuid7())
     branches = [str(uuid7()) for _ in range(3)]
@@ -153,7 +154,7 @@ async def test_two_projections_on_one_database_never_apply_a_batch_twice(tmp_pat
 
 
 async def test_follow_applies_live_events(tmp_path: Path) -> None:
-    synth = _Synth(11, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(11, datetime(2026, 11, 1, tzinfo=UTC))
     branch = str(uuid7())
     async with SQLiteEventStore(tmp_path / "store.db") as store:
         await store.append_batch(synth.turn(branch))
@@ -184,7 +185,7 @@ async def test_follow_applies_live_events(tmp_path: Path) -> None:
 
 
 async def test_follow_keeps_exact_counts_while_another_projection_rebuilds(tmp_path: Path) -> None:
-    synth = _Synth(12, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(12, datetime(2026, 11, 1, tzinfo=UTC))
     branch = str(uuid7())
     async with SQLiteEventStore(tmp_path / "store.db") as store:
         await store.append_batch(synth.turn(branch))
@@ -218,7 +219,7 @@ async def test_follow_keeps_exact_counts_while_another_projection_rebuilds(tmp_p
 async def test_a_projection_sees_the_branches_another_one_applied(tmp_path: Path) -> None:
     # `late` opens (and reads the branch map) first; `early` then applies the branch's
     # creation with its session. The calls after it, applied by `late`, carry that session.
-    synth = _Synth(3, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(3, datetime(2026, 11, 1, tzinfo=UTC))
     session, branch = str(uuid7()), str(uuid7())
     async with SQLiteEventStore(tmp_path / "store.db") as store:
         async with AnalyticsProjection(store) as late, AnalyticsProjection(store) as early:

@@ -20,7 +20,8 @@ from turnlog.analytics import FACT_TABLES, AnalyticsProjection, _batch
 from turnlog.analytics._rollup import ROLLUPS
 from turnlog.eventstore import ANY, CorruptEventError, EventStore, Upcasters, open_store, uuid7
 from turnlog.projections import BranchCreated, ModelCalled, new_event
-from turnlog.tools.bench._analytics import _Synth
+
+from .synthlog import SyntheticLog
 
 
 def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -60,7 +61,7 @@ class _Counting:
 
 
 async def _synthetic_log(store: EventStore, turns: int = 120) -> None:
-    synth = _Synth(7, datetime(2026, 11, 1, tzinfo=UTC))
+    synth = SyntheticLog(7, datetime(2026, 11, 1, tzinfo=UTC))
     branches = [str(uuid7()) for _ in range(3)]
     for branch in branches:
         await store.append_batch([(f"branch-{branch}", [new_event(BranchCreated(branch_id=branch))], ANY)])

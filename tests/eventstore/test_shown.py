@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
-import uuid
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
 
@@ -71,33 +68,27 @@ async def test_the_memory_store_is_checked_by_verify() -> None:
     assert await check_events(store, events) == ()
 
 
-PG_DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-
-
-@pytest.mark.skipif(not PG_DSN, reason="TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server")
-async def test_postgres_names_a_payload_changed_behind_its_back() -> None:
+@pytest.mark.postgres
+async def test_postgres_names_a_payload_changed_behind_its_back(
+    pg_dsn: str, pg_schema: str, pg_url: str
+) -> None:
     """The same check on PostgreSQL: its raw reads give the stored bytes the hash is over."""
-    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-    schema = f"t_{uuid.uuid4().hex}"
-    url = PG_DSN + ("&" if "?" in PG_DSN else "?") + urlencode({"schema": schema})
-    try:
-        async with open_store(url) as store:
-            for i in range(1, 5):
-                await store.append(A, [NewEvent("message.added", {"content": f"a{i}"})])
-                await store.append(B, [NewEvent("message.added", {"content": f"b{i}"})])
-            assert await check_stream(store, A) == ()
-        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-            await conn.execute(
-                f'UPDATE "{schema}".events SET data = %s WHERE stream = %s AND version = 2',
-                (b'{"content":"forged"}', A),
-            )
-        async with open_store(url) as store:
-            assert {(p.stream, p.version) for p in await check_stream(store, A)} == {(A, 2)}
-            events = [e async for e in store.read_stream(B)]
-            assert await check_events(store, events) == ()
-    finally:
-        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    import psycopg
+
+    async with open_store(pg_url) as store:
+        for i in range(1, 5):
+            await store.append(A, [NewEvent("message.added", {"content": f"a{i}"})])
+            await store.append(B, [NewEvent("message.added", {"content": f"b{i}"})])
+        assert await check_stream(store, A) == ()
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute(
+            f'UPDATE "{pg_schema}".events SET data = %s WHERE stream = %s AND version = 2',
+            (b'{"content":"forged"}', A),
+        )
+    async with open_store(pg_url) as store:
+        assert {(p.stream, p.version) for p in await check_stream(store, A)} == {(A, 2)}
+        events = [e async for e in store.read_stream(B)]
+        assert await check_events(store, events) == ()
 
 
 async def test_an_event_that_no_longer_decodes_is_a_problem_not_an_error(db: Path) -> None:

@@ -2,7 +2,7 @@
 
 ``ChunkModel`` yields pre-built chunks for the shapes no real CLI prints (a benign end of
 stream, a stream that raises, a close that fails); everything else goes through the fake
-CLIs (``turnlog.tools._fake_cli``) as real child processes.
+CLIs (``turnlog.testing._fake_cli``) as real child processes.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Fake:
 
 def make_fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Fake:
     for cli, var in BIN_VARS.items():
-        monkeypatch.setenv(var, f"{sys.executable} -m turnlog.tools._fake_cli {cli}")
+        monkeypatch.setenv(var, f"{sys.executable} -m turnlog.testing._fake_cli {cli}")
     monkeypatch.setenv("TURNLOG_FAKE_CLI_STATE", str(tmp_path / "state"))
     monkeypatch.setenv("TURNLOG_FAKE_CLI_RECORD", str(tmp_path / "record.jsonl"))
     monkeypatch.delenv("TURNLOG_FAKE_CLI_SCRIPT", raising=False)

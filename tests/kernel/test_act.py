@@ -14,9 +14,8 @@ from turnlog.analytics._facts import tool_call_fact
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, ToolInvocation, UnknownTool, UsageError, iModel
 from turnlog.kernel.models import ToolCall
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, Instruction, catalogue_upcasters, decode_event
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer, ScriptedModel
 
 from .conftest import assert_rebuilds
 

@@ -12,8 +12,8 @@ import pytest
 
 from turnlog.eventstore import NO_STREAM, EventStore, MemoryEventStore, uuid7
 from turnlog.kernel import AmbiguousBranch, Branch, Kernel, UnknownBranch, UsageError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import BranchCreated, Instruction, System, new_event, rebuild
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds, first_record
 
@@ -228,7 +228,7 @@ REOPEN = textwrap.dedent(
     import sys, anyio
     from turnlog.eventstore import open_store
     from turnlog.kernel import Branch
-    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.testing import ScriptedModel
     from turnlog.projections import catalogue_upcasters
 
     async def main():

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from turnlog.eventstore import EventStore, NewEvent, RecordedEvent, open_store
 from turnlog.kernel import Branch, called_message_ids
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import Instruction, ModelCalled, StateCache, catalogue_upcasters
+from turnlog.testing import ScriptedModel
 
 
 async def calls_of(store: EventStore, branch: Branch) -> list[RecordedEvent]:

@@ -7,8 +7,8 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, called_message_ids
 from turnlog.kernel.models import RateLimitError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds, first_of
 

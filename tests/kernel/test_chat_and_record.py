@@ -7,8 +7,8 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, MessageRecorded, RunStart
 from turnlog.kernel.models import ProviderConnectionError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ResponseParseError
 from turnlog.kernel.models import ServerError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds, first_of
 

@@ -9,7 +9,7 @@ import pytest
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ContextProviderRegistry
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 def provider(text: str | None) -> Any:

@@ -11,8 +11,8 @@ import pytest
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, BranchNameTaken, Session, UnknownBranch, UsageError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import InvalidTargetError
+from turnlog.testing import ScriptedModel
 
 
 async def test_include_branches_takes_several_branches_or_a_list(store: EventStore) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import AuthenticationError, ModelRequest, RetryPolicy, ServerError
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 from .conftest import assert_rebuilds
 

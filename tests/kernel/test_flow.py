@@ -9,8 +9,8 @@ import pytest
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, Graph, GraphCycleError, Operation, OperationError, Session, UsageError
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import decode_event
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 

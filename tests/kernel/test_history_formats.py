@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy
-from turnlog.tools import FakeOpenAIServer, FakeUpstreamServer
+from turnlog.testing import FakeOpenAIServer, FakeUpstreamServer
 
 KEY = "sk-history-formats-0123456789"
 MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5", "gemini_api": "gemini-2.5-flash"}

@@ -12,7 +12,7 @@ import anyio
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, recover
 from turnlog.projections import AssistantResponse, catalogue_upcasters
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 from .conftest import assert_rebuilds
 from .streamkit import Child

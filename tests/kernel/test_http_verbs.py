@@ -11,7 +11,7 @@ from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy
 from turnlog.projections import catalogue_upcasters
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 API_KEY = "sk-test-http-verbs-0123456789"
 CITY_FORMAT: dict[str, Any] = {

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from turnlog.eventstore import ConcurrencyError, open_store
 from turnlog.kernel import Branch, Kernel
 from turnlog.kernel.models import ServerError
-from turnlog.kernel.testing import FunctionModel
 from turnlog.projections import AssistantResponse, Instruction, catalogue_upcasters
+from turnlog.testing import FunctionModel
 
 OPS = st.sampled_from(
     [

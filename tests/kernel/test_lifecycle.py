@@ -19,7 +19,7 @@ from turnlog.kernel import (
     observed_run,
 )
 from turnlog.kernel.models import ModelRequest, Usage
-from turnlog.kernel.testing import FunctionModel, ScriptedModel
+from turnlog.testing import FunctionModel, ScriptedModel
 
 from .conftest import assert_rebuilds
 

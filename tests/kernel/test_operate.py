@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -18,12 +17,11 @@ from turnlog.kernel import (
     RunEnd,
     RunStart,
     Signal,
-    UsageError,
 )
 from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.operations import RepairMiddle
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 
@@ -272,15 +270,8 @@ async def test_operate_on_a_cli_model_uses_run_and_collect(store: EventStore) ->
     await assert_rebuilds(branch)
 
 
-async def test_without_the_cli_middle_a_cli_model_gets_a_clear_error(
-    store: EventStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "turnlog.kernel.operations.run", None)
+async def test_an_explicit_middle_replaces_the_cli_middle_of_a_cli_model(store: EventStore) -> None:
     branch = Branch(store=store, chat_model=LineCLI(GOOD))
-    with pytest.raises(UsageError, match="needs the CLI Middle run_and_collect"):
-        await branch.operate(instruction="x", response_format=Answer)
-    assert branch.version == 0  # refused before anything was written
-    # an explicit Middle still works
     out = await branch.operate(instruction="x", middle=_fixed_middle)
     assert out == "fixed"
     await assert_rebuilds(branch)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ExecutionError, Operation, OperationError, Session, UsageError
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 

@@ -10,8 +10,7 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, UnknownOption, UsageError, iModel
 from turnlog.kernel.models import AnthropicModel, GeminiAPIModel, OpenAIChatModel
-from turnlog.kernel.testing import FunctionModel, ScriptedModel
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer, FunctionModel, ScriptedModel
 
 API_KEY = "sk-test-very-secret-key-0123456789"
 VERBS = ("chat", "chat_and_record", "communicate", "parse", "run", "run_and_collect", "act", "operate")

@@ -25,8 +25,8 @@ from turnlog.kernel.models import (
     RateLimitError,
     StreamChunk,
 )
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 from .streamkit import ChunkModel, text

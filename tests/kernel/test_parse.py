@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, UsageError
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 class Point(BaseModel):

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, BranchPort, ChatParam, ModelChoice, ParseParam, RunParam, observed_run
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest
+from turnlog.testing import ScriptedModel
 
 from .streamkit import ChunkModel, text
 

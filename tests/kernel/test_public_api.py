@@ -50,6 +50,8 @@ EXPORTED = [
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
+    "RecordedCall",
+    "RecordedModel",
     "RecoveredRun",
     "RecoveryReport",
     "RemovedArgument",

@@ -13,8 +13,8 @@ from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ResponseParseError, RunEnd, RunFailure, RunStart, Signal
 from turnlog.kernel.models import ModelRequest
 from turnlog.kernel.operations.ReAct import Analysis, ReActAnalysis, ReActStream, clamp_extensions
-from turnlog.kernel.testing import FunctionModel, ScriptedModel
 from turnlog.projections import ActionResponse
+from turnlog.testing import FunctionModel, ScriptedModel
 
 from .conftest import assert_rebuilds
 

@@ -32,7 +32,7 @@ async def test_a_redacted_branch_loads_travels_forks_and_continues() -> None:
 
 async def test_replay_reports_redactions_and_execute_stops_at_a_redacted_input() -> None:
     from turnlog.kernel import audit_replay, execute_replay
-    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.testing import ScriptedModel
 
     async with MemoryEventStore() as store:
         branch = Branch(store=store, name="b", system="Be terse.", chat_model=ScriptedModel("Hi!", "Paris."))

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, audit_replay, execute_replay
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 class Capital(BaseModel):

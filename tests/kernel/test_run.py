@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import CLIError, StreamChunk
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import ActionRequest, ActionResponse, AssistantResponse, Instruction
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 from .streamkit import ChunkModel, Fake, make_fake, text

@@ -31,19 +31,7 @@ from turnlog.projections import catalogue_upcasters
 from .streamkit import Child, kill_groups, make_fake
 
 WORKERS = Path(__file__).parent / "_stream_workers"
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
 HANG = {"steps": [{"text": "thinking it over"}, {"hang": True}]}
-
-
-def _pg_url() -> str:
-    return DSN + ("&" if "?" in DSN else "?") + f"schema=t_{uuid.uuid4().hex}"
-
-
-async def _drop_schema(url: str) -> None:
-    psycopg = pytest.importorskip("psycopg")
-    schema = url.rsplit("schema=", 1)[1]
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -51,13 +39,7 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'lease.db'}"
         return
-    if not DSN:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    made = _pg_url()
-    try:
-        yield made
-    finally:
-        await _drop_schema(made)
+    yield request.getfixturevalue("pg_url")  # the shared fixture: skip or fail, and drop the schema
 
 
 async def recover_in_another_process(url: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from turnlog.eventstore import open_store
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy
 from turnlog.projections import catalogue_upcasters
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 SECRETS = {
     "api key": "sk-APIKEY-0123456789",

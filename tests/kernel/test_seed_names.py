@@ -6,7 +6,7 @@ import pytest
 
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 async def test_signals_import_as_in_the_seed_and_reach_observers(store: EventStore) -> None:

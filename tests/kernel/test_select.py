@@ -10,7 +10,7 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, Graph, Session, UsageError
 from turnlog.kernel.operations.select import Selection, SelectionModel, select
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 from .conftest import assert_rebuilds
 

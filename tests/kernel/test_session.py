@@ -17,7 +17,7 @@ from turnlog.kernel import (
     UnknownSession,
     UsageError,
 )
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 async def test_decorator_registers_under_the_function_name_and_returns_it(store: EventStore) -> None:
@@ -211,7 +211,7 @@ RELOAD = textwrap.dedent(
     import sys, anyio
     from turnlog.eventstore import open_store
     from turnlog.kernel import Session
-    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.testing import ScriptedModel
     from turnlog.projections import catalogue_upcasters
 
     async def main():

@@ -7,7 +7,7 @@ import pytest
 from turnlog.eventstore import EventStore
 from turnlog.kernel import Branch, ScriptExhaustedError, UsageError
 from turnlog.kernel.models import ChatModel, ModelRequest, ModelResponse, RateLimitError, Usage
-from turnlog.kernel.testing import FunctionModel, ScriptedModel
+from turnlog.testing import FunctionModel, ScriptedModel
 
 
 def request(text: str) -> ModelRequest:
@@ -72,9 +72,9 @@ async def test_function_model_sync_and_async() -> None:
 
 async def test_recorded_model_serves_recorded_answers_by_fingerprint() -> None:
     from turnlog.eventstore import open_store
-    from turnlog.kernel import Branch
-    from turnlog.kernel.testing import RecordedModel, ReplayMismatch
+    from turnlog.kernel import Branch, ReplayMismatch
     from turnlog.projections import catalogue_upcasters
+    from turnlog.testing import RecordedModel
 
     async with open_store("sqlite:///:memory:", upcasters=catalogue_upcasters()) as store:
         original = Branch(store=store, system="Be brief.", chat_model=ScriptedModel("Paris.", "Berlin."))

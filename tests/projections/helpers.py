@@ -7,12 +7,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from turnlog.eventstore import EventStore, RecordedEvent
+from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
 from turnlog.projections import (
     ActionRequest,
     ActionResponse,
     AssistantResponse,
     BranchCreated,
+    BranchForked,
     EventData,
     Instruction,
     MessageAdded,
@@ -131,6 +132,26 @@ async def append(store: EventStore, branch_id: str, datas: Sequence[EventData]) 
 async def new_branch(store: EventStore, branch_id: str, **fields: Any) -> list[RecordedEvent]:
     """Append branch.created."""
     return await append(store, branch_id, [BranchCreated(branch_id=branch_id, **fields)])
+
+
+async def fork(store: EventStore, branch_id: str, at_version: int, name: str | None = None) -> str:
+    """Append ``branch.forked`` to a fresh stream, as ``Branch.fork`` does; return the new id.
+
+    The projections only read forks; the kernel writes them (``Branch.fork``, with its checks).
+    These tests write the event by hand, like every other event of their logs.
+    """
+    new_id = str(uuid7())
+    data = BranchForked(
+        branch_id=new_id,
+        parent_branch_id=branch_id,
+        parent_stream=f"branch-{branch_id}",
+        parent_version=at_version,
+        name=name,
+    )
+    await store.append(
+        f"branch-{new_id}", [new_event(data, meta={"branch_id": new_id})], expected_version=NO_STREAM
+    )
+    return new_id
 
 
 def assert_same_view(state: Any, expected: Any) -> None:

@@ -77,7 +77,6 @@ def test_public_api() -> None:
         "decode_event",
         "diff",
         "fold",
-        "fork",
         "history",
         "holds_content",
         "load_snapshot_state",

@@ -22,12 +22,11 @@ from turnlog.projections import (
     UnknownBranch,
     Usage,
     diff,
-    fork,
     history,
     rebuild,
 )
 
-from .helpers import append, new_branch
+from .helpers import append, fork, new_branch
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 
-from turnlog.tools import FakeUpstreamServer, UpstreamThread
+from turnlog.testing import FakeUpstreamServer, UpstreamThread
 
 HERE = Path(__file__).parent
 FAKE_KEY = "sk-fake-upstream-key"

@@ -130,7 +130,7 @@ class FakeCLI:
 
     def run(self, argv: list[str], script: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
         done = subprocess.run(
-            [sys.executable, "-m", "turnlog.tools._fake_cli", self.cli, *argv],
+            [sys.executable, "-m", "turnlog.testing._fake_cli", self.cli, *argv],
             env={**self.env, "TURNLOG_FAKE_CLI_SCRIPT": json.dumps(script)},
             cwd=self.cwd,
             capture_output=True,

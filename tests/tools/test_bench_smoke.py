@@ -33,3 +33,25 @@ def test_bench_runs_and_prints_json(name: str, tmp_path: object) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert isinstance(report, dict) and report
+
+
+def test_bench_finds_the_checkouts_benchmarks() -> None:
+    """From a checkout, ``turnlog bench`` loads ``benchmarks/`` beside the package, by its path."""
+    from turnlog.tools import _cmd_bench
+
+    found = _cmd_bench.benchmarks_dir()
+    assert found is not None and (found.parent / "turnlog").is_dir()
+    assert set(_cmd_bench.BENCHMARKS) <= {p.stem.lstrip("_") for p in found.glob("_*.py")}
+
+
+def test_bench_without_a_checkout_says_it_needs_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed wheel has no ``benchmarks/``: one line says what is missing, exit status 2."""
+    from turnlog.tools import _cmd_bench
+    from turnlog.tools._cli import main
+
+    monkeypatch.setattr(_cmd_bench, "benchmarks_dir", lambda: None)
+    assert main(["bench", "append", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "turnlog bench runs from a source checkout" in err and "benchmarks/" in err

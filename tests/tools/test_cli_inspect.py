@@ -12,7 +12,7 @@ import pytest
 
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 def turnlog(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

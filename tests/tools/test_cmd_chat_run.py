@@ -161,7 +161,7 @@ def test_chat_records_a_failed_call_as_a_failed_run(tmp_path: Path, fake_server:
 def _claude_env(tmp_path: Path, script: dict[str, Any]) -> dict[str, str]:
     path = tmp_path / "claude.json"
     path.write_text(json.dumps(script))
-    command = [sys.executable, "-m", "turnlog.tools._fake_cli", "claude", "--script", str(path)]
+    command = [sys.executable, "-m", "turnlog.testing._fake_cli", "claude", "--script", str(path)]
     command += ["--state-dir", str(tmp_path / "state"), "--record", str(tmp_path / "record.jsonl")]
     return {"TURNLOG_CLAUDE_BIN": " ".join(command)}
 

@@ -108,7 +108,7 @@ def test_demo_default_store_is_in_the_current_directory_and_no_scratch_is_left(t
 @pytest.mark.slow
 async def test_demo_on_an_existing_store_leaves_other_runs_alone(tmp_path: Path) -> None:
     from turnlog.kernel import Branch
-    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.testing import ScriptedModel
 
     db = tmp_path / "shared.db"
     async with open_store(f"sqlite:///{db}") as store:

@@ -13,7 +13,7 @@ import pytest
 
 from turnlog.eventstore import REDACTIONS_STREAM, NewEvent, encode_json, event_hash, open_store
 from turnlog.kernel import Branch
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 
 def turnlog(*args: str) -> subprocess.CompletedProcess[str]:

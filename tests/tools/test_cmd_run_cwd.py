@@ -40,7 +40,7 @@ def test_run_cwd_binds_the_directory_and_the_next_run_resumes_from_it(tmp_path: 
     script = tmp_path / "claude.json"
     script.write_text(json.dumps({"steps": [{"text": "ok"}]}))
     record = tmp_path / "record.jsonl"
-    command = [sys.executable, "-m", "turnlog.tools._fake_cli", "claude", "--script", str(script)]
+    command = [sys.executable, "-m", "turnlog.testing._fake_cli", "claude", "--script", str(script)]
     command += ["--state-dir", str(tmp_path / "state"), "--record", str(record)]
     env = {"TURNLOG_CLAUDE_BIN": " ".join(command)}
     db = tmp_path / "t.db"

@@ -16,11 +16,9 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
 import pytest
@@ -29,7 +27,6 @@ from pydantic import BaseModel
 from turnlog.eventstore import EventStore, open_store, uuid7
 from turnlog.kernel import Branch, iModel
 from turnlog.kernel.models import RetryPolicy, StreamChunk
-from turnlog.kernel.testing import ScriptedModel
 from turnlog.projections import (
     Instruction,
     NodeCompleted,
@@ -40,11 +37,15 @@ from turnlog.projections import (
     new_event,
     write_snapshots,
 )
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer, ScriptedModel
 
 MARKER = "Qz-Erase-4417 carol.h@example.com"
 KEY = "sk-erasure-0123456789abcdef"
-DSN = os.environ.get("TURNLOG_TEST_PG_DSN", "")
+
+
+def _dsn() -> str:
+    """The server's DSN, for helpers; only reached by tests that took the ``pg_url`` fixture."""
+    return os.environ["TURNLOG_TEST_PG_DSN"]
 
 
 class Note(BaseModel):
@@ -72,7 +73,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     home.mkdir()
     monkeypatch.chdir(home)  # a server store's run buffers go to ./runs/<store id>
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))  # a server store's analytics
-    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} -m turnlog.tools._fake_cli claude")
+    monkeypatch.setenv("TURNLOG_CLAUDE_BIN", f"{sys.executable} -m turnlog.testing._fake_cli claude")
     monkeypatch.setenv("TURNLOG_FAKE_CLI_STATE", str(tmp_path / "cli-state"))  # the CLI's, not ours
     monkeypatch.delenv("TURNLOG_FAKE_CLI_RECORD", raising=False)
     monkeypatch.delenv("TURNLOG_STORE", raising=False)
@@ -92,13 +93,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     if request.param == "sqlite":
         yield f"sqlite:///{home / 't.db'}"
         return
-    if not DSN:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
-    schema = f"t_{uuid.uuid4().hex}"
-    yield DSN + ("&" if "?" in DSN else "?") + urlencode({"schema": schema})
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    yield request.getfixturevalue("pg_url")  # the shared fixture: skip or fail, and drop the schema
 
 
 async def _every_verb(store: EventStore) -> str:
@@ -190,7 +185,7 @@ def _pg_dump(url: str) -> str:
         if os.environ.get("CI"):
             pytest.fail("pg_dump is missing: install postgresql-client matching the server")
         pytest.skip("pg_dump is missing (apt-get install postgresql-client)")
-    done = subprocess.run(["pg_dump", "--schema", schema, DSN], capture_output=True, text=True, check=True)
+    done = subprocess.run(["pg_dump", "--schema", schema, _dsn()], capture_output=True, text=True, check=True)
     return done.stdout
 
 
@@ -198,7 +193,7 @@ def _pg_relation_files(schema: str) -> list[Path]:
     """The files of the schema's tables, TOAST tables and indexes, after a checkpoint."""
     import psycopg
 
-    with psycopg.connect(DSN, autocommit=True) as conn:
+    with psycopg.connect(_dsn(), autocommit=True) as conn:
         conn.execute("CHECKPOINT")
         row = conn.execute("SHOW data_directory").fetchone()
         assert row is not None

@@ -46,7 +46,7 @@ def fake(cli: str, argv: list[str], env: dict[str, str], script: dict[str, Any] 
     if script is not None:
         run_env["TURNLOG_FAKE_CLI_SCRIPT"] = json.dumps(script)
     return subprocess.run(
-        [sys.executable, "-m", "turnlog.tools._fake_cli", cli, *argv],
+        [sys.executable, "-m", "turnlog.testing._fake_cli", cli, *argv],
         env=run_env,
         capture_output=True,
         text=True,
@@ -295,7 +295,7 @@ def test_slow_lines_are_spaced_by_the_delay(env: dict[str, str]) -> None:
 def test_sigterm_exits_143_and_is_recorded(env: dict[str, str]) -> None:
     run_env = {**env, "TURNLOG_FAKE_CLI_SCRIPT": json.dumps({"steps": [{"text": "x"}, {"hang": True}]})}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "turnlog.tools._fake_cli", "codex", *CODEX],
+        [sys.executable, "-m", "turnlog.testing._fake_cli", "codex", *CODEX],
         env=run_env,
         stdout=subprocess.PIPE,
         text=True,
@@ -353,7 +353,7 @@ def test_claude_text_and_json_output_formats_print_only_the_result(env: dict[str
 def test_a_vanished_reader_stops_the_fake_and_unsent_lines_are_not_recorded(env: dict[str, str]) -> None:
     script = {"delay": 0.02, "steps": [{"text": "x" * 40, "chunks": 40}]}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "turnlog.tools._fake_cli", "gemini", *GEMINI],
+        [sys.executable, "-m", "turnlog.testing._fake_cli", "gemini", *GEMINI],
         env={**env, "TURNLOG_FAKE_CLI_SCRIPT": json.dumps(script)},
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

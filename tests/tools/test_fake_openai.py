@@ -16,7 +16,7 @@ import anyio
 import httpx
 import pytest
 
-from turnlog.tools import FakeOpenAIServer, ScriptError
+from turnlog.testing import FakeOpenAIServer, ScriptError
 
 USER = {"role": "user", "content": "what's the weather in NYC?"}
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from turnlog.tools import FakeUpstreamServer, ScriptError, UpstreamThread
+from turnlog.testing import FakeUpstreamServer, ScriptError, UpstreamThread
 
 KEY = "sk-test-key"
 ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from turnlog.tools import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
 
 anthropic = pytest.importorskip("anthropic")
 genai = pytest.importorskip("google.genai")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from turnlog.tools import FakeOpenAIServer, FakeUpstreamServer
+from turnlog.testing import FakeOpenAIServer, FakeUpstreamServer
 
 from .proxykit import Proxy, events_of, recorded, running_proxy, transcript
 

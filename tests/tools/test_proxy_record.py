@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from turnlog.tools import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
 
 from .proxykit import await_event, events_of, recorded, running_proxy, transcript
 

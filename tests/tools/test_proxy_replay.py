@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from turnlog.tools import FakeOpenAIServer, FakeUpstreamServer
+from turnlog.testing import FakeOpenAIServer, FakeUpstreamServer
 
 from .proxykit import recorded, running_proxy
 

@@ -14,7 +14,7 @@ import pytest
 
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 from turnlog.tools._cli import main
 
 FORGED = "Lyon (forged)"

@@ -21,8 +21,6 @@ from ._errors import MigrationError
 from ._raw import RawCopy
 from ._records import VerifyReport
 
-# RawEvent, RawSnapshot and check_continuation live in ``_raw``; they are re-exported here
-# for code that imported them from this module.
 __all__ = ["MigrateReport", "migrate"]
 
 Progress = Callable[[int, int], None]

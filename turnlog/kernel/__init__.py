@@ -47,6 +47,7 @@ from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
 from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
 from ._port import BranchPort, ModelChoice, VerbPort
+from ._recorded import RecordedCall, RecordedModel
 from ._recover import BufferProblem, LiveRun, RecoveredRun, RecoveryReport, RunRecoveryError, recover
 from ._replay import AuditReport, ExecuteReport, audit_replay, execute_replay
 from ._session import Session
@@ -103,6 +104,8 @@ __all__ = [
     "ParseParam",
     "PersistOptions",
     "ProviderReport",
+    "RecordedCall",
+    "RecordedModel",
     "RecoveredRun",
     "RecoveryReport",
     "RemovedArgument",

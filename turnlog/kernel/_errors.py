@@ -227,7 +227,7 @@ class ScriptExhaustedError(KernelError, RuntimeError):
 class ReplayMismatch(KernelError, LookupError):
     """A replayed request is not one that was recorded: the conversation diverged.
 
-    Raised by ``turnlog.kernel.testing.RecordedModel``, and reported by
+    Raised by ``turnlog.testing.RecordedModel``, and reported by
     ``turnlog.kernel.execute_replay`` as the first divergence of a branch.
 
     Attributes:

@@ -36,10 +36,6 @@ def resolve_model(value: Any) -> ChatModel | None:
     if value is None:
         return None
     if isinstance(value, str | Mapping):
-        try:
-            from turnlog.kernel.models import iModel
-        except ImportError as exc:
-            raise UsageError("model configurations need turnlog.kernel.models.iModel") from exc
         if isinstance(value, str):
             return iModel(value) if "/" in value else iModel(model=value)
         return iModel.from_config(dict(value))

@@ -6,7 +6,7 @@ Two levels, both without calling any model:
   every other way the state can be obtained: the snapshot path, each stored snapshot, and a
   live projection when one is given; it also verifies the hash chain of the stream.
 - ``execute_replay`` re-runs the recorded exchanges through the current prompt-assembly code
-  on a scratch store, with a ``RecordedModel`` (``turnlog.kernel.testing``) armed, call by
+  on a scratch store, with a ``RecordedModel`` (``_recorded``) armed, call by
   call, with the responses recorded in ``model.called``. Every request the verbs build is fingerprinted and compared with the
   fingerprint recorded for that call; the first difference stops the replay and names the
   call and what differs (divergence detection).
@@ -37,8 +37,8 @@ from turnlog.projections import (
 )
 
 from ._errors import KernelError, ReplayMismatch
+from ._recorded import RecordedModel
 from .models import ToolCall
-from .testing import RecordedModel
 
 if TYPE_CHECKING:
     from ._branch import Branch

@@ -75,7 +75,7 @@ from ._snapshots import (
     snapshot_records,
 )
 from ._state import BranchState, ForkOrigin, RunInfo, RunStatus
-from ._timetravel import BranchDiff, HistoryRow, diff, fork, history, message_summary
+from ._timetravel import BranchDiff, HistoryRow, diff, history, message_summary
 from ._usage import Usage
 
 __all__ = [
@@ -150,7 +150,6 @@ __all__ = [
     "decode_event",
     "diff",
     "fold",
-    "fork",
     "history",
     "holds_content",
     "load_snapshot_state",

@@ -1,4 +1,4 @@
-"""History, diff and fork: looking at a branch's past and branching off it."""
+"""History and diff: looking at a branch's past (a fork is written by the kernel, ``Branch.fork``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
+from turnlog.eventstore import EventStore, RecordedEvent
 
-from ._catalogue import BranchForked, new_event
-from ._errors import InvalidTargetError, UnknownBranch
+from ._errors import UnknownBranch
 from ._fold import Appliers, decode_branch_event
 from ._messages import (
     ActionRequest,
@@ -20,11 +19,11 @@ from ._messages import (
     Instruction,
     System,
 )
-from ._rebuild import _is_int, _stream, event_at
+from ._rebuild import _stream
 from ._redacted import redaction_note
 from ._state import BranchState, RunInfo
 
-__all__ = ["BranchDiff", "HistoryRow", "diff", "fork", "history", "message_summary", "summarize"]
+__all__ = ["BranchDiff", "HistoryRow", "diff", "history", "message_summary", "summarize"]
 
 _WIDTH = 72
 
@@ -188,47 +187,3 @@ def diff(a: BranchState, b: BranchState) -> BranchDiff:
         runs=_mapping_changes(a.runs, b.runs),
         provider_sessions=_mapping_changes(a.provider_sessions, b.provider_sessions),
     )
-
-
-async def fork(
-    store: EventStore,
-    branch_id: str,
-    at_version: int,
-    name: str | None = None,
-    *,
-    meta: Mapping[str, Any] | None = None,
-) -> str:
-    """Start a new branch from ``branch_id`` as of ``at_version``; return the new branch id.
-
-    The new stream's first event is ``branch.forked`` (appended with ``NO_STREAM``) naming the
-    parent stream and version: the parent's prefix is referenced, not copied. Forks of forks
-    work the same way. The new id is a fresh UUIDv7, never reused.
-
-    Raises:
-        UnknownBranch: the parent branch has no event.
-        InvalidTargetError: ``at_version`` is not a version of the parent stream.
-    """
-    parent_stream = _stream(branch_id)
-    head = await store.stream_version(parent_stream)
-    if head == 0:
-        raise UnknownBranch(branch_id)
-    if not _is_int(at_version) or not 1 <= at_version <= head:
-        raise InvalidTargetError(
-            f"at_version must be between 1 and {head} for branch {branch_id!r}, got {at_version!r}"
-        )
-    first = await event_at(store, branch_id, 1)
-    if first.type not in ("branch.created", "branch.forked"):
-        raise InvalidTargetError(f"stream {parent_stream!r} is not a branch (it starts with {first.type!r})")
-    new_id = str(uuid7())
-    event = new_event(
-        BranchForked(
-            branch_id=new_id,
-            parent_branch_id=branch_id,
-            parent_stream=parent_stream,
-            parent_version=at_version,
-            name=name,
-        ),
-        meta={"branch_id": new_id, **(meta or {})},
-    )
-    await store.append(f"branch-{new_id}", [event], expected_version=NO_STREAM)
-    return new_id

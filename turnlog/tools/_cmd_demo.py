@@ -38,8 +38,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _main(url: str, workdir: Path, analytics_db: Path | None) -> Demo:
     from turnlog.kernel import Branch
-
-    from ._fake_openai import FakeOpenAIServer
+    from turnlog.testing import FakeOpenAIServer
 
     script = openai_script(
         operate=callable(getattr(Branch, "operate", None)),
@@ -47,7 +46,7 @@ async def _main(url: str, workdir: Path, analytics_db: Path | None) -> Demo:
     )
     async with FakeOpenAIServer(script) as server, open_store(url, upcasters=catalogue_upcasters()) as store:
         print(f"fake OpenAI server: {server.base_url} (in-process, loopback)")
-        print("fake Claude CLI:    python -m turnlog.tools._fake_cli claude (a real child process)")
+        print("fake Claude CLI:    python -m turnlog.testing._fake_cli claude (a real child process)")
         demo = Demo(
             store=store, workdir=workdir, base_url=server.base_url, store_url=url, analytics_db=analytics_db
         )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from turnlog.testing._fake_cli import CLIS, main
+
 from ._command import Command
-from ._fake_cli import CLIS, main
 
 __all__ = ["COMMAND"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from turnlog.testing._fake_openai import FakeOpenAIServer, ScriptError, load_script
+
 from ._command import Command, UserError, add_loopback_arguments, serve_loopback
-from ._fake_openai import FakeOpenAIServer, ScriptError, load_script
 
 __all__ = ["COMMAND"]
 

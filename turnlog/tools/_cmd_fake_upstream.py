@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from turnlog.testing._fake_upstream import FakeUpstreamServer
+from turnlog.testing._fake_upstream_script import ScriptError, load_upstream_script
+
 from ._command import Command, UserError, add_loopback_arguments, serve_loopback
-from ._fake_upstream import FakeUpstreamServer
-from ._fake_upstream_script import ScriptError, load_upstream_script
 
 __all__ = ["COMMAND"]
 

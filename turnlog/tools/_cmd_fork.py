@@ -6,7 +6,7 @@ import argparse
 
 import anyio
 
-from turnlog.projections import fork
+from turnlog.kernel import Branch
 
 from ._command import Command, add_store_argument, emit_json
 from ._inspect import add_branch_argument, branch_id_of, check_new_name, check_version, opened_store
@@ -27,7 +27,11 @@ async def _fork(args: argparse.Namespace) -> tuple[str, str]:
         parent = await branch_id_of(store, args.branch)
         await check_new_name(store, args.name)
         await check_version(store, parent, args.at_version, "--at")
-        return parent, await fork(store, parent, args.at_version, args.name)
+        # Forks go through the kernel, the only writer of a branch's stream (the name is
+        # reserved there too, so two forks racing for one name cannot both take it).
+        branch = await Branch.load(store, parent)
+        child = await branch.fork(args.at_version, name=args.name)
+        return parent, child.id
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import orjson
 from turnlog.tools._errors import UserError
 
 if TYPE_CHECKING:
-    from ._loopback import LoopbackServer
+    from turnlog.testing._loopback import LoopbackServer
 
 __all__ = [
     "EXIT_FAILED",

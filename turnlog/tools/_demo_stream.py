@@ -82,7 +82,7 @@ def claude_command(workdir: Path, script: Path) -> str:
         [
             sys.executable,
             "-m",
-            "turnlog.tools._fake_cli",
+            "turnlog.testing._fake_cli",
             "claude",
             "--script",
             str(script),

@@ -1,29 +1,25 @@
-"""Errors raised by ``turnlog.tools``: the command and the loopback fakes.
+"""Errors raised by ``turnlog.tools``: the command line.
 
 The whole tree is drawn in ``docs/errors.md``; this module's part of it::
 
     TurnlogError                      (turnlog._errors)
     └── UsageError                    (ValueError)
-        ├── UserError                 a mistake at the terminal: printed as one line, exit status 2
-        └── ScriptError               a fake-server script cannot be read: names file and entry
+        └── UserError                 a mistake at the terminal: printed as one line, exit status 2
     └── ExportFailed                  an OTLP receiver was unreachable or refused spans: exit status 1
 
-The store the UI opens read-only refuses writes with ``turnlog.tools.ui.WriteRefused``.
+A fake-server script that cannot be read raises ``turnlog.testing.ScriptError``. The store
+the UI opens read-only refuses writes with ``turnlog.tools.ui.WriteRefused``.
 """
 
 from __future__ import annotations
 
 from turnlog._errors import TurnlogError, UsageError
 
-__all__ = ["ExportFailed", "ScriptError", "TurnlogError", "UsageError", "UserError"]
+__all__ = ["ExportFailed", "TurnlogError", "UsageError", "UserError"]
 
 
 class UserError(UsageError):
     """A mistake of the person at the terminal: printed as one line, exit status 2."""
-
-
-class ScriptError(UsageError):
-    """A fake-server script that cannot be read; the message names the file and entry."""
 
 
 class ExportFailed(TurnlogError):

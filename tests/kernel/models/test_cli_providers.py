@@ -428,7 +428,7 @@ async def test_missing_executable_is_cli_not_found(
 
 
 def test_command_lines(fake: Fake) -> None:
-    exe = [sys.executable, "-m", "turnlog.tools._fake_cli"]
+    exe = [sys.executable, "-m", "turnlog.testing._fake_cli"]
     assert ClaudeCodeModel("opus").command("hi", resume="s1", options={"max_turns": 3}) == [
         *exe, "claude", "-p", "hi", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
         "--model", "opus", "--resume", "s1", "--max-turns", "3",

@@ -15,7 +15,7 @@ import pytest
 from turnlog.kernel.models import ModelRequest
 from turnlog.kernel.models._codec import StreamFault, WireError
 from turnlog.kernel.models._codec_responses import ResponsesCodec
-from turnlog.tools import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
 
 responses_types = pytest.importorskip("openai.types.responses.response_create_params")
 

@@ -23,7 +23,7 @@ from turnlog.kernel.models._codec import Codec
 from turnlog.kernel.models._codec_anthropic import RESPONSE_TOOL, AnthropicCodec
 from turnlog.kernel.models._codec_gemini import GeminiCodec
 from turnlog.kernel.models._codec_openai import ChatCompletionsCodec
-from turnlog.tools import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
 
 anthropic_types = pytest.importorskip("anthropic.types.message_create_params")
 openai_types = pytest.importorskip("openai.types.chat.completion_create_params")

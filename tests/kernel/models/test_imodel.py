@@ -26,7 +26,7 @@ from turnlog.kernel.models import (
     request_fingerprint,
 )
 from turnlog.kernel.models import _imodel as imodel_module
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 KEY = "sk-imodel-test-SECRET-42"
 HELLO = ModelRequest(messages=[{"role": "user", "content": "hello"}])

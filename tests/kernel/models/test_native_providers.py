@@ -27,7 +27,7 @@ from turnlog.kernel.models import (
     ServerError,
 )
 from turnlog.projections import ModelCalled, RunEnded, Usage, catalogue_upcasters, decode_event
-from turnlog.tools import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
 
 KEY = "sk-native-provider-test-0123456789"
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.0, jitter=0.0)

@@ -33,7 +33,7 @@ from turnlog.kernel.models import (
     ToolCall,
     parse_retry_after,
 )
-from turnlog.tools import FakeOpenAIServer
+from turnlog.testing import FakeOpenAIServer
 
 KEY = "sk-test-0123456789abcdef-SECRET"
 HELLO = ModelRequest(messages=[{"role": "user", "content": "hello there"}], params={"temperature": 0})

@@ -8,11 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlencode
 
 import anyio
 import pytest
@@ -341,21 +338,6 @@ def test_a_signal_during_a_send_stops_the_follower_without_a_checkpoint(
         assert len(receiver.wait_for(17)) == 17
     finally:
         assert restarted.stop() == "stopped; 17 spans exported, checkpoint at 51\n"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL store URL in a schema of its own, dropped afterwards."""
-    dsn = os.environ.get("TURNLOG_TEST_PG_DSN", "")
-    if not dsn:
-        pytest.skip("TURNLOG_TEST_PG_DSN is not set: no PostgreSQL server to test against")
-    schema = f"t_{uuid.uuid4().hex}"
-    yield dsn + ("&" if "?" in dsn else "?") + urlencode({"schema": schema})
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.postgres

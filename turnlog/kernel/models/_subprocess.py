@@ -43,7 +43,7 @@ def resolve_executable(
 
     Args:
         env_var: Environment variable that may name the executable, e.g. ``TURNLOG_CLAUDE_BIN``.
-            Its value is split like a shell would (``"python -m turnlog.tools._fake_cli claude"``).
+            Its value is split like a shell would (``"python -m turnlog.testing._fake_cli claude"``).
         default: The executable name looked up on PATH when neither override nor variable is set.
         provider: Provider name for the error.
         override: An explicit command (a string split like a shell would, or an argv list).

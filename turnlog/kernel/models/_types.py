@@ -1,7 +1,7 @@
 """The contract between verbs and providers: requests, responses, usage and stream chunks.
 
 Every provider (OpenAI-compatible HTTP, CLI agents, the replay model and the test models
-of ``turnlog.kernel.testing``) implements ``ChatModel`` (and, for streaming CLI agents,
+of ``turnlog.testing``) implements ``ChatModel`` (and, for streaming CLI agents,
 ``StreamingModel``). Verbs only ever see these types.
 """
 

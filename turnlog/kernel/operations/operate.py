@@ -113,23 +113,11 @@ def is_cli_model(model: object) -> bool:
 
 
 def default_middle(branch: BranchPort, chat_param: ChatParam) -> Middle:
-    """``run_and_collect`` for CLI models (or a ``RunParam``), else ``communicate``.
-
-    Raises:
-        UsageError: a CLI model, but the CLI Middle is not available.
-    """
+    """``run_and_collect`` for CLI models (or a ``RunParam``), else ``communicate``."""
     model = chat_param.imodel if chat_param.imodel is not None else branch.models.chat
     if isinstance(chat_param, RunParam) or is_cli_model(model):
-        try:
-            from turnlog.kernel.operations.run import run_and_collect
-        except ImportError as exc:
-            if exc.name not in ("turnlog.kernel.operations.run", None):
-                raise
-            raise UsageError(
-                "operate() on a CLI model needs the CLI Middle run_and_collect "
-                "(turnlog.kernel.operations.run), which this installation does not have; "
-                "pass middle= to choose an adapter"
-            ) from exc
+        from turnlog.kernel.operations.run import run_and_collect
+
         return run_and_collect
     from turnlog.kernel.operations.communicate import communicate
 

@@ -263,13 +263,15 @@ class UIData:
 
     async def fork(self, branch_id: str, at: int, name: str | None) -> str:
         """Fork ``branch_id`` after version ``at``; return the new branch id."""
-        from turnlog.projections import fork
+        from turnlog.kernel import Branch
 
         self.require_writes()
         head = await self.head(branch_id)
         if not 1 <= at <= head:
             raise NotFound(f"branch {branch_id} has versions 1 to {head}; cannot fork at {at}")
-        return await fork(self.store, branch_id, at, name or None)
+        # The kernel writes the fork (Branch.fork), as it writes every branch stream.
+        branch = await Branch.load(self.store, branch_id)
+        return (await branch.fork(at, name=name or None)).id
 
     async def recover(self, persist_dir: str | None) -> RecoveryReport:
         """Close the runs a crash left open (``turnlog recover``)."""

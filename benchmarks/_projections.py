@@ -60,8 +60,8 @@ from turnlog.projections import (
     rebuild,
     write_snapshots,
 )
+from turnlog.tools._command import emit_json
 
-from .._command import emit_json
 from ._options import at_least, sizes
 from ._projections_runs import measure_runs
 

@@ -32,8 +32,7 @@ import httpx
 
 from turnlog.eventstore import EventStore, NewEvent, open_store
 from turnlog.projections import AssistantResponse, BranchCreated, Instruction, MessageAdded, new_event
-
-from .._command import emit_json
+from turnlog.tools._command import emit_json
 
 __all__ = ["add_arguments", "run"]
 

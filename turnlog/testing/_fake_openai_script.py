@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from turnlog.tools._errors import ScriptError
+from ._errors import ScriptError
 
 __all__ = [
     "ErrorBody",

@@ -34,7 +34,8 @@ from typing import Any
 
 import anyio
 
-from .._command import emit_json
+from turnlog.tools._command import emit_json
+
 from ._options import at_least, positive_float
 
 __all__ = ["PrebuiltStream", "add_arguments", "run"]

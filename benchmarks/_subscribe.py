@@ -36,8 +36,8 @@ import orjson
 from anyio.abc import Process
 
 from turnlog.eventstore import EventStore, open_store
+from turnlog.tools._command import emit_json
 
-from .._command import emit_json
 from ._options import at_least, positive_float
 
 __all__ = ["add_arguments", "run"]

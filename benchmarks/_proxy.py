@@ -27,8 +27,9 @@ from typing import Any
 import anyio
 import httpx
 
-from .._command import emit_json
-from .._fake_upstream import FakeUpstreamServer
+from turnlog.testing import FakeUpstreamServer
+from turnlog.tools._command import emit_json
+
 from ._options import at_least
 
 __all__ = ["add_arguments", "run"]

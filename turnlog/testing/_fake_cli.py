@@ -1,6 +1,6 @@
 """Faithful fake Claude Code, Codex and Gemini CLIs for tests and demos.
 
-Run as ``python -m turnlog.tools._fake_cli claude|codex|gemini [FAKE OPTIONS] REAL ARGV...``
+Run as ``python -m turnlog.testing._fake_cli claude|codex|gemini [FAKE OPTIONS] REAL ARGV...``
 or ``turnlog fake-cli ...``. The fake validates the real CLI's argv the way the real one
 does, prints only what the real CLI prints (NDJSON on stdout, messages on stderr), exits
 with the real exit statuses, and keeps sessions in a state directory so that a resume in a

@@ -35,8 +35,8 @@ import anyio
 
 from turnlog.eventstore import EventStore, NewEvent, open_store, uuid7
 from turnlog.eventstore._encoding import encode_json, event_hash
+from turnlog.tools._command import emit_json
 
-from .._command import emit_json
 from ._options import Durability, at_least
 
 __all__ = ["add_arguments", "run"]

@@ -38,8 +38,7 @@ from urllib.parse import urlencode
 import anyio
 
 from turnlog.eventstore import EventStore, NewEvent, RecordedEvent, open_store
-
-from .._command import emit_json
+from turnlog.tools._command import emit_json
 
 __all__ = ["add_arguments", "run"]
 
