@@ -62,7 +62,7 @@ def test_run_param_from_chat_copies_every_field() -> None:
 def test_parse_param_takes_the_given_model_else_the_branch_s() -> None:
     """One rule: the given parse model (even a falsy object), else the branch's parse model."""
     from turnlog.kernel._params import build_parse_param
-    from turnlog.kernel.testing import ScriptedModel
+    from turnlog.testing import ScriptedModel
 
     class Falsy(ScriptedModel):
         def __bool__(self) -> bool:

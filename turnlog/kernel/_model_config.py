@@ -14,7 +14,7 @@ from typing import Any
 
 from turnlog.eventstore import EventStore, TurnlogError
 from turnlog.kernel._errors import UsageError
-from turnlog.kernel.models import ChatModel, as_chat_model, public_params
+from turnlog.kernel.models import ChatModel, as_chat_model, iModel, public_params
 from turnlog.kernel.models._contract import is_model_object
 from turnlog.kernel.models._secrets import scrub_url
 

@@ -28,7 +28,7 @@ from turnlog.kernel.models import (
 )
 from turnlog.kernel.operations.operate import is_cli_model
 from turnlog.kernel.operations.run import streaming_model
-from turnlog.kernel.testing import ScriptedModel
+from turnlog.testing import ScriptedModel
 
 HELLO = ModelRequest(messages=[{"role": "user", "content": "hello"}])
 
