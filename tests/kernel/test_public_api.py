@@ -66,6 +66,7 @@ EXPORTED = [
     "Session",
     "Signal",
     "SnapshotFileError",
+    "SnapshotFiles",
     "StartRun",
     "Tool",
     "ToolArgumentsError",
@@ -93,6 +94,7 @@ EXPORTED = [
     "observed_run",
     "recover",
     "run_lease_key",
+    "verify_snapshot_files",
 ]
 
 
