@@ -9,29 +9,17 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck install bench clean realcli
 
-# The venv is made without pip: ensurepip would unpack pip and setuptools into it first, about
-# 4 s of CPU, a third of a fresh `make demo`. The package is a PEP 660 editable install (the
-# build backend comes from pip's cache through build isolation).
+# The venv's own pip installs the package (a PEP 660 editable install; the build backend comes
+# from pip's cache through build isolation), so no pip/setuptools upgrade is paid for first.
 $(BIN)/python:
-	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m venv $(VENV)
 
-# `make test` uses the venv's own pip, given one by ensurepip when the venv has none yet.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip >/dev/null
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# The demo's install: the venv's pip if it has one, else the host python's pip aimed at the venv
-# (--python, pip 22.3 or later), else ensurepip. (--no-compile was measured too: it saved about
-# 1.5 s of CPU in pip and moved about 1 s into the demo's own run, inside its time budget.)
-DEMO_PIP_ARGS := install --quiet --disable-pip-version-check -e '.[demo]'
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
-	@if $(BIN)/python -m pip --version >/dev/null 2>&1; then \
-		$(BIN)/python -m pip $(DEMO_PIP_ARGS); \
-	else \
-		$(PYTHON) -m pip --python $(BIN)/python $(DEMO_PIP_ARGS) 2>/dev/null || { \
-			$(BIN)/python -m ensurepip --default-pip >/dev/null && $(BIN)/python -m pip $(DEMO_PIP_ARGS); }; \
-	fi
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

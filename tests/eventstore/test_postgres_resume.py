@@ -127,10 +127,11 @@ async def _raw(store: EventStore) -> list[tuple[object, ...]]:
     return events
 
 
-async def _same(source: str, target: str, *, positions: bool) -> None:
+async def _same(source: str, target: str, *, positions: bool, verify: bool = True) -> None:
     async with open_store(source, create=False) as src, open_store(target, create=False) as dst:
-        report = await dst.verify()
-        assert report.ok, report.problems[:3]
+        if verify:  # a migrate verifies its copy itself ("ok: the copy verifies")
+            report = await dst.verify()
+            assert report.ok, report.problems[:3]
         mine, theirs = await _raw(src), await _raw(dst)
         assert len(theirs) == len(mine)
         assert theirs == mine
@@ -172,7 +173,7 @@ def test_migrate_both_ways_killed_at_several_moments_is_finished_by_a_rerun(
     assert moments[1] <= stored < handed_out < IMPORT_EVENTS
     out = _finish("migrate", "--from", source, "--to", pg_url)
     assert f"({stored} were already there)" in out and "ok: the copy verifies" in out
-    anyio.run(lambda: _same(source, pg_url, positions=True))
+    anyio.run(lambda: _same(source, pg_url, positions=True, verify=False))
 
     back = tmp_path / "back.db"
     target = f"sqlite:///{back}"
@@ -183,7 +184,7 @@ def test_migrate_both_ways_killed_at_several_moments_is_finished_by_a_rerun(
     assert moments[1] <= stored < IMPORT_EVENTS
     out = _finish("migrate", "--from", pg_url, "--to", target)
     assert f"({stored} were already there)" in out and "ok: the copy verifies" in out
-    anyio.run(lambda: _same(pg_url, target, positions=True))
+    anyio.run(lambda: _same(pg_url, target, positions=True, verify=False))
 
 
 def _sqlite_count(path: Path) -> int:
