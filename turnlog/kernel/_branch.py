@@ -330,7 +330,8 @@ class Branch:
 
         Raises:
             AmbiguousBranch: several branches have the name (a log written before names were
-                unique, or by two processes at once).
+                claimed in the store; since then, of processes creating a name at once, one wins
+                and the others open its branch).
             UsageError: an argument ``Branch(...)`` does not take, or a name it refuses.
         """
         if not isinstance(name, str):  # None would make a new unnamed branch on every call
