@@ -69,6 +69,7 @@ EXPORTED = [
     "Session",
     "Signal",
     "SnapshotFileError",
+    "SnapshotFiles",
     "StartRun",
     "Tool",
     "ToolArgumentsError",
@@ -96,6 +97,7 @@ EXPORTED = [
     "observed_run",
     "recover",
     "run_lease_key",
+    "verify_snapshot_files",
 ]
 
 

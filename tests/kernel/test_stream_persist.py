@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from turnlog.eventstore import EventStore
-from turnlog.kernel import Branch, PersistOptions, SnapshotFileError
+from turnlog.kernel import Branch, PersistOptions, SnapshotFileError, verify_snapshot_files
 from turnlog.kernel.models import StreamChunk
-from turnlog.projections import AssistantResponse
+from turnlog.projections import PROJECTION_VERSION, AssistantResponse, BranchState, snapshot_records
 
 from .conftest import assert_rebuilds
 from .streamkit import ChunkModel, text
@@ -226,3 +226,71 @@ async def test_verify_reports_an_edited_snapshot_file(store: EventStore, tmp_pat
     done = await anyio.run_process([sys.executable, "-m", "turnlog", "verify", "--store", db], check=False)
     assert done.returncode == 1
     assert f"PROBLEM snapshot file {path}: its digest does not match its content" in done.stdout.decode()
+
+
+def _legacy_snapshot_file(path: Path, state: BranchState) -> None:
+    """Write ``state`` as the snapshot files were written before they carried a digest.
+
+    The format of turnlog before commit 12eebfc (``_snapshot_bytes`` then): the same fields
+    as today's file, without ``event_hash`` and without ``digest``.
+    """
+    body = {
+        "format": "turnlog.branch_snapshot",
+        "format_version": 1,
+        "projection_version": PROJECTION_VERSION,
+        "branch_id": state.branch_id,
+        "stream": f"branch-{state.branch_id}",
+        "version": state.version,
+        "written_at": "2026-11-20T10:00:00+00:00",
+        "records": [
+            {"type": r.type, "version": r.version, "schema": r.schema, "data": dict(r.data)}
+            for r in snapshot_records(state, None)
+        ],
+    }
+    path.write_bytes(orjson.dumps(body))
+
+
+async def test_a_snapshot_file_of_the_format_before_digests_opens_marked_unverified(
+    store: EventStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older file is neither refused nor trusted in silence: it opens, and says it was not checked."""
+    branch, path = await _snapshot_file(store, tmp_path)
+    assert (
+        await Branch.from_snapshot(path, store=store)
+    ).snapshot_unverified is None  # today's file: checked
+    _legacy_snapshot_file(path, branch.state)
+    with caplog.at_level("WARNING", logger="turnlog.kernel"):
+        opened = await Branch.from_snapshot(path, store=store)
+    assert opened.id == branch.id and opened.state == (await Branch.load(store, branch.id)).state
+    assert opened.snapshot_unverified is not None
+    assert "before snapshot files carried a digest" in opened.snapshot_unverified
+    assert f"{path}: snapshot file unverified" in caplog.text
+    # What can be checked still is: the version it stands at must be one the store holds.
+    _rewrite(path, lambda body: body.update(version=branch.version + 5))
+    with pytest.raises(SnapshotFileError, match="which this store does not hold"):
+        await Branch.from_snapshot(path, store=store)
+    # A file of today's format stripped of its digest keeps its event_hash: refused, not "older".
+    _legacy_snapshot_file(path, branch.state)
+    _rewrite(path, lambda body: body.update(event_hash="0" * 64))
+    with pytest.raises(SnapshotFileError, match="carries no digest"):
+        await Branch.from_snapshot(path, store=store)
+
+
+async def test_verify_names_an_older_snapshot_file_as_unverified(store: EventStore, tmp_path: Path) -> None:
+    """``turnlog verify`` passes a store with an older snapshot file, and names the file as unverified."""
+    branch, path = await _snapshot_file(store, tmp_path)
+    _legacy_snapshot_file(path, branch.state)
+    db = str(tmp_path / "turnlog.db")
+    done = await anyio.run_process([sys.executable, "-m", "turnlog", "verify", "--store", db], check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, out + done.stderr.decode()
+    assert f"UNVERIFIED snapshot file {path}: written before snapshot files carried a digest" in out
+    assert "1 snapshot file unverified" in out.splitlines()[-1]
+    done = await anyio.run_process(
+        [sys.executable, "-m", "turnlog", "verify", "--store", db, "--json"], check=False
+    )
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    assert [f["path"] for f in report["unverified_snapshot_files"]] == [str(path)]
+    found = await verify_snapshot_files(path.parent, store)
+    assert (found.checked, found.problems, [p for p, _ in found.unverified]) == (1, (), [str(path)])

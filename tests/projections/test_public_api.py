@@ -20,6 +20,7 @@ def test_public_api() -> None:
         "BranchDiff",
         "BranchForked",
         "BranchIncluded",
+        "BranchNameClaimed",
         "BranchRemoved",
         "BranchState",
         "BranchUserSet",

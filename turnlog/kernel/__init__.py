@@ -45,7 +45,14 @@ from ._lifecycle import RunScope, current_run, lifecycle, observed_run, run_leas
 from ._lookup import find_branch, find_session
 from ._node import NodeStatus, Operation
 from ._params import ChatParam, Middle, ParseParam, RunParam
-from ._persist import PersistOptions, SnapshotFileError, UnsafePathError, check_snapshot_files
+from ._persist import (
+    PersistOptions,
+    SnapshotFileError,
+    SnapshotFiles,
+    UnsafePathError,
+    check_snapshot_files,
+    verify_snapshot_files,
+)
 from ._port import BranchPort, ModelChoice, VerbPort
 from ._recorded import RecordedCall, RecordedModel
 from ._recover import BufferProblem, LiveRun, RecoveredRun, RecoveryReport, RunRecoveryError, recover
@@ -123,6 +130,7 @@ __all__ = [
     "Session",
     "Signal",
     "SnapshotFileError",
+    "SnapshotFiles",
     "StartRun",
     "Tool",
     "ToolArgumentsError",
@@ -150,4 +158,5 @@ __all__ = [
     "observed_run",
     "recover",
     "run_lease_key",
+    "verify_snapshot_files",
 ]

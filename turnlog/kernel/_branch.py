@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,6 +97,9 @@ __all__ = [
 ]
 
 
+_log = logging.getLogger("turnlog.kernel")
+
+
 def _system_message(system: Any) -> System | None:
     if system is None or isinstance(system, System):
         return system
@@ -132,6 +136,9 @@ class Branch:
             could not be rebuilt (say, a provider this installation does not know), by role
             (``chat_model``, ``parse_model``); that model is None and verbs that need it raise
             ``UsageError``.
+        snapshot_unverified: After ``from_snapshot`` with a file of the format before digests:
+            why its content could not be checked; None otherwise (a checked file, or a branch
+            not opened from a file).
 
     Raises:
         UsageError: ``kernel`` serves another store than ``store``, or ``name`` is not one a
@@ -140,6 +147,7 @@ class Branch:
 
     id: str
     unrestored_models: dict[str, str]
+    snapshot_unverified: str | None
     _store: EventStore | None
     _kernel: Kernel | None
     _readonly_at: int | None
@@ -224,6 +232,7 @@ class Branch:
         self._parse_model = None
         self._loop_control = None
         self.unrestored_models = {}
+        self.snapshot_unverified = None
 
     @classmethod
     def _open(
@@ -322,7 +331,8 @@ class Branch:
 
         Raises:
             AmbiguousBranch: several branches have the name (a log written before names were
-                unique, or by two processes at once).
+                claimed in the store; since then, of processes creating a name at once, one wins
+                and the others open its branch).
             UsageError: an argument ``Branch(...)`` does not take, or a name it refuses.
         """
         if not isinstance(name, str):  # None would make a new unnamed branch on every call
@@ -362,14 +372,21 @@ class Branch:
         are folded on top, so the branch is as current as the store. Models are restored as
         ``load`` restores them.
 
+        A file written before snapshot files carried a digest opens too, but unverified:
+        ``branch.snapshot_unverified`` says why (and a warning is logged); its content is the
+        file's, checked only for standing at a version the store holds.
+
         Raises:
             SnapshotFileError: the file cannot be read as a branch snapshot, was edited (its
                 digest differs), or stands at an event this store does not hold.
         """
-        state = await read_snapshot_file(path, store=store)
+        state, unverified = await read_snapshot_file(path, store=store)
         branch = cls._open(
             state.branch_id, store, kernel=kernel, state=state, chat_model=chat_model, parse_model=parse_model
         )
+        if unverified is not None:
+            branch.snapshot_unverified = unverified
+            _log.warning("%s: snapshot file unverified: %s", os.fspath(path), unverified)
         await branch.kernel.catch_up(branch._live)
         return branch
 

@@ -30,8 +30,10 @@ from typing import Any
 
 import anyio
 
-from turnlog.eventstore import NO_STREAM, ConcurrencyError, EventStore, RecordedEvent
-from turnlog.kernel._commands import Command
+from turnlog.eventstore import NO_STREAM, AppendResult, ConcurrencyError, EventStore, NewEvent, RecordedEvent
+from turnlog.kernel._commands import Command, CreateBranch
+from turnlog.kernel._errors import BranchNameTaken
+from turnlog.kernel._lookup import name_holder, name_stream
 from turnlog.kernel.signals import (
     MessageRecorded,
     Observer,
@@ -43,6 +45,7 @@ from turnlog.kernel.signals import (
 )
 from turnlog.projections import (
     BranchForked,
+    BranchNameClaimed,
     BranchState,
     EventData,
     MessageAdded,
@@ -197,8 +200,12 @@ class Kernel:
                 return [], []
             events = [new_event(p, meta=meta) for p in payloads]
             expected = live.version if live.state is not None else NO_STREAM
+            name = command.data.name if isinstance(command, CreateBranch) else None
             try:
-                result = await self.store.append(live.stream, events, expected)
+                if name is None:
+                    result = await self.store.append(live.stream, events, expected)
+                else:
+                    result = await self._append_claiming(live, events, name, meta)
             except ConcurrencyError:
                 await self.catch_up(live)
                 attempt += 1
@@ -215,6 +222,32 @@ class Kernel:
                 return recorded, payloads
             live.state = await rebuild(self.store, live.branch_id)
             return recorded, [None] * len(recorded)
+
+    async def _append_claiming(
+        self, live: LiveBranch, events: Sequence[NewEvent], name: str, meta: dict[str, object]
+    ) -> AppendResult:
+        """Append a named branch's first events and the name's claim in one transaction.
+
+        The claim goes to the name's own stream on the condition that it has no event yet,
+        so the store, not a check before the append, decides between two processes creating
+        one name at once (SQLite serialises the writers; PostgreSQL's check of the stream's
+        head runs in the inserting transaction).
+
+        Raises:
+            BranchNameTaken: the name's stream holds a claim already (nothing was written).
+        """
+        stream = name_stream(name)
+        claim = new_event(BranchNameClaimed(name=name, branch_id=live.branch_id), meta=meta)
+        try:
+            results = await self.store.append_batch(
+                [(live.stream, events, NO_STREAM), (stream, [claim], NO_STREAM)]
+            )
+        except ConcurrencyError as exc:
+            if exc.stream != stream:
+                raise
+            holder = await name_holder(self.store, name)
+            raise BranchNameTaken(name, holder or "?") from exc
+        return results[0]
 
     async def catch_up(self, live: LiveBranch) -> list[RecordedEvent]:
         """Fold the events other writers appended since the live state; return them."""

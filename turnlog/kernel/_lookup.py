@@ -7,6 +7,7 @@ carries the name, so one lookup serves both.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +24,14 @@ from turnlog.kernel._errors import (
 )
 from turnlog.projections import visible_event
 
-__all__ = ["branches_named", "find_branch", "find_session", "unique_branch_name"]
+__all__ = [
+    "branches_named",
+    "find_branch",
+    "find_session",
+    "name_holder",
+    "name_stream",
+    "unique_branch_name",
+]
 
 _ID_LENGTH = 36  # str(uuid7())
 
@@ -89,6 +97,23 @@ async def branches_named(store: EventStore, name: str) -> list[str]:
     return found
 
 
+def name_stream(name: str) -> str:
+    """The stream whose one ``branch.name_claimed`` event says which branch holds ``name``.
+
+    A digest, not the name itself: a name may be as long as a stream name may be and hold
+    any printable character.
+    """
+    return "name-" + hashlib.sha256(name.encode()).hexdigest()[:40]
+
+
+async def name_holder(store: EventStore, name: str) -> str | None:
+    """The id of the branch whose claim on ``name`` is recorded, or None."""
+    async for claim in store.read_stream(name_stream(name), 1, 1):
+        holder = claim.data.get("branch_id")
+        return holder if isinstance(holder, str) else None
+    return None
+
+
 # One lock per store: the check that a name is free and the append that takes it are one step
 # for every creator in this process. Weak keys: a closed store takes its lock with it.
 _NAME_LOCKS: weakref.WeakKeyDictionary[EventStore, anyio.Lock] = weakref.WeakKeyDictionary()
@@ -98,10 +123,13 @@ _NAME_LOCKS: weakref.WeakKeyDictionary[EventStore, anyio.Lock] = weakref.WeakKey
 async def unique_branch_name(store: EventStore, name: str | None) -> AsyncIterator[None]:
     """Refuse ``name`` when a branch has it; create the branch inside the block.
 
-    The store's name lock is held from the check to the end of the block, so two creators of
-    one name in this process cannot both pass the check. Creators in two processes at the
-    same instant still can (the store has no unique index on names); loading by that name
-    then raises ``AmbiguousBranch`` naming both.
+    Two steps keep a name unique. Here, under the store's name lock (one creator of a name at
+    a time in this process), branches that have the name are looked for, which also finds
+    those recorded before names were claimed. Across processes the store decides: the
+    Kernel appends the branch's first event together with ``branch.name_claimed`` on the
+    name's stream (``name_stream``), on the condition that that stream is empty, so of two
+    processes creating one name at the same instant exactly one commits and the other gets
+    ``BranchNameTaken``.
 
     Raises:
         BranchNameTaken: a branch of the store has the name (nothing is created).
@@ -113,7 +141,8 @@ async def unique_branch_name(store: EventStore, name: str | None) -> AsyncIterat
     if lock is None:
         lock = _NAME_LOCKS[store] = anyio.Lock()
     async with lock:
-        taken = await branches_named(store, name)
+        holder = await name_holder(store, name)
+        taken = [holder] if holder is not None else await branches_named(store, name)
         if taken:
             raise BranchNameTaken(name, taken[0])
         yield

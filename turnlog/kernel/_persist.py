@@ -79,6 +79,7 @@ __all__ = [
     "PersistOptions",
     "RunBuffer",
     "SnapshotFileError",
+    "SnapshotFiles",
     "UnsafePathError",
     "buffer_path",
     "check_snapshot_files",
@@ -86,6 +87,7 @@ __all__ = [
     "default_persist_dir",
     "read_snapshot_file",
     "snapshot_path",
+    "verify_snapshot_files",
     "write_snapshot_file",
 ]
 
@@ -94,6 +96,14 @@ SNAPSHOT_FORMAT = "turnlog.branch_snapshot"
 
 _SNAPSHOT_FILE_VERSION = 1
 _DIGEST = "digest"
+_EVENT_HASH = "event_hash"
+
+UNVERIFIED_LEGACY = (
+    "written before snapshot files carried a digest (no digest, no event_hash): its content "
+    "cannot be checked; Branch.load rebuilds the branch from the store, and the next "
+    "stream_persist run of the branch writes the file again with its digest"
+)
+"""Why a snapshot file of the format before digests is unverified (``Branch.snapshot_unverified``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,13 +209,19 @@ async def write_snapshot_file(path: str | os.PathLike[str], state: BranchState, 
     return target
 
 
-async def read_snapshot_file(path: str | os.PathLike[str], *, store: EventStore) -> BranchState:
+async def read_snapshot_file(
+    path: str | os.PathLike[str], *, store: EventStore
+) -> tuple[BranchState, str | None]:
     """The branch state a snapshot file holds, once its digest and its place in ``store``'s log are checked.
+
+    A file of the format before digests (neither ``digest`` nor ``event_hash``) is read, not
+    refused, and returned with the reason it is unverified (``UNVERIFIED_LEGACY``) in place of
+    None: only that the store holds the branch's event at its version could be checked.
 
     Raises:
         SnapshotFileError: the file is missing, not JSON, not a turnlog snapshot, written by
-            another projection version, edited (its digest differs), without a digest, or it
-            stands at an event that is not the store's.
+            another projection version, edited (its digest differs), stripped of its digest
+            (an ``event_hash`` without one), or it stands at an event that is not the store's.
     """
     try:
         raw = await anyio.Path(path).read_bytes()
@@ -223,7 +239,7 @@ async def read_snapshot_file(path: str | os.PathLike[str], *, store: EventStore)
             f"written by projection version {body.get('projection_version')}, this code is "
             f"{PROJECTION_VERSION}; rebuild the branch from the store instead",
         )
-    await _check_binding(path, body, store)
+    unverified = await _check_binding(path, body, store)
     # The state is decoded by the same loader as store snapshots, from a private in-memory store.
     from turnlog.eventstore import NewSnapshot
 
@@ -248,26 +264,83 @@ async def read_snapshot_file(path: str | os.PathLike[str], *, store: EventStore)
         await scratch.close()
     if state is None:
         raise SnapshotFileError(path, f"no {SNAPSHOT_TYPE} record in the file")
-    return state
+    return state, unverified
 
 
-async def _check_binding(path: str | os.PathLike[str], body: dict[str, Any], store: EventStore) -> None:
-    """The digest of the file's content, then the hash of the event it stands at, against the store."""
-    digest = body.get(_DIGEST)
-    if not isinstance(digest, str):
-        raise SnapshotFileError(path, "it carries no digest (written by an older turnlog, or stripped); "
-                                      "open the branch with Branch.load instead")  # fmt: skip
-    if digest != _body_digest(body):
-        raise SnapshotFileError(path, "its digest does not match its content (the file was edited)")
+async def _check_binding(path: str | os.PathLike[str], body: dict[str, Any], store: EventStore) -> str | None:
+    """The digest of the file's content, then the hash of the event it stands at, against the store.
+
+    Returns None when both hold, or why the file is unverified: a file of the format before
+    digests has neither field, and only that its version exists in the store is checked. A
+    file with an ``event_hash`` but no digest was written by this format and stripped.
+    """
     stream, version = body.get("stream"), body.get("version")
     if not isinstance(stream, str) or not isinstance(version, int) or isinstance(version, bool):
         raise SnapshotFileError(path, "malformed snapshot: no stream and version")
-    if body.get("event_hash") != await _event_hash(store, stream, version):
+    digest = body.get(_DIGEST)
+    if digest is None and _EVENT_HASH not in body:
+        if not await _event_hash(store, stream, version):
+            raise SnapshotFileError(
+                path, f"it stands at version {version} of {stream}, which this store does not hold"
+            )
+        return UNVERIFIED_LEGACY
+    if not isinstance(digest, str):
+        raise SnapshotFileError(path, "it carries no digest (stripped: it has the event_hash of a file "
+                                      "that had one); open the branch with Branch.load instead")  # fmt: skip
+    if digest != _body_digest(body):
+        raise SnapshotFileError(path, "its digest does not match its content (the file was edited)")
+    if body.get(_EVENT_HASH) != await _event_hash(store, stream, version):
         raise SnapshotFileError(
             path,
             f"it stands at version {version} of {stream}, whose hash in this store differs "
             "(a snapshot of another store or another history)",
         )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFiles:
+    """What ``verify_snapshot_files`` found in a directory of snapshot files.
+
+    Attributes:
+        checked: How many files were read.
+        problems: The files refused (edited, stripped, foreign, unreadable), each naming its path.
+        unverified: ``(path, why)`` of the files that load but could not be checked: written in
+            the format before digests.
+    """
+
+    checked: int
+    problems: tuple[SnapshotFileError, ...]
+    unverified: tuple[tuple[str, str], ...]
+
+
+async def verify_snapshot_files(directory: str | os.PathLike[str], store: EventStore) -> SnapshotFiles:
+    """Check every snapshot file (``*.json``) in ``directory`` against ``store``.
+
+    ``turnlog verify`` runs it on the store's run directory: problems fail it, unverified
+    files are named. A directory that does not exist holds nothing.
+
+    Example::
+
+        found = await verify_snapshot_files(default_persist_dir(store), store)
+        for path, why in found.unverified:
+            print(f"{path}: unverified: {why}")
+    """
+    folder = anyio.Path(directory)
+    if not await folder.is_dir():
+        return SnapshotFiles(0, (), ())
+    problems: list[SnapshotFileError] = []
+    unverified: list[tuple[str, str]] = []
+    paths = sorted([found async for found in folder.glob("*.json")])
+    for path in paths:
+        try:
+            _, why = await read_snapshot_file(path, store=store)
+        except SnapshotFileError as exc:
+            problems.append(exc)
+        else:
+            if why is not None:
+                unverified.append((os.fspath(path), why))
+    return SnapshotFiles(len(paths), tuple(problems), tuple(unverified))
 
 
 async def check_snapshot_files(
@@ -275,24 +348,15 @@ async def check_snapshot_files(
 ) -> list[SnapshotFileError]:
     """Check every snapshot file (``*.json``) in ``directory`` against ``store``; return the problems.
 
-    ``turnlog verify`` runs it on the store's run directory. A directory that does not exist
-    holds no problems.
+    The problems of ``verify_snapshot_files`` (which also names the unverified files). A
+    directory that does not exist holds no problems.
 
     Example::
 
         for problem in await check_snapshot_files(default_persist_dir(store), store):
             print(problem)      # "<path>: its digest does not match its content (...)"
     """
-    folder = anyio.Path(directory)
-    if not await folder.is_dir():
-        return []
-    problems: list[SnapshotFileError] = []
-    for path in sorted([found async for found in folder.glob("*.json")]):
-        try:
-            await read_snapshot_file(path, store=store)
-        except SnapshotFileError as exc:
-            problems.append(exc)
-    return problems
+    return list((await verify_snapshot_files(directory, store)).problems)
 
 
 # -------------------------------------------------------------------------------------- buffer

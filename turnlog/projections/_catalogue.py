@@ -8,6 +8,7 @@ Streams and their event types:
 - ``run-<id>``: ``stream.chunk``;
 - ``session-<id>``: ``session.created``, ``branch.included``, ``branch.removed``,
   ``session.default_branch_set``;
+- ``name-<digest>``: ``branch.name_claimed`` (one event: which branch holds a name);
 - ``graph-<id>``: ``node.queued``, ``node.started``, ``node.completed``, ``node.failed``,
   ``node.skipped``.
 
@@ -24,7 +25,7 @@ Example:
     ('branch.created', 1, 'main')
 
 Why one module of about 650 lines: it is the catalogue, read as one table. Most of it is the
-21 payload schemas with a docstring per field; split by stream, the registry and every reader
+22 payload schemas with a docstring per field; split by stream, the registry and every reader
 would import four modules to see the contract between kernel and projections.
 """
 
@@ -51,6 +52,7 @@ __all__ = [
     "BranchCreated",
     "BranchForked",
     "BranchIncluded",
+    "BranchNameClaimed",
     "BranchRemoved",
     "BranchUserSet",
     "ChunkReceived",
@@ -425,6 +427,25 @@ class DefaultBranchSet(EventData):
     """The new default branch."""
 
 
+# ------------------------------------------------------------------------------ name streams
+
+
+class BranchNameClaimed(EventData):
+    """A branch took a name: version 1 of the name's stream (``name-<digest of the name>``).
+
+    Appended in the same transaction as the branch's first event, on the condition that the
+    name's stream has no event: of two processes creating one name at the same instant, one
+    commits and the other gets a concurrency conflict (``BranchNameTaken``).
+    """
+
+    event_type: ClassVar[str] = "branch.name_claimed"
+    content_fields: ClassVar[tuple[str, ...] | None] = ()
+    name: str
+    """The name (as in the branch's ``branch.created`` or ``branch.forked``)."""
+    branch_id: str
+    """The branch that holds it."""
+
+
 class NodeQueued(EventData):
     """A graph node is ready to run."""
 
@@ -570,6 +591,7 @@ for _schema in (
     BranchIncluded,
     BranchRemoved,
     DefaultBranchSet,
+    BranchNameClaimed,
     NodeQueued,
     NodeStarted,
     NodeCompleted,

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 
 from turnlog.eventstore import EventStore, VerifyReport
-from turnlog.kernel import SnapshotFileError, check_snapshot_files
+from turnlog.kernel import SnapshotFileError, SnapshotFiles, verify_snapshot_files
 from turnlog.kernel._run_buffer import default_persist_dir
 from turnlog.projections import check_invariants
 
@@ -39,14 +39,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _verify(
     value: str | None, stream: str | None, quick: bool, files: Path | None
-) -> tuple[VerifyReport, list[SnapshotFileError]]:
+) -> tuple[VerifyReport, SnapshotFiles]:
     async with opened_store(value, upcast=False) as store:
         if stream is not None and await store.stream_version(stream) == 0:
             # a stream that is not there verifies trivially: say so rather than "ok"
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
         report = await store.verify(stream, quick=quick)
         report = await with_invariants(store, report, stream)
-        return report, await check_snapshot_files(files or default_persist_dir(store), store)
+        return report, await verify_snapshot_files(files or default_persist_dir(store), store)
 
 
 async def with_invariants(store: EventStore, report: VerifyReport, stream: str | None = None) -> VerifyReport:
@@ -65,9 +65,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.snapshot_files is not None and not args.snapshot_files.is_dir():
         raise UserError(f"--snapshot-files: {args.snapshot_files} is not a directory")
     with busy("verifying hash chains"):
-        report, bad_files = anyio.run(_verify, args.store, args.stream, args.quick, args.snapshot_files)
-    if bad_files:
-        return _report_files(report, bad_files, as_json=args.json)
+        report, snapshot_files = anyio.run(_verify, args.store, args.stream, args.quick, args.snapshot_files)
+    unverified = snapshot_files.unverified
+    if snapshot_files.problems:
+        return _report_files(report, list(snapshot_files.problems), unverified, as_json=args.json)
     ran = [check for check in report.checks if check in ("integrity_check", "quick_check")]
     database = f"; SQLite {ran[0]} ok" if ran else ""
     if args.json:
@@ -84,12 +85,18 @@ def _run(args: argparse.Namespace) -> int:
                     {"stream": p.stream, "version": p.version, "position": p.position, "what": p.what}
                     for p in report.problems
                 ],
+                "unverified_snapshot_files": [{"path": path, "why": why} for path, why in unverified],
             }
         )
-    elif report.ok:
+        return 0 if report.ok else 1
+    # A file of the format before digests is not damage, but what it holds was not checked:
+    # said before the verdict, so "ok" never stands for it.
+    for path, why in unverified:
+        print(f"UNVERIFIED snapshot file {path}: {why}")
+    if report.ok:
         print(
             f"ok: {report.events:,} events in {report.streams:,} streams{_redactions_note(report)}; "
-            f"every hash chain verifies{database}"
+            f"every hash chain verifies{database}{_unverified_note(unverified)}"
         )
     else:
         for problem in report.problems:
@@ -98,7 +105,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _report_files(report: VerifyReport, bad_files: list[SnapshotFileError], *, as_json: bool) -> int:
+def _report_files(
+    report: VerifyReport,
+    bad_files: list[SnapshotFileError],
+    unverified: tuple[tuple[str, str], ...],
+    *,
+    as_json: bool,
+) -> int:
     """Snapshot files that fail their check (with the store's own problems): always exit 1."""
     if as_json:
         emit_json(
@@ -106,6 +119,7 @@ def _report_files(report: VerifyReport, bad_files: list[SnapshotFileError], *, a
                 "ok": False,
                 "problems": [str(p) for p in report.problems],
                 "snapshot_files": [{"path": e.path, "what": str(e)} for e in bad_files],
+                "unverified_snapshot_files": [{"path": path, "why": why} for path, why in unverified],
             }
         )
         return 1
@@ -113,8 +127,18 @@ def _report_files(report: VerifyReport, bad_files: list[SnapshotFileError], *, a
         print(f"PROBLEM {problem}")
     for error in bad_files:
         print(f"PROBLEM snapshot file {error}")
+    for path, why in unverified:
+        print(f"UNVERIFIED snapshot file {path}: {why}")
     print(f"{len(report.problems) + len(bad_files)} problem(s), {len(bad_files)} in snapshot files")
     return 1
+
+
+def _unverified_note(unverified: tuple[tuple[str, str], ...]) -> str:
+    """``; 1 snapshot file unverified (older format)`` when some are."""
+    if not unverified:
+        return ""
+    many = len(unverified) != 1
+    return f"; {len(unverified)} snapshot file{'s' if many else ''} unverified (older format, listed above)"
 
 
 def _redactions_note(report: VerifyReport) -> str:
