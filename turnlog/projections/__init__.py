@@ -46,6 +46,7 @@ from ._errors import (
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
 from ._invariants import check_invariants
+from ._lookup import RefMatch, match_ref
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -127,6 +128,7 @@ __all__ = [
     "ProjectionError",
     "ProviderSessionBound",
     "REDACTED_KEY",
+    "RefMatch",
     "RunEnded",
     "RunFailed",
     "RunInfo",
@@ -154,6 +156,7 @@ __all__ = [
     "history",
     "holds_content",
     "load_snapshot_state",
+    "match_ref",
     "maybe_snapshot",
     "message_from_dict",
     "message_summary",
