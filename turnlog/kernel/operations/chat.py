@@ -39,6 +39,7 @@ from turnlog.kernel.models import (
     public_params,
     request_fingerprint,
 )
+from turnlog.kernel.models._fingerprint import FingerprintMemo
 from turnlog.kernel.operations._prepare import assemble, build_instruction, response_schema
 from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, Usage
 
@@ -115,6 +116,10 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
         stream=stream,
     )
     sent = _prepared(model, request)
+    # The branch's requests grow by a turn each: the memo hashes only what is new since the last
+    memo = branch.prompt_cache.get("fingerprint")
+    if memo is None:
+        memo = branch.prompt_cache["fingerprint"] = FingerprintMemo()
     run = current_run(branch.id)
     call_id = str(uuid7())
     started = time.perf_counter()
@@ -143,7 +148,7 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
         params=_json_params(sent.params),
         tools=[str(t.get("function", {}).get("name", t.get("name", ""))) for t in tools or ()],
         response_format=schema_name,
-        fingerprint=request_fingerprint(sent, model=str(getattr(model, "model", ""))),
+        fingerprint=request_fingerprint(sent, model=str(getattr(model, "model", "")), memo=memo),
         context_providers=report.fired_names,
         response=response.raw if response is not None else None,
         usage=_usage(response),
