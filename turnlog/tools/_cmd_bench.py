@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "otel": "turnlog.tools.bench._otel",
     "startup": "turnlog.tools.bench._startup",
     "proxy": "turnlog.tools.bench._proxy",
+    "timetravel": "turnlog.tools.bench._timetravel",
 }
 
 
