@@ -13,7 +13,10 @@ drift of the machine's speed touches both alike). The child imports its library 
 compiles its graph (not timed), then times opening the store and reading the state at the middle
 of the conversation: turnlog's ``open_store`` + ``rebuild(at_version=)`` (what ``turnlog show
 --at`` does), LangGraph's ``sqlite3.connect`` + ``SqliteSaver`` + ``get_state`` at the
-checkpoint of that turn. Whatever either imports lazily while it reads is timed. It prints its time and the number of messages it read (checked: both
+checkpoint of that turn. Whatever either imports lazily while it reads is timed. Each child
+also reports the CPU time of that part (user + system, all its threads), printed as a p50
+beside the wall figures: on a machine shared with other jobs the wall times mostly measure
+the wait for a core. It prints its time and the number of messages it read (checked: both
 peers must read the same number). The figures are p50 / p95 over the rounds, with the ratio.
 
 Target: turnlog at most 0.5x LangGraph's time at p50 and 0.7x at p95, at every size.
@@ -49,11 +52,10 @@ from turnlog.eventstore import open_store
 from turnlog.projections import catalogue_upcasters, rebuild
 
 async def main(url, branch_id, version):
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     async with open_store(url, upcasters=catalogue_upcasters()) as store:
         state = await rebuild(store, branch_id, at_version=version)
-    took = time.perf_counter() - started
-    print(took, len(state.messages))
+    print(time.perf_counter() - started, time.process_time() - cpu, len(state.messages))
 
 anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
 """
@@ -71,14 +73,13 @@ builder.add_node("answer", answer)
 builder.add_edge(START, "answer")
 # compiled before the clock starts (about 0.2 s of lazy imports): only the store is timed
 graph = builder.compile(checkpointer=SqliteSaver(sqlite3.connect(":memory:")))
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 conn = sqlite3.connect(sys.argv[1], check_same_thread=False)
 graph.checkpointer = SqliteSaver(conn)
 config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": sys.argv[2]}}
 state = graph.get_state(config)
 conn.close()
-took = time.perf_counter() - started
-print(took, len(state.values["messages"]))
+print(time.perf_counter() - started, time.process_time() - cpu, len(state.values["messages"]))
 """
 
 
@@ -162,14 +163,14 @@ def _write_langgraph(path: Path, turns: int) -> str:
         conn.close()
 
 
-def _child(argv: list[str]) -> tuple[float, int]:
+def _child(argv: list[str]) -> tuple[float, float, int]:
     done = subprocess.run(
         [sys.executable, "-c", *argv], capture_output=True, text=True, check=False, env=dict(os.environ)
     )
     if done.returncode != 0:
         raise RuntimeError(f"the child failed ({done.returncode}): {done.stderr[-800:]}")
-    took, count = done.stdout.split()
-    return float(took) * 1000, int(count)
+    took, cpu, count = done.stdout.split()
+    return float(took) * 1000, float(cpu) * 1000, int(count)
 
 
 def _p95(samples: list[float]) -> float:
@@ -188,23 +189,31 @@ def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             "langgraph": [_LANGGRAPH_CHILD, str(theirs_path), checkpoint],
         }
         samples: dict[str, list[float]] = {name: [] for name in peers}
+        cpu: dict[str, list[float]] = {name: [] for name in peers}
         counts: dict[str, set[int]] = {name: set() for name in peers}
         names = list(peers)
         for name in names:  # warm-up: bytecode compiled, files in the page cache
             _child(peers[name])
         for r in range(args.rounds):
             for name in names[r % 2 :] + names[: r % 2]:  # rotated
-                took, count = _child(peers[name])
+                took, used, count = _child(peers[name])
                 samples[name].append(took)
+                cpu[name].append(used)
                 counts[name].add(count)
         if counts["turnlog"] != counts["langgraph"]:
             raise RuntimeError(f"the peers read different states at {turns} turns: {counts}")
         row: dict[str, Any] = {
-            name: {"p50_ms": statistics.median(s), "p95_ms": _p95(s)} for name, s in samples.items()
+            name: {
+                "p50_ms": statistics.median(s),
+                "p95_ms": _p95(s),
+                "cpu_p50_ms": statistics.median(cpu[name]),
+            }
+            for name, s in samples.items()
         }
         row["messages"] = counts["turnlog"].pop()
         row["ratio_p50"] = row["turnlog"]["p50_ms"] / row["langgraph"]["p50_ms"]
         row["ratio_p95"] = row["turnlog"]["p95_ms"] / row["langgraph"]["p95_ms"]
+        row["ratio_cpu_p50"] = row["turnlog"]["cpu_p50_ms"] / row["langgraph"]["cpu_p50_ms"]
         rows[turns] = row
     return {
         "benchmark": "timetravel",
@@ -234,7 +243,8 @@ def _print(report: dict[str, Any]) -> None:
         print(
             f"{turns:>6} {row['messages']:>9} {ours['p50_ms']:>11.1f} / {ours['p95_ms']:<6.1f} "
             f"{theirs['p50_ms']:>13.1f} / {theirs['p95_ms']:<6.1f} "
-            f"{row['ratio_p50']:>6.2f}x / {row['ratio_p95']:.2f}x"
+            f"{row['ratio_p50']:>6.2f}x / {row['ratio_p95']:.2f}x "
+            f"{ours['cpu_p50_ms']:>8.1f} / {theirs['cpu_p50_ms']:.1f} ({row['ratio_cpu_p50']:.2f}x)"
         )
     for name, ok in report["targets"].items():
         print(f"target {name}: {'met' if ok else 'MISSED'}")
