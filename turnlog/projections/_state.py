@@ -512,7 +512,6 @@ class StateBuilder:
         "_own_index",
         "_own_links",
         "_own_over",
-        "_own_runs",
         "_own_sessions",
         "_start",
         "action_links",
@@ -576,7 +575,7 @@ class StateBuilder:
             self._n = self._start = 0
             self._index: dict[str, int] = {}
             self._over: Mapping[int, AnyMessage] = {}
-            self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = True
+            self._own_sessions = self._own_links = self._own_over = self._own_index = True
             return
         self.branch_id = state.branch_id
         self.stream = f"branch-{state.branch_id}"
@@ -591,7 +590,7 @@ class StateBuilder:
         self.created_at, self.updated_at = state.created_at, state.updated_at
         self._log, self._n, self._start = state._log, state._n, state._start
         self._index, self._over = state._index, state._over
-        self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = False
+        self._own_sessions = self._own_links = self._own_over = self._own_index = False
 
     def freeze(self) -> BranchState:
         """The state as of now (immutable; later changes to this builder never show in it)."""
@@ -620,7 +619,7 @@ class StateBuilder:
         # from now on the dicts belong to the state too: copy before the next write. The index
         # may keep growing in place with new keys only (see _append); an existing key never
         # changes in an index a frozen state holds
-        self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = False
+        self._own_sessions = self._own_links = self._own_over = self._own_index = False
         return state
 
     # ---------------------------------------------------------------------------- messages
