@@ -86,14 +86,8 @@ def test_a_command_loads_its_own_module_only() -> None:
     assert commands == ["turnlog.tools._cmd_show"]
 
 
-def test_options_before_the_command_still_work() -> None:
-    status, modules, out = _loaded("--debug", "verify", "--help")
-    assert status == 0, out
-    assert "turnlog.tools._cmd_verify" in modules
-
-
-def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) -> None:
-    async def fill(path: Path) -> None:
+def _filled_store(path: Path) -> None:
+    async def fill() -> None:
         async with open_store(f"sqlite:///{path}") as store:
             await store.append(
                 "branch-b1",
@@ -104,8 +98,44 @@ def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) 
                 ],
             )
 
+    anyio.run(fill)
+
+
+def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> None:
+    """``show NAME --at N`` resolves the name and reads the state with the lower layers only."""
     store = tmp_path / "s.db"
-    anyio.run(fill, store)
+    _filled_store(store)
+    probe = PROBE.replace('if m.startswith("turnlog")', "")  # every module, sqlite_utils too
+    env = {**os.environ, "PYTHONPATH": str(TOOLS.parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "show", "demo", "--at", "2", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["status"] == 0, done.stdout + done.stderr
+    shown = done.stdout.splitlines()[:-1]
+    assert "(demo) at version 2" in shown[0]
+    assert [line.split(".", 1)[1].strip() for line in shown[1:]] == ["user: hello"]  # not the answer
+    modules = report["modules"]
+    assert [m for m in modules if m.startswith("turnlog.kernel")] == []
+    # opening an existing store needs no sqlite-utils (about 70 ms of import): only creating one does
+    assert "sqlite_utils" not in modules
+    assert "turnlog.projections" in modules
+
+
+def test_options_before_the_command_still_work() -> None:
+    status, modules, out = _loaded("--debug", "verify", "--help")
+    assert status == 0, out
+    assert "turnlog.tools._cmd_verify" in modules
+
+
+def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    _filled_store(store)
     args = ["bench", "startup", "--runs", "1", "--store", str(store), "--at", "2", "--json"]
     done = subprocess.run(
         [sys.executable, "-m", "turnlog", *args], capture_output=True, text=True, timeout=120, check=False

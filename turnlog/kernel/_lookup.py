@@ -6,7 +6,6 @@ carries the name, so one lookup serves both.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import weakref
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from turnlog.kernel._errors import (
     UnknownBranch,
     UnknownSession,
 )
-from turnlog.projections import visible_event
+from turnlog.projections import match_ref, visible_event
 
 __all__ = [
     "branches_named",
@@ -33,8 +32,6 @@ __all__ = [
     "unique_branch_name",
 ]
 
-_ID_LENGTH = 36  # str(uuid7())
-
 
 async def _find(
     store: EventStore,
@@ -43,28 +40,12 @@ async def _find(
     unknown: type[UnknownBranch] | type[UnknownSession],
     ambiguous: type[AmbiguousBranch] | type[AmbiguousSession],
 ) -> str:
-    prefix = f"{kind}-"
-    if len(ref) == _ID_LENGTH and await store.stream_version(prefix + ref) > 0:  # a full id: no scan
-        return ref
-    ids = [s.removeprefix(prefix) for s, _ in await store.list_streams(prefix)]
-    by_prefix = [i for i in ids if i.startswith(ref)]
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    names: dict[str, list[str]] = {}
-    for found in ids:
-        async for first in store.read_stream(prefix + found, 1, 1):
-            name = visible_event(first).data.get("name")
-            if isinstance(name, str):
-                names.setdefault(name, []).append(found)
-    matches = names.get(ref, [])
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1 or len(by_prefix) > 1:
-        raise ambiguous(ref, sorted({*matches, *by_prefix}))
-    close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
-    candidates = [f"{n} ({', '.join(names[n])})" for n in close]
-    hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""
-    raise unknown(ref, candidates, f"no {kind} has id, id prefix or name {ref!r}{hint}")
+    match = await match_ref(store, kind, ref)
+    if match.found is not None:
+        return match.found
+    if match.ambiguous:
+        raise ambiguous(ref, list(match.ambiguous))
+    raise unknown(ref, list(match.close), match.message)
 
 
 async def find_branch(store: EventStore, ref: str) -> str:

@@ -47,6 +47,7 @@ from ._errors import (
 )
 from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
 from ._invariants import check_invariants
+from ._lookup import RefMatch, match_ref
 from ._messages import (
     DEFAULT_SYSTEM_MESSAGE,
     ActionRequest,
@@ -129,6 +130,7 @@ __all__ = [
     "ProjectionError",
     "ProviderSessionBound",
     "REDACTED_KEY",
+    "RefMatch",
     "RunEnded",
     "RunFailed",
     "RunInfo",
@@ -155,6 +157,7 @@ __all__ = [
     "history",
     "holds_content",
     "load_snapshot_state",
+    "match_ref",
     "maybe_snapshot",
     "message_from_dict",
     "message_summary",

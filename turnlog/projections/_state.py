@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, PlainSerializer
 
 from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantResponse, Instruction, System
+from ._runs import RunTable
 from ._usage import Usage
 
 __all__ = ["BranchState", "ForkOrigin", "IsoTime", "RunInfo", "RunStatus", "StateBuilder"]
@@ -511,7 +512,6 @@ class StateBuilder:
         "_own_index",
         "_own_links",
         "_own_over",
-        "_own_runs",
         "_own_sessions",
         "_start",
         "action_links",
@@ -575,7 +575,7 @@ class StateBuilder:
             self._n = self._start = 0
             self._index: dict[str, int] = {}
             self._over: Mapping[int, AnyMessage] = {}
-            self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = True
+            self._own_sessions = self._own_links = self._own_over = self._own_index = True
             return
         self.branch_id = state.branch_id
         self.stream = f"branch-{state.branch_id}"
@@ -590,7 +590,7 @@ class StateBuilder:
         self.created_at, self.updated_at = state.created_at, state.updated_at
         self._log, self._n, self._start = state._log, state._n, state._start
         self._index, self._over = state._index, state._over
-        self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = False
+        self._own_sessions = self._own_links = self._own_over = self._own_index = False
 
     def freeze(self) -> BranchState:
         """The state as of now (immutable; later changes to this builder never show in it)."""
@@ -604,7 +604,8 @@ class StateBuilder:
         setter(state, "chat_model", self.chat_model)
         setter(state, "parse_model", self.parse_model)
         setter(state, "metadata", self.metadata)
-        setter(state, "runs", _freeze_map(self.runs))
+        runs = self.runs
+        setter(state, "runs", runs if type(runs) is RunTable else _freeze_map(runs))
         setter(state, "provider_sessions", _freeze_map(self.provider_sessions))
         setter(state, "provider_cwds", _freeze_map(self.provider_cwds))
         setter(state, "action_links", _freeze_map(self.action_links))
@@ -618,7 +619,7 @@ class StateBuilder:
         # from now on the dicts belong to the state too: copy before the next write. The index
         # may keep growing in place with new keys only (see _append); an existing key never
         # changes in an index a frozen state holds
-        self._own_runs = self._own_sessions = self._own_links = self._own_over = self._own_index = False
+        self._own_sessions = self._own_links = self._own_over = self._own_index = False
         return state
 
     # ---------------------------------------------------------------------------- messages
@@ -732,8 +733,7 @@ class StateBuilder:
     def drop_open_runs(self) -> None:
         """Forget the runs still running (a fork cut them: their writer records to the parent)."""
         if any(r.status == "running" for r in self.runs.values()):
-            self.runs = {k: r for k, r in self.runs.items() if r.status != "running"}
-            self._own_runs = True
+            self.runs = RunTable({k: r for k, r in self.runs.items() if r.status != "running"})
 
     def _own_session_maps(self) -> None:
         if not self._own_sessions:
@@ -742,11 +742,12 @@ class StateBuilder:
             self._own_sessions = True
 
     def put_run(self, run: RunInfo) -> None:
-        """Set the record of ``run.run_id`` (a new run goes last, a known one keeps its place)."""
-        if not self._own_runs:
-            self.runs = dict(self.runs)
-            self._own_runs = True
-        self.runs[run.run_id] = run  # type: ignore[index]  # owned: a dict
+        """Set the record of ``run.run_id`` (a new run goes last, a known one keeps its place).
+
+        The table is persistent (``RunTable``): a change shares all but a few entries with the
+        table the last frozen state holds, so it costs the same at 10 runs or 10,000.
+        """
+        self.runs = RunTable.of(self.runs).set(run.run_id, run)
 
     def end_run(self, run_id: str, verb: str, **outcome: Any) -> None:
         """Close a run (one started earlier, or one only its end names) with its outcome."""

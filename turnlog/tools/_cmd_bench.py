@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, str] = {
     "otel": "_otel",
     "startup": "_startup",
     "proxy": "_proxy",
+    "timetravel": "_timetravel",
 }
 
 

@@ -18,6 +18,7 @@ from turnlog.projections import (
     BranchState,
     RunInfo,
     catalogue_upcasters,
+    match_ref,
     message_summary,
     visible_event,
 )
@@ -112,14 +113,12 @@ async def branch_id_of(store: EventStore, ref: str) -> str:
     """
     if not ref.strip():
         raise UserError("the branch is empty: give a branch id, a unique id prefix or a name")
-    # Here, not at the top: the commands that only read the store (verify, tail, branches)
-    # start without importing the kernel, about half of a command's start-up.
-    from turnlog.kernel import AmbiguousBranch, UnknownBranch, find_branch
-
-    try:
-        found = await find_branch(store, ref)
-    except (UnknownBranch, AmbiguousBranch) as exc:
-        raise UserError(str(exc)) from exc
+    # The lookup of the projections, not the kernel's: a command that reads a branch starts
+    # without importing the kernel, about half of its start-up.
+    match = await match_ref(store, "branch", ref)
+    if match.found is None:
+        raise UserError(match.message)
+    found = match.found
     if found == ref:
         return found  # a full id
     ids = [stream.removeprefix("branch-") for stream, _ in await store.list_streams("branch-")]

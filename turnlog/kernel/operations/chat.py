@@ -41,6 +41,7 @@ from turnlog.kernel.models import (
     public_params,
     request_fingerprint,
 )
+from turnlog.kernel.models._fingerprint import FingerprintMemo
 from turnlog.kernel.operations._prepare import Prompt, assemble, build_instruction, response_schema
 from turnlog.projections import AnyMessage, AssistantResponse, Instruction, ModelCalled, Usage
 
@@ -90,7 +91,11 @@ async def exchange(branch: BranchPort, instruction: Any, param: ChatParam, *, ve
     started = time.perf_counter()
     response, error = await _call(branch, model, call, call_id)
     latency = (time.perf_counter() - started) * 1000
-    request = _describe(model, call, call_id, verb, run.run_id if run is not None else None)
+    # The branch's requests grow by a turn each: the memo hashes only what is new since the last
+    memo = branch.prompt_cache.get("fingerprint")
+    if not isinstance(memo, FingerprintMemo):
+        memo = branch.prompt_cache["fingerprint"] = FingerprintMemo()
+    request = _describe(model, call, call_id, verb, run.run_id if run is not None else None, memo)
     called = ModelCalled(**request, **_outcome(response, error, latency, model.model))
     if response is None:
         return Exchange(call.ins, None, called, error, None)
@@ -160,7 +165,12 @@ async def _call(
 
 
 def _describe(
-    model: BaseChatModel, call: _Call, call_id: str, verb: str, run_id: str | None
+    model: BaseChatModel,
+    call: _Call,
+    call_id: str,
+    verb: str,
+    run_id: str | None,
+    memo: FingerprintMemo | None = None,
 ) -> dict[str, Any]:
     """The ``model.called`` fields that describe the request (``_outcome`` adds how it went)."""
     by_version = call.history_version is not None
@@ -179,7 +189,7 @@ def _describe(
             str(t.get("function", {}).get("name", t.get("name", ""))) for t in call.request.tools or ()
         ],
         "response_format": call.schema_name,
-        "fingerprint": request_fingerprint(call.sent, model=model.model),
+        "fingerprint": request_fingerprint(call.sent, model=model.model, memo=memo),
         "context_providers": call.report.fired_names,
         "stream": call.request.stream,
     }

@@ -1,0 +1,45 @@
+"""The runs table of a state is an ordered map that later changes never reach."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from turnlog.projections import BranchState, RunInfo
+from turnlog.projections._runs import RunTable
+from turnlog.projections._state import StateBuilder
+
+_IDS = st.sampled_from([f"r{i}" for i in range(60)]) | st.text(min_size=1, max_size=3)
+
+
+@given(st.lists(st.tuples(_IDS, st.integers()), max_size=400))
+def test_a_table_is_a_dict_in_start_order_and_each_version_keeps_its_entries(
+    changes: list[tuple[str, int]],
+) -> None:
+    table: RunTable[int] = RunTable()
+    model: dict[str, int] = {}
+    versions: list[tuple[RunTable[int], dict[str, int]]] = []
+    for key, value in changes:
+        table = table.set(key, value)
+        model[key] = value  # a known key keeps its place, a new one goes last
+        versions.append((table, dict(model)))
+    for old, expected in versions:
+        assert list(old.items()) == list(expected.items())
+        assert len(old) == len(expected)
+        assert all(k in old and old.get(k) == v for k, v in expected.items())
+        assert old.get("absent") is None and "absent" not in old
+        assert old == expected
+
+
+def test_states_of_a_fold_share_the_table_and_never_see_later_runs() -> None:
+    builder = StateBuilder(BranchState("b"))
+    states = []
+    for i in range(300):
+        builder.put_run(RunInfo(run_id=f"run-{i}", verb="communicate"))
+        builder.end_run(f"run-{i}", "communicate", status="ended")
+        states.append(builder.freeze())
+    for i, state in enumerate(states):
+        assert list(state.runs) == [f"run-{j}" for j in range(i + 1)]
+        assert {r.status for r in state.runs.values()} == {"ended"}
+    again = BranchState("b", runs=dict(states[-1].runs))
+    assert again.runs == states[-1].runs

@@ -1,0 +1,83 @@
+"""The runs table of a branch state: an immutable ordered map that shares storage between versions.
+
+Every event of a run (``run.started``, ``run.ended``) changes one entry of the table, and every
+appended event freezes a new state. A plain dict copied on the first write after each freeze
+costs O(runs) per event: at 2,000 turns the copies were most of the growth of a turn's cost.
+A table here is a shared ``base`` dict and a small ``top`` dict of the entries changed or
+added since; a change copies only ``top``, and ``top`` is merged into a new ``base`` once it
+outgrows about the square root of the table, so a change costs O(√runs) amortized, a few
+microseconds at thousands of runs. Neither dict is ever written to after a table holds it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+__all__ = ["RunTable"]
+
+_V = TypeVar("_V")
+_EMPTY: dict[str, Any] = {}
+_MIN_TOP = 16
+"""``top`` may always hold this many entries before a merge (small tables merge rarely)."""
+
+
+class RunTable(Mapping[str, _V]):
+    """Run id -> run record in start order (a changed run keeps its place, a new one goes last)."""
+
+    __slots__ = ("_base", "_size", "_top")
+
+    _base: dict[str, _V]
+    _top: dict[str, _V]
+    _size: int
+
+    def __init__(self, runs: Mapping[str, _V] | None = None) -> None:
+        self._base = dict(runs) if runs else _EMPTY
+        self._top = _EMPTY
+        self._size = len(self._base)
+
+    @classmethod
+    def of(cls, runs: Mapping[str, _V]) -> RunTable[_V]:
+        """``runs`` as a table (itself when it is one already)."""
+        return runs if isinstance(runs, RunTable) else cls(runs)
+
+    def set(self, run_id: str, run: _V) -> RunTable[_V]:
+        """A table with ``run_id`` set to ``run``; this one is unchanged."""
+        base, top = self._base, self._top
+        grows = run_id not in top and run_id not in base
+        new: RunTable[_V] = object.__new__(RunTable)
+        if len(top) >= max(_MIN_TOP, 2 * math.isqrt(len(base))):
+            # {**base, **top}: known keys keep their place, new ones follow in order
+            new._base, new._top = {**base, **top, run_id: run}, _EMPTY
+        else:
+            new._base, new._top = base, {**top, run_id: run}
+        new._size = self._size + grows
+        return new
+
+    def __getitem__(self, run_id: str) -> _V:
+        found = self._top.get(run_id)
+        if found is not None:
+            return found
+        return self._base[run_id]
+
+    def get(self, run_id: str, default: Any = None) -> Any:
+        found = self._top.get(run_id)
+        if found is not None:
+            return found
+        return self._base.get(run_id, default)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._top or run_id in self._base
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[str]:
+        base, top = self._base, self._top
+        yield from base
+        if top:
+            yield from (k for k in top if k not in base)
+
+    def __repr__(self) -> str:
+        return f"RunTable({dict(self.items())!r})"
