@@ -106,11 +106,13 @@ class RunParam(ChatParam):
         stream_persist: Record every stream chunk as it arrives (crash recovery).
         persist_dir: Where run logs go, for providers that keep files of their own.
         snapshot_dir: Where snapshots go, for providers that keep files of their own.
+        record_wire: Record the CLI's upstream calls at the wire (``docs/streams.md``).
     """
 
     stream_persist: bool = False
     persist_dir: str | None = None
     snapshot_dir: str | None = None
+    record_wire: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ def run(
     response_format: Any = None,
     timeout: float | None = None,
     persist_options: PersistOptions | None = None,
+    record_wire: bool = True,
     **kwargs: Any,
 ) -> AsyncGenerator[AnyMessage, None]:
     """Stream one CLI agent turn; an async generator of the recorded messages.
@@ -83,6 +84,10 @@ def run(
         timeout: Seconds for the whole stream (one absolute deadline); None, zero or a
             negative value means no limit.
         persist_options: Batching of chunk commits and buffer fsync.
+        record_wire: Record the CLI's calls to its model API at the wire, in-process: every
+            stream event as it passes (``run-<run_id>-wire-<n>``), so that a CLI killed
+            mid-answer loses no text that reached the wire. False turns it off (see
+            docs/streams.md for what is then lost).
         **kwargs: Stream options of the model (``resume=`` overrides the bound session).
 
     Raises:
@@ -107,6 +112,7 @@ def run(
         stream_persist=stream_persist,
         persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
         snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+        record_wire=record_wire,
     )
     return run_operation(branch, instruction, param, persist=persist_options)
 
@@ -128,13 +134,14 @@ async def run_and_collect(
     stream_persist: bool = False,
     persist_dir: str | os.PathLike[str] | None = None,
     snapshot_dir: str | os.PathLike[str] | None = None,
+    record_wire: bool = True,
     **kwargs: Any,
 ) -> Any:
     """Run one CLI turn and return its text: the responses joined with a blank line.
 
     Returns None when no response arrived; with ``response_format`` (and without
     ``skip_validation``), the text parsed once into it. Other keyword arguments are
-    those of ``run`` (``timeout=`` included). ``num_parse_retries`` above
+    those of ``run`` (``timeout=`` and ``record_wire=`` included). ``num_parse_retries`` above
     ``MAX_PARSE_RETRIES`` (5) warns and uses 5, as in ``communicate``.
     """
     from turnlog.kernel.operations.run import run_and_collect as collect
@@ -153,6 +160,7 @@ async def run_and_collect(
         stream_persist=stream_persist,
         persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
         snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+        record_wire=record_wire,
     )
     parse_param = None
     if response_format is not None and not skip_validation:

@@ -240,7 +240,8 @@ class CLIAgentModel:
             )
         return opts
 
-    def _child_env(self, opts: Mapping[str, Any]) -> dict[str, str]:
+    def child_env(self, opts: Mapping[str, Any]) -> dict[str, str]:
+        """The environment the CLI starts with: this process's, the defaults, ``env``, the call's ``env``."""
         env = dict(os.environ)
         for key, value in self.default_env().items():
             env.setdefault(key, value)
@@ -267,7 +268,7 @@ class CLIAgentModel:
         opts = self._check(prompt, resume, options)
         argv = self.command(prompt, resume=resume, options=opts)
         model = str(opts.get("model") or self.model)
-        env = self._child_env(opts)
+        env = self.child_env(opts)
         # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
         # one in its output or an error must not put it into the append-only log.
         scrub = Scrubber(value for name, value in env.items() if _env_secret(name, value))
