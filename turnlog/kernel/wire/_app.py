@@ -253,6 +253,7 @@ class ProxyApp:
             "headers": {k: response.headers[k] for k in RECORDED_HEADERS if k in response.headers},
         }
         gone = anyio.Event()
+        held: list[Any] = []  # the stream's assembly, once it streams
         try:
             async with anyio.create_task_group() as tg:
 
@@ -267,7 +268,7 @@ class ProxyApp:
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream)
+                        await _stream(response, call, send, upstream, held)
                     else:
                         await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
@@ -279,13 +280,38 @@ class ProxyApp:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
                 if gone.is_set():
-                    await call.fail(
-                        "ClientDisconnected", "the client went away mid-answer", upstream, reason="cancelled"
-                    )
+                    answer = _complete(call, held)
+                    if answer is not None:
+                        # a client that leaves once the final event reached it (Codex reads up
+                        # to response.completed) got the whole answer: the call succeeded
+                        await call.finish(answer, upstream)
+                    else:
+                        await call.fail(
+                            "ClientDisconnected",
+                            "the client went away mid-answer",
+                            upstream,
+                            reason="cancelled",
+                        )
 
 
-async def _stream(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> None:
+def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
+    """The answer of a stream whose every event arrived, else None."""
+    if not held or held[0].missing() is not None:
+        return None
+    try:
+        answer: ModelResponse = call.route.wire.parse(
+            held[0].result(), model=call.route.model, provider=call.route.api
+        )
+    except (WireError, StreamFault, KeyError, TypeError, ValueError):
+        return None
+    return answer
+
+
+async def _stream(
+    response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any], held: list[Any]
+) -> None:
     assembly = call.route.wire.assembly(call.route.model)
+    held.append(assembly)
     pending = b""
     fault: StreamFault | None = None
     async for piece in response.aiter_raw():

@@ -43,7 +43,7 @@ from turnlog.projections import (
     new_event,
 )
 
-from ._apis import DEFAULT_UPSTREAMS, Api, Route, fingerprint, request_params, tool_names
+from ._apis import DEFAULT_UPSTREAMS, Api, Route, conversation, fingerprint, request_params, tool_names
 from ._app import ProxyApp, ProxyConfig, RecordedCall
 from ._server import serve_loopback
 
@@ -226,6 +226,27 @@ class RunWireCall:
             self.seq = seq
             self.text += texts
 
+    async def request_results(self, results: Sequence[tuple[str, Any]]) -> None:
+        """Record the tool results the request sends upstream (``tool_result`` chunks first).
+
+        What a tool returned, as the CLI hands it to the model: Gemini's stream-json leaves
+        the output of ``read_file`` out, its ``functionResponse`` carries it.
+        """
+        meta = {"branch_id": self.wire.branch_id, "run_id": self.wire.run_id, "wire_call": self.call_id}
+        async with self.lock:
+            events = []
+            for i, (key, output) in enumerate(results, start=self.seq + 1):
+                data = ChunkReceived(
+                    seq=i,
+                    type="tool_result",
+                    tool_id=self.scrub(key),
+                    tool_output=self.scrub(_json(output)),
+                    metadata={"wire": True, "source": "request"},
+                )
+                events.append(new_event(data, meta=meta))
+            await self.wire.store.append(self.stream, events, expected_version=self.seq or NO_STREAM)
+            self.seq += len(events)
+
     async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
         """Close the call with its answer (``model.called``, status ok)."""
         if not self.text and answer.text:
@@ -301,6 +322,7 @@ class RunWire:
     branch_id: str
     run_id: str
     calls: list[RunWireCall] = field(default_factory=list)
+    _results: set[tuple[str, bytes]] = field(default_factory=set)
 
     async def open_call(
         self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
@@ -319,7 +341,27 @@ class RunWire:
             scrub=scrub,
         )
         self.calls.append(call)
+        results = self._new_results(route, body)
+        if results:
+            await call.request_results(results)
         return call
+
+    def _new_results(self, route: Route, body: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The tool results this request sends upstream for the first time in the run.
+
+        Those after the conversation's last user turn (older ones belong to earlier runs of
+        the session), less those an earlier call of this run sent.
+        """
+        turns = conversation(route.codec, body)
+        last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=-1)
+        out = []
+        for turn in turns[last_user + 1 :]:
+            for key, output in turn.results:
+                seen = (key, orjson.dumps(_json(output), option=orjson.OPT_SORT_KEYS))
+                if seen not in self._results:
+                    self._results.add(seen)
+                    out.append((key, output))
+        return out
 
     @property
     def streams(self) -> list[str]:
