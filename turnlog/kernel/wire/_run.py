@@ -399,13 +399,20 @@ async def recording_wire(
     wire = RunWire(store, branch_id, run_id)
     config = ProxyConfig(upstreams={**DEFAULT_UPSTREAMS, target.api: target.upstream})
     app = ProxyApp(config, wire)
+    error: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             server = await serve_loopback(app, tg)
             try:
                 yield wire, server.base_url
+            except BaseException as exc:
+                # The run's own error leaves as it came, not wrapped in the server's task
+                # group (an ExceptionGroup would hide a CLIError from its handlers).
+                error = exc
             finally:
                 tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
     finally:
         with anyio.CancelScope(shield=True):
             await wire.close()
