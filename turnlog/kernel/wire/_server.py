@@ -182,7 +182,8 @@ async def _exchange(app: Asgi, conn: _Conn, scope: dict[str, Any], body: bytes) 
                 headers = [(bytes(k).lower(), bytes(v)) for k, v in message.get("headers", [])]
                 names = {k for k, _ in headers}
                 lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}".encode()]
-                if b"content-length" not in names:
+                bodiless = status in (204, 304) or status < 200 or scope["method"] == "HEAD"
+                if b"content-length" not in names and not bodiless:
                     chunked = True
                     headers.append((b"transfer-encoding", b"chunked"))
                 lines += [k + b": " + v for k, v in headers]
