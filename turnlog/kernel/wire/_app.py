@@ -132,11 +132,23 @@ class ProxyApp:
         self.config = config
         self.recorder = recorder
         self.replay = replay
-        self.client = httpx.AsyncClient(timeout=config.timeout, follow_redirects=False)
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The upstream client, made at the first request.
+
+        Its TLS context costs some 20 ms of CPU, which a run whose CLI never calls its API
+        need not pay.
+        """
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.config.timeout, follow_redirects=False)
+        return self._client
 
     async def aclose(self) -> None:
         """Close the upstream connections."""
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
