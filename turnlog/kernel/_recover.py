@@ -474,14 +474,20 @@ async def _restore_wire(
     marked ``source: "wire"`` (appended to ``produced``); calls the crash left open are closed.
     Returns the number of wire calls and the characters restored.
     """
-    from turnlog.kernel.wire._run import close_open_wire_calls, read_wire_calls, wire_message, wire_remainder
+    from turnlog.kernel.wire._run import (
+        close_open_wire_calls,
+        last_cut,
+        read_wire_calls,
+        wire_message,
+        wire_remainder,
+    )
 
     records = await read_wire_calls(store, run.run_id)
     if not records:
         return 0, 0
     rest = ""
-    last = records[-1]
-    if last.status != "ok":
+    last = last_cut(records)
+    if last is not None:
         printed = "".join(
             m.response
             for m in (*branch.messages, *produced)

@@ -54,6 +54,7 @@ __all__ = [
     "WireRecord",
     "WireTarget",
     "close_open_wire_calls",
+    "last_cut",
     "read_wire_calls",
     "recording_wire",
     "wire_message",
@@ -377,11 +378,15 @@ class RunWire:
                 )
 
     def last_partial(self) -> tuple[str, str] | None:
-        """``(stream, text)`` of the last call when it did not end with its answer."""
-        if not self.calls or self.calls[-1].status == "ok":
+        """``(stream, text)`` of the last call that did not end with its answer but had text.
+
+        The last such call, not the last call: a CLI's side calls (a title, a topic check)
+        may end after the conversation's own call was cut.
+        """
+        cut = [call for call in self.calls if call.status != "ok" and call.text]
+        if not cut:
             return None
-        last = self.calls[-1]
-        return last.stream, "".join(last.text)
+        return cut[-1].stream, "".join(cut[-1].text)
 
 
 @asynccontextmanager
@@ -487,6 +492,12 @@ async def close_open_wire_calls(store: EventStore, run_id: str, records: Sequenc
         await store.append(record.stream, [new_event(called, meta=meta)], expected_version=record.chunks)
         closed += 1
     return closed
+
+
+def last_cut(records: Sequence[WireRecord]) -> WireRecord | None:
+    """The last wire call that did not end with its answer and had text (see ``last_partial``)."""
+    cut = [record for record in records if record.status != "ok" and record.text]
+    return cut[-1] if cut else None
 
 
 def wire_remainder(printed: str, wire_text: str) -> str:
