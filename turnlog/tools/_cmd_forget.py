@@ -52,10 +52,10 @@ async def _forks_of(store: Any, branch: str) -> list[str]:
 async def _content_of(store: Any, branches: Sequence[str]) -> list[RecordedEvent]:
     """Every event that holds content of ``branches``, as the event catalogue declares it.
 
-    The branches' own events, the chunks of their runs (``run-<id>``, and the wire calls of
-    ``run-<id>-wire-<n>``), and the graph nodes
-    that ran on them (``graph-<id>``): whatever type holds content there, not a fixed list,
-    so a model call's raw response or a run's error message is found like a message.
+    The branches' own events, the chunks of their runs (``run-<id>``) and of their CLIs' calls
+    recorded at the wire (``run-<id>-wire-<n>``), and the graph nodes that ran on them
+    (``graph-<id>``): whatever type holds content there, not a fixed list, so a model call's
+    raw response or a run's error message is found like a message.
     """
     events: list[RecordedEvent] = []
     runs: list[str] = []
