@@ -255,7 +255,9 @@ class _PgLeases:
         async with self.lock:
             with store._db.errors(f"taking the lease {key}"):
                 if self.conn is None or self.conn.closed:
-                    self.conn = await store._db.pg.AsyncConnection.connect(store._db.conninfo, autocommit=True)
+                    self.conn = await store._db.pg.AsyncConnection.connect(
+                        store._db.conninfo, autocommit=True
+                    )
                     self.held.clear()
                 cursor = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (number,))
                 row = await cursor.fetchone()
