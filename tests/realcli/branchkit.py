@@ -189,6 +189,10 @@ async def crash_recover_resume(cli: Any, upstream: Any, provider: str, tmp: Path
                 # mid-message, once the session has started.
                 while not list(persist.glob("*.jsonl")) or not buffered_lines(persist):  # noqa: ASYNC110
                     await anyio.sleep(0.05)
+                # ... and once its request reached the upstream (a loaded machine can take more
+                # than the second below between the session line and the request)
+                while not upstream.model_requests():  # noqa: ASYNC110 - another thread's state
+                    await anyio.sleep(0.05)
                 await anyio.sleep(1.0)
             else:
                 while len(buffered_text(persist).split()) < 4:  # noqa: ASYNC110 - a file, no event

@@ -300,3 +300,26 @@ def test_run_errors_are_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in failed.stderr and "(auth)" in failed.stderr
     state = anyio.run(_state, db, "work")
     assert [r.status for r in state.runs.values()] == ["ended", "failed"]
+
+
+async def _wire_calls(db: Path) -> list[Any]:
+    """``params.wire_calls`` of each run's ``model.called`` (None: the run was not recorded at the wire)."""
+    async with open_store(f"sqlite:///{db}", upcasters=catalogue_upcasters()) as store:
+        return [
+            e.data["params"].get("wire_calls")
+            async for e in store.read_all(types=["model.called"])
+            if e.data["verb"] == "run"
+        ]
+
+
+def test_run_records_the_wire_unless_no_wire(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    env = _claude_env(tmp_path, _AGENT)
+    on = _cli("run", "List", "--cli", "claude", "--new", "a", "--store", str(db), cwd=tmp_path, env=env)
+    assert on.returncode == 0, on.stderr
+    off = _cli(
+        "run", "List", "--cli", "claude", "--new", "b", "--no-wire", "--store", str(db), cwd=tmp_path, env=env
+    )
+    assert off.returncode == 0, off.stderr
+    # the fake CLI calls no API: the recorder served the first run and saw no call; the second had none
+    assert anyio.run(_wire_calls, db) == [[], None]

@@ -25,12 +25,14 @@ import pytest
 from pydantic import BaseModel
 
 from turnlog.eventstore import EventStore, open_store, uuid7
-from turnlog.kernel import Branch, iModel
+from turnlog.kernel import AddMessages, Branch, iModel
 from turnlog.kernel.models import RetryPolicy, StreamChunk
 from turnlog.projections import (
+    ChunkReceived,
     Instruction,
     NodeCompleted,
     NodeQueued,
+    RunStarted,
     SnapshotPolicy,
     catalogue_upcasters,
     decode_event,
@@ -374,4 +376,27 @@ def test_forget_erases_the_results_of_graph_nodes_that_ran_on_the_branch(
     assert done.returncode == 0, done.stderr
     assert f"{graph}: 1" in done.stdout, done.stdout
     assert anyio.run(_graph_results, tmp_path / "g.db", graph) == [None, "other words"]
+    assert _holding(tmp_path, MARKER) == []
+
+
+async def _wire_store(path: Path) -> None:
+    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+        mine = Branch(store=store, name="mine")
+        run_id = str(uuid7())
+        started = RunStarted(run_id=run_id, verb="run", provider="claude_code", model="sonnet")
+        await mine.execute(AddMessages((started,)), run_id=run_id)
+        chunk = ChunkReceived(seq=1, type="text", content=f"the model said {MARKER}", metadata={"wire": True})
+        await store.append(f"run-{run_id}-wire-1", [new_event(chunk)])
+
+
+def test_forget_erases_what_the_wire_recorded_for_a_run_of_the_branch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's CLI calls recorded at the wire (``run-<id>-wire-<n>``) are content of its branch."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNLOG_STORE", raising=False)
+    anyio.run(_wire_store, tmp_path / "w.db")
+    assert _holding(tmp_path, MARKER) != []
+    done = _cli("forget", "mine", "--reason", "erasure request", "--store", "w.db")
+    assert done.returncode == 0, done.stderr
     assert _holding(tmp_path, MARKER) == []

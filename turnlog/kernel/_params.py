@@ -115,11 +115,13 @@ class RunParam(ChatParam):
         stream_persist: Record every stream chunk as it arrives (crash recovery).
         persist_dir: Where run logs go, for providers that keep files of their own.
         snapshot_dir: Where snapshots go, for providers that keep files of their own.
+        record_wire: Record the CLI's upstream calls at the wire (``docs/streams.md``).
     """
 
     stream_persist: bool = False
     persist_dir: str | None = None
     snapshot_dir: str | None = None
+    record_wire: bool = True
 
     @classmethod
     def from_chat(
@@ -129,6 +131,7 @@ class RunParam(ChatParam):
         stream_persist: bool = False,
         persist_dir: str | os.PathLike[str] | None = None,
         snapshot_dir: str | os.PathLike[str] | None = None,
+        record_wire: bool = True,
     ) -> RunParam:
         """``chat_param`` with the run's own fields: the one copy of a ``ChatParam`` into a ``RunParam``.
 
@@ -139,6 +142,7 @@ class RunParam(ChatParam):
             and not stream_persist
             and persist_dir is None
             and snapshot_dir is None
+            and record_wire == chat_param.record_wire
         ):
             return chat_param
         fields = {f.name: getattr(chat_param, f.name) for f in dataclasses.fields(ChatParam)}
@@ -147,6 +151,7 @@ class RunParam(ChatParam):
             stream_persist=stream_persist,
             persist_dir=os.fspath(persist_dir) if persist_dir is not None else None,
             snapshot_dir=os.fspath(snapshot_dir) if snapshot_dir is not None else None,
+            record_wire=record_wire,
         )
 
 

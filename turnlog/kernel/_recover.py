@@ -58,6 +58,7 @@ from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
     ActionResponse,
     AnyMessage,
+    AssistantResponse,
     ChunkReceived,
     EventData,
     MessageAdded,
@@ -413,6 +414,7 @@ async def _close_run(
     trailing = [m for m in assembler.flush(interrupted=True) if m.id not in known]
     interrupted_text = sum(len(m.content.text) for m in trailing if hasattr(m.content, "text"))
     produced.extend(trailing)
+    wire_calls, wire_text = await _restore_wire(store, run, branch, produced)
     closed = _close_tools(branch, run, assembler.unanswered.values(), assembler.user)
     items: list[EventData] = [MessageAdded(message=m, run_id=run.run_id) for m in (*produced, *closed)]
     session = assembler.session_id
@@ -439,6 +441,7 @@ async def _close_run(
                     "interrupted_text": interrupted_text,
                     "closed_tools": len(closed),
                     "session_id": session,
+                    **({"wire_calls": wire_calls, "wire_text": wire_text} if wire_calls else {}),
                     **(cli.recovered() if cli is not None else {}),
                 },
             )
@@ -459,6 +462,51 @@ async def _close_run(
         cli.status if cli is not None else None,
         _note(cli, session),
     )
+
+
+async def _restore_wire(
+    store: EventStore, run: _Open, branch: Any, produced: list[AnyMessage]
+) -> tuple[int, int]:
+    """The text of the run's last upstream call that reached the wire and was never printed.
+
+    A run recorded at the wire (``kernel/wire/_run.py``) whose last call did not end with its
+    answer: what crossed the wire past what the CLI printed becomes an ``AssistantResponse``
+    marked ``source: "wire"`` (appended to ``produced``); calls the crash left open are closed.
+    Returns the number of wire calls and the characters restored.
+    """
+    from turnlog.kernel.wire._run import (
+        close_open_wire_calls,
+        last_cut,
+        read_wire_calls,
+        wire_message,
+        wire_remainder,
+    )
+
+    records = await read_wire_calls(store, run.run_id)
+    if not records:
+        return 0, 0
+    rest = ""
+    last = last_cut(records)
+    if last is not None:
+        printed = "".join(
+            m.response
+            for m in (*branch.messages, *produced)
+            if isinstance(m, AssistantResponse) and m.metadata.get("run_id") == run.run_id
+        )
+        rest = wire_remainder(printed, last.text)
+        if rest:
+            produced.append(
+                wire_message(
+                    rest,
+                    stream=last.stream,
+                    run_id=run.run_id,
+                    branch_id=branch.id,
+                    user=branch.user,
+                    whole=last.text,
+                )
+            )
+    await close_open_wire_calls(store, run.run_id, records)
+    return len(records), len(rest)
 
 
 def _note(cli: Reconciliation | None, session: str | None) -> str | None:

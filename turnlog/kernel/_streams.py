@@ -46,6 +46,7 @@ def run(
     response_format: Any = None,
     timeout: float | None = None,
     persist_options: PersistOptions | None = None,
+    record_wire: bool = True,
     **kwargs: Any,
 ) -> AsyncGenerator[AnyMessage, None]:
     """Stream one CLI agent turn; an async generator of the recorded messages.
@@ -75,6 +76,10 @@ def run(
         timeout: Seconds for the whole stream (one absolute deadline); None, zero or a
             negative value means no limit.
         persist_options: Batching of chunk commits and buffer fsync.
+        record_wire: Record the CLI's calls to its model API at the wire, in-process: every
+            stream event as it passes (``run-<run_id>-wire-<n>``), so that a CLI killed
+            mid-answer loses no text that reached the wire. False turns it off (see
+            docs/streams.md for what is then lost).
         **kwargs: Stream options of the model (``resume=`` overrides the bound session).
 
     Raises:
@@ -97,7 +102,11 @@ def run(
         imodel_kw=imodel_kw,
     )
     param = RunParam.from_chat(
-        chat_param, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
+        chat_param,
+        stream_persist=stream_persist,
+        persist_dir=persist_dir,
+        snapshot_dir=snapshot_dir,
+        record_wire=record_wire,
     )
     return run_operation(branch, instruction, param, persist=persist_options)
 
@@ -119,13 +128,14 @@ async def run_and_collect(
     stream_persist: bool = False,
     persist_dir: str | os.PathLike[str] | None = None,
     snapshot_dir: str | os.PathLike[str] | None = None,
+    record_wire: bool = True,
     **kwargs: Any,
 ) -> Any:
     """Run one CLI turn and return its text: the responses joined with a blank line.
 
     Returns None when no response arrived; with ``response_format`` (and without
     ``skip_validation``), the text parsed once into it. Other keyword arguments are
-    those of ``run`` (``timeout=`` included). ``num_parse_retries`` above
+    those of ``run`` (``timeout=`` and ``record_wire=`` included). ``num_parse_retries`` above
     ``MAX_PARSE_RETRIES`` (5) warns and uses 5, as in ``communicate``.
     """
     from turnlog.kernel.operations.run import run_and_collect as collect
@@ -142,7 +152,11 @@ async def run_and_collect(
         imodel_kw=imodel_kw,
     )
     param = RunParam.from_chat(
-        chat_param, stream_persist=stream_persist, persist_dir=persist_dir, snapshot_dir=snapshot_dir
+        chat_param,
+        stream_persist=stream_persist,
+        persist_dir=persist_dir,
+        snapshot_dir=snapshot_dir,
+        record_wire=record_wire,
     )
     parse_param = None
     if response_format is not None and not skip_validation:

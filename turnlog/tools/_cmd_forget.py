@@ -52,9 +52,10 @@ async def _forks_of(store: Any, branch: str) -> list[str]:
 async def _content_of(store: Any, branches: Sequence[str]) -> list[RecordedEvent]:
     """Every event that holds content of ``branches``, as the event catalogue declares it.
 
-    The branches' own events, the chunks of their runs (``run-<id>``), and the graph nodes
-    that ran on them (``graph-<id>``): whatever type holds content there, not a fixed list,
-    so a model call's raw response or a run's error message is found like a message.
+    The branches' own events, the chunks of their runs (``run-<id>``) and of their CLIs' calls
+    recorded at the wire (``run-<id>-wire-<n>``), and the graph nodes that ran on them
+    (``graph-<id>``): whatever type holds content there, not a fixed list, so a model call's
+    raw response or a run's error message is found like a message.
     """
     events: list[RecordedEvent] = []
     runs: list[str] = []
@@ -65,7 +66,10 @@ async def _content_of(store: Any, branches: Sequence[str]) -> list[RecordedEvent
             if _erasable(event):
                 events.append(event)
     for run_id in runs:
-        events.extend([e async for e in store.read_stream(f"run-{run_id}") if _erasable(e)])
+        # the run's chunks, and those of its CLI's upstream calls recorded at the wire
+        wire = [stream for stream, _ in await store.list_streams(f"run-{run_id}-wire-")]
+        for stream in (f"run-{run_id}", *wire):
+            events.extend([e async for e in store.read_stream(stream) if _erasable(e)])
     events.extend(await _graph_content(store, set(branches)))
     return events
 

@@ -6,12 +6,15 @@ import argparse
 import secrets
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx
 
 from ._command import Command, UserError, add_store_argument
-from ._proxy_apis import DEFAULT_UPSTREAMS, Api
+
+if TYPE_CHECKING:
+    from turnlog.kernel.wire import Api
 
 __all__ = ["COMMAND", "parse_upstreams"]
 
@@ -70,6 +73,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_upstreams(values: list[str]) -> dict[Api, str]:
     """The upstream of each API from ``--upstream`` values (``URL`` or ``API=URL``)."""
+    from turnlog.kernel.wire import DEFAULT_UPSTREAMS
+
     upstreams: dict[Api, str] = dict(DEFAULT_UPSTREAMS)
     for value in values:
         api, sep, url = value.partition("=")
@@ -112,10 +117,9 @@ def _run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str | None) -> None:
     import uvicorn
 
+    from turnlog.kernel.wire import ProxyApp, ProxyConfig, ReplayIndex, WireRecorder
+
     from ._inspect import opened_store
-    from ._proxy import ProxyApp, ProxyConfig
-    from ._proxy_record import WireRecorder
-    from ._proxy_replay import ReplayIndex
 
     sock = _listen(args.host, args.port)  # before the store: a busy port creates no store
     try:

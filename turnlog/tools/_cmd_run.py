@@ -4,7 +4,7 @@ The agent's output is shown as it arrives (text as it streams, tool calls and re
 lines) while ``branch.run`` records every chunk and the messages they make. On a branch that
 has talked to the same agent before, the agent's session is resumed. ``--stream-persist``
 keeps a live buffer of the chunks so that ``turnlog recover`` loses nothing if this process
-is killed.
+is killed. The agent's calls to its model API are recorded at the wire unless ``--no-wire``.
 """
 
 from __future__ import annotations
@@ -116,6 +116,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep a live buffer of the chunks (STORE.runs/ beside the store file) so 'turnlog recover' can "
         "finish the run if this process is killed",
     )
+    parser.add_argument(
+        "--no-wire",
+        action="store_true",
+        help="do not record the agent's calls to its model API at the wire (a kill mid-answer then "
+        "loses what the agent had not printed; see docs/streams.md)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole turn")
     parser.add_argument(
         "--cwd",
@@ -163,6 +169,7 @@ async def _turn(args: argparse.Namespace, echo: _Terminal | None) -> tuple[Branc
                 chat_model=model,
                 stream_persist=args.stream_persist,
                 timeout=args.timeout,
+                record_wire=not args.no_wire,
                 **extra,
             )
             async with contextlib.aclosing(run) as stream:

@@ -34,7 +34,7 @@ from ._openai import (
     model_requests_allowed,
 )
 from ._retry import RetryPolicy, parse_retry_after
-from ._subprocess import CLIAgentModel, CLIEventParser
+from ._subprocess import CLIAgentModel, CLIEventParser, cli_agent_of
 from ._types import (
     ChatModel,
     ChunkSink,
@@ -52,6 +52,7 @@ __all__ = [
     "ModelProfile",
     "as_chat_model",
     "CLIAgentModel",
+    "cli_agent_of",
     "CLIEventParser",
     "CLIProcess",
     "ClaudeCodeModel",

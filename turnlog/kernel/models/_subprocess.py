@@ -28,7 +28,7 @@ from ._errors import CLIError, CLINotFound, ProviderError
 from ._secrets import Scrubber
 from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk
 
-__all__ = ["CLIAgentModel", "CLIEventParser", "resolve_executable", "usage_dict"]
+__all__ = ["CLIAgentModel", "CLIEventParser", "cli_agent_of", "resolve_executable", "usage_dict"]
 
 
 def resolve_executable(
@@ -281,7 +281,8 @@ class CLIAgentModel(BaseChatModel):
             )
         return opts
 
-    def _child_env(self, opts: Mapping[str, Any]) -> dict[str, str]:
+    def child_env(self, opts: Mapping[str, Any]) -> dict[str, str]:
+        """The environment the CLI starts with: this process's, the defaults, ``env``, the call's ``env``."""
         env = dict(os.environ)
         for key, value in self.default_env().items():
             env.setdefault(key, value)
@@ -308,7 +309,7 @@ class CLIAgentModel(BaseChatModel):
         opts = self._check(prompt, resume, options)
         argv = self.command(prompt, resume=resume, options=opts)
         model = str(opts.get("model") or self.model)
-        env = self._child_env(opts)
+        env = self.child_env(opts)
         # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
         # one in its output or an error must not put it into the append-only log.
         scrub = Scrubber(value for name, value in env.items() if _env_secret(name, value))
@@ -399,3 +400,16 @@ def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
     }
     changed = {name: value for name, value in changed.items() if value != getattr(chunk, name)}
     return replace(chunk, **changed) if changed else chunk
+
+
+def cli_agent_of(model: object) -> CLIAgentModel | None:
+    """The CLI provider behind ``model``: itself, a wrapper's ``inner``, or an iModel's backend.
+
+    The wire recorder under ``run()`` needs the provider object itself (its child environment
+    names the upstream the CLI would call), not only its profile.
+    """
+    for outer in (model, getattr(model, "inner", None)):
+        for candidate in (outer, getattr(outer, "_backend", None)):
+            if isinstance(candidate, CLIAgentModel):
+                return candidate
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +24,11 @@ from turnlog.kernel._persist import ChunkLog
 from turnlog.kernel.models import BaseChatModel, ModelRequest, public_params, request_fingerprint
 from turnlog.kernel.operations._cli_prompt import CLIPrompt
 from turnlog.kernel.operations._cli_session import SessionPlan
-from turnlog.projections import AnyMessage, Instruction, MessageAdded, ModelCalled
+from turnlog.projections import AnyMessage, AssistantResponse, Instruction, MessageAdded, ModelCalled
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
+    from turnlog.kernel.wire._run import RunWire
 
 __all__ = ["VERB", "RunState"]
 
@@ -63,6 +64,10 @@ class RunState:
     fallback: str | None = None
     context: PromptContext = field(default_factory=PromptContext)
     completed: bool = False
+    wire: RunWire | None = None
+    """The recorder of the CLI's upstream calls (None: not recorded at the wire)."""
+    wire_point: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Points the CLI's stream options at the recorder."""
 
     @property
     def lifecycle_id(self) -> str:
@@ -100,6 +105,8 @@ class RunState:
             params["resume_fallback"] = self.fallback
         if self.plan.note is not None:
             params["session_note"] = self.plan.note
+        if self.wire is not None:
+            params["wire_calls"] = self.wire.streams
         request = ModelRequest(messages=[{"role": "user", "content": self.prompt.text}], params=params)
         usage = self.assembler.usage
         return ModelCalled(
@@ -124,6 +131,37 @@ class RunState:
             stream=True,
         )
 
+    async def restore_wire(self) -> None:
+        """The text of the last upstream call that crossed the wire and the CLI never printed.
+
+        A CLI killed mid-answer printed part of it (Claude Code, Gemini) or none (Codex
+        prints an answer only when it is complete); what reached the wire is recorded as an
+        ``AssistantResponse`` marked ``source: "wire"``.
+        """
+        from turnlog.kernel.wire._run import wire_message, wire_remainder
+
+        assert self.wire is not None
+        partial = self.wire.last_partial()
+        if partial is None:
+            return
+        stream, whole = partial
+        printed = "".join(
+            m.response
+            for m in self.branch.state.messages
+            if isinstance(m, AssistantResponse) and m.metadata.get("run_id") == self.run_id
+        )
+        rest = wire_remainder(printed, whole)
+        if rest:
+            message = wire_message(
+                rest,
+                stream=stream,
+                run_id=self.run_id,
+                branch_id=self.branch.id,
+                user=self.branch.state.user,
+                whole=whole,
+            )
+            await self.record([message])
+
     async def finish(self, error: BaseException | None) -> None:
         """Record what is left and the call; runs shielded, on every way out of the stream."""
         duration = (time.perf_counter() - self.started) * 1000
@@ -132,6 +170,8 @@ class RunState:
             leftover = self.assembler.flush(interrupted=not self.completed)
             if leftover:
                 steps.append(lambda: self.record(leftover))
+        if error is not None and self.wire is not None:
+            steps.append(self.restore_wire)
         if self.log is not None:
             steps.append(self.log.finish)
         steps.append(

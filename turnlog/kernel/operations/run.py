@@ -60,6 +60,7 @@ from turnlog.kernel.models import (
     ProviderTimeout,
     StreamChunk,
     as_chat_model,
+    cli_agent_of,
 )
 from turnlog.kernel.models._cli_errors import classify_stream_error
 from turnlog.kernel.operations._cli_prompt import cli_prompt
@@ -185,11 +186,12 @@ async def run(
             error: BaseException | None = None
             try:
                 snapshot_dir = await _open_log(state, param, persist)
-                async with contextlib.aclosing(_stream(state, timeout)) as messages:
-                    async for message in messages:
-                        if stop_requested(branch.poll_control()):  # branch.control("cancel"): a clean end
-                            break
-                        yield message
+                async with _wire(state, param.record_wire):
+                    async with contextlib.aclosing(_stream(state, timeout)) as messages:
+                        async for message in messages:
+                            if stop_requested(branch.poll_control()):  # branch.control("cancel"): a clean end
+                                break
+                            yield message
             except GeneratorExit:
                 raise  # the consumer stopped: a clean end
             except BaseException as exc:
@@ -228,6 +230,29 @@ async def _open_log(state: RunState, param: RunParam, persist: PersistOptions | 
     return snapshot_dir
 
 
+@contextlib.asynccontextmanager
+async def _wire(state: RunState, record: bool) -> AsyncIterator[None]:
+    """The recorder at the wire for this run's CLI (``kernel/wire/_run.py``), while it streams.
+
+    Off with ``record_wire=False``, and for a model that is not one of the CLI providers or
+    whose upstream cannot be redirected (Codex signed in with a ChatGPT account).
+    """
+    cli = cli_agent_of(state.model) if record else None
+    target = None
+    if cli is not None:
+        from turnlog.kernel.wire._run import wire_target
+
+        target = wire_target(state.provider, cli.child_env(state.stream_options()))
+    if target is None:
+        yield
+        return
+    from turnlog.kernel.wire._run import recording_wire
+
+    async with recording_wire(state.branch.store, state.branch.id, state.run_id, target) as (wire, url):
+        state.wire, state.wire_point = wire, (lambda options: target.options(url, options))
+        yield
+
+
 def _deadline(timeout: Any) -> float | None:
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
         return anyio.current_time() + float(timeout)
@@ -239,9 +264,10 @@ async def _stream(state: RunState, limit: Any) -> AsyncGenerator[AnyMessage, Non
     deadline = _deadline(limit)
     produced_any = False
     while True:
-        iterator = state.model.stream(
-            state.prompt.text, resume=state.plan.resume, options=state.stream_options() or None
-        )
+        options = state.stream_options()
+        if state.wire_point is not None:
+            options = state.wire_point(options)  # the CLI's API calls go through the recorder
+        iterator = state.model.stream(state.prompt.text, resume=state.plan.resume, options=options or None)
         primary: BaseException | None = None
         try:
             async for message in _attempt(state, iterator, deadline, limit):

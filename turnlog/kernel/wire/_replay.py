@@ -1,7 +1,7 @@
 """``turnlog proxy --replay``: answer each model call from the recorded call with the same request.
 
 ``ReplayIndex.load`` reads the ``model.called`` events the proxy recorded (``verb`` ``proxy``,
-status ``ok``) and keys them by fingerprint (``_proxy_apis.fingerprint``: the API, the model,
+status ``ok``) and keys them by fingerprint (``_apis.fingerprint``: the API, the model,
 whether it streams, and the request body with its credentials removed, in canonical JSON); the
 latest recording of a fingerprint wins. A non-streamed answer is the recorded response object;
 a streamed one is the recorded SSE events of the call's run, byte for byte, at once or at the
@@ -20,7 +20,7 @@ import orjson
 
 from turnlog.eventstore import EventStore
 
-from ._proxy_apis import Route, error_body
+from ._apis import Route, error_body
 
 __all__ = ["MISS_STATUS", "Recording", "ReplayIndex", "miss_body"]
 

@@ -1,7 +1,8 @@
-"""``turnlog proxy``: an ASGI app that forwards LLM API calls and records them as they stream.
+"""The recording proxy: an ASGI app that forwards LLM API calls and records them as they stream.
 
-``ProxyApp`` serves every path. A model call (``_proxy_apis.route``) is forwarded with httpx
-and recorded by a ``WireRecorder``; anything else passes through unrecorded. Streams go on
+``ProxyApp`` serves every path. A model call (``_apis.route``) is forwarded with httpx
+and recorded by a ``CallRecorder`` (``WireRecorder`` for ``turnlog proxy``, ``RunWire`` under
+``run()``); anything else passes through unrecorded. Streams go on
 event by event: each complete SSE event of the upstream is recorded, then forwarded with its
 exact bytes, so nothing is buffered beyond one event and a client never holds an event the
 log lacks. A client that goes away mid-stream cancels the upstream request and the call is
@@ -13,24 +14,23 @@ from __future__ import annotations
 import hmac
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, unquote
 
 import anyio
 import httpx
 import orjson
 
-from turnlog.kernel.models import StreamChunk
+from turnlog.kernel.models import ModelResponse, StreamChunk
 from turnlog.kernel.models._codec import StreamFault, WireError
 from turnlog.kernel.models._secrets import Scrubber
 
-from ._proxy_apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
-from ._proxy_record import WireCall, WireRecorder
-from ._proxy_replay import MISS_STATUS, ReplayIndex, miss_body
+from ._apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
+from ._replay import MISS_STATUS, ReplayIndex, miss_body
 
-__all__ = ["MAX_BODY", "ProxyApp", "ProxyConfig"]
+__all__ = ["MAX_BODY", "CallRecorder", "ProxyApp", "ProxyConfig", "RecordedCall"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,6 +81,44 @@ class ProxyConfig:
     record_missing: bool = False
 
 
+class RecordedCall(Protocol):
+    """One call being recorded: its stream events as they pass, then its end.
+
+    ``WireCall`` (``turnlog proxy``: the call on its own branch) and ``RunWireCall`` (the call of
+    a CLI under ``run()``: the chunks of the run's wire stream) are the two.
+    """
+
+    route: Route
+    started: float
+    scrub: Scrubber
+
+    async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
+        """Record stream events (exact SSE text, the codec's pieces, an error), before forwarding."""
+
+    async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
+        """Close the call with its answer."""
+
+    async def fail(
+        self,
+        error_type: str,
+        message: str,
+        upstream: dict[str, Any],
+        *,
+        reason: Literal["error", "cancelled", "timeout"] = "error",
+        answer: ModelResponse | None = None,
+    ) -> None:
+        """Close a failed or cancelled call."""
+
+
+class CallRecorder(Protocol):
+    """Where the calls the app forwards are recorded."""
+
+    async def open_call(
+        self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
+    ) -> RecordedCall:
+        """Record the start of a call (``name``: the branch the client named, if any)."""
+
+
 class _TooLarge(Exception):
     pass
 
@@ -89,16 +127,28 @@ class ProxyApp:
     """The ASGI app of ``turnlog proxy`` (one ``httpx.AsyncClient`` shared by every call)."""
 
     def __init__(
-        self, config: ProxyConfig, recorder: WireRecorder, replay: ReplayIndex | None = None
+        self, config: ProxyConfig, recorder: CallRecorder, replay: ReplayIndex | None = None
     ) -> None:
         self.config = config
         self.recorder = recorder
         self.replay = replay
-        self.client = httpx.AsyncClient(timeout=config.timeout, follow_redirects=False)
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The upstream client, made at the first request.
+
+        Its TLS context costs some 20 ms of CPU, which a run whose CLI never calls its API
+        need not pay.
+        """
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.config.timeout, follow_redirects=False)
+        return self._client
 
     async def aclose(self) -> None:
         """Close the upstream connections."""
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -157,7 +207,7 @@ class ProxyApp:
         body: dict[str, Any],
         name: str | None,
         scrub: Scrubber,
-    ) -> tuple[WireCall, httpx.Response | httpx.RequestError]:
+    ) -> tuple[RecordedCall, httpx.Response | httpx.RequestError]:
         """Record the call's start while its request goes upstream: the upstream's wait hides it."""
         sent: list[httpx.Response | httpx.RequestError] = []
         started = time.perf_counter()
@@ -198,7 +248,7 @@ class ProxyApp:
     async def _record(
         self,
         request: httpx.Request,
-        call: WireCall,
+        call: RecordedCall,
         response: httpx.Response | httpx.RequestError,
         send: Send,
         receive: Receive,
@@ -215,6 +265,7 @@ class ProxyApp:
             "headers": {k: response.headers[k] for k in RECORDED_HEADERS if k in response.headers},
         }
         gone = anyio.Event()
+        held: list[Any] = []  # the stream's assembly, once it streams
         try:
             async with anyio.create_task_group() as tg:
 
@@ -229,7 +280,7 @@ class ProxyApp:
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream)
+                        await _stream(response, call, send, upstream, held)
                     else:
                         await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
@@ -241,13 +292,38 @@ class ProxyApp:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
                 if gone.is_set():
-                    await call.fail(
-                        "ClientDisconnected", "the client went away mid-answer", upstream, reason="cancelled"
-                    )
+                    answer = _complete(call, held)
+                    if answer is not None:
+                        # a client that leaves once the final event reached it (Codex reads up
+                        # to response.completed) got the whole answer: the call succeeded
+                        await call.finish(answer, upstream)
+                    else:
+                        await call.fail(
+                            "ClientDisconnected",
+                            "the client went away mid-answer",
+                            upstream,
+                            reason="cancelled",
+                        )
 
 
-async def _stream(response: httpx.Response, call: WireCall, send: Send, upstream: dict[str, Any]) -> None:
+def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
+    """The answer of a stream whose every event arrived, else None."""
+    if not held or held[0].missing() is not None:
+        return None
+    try:
+        answer: ModelResponse = call.route.wire.parse(
+            held[0].result(), model=call.route.model, provider=call.route.api
+        )
+    except (WireError, StreamFault, KeyError, TypeError, ValueError):
+        return None
+    return answer
+
+
+async def _stream(
+    response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any], held: list[Any]
+) -> None:
     assembly = call.route.wire.assembly(call.route.model)
+    held.append(assembly)
     pending = b""
     fault: StreamFault | None = None
     async for piece in response.aiter_raw():
@@ -289,7 +365,7 @@ async def _stream(response: httpx.Response, call: WireCall, send: Send, upstream
         await call.finish(answer, upstream)
 
 
-async def _whole(response: httpx.Response, call: WireCall, send: Send, upstream: dict[str, Any]) -> None:
+async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> None:
     parts: list[bytes] = []
     async for piece in response.aiter_raw():
         parts.append(piece)

@@ -23,7 +23,9 @@ import anyio
 import orjson
 
 from turnlog.eventstore import NO_STREAM, EventStore, uuid7
-from turnlog.kernel import AddMessages, Branch, UnknownBranch
+from turnlog.kernel._branch import Branch
+from turnlog.kernel._commands import AddMessages
+from turnlog.kernel._errors import UnknownBranch
 from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
@@ -48,8 +50,8 @@ from turnlog.projections import (
     new_event,
 )
 
-from ._proxy_apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
-from ._proxy_apis import conversation as conversation_of
+from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
+from ._apis import conversation as conversation_of
 
 __all__ = ["MARKER", "WireCall", "WireRecorder"]
 
