@@ -131,20 +131,23 @@ class RunParam(ChatParam):
         stream_persist: bool = False,
         persist_dir: str | os.PathLike[str] | None = None,
         snapshot_dir: str | os.PathLike[str] | None = None,
-        record_wire: bool = True,
+        record_wire: bool | None = None,
     ) -> RunParam:
         """``chat_param`` with the run's own fields: the one copy of a ``ChatParam`` into a ``RunParam``.
 
-        A ``RunParam`` given without run fields is returned as it is.
+        A ``RunParam`` given without run fields is returned as it is; ``record_wire`` left at None
+        keeps a ``RunParam``'s own choice (True for a plain ``ChatParam``).
         """
         if (
             isinstance(chat_param, RunParam)
             and not stream_persist
             and persist_dir is None
             and snapshot_dir is None
-            and record_wire == chat_param.record_wire
+            and record_wire in (None, chat_param.record_wire)
         ):
             return chat_param
+        if record_wire is None:
+            record_wire = chat_param.record_wire if isinstance(chat_param, RunParam) else True
         fields = {f.name: getattr(chat_param, f.name) for f in dataclasses.fields(ChatParam)}
         return cls(
             **fields,
