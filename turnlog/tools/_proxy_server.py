@@ -35,9 +35,12 @@ App = Callable[
     Awaitable[None],
 ]
 
-#: The largest request line and headers accepted, in bytes.
+#: The largest request line and headers accepted, in bytes (a head is refused once more than
+#: this is buffered without its end; a head is read in smaller pieces, so it never exceeds
+#: the bound by a whole read).
 MAX_HEAD = 64 * 1024
-_READ = 65536
+_HEAD_READ = 8 * 1024
+_READ = 64 * 1024
 _BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
 
 
@@ -78,9 +81,10 @@ class _Connection:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            size = _READ if self.h11.their_state is h11.SEND_BODY else _HEAD_READ
             try:
-                data = await self.stream.receive(_READ)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                data = await self.stream.receive(size)
+            except _BROKEN:
                 data = b""
             if not data:
                 self.gone = True
@@ -164,7 +168,8 @@ class _Connection:
         if kind == "http.response.start":
             self.started = True
             headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
-            await self._write(h11.Response(status_code=message["status"], headers=headers))
+            status = message["status"]
+            await self._write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
         elif kind == "http.response.body":
             body = message.get("body", b"")
             more = message.get("more_body", False)
@@ -198,3 +203,11 @@ class _Connection:
         body = f"turnlog proxy: malformed request ({status})\n".encode()
         head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}"
         await self._write_bytes(head.encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase of ``status`` (ASGI carries none), as uvicorn sends it."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
