@@ -77,7 +77,9 @@ async def _latency(client: httpx.AsyncClient, base: str, i: int) -> float:
 
 async def _ttfb(client: httpx.AsyncClient, base: str, i: int) -> float:
     started = time.perf_counter()
-    async with client.stream("POST", f"{base}/v1/messages", json=_body(i, stream=True)) as r:
+    async with client.stream(
+        "POST", f"{base}/v1/messages", json=_body(i, stream=True, prompt="bench stream")
+    ) as r:
         first = None
         async for _ in r.aiter_raw():
             if first is None:
