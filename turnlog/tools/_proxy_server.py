@@ -18,6 +18,7 @@ gives (no ``server`` or ``date`` of its own). Only what ``ProxyApp`` needs of AS
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from http import HTTPStatus
 from typing import Any
@@ -26,6 +27,8 @@ from urllib.parse import unquote
 import anyio
 import h11
 from anyio.abc import SocketAttribute, SocketStream
+
+from turnlog._errors import TurnlogError
 
 __all__ = ["MAX_HEAD", "serve"]
 
@@ -125,7 +128,12 @@ class _Connection:
         }
         try:
             await self.app(scope, self._receive, self._send)
-        except Exception:
+        except Exception as exc:
+            # The call is lost (the store could not be written, ...): say so and abort the
+            # connection rather than let the client take a half answer as whole. Only turnlog's
+            # own errors are quoted: another's message (a validation error) may hold the body.
+            said = f": {exc}" if isinstance(exc, TurnlogError) else ""
+            print(f"turnlog proxy: a call failed: {type(exc).__name__}{said}", file=sys.stderr)
             if not self.started and not self.gone:
                 await self._refuse(500)
             return False
@@ -196,11 +204,11 @@ class _Connection:
             self.gone = True
 
     async def _refuse(self, status: int) -> None:
-        """Answer a request that never reached the app (a malformed or oversized head).
+        """Answer a request the app did not answer (a malformed or oversized head, a failure).
 
         Written by hand: h11 sends no response to a request it could not read.
         """
-        body = f"turnlog proxy: malformed request ({status})\n".encode()
+        body = f"turnlog proxy: {status} {HTTPStatus(status).phrase}\n".encode()
         head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}"
         await self._write_bytes(head.encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
