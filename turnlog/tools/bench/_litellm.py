@@ -1,7 +1,8 @@
 """The LiteLLM proxy as a peer of ``turnlog proxy``: found, configured and started on loopback.
 
 LiteLLM's pins clash with the dev extra, so it lives in a venv of its own under the cache
-directory (``.ci/run`` installs it there; ``make litellm`` too); ``TURNLOG_LITELLM`` names its
+directory (``.ci/run`` installs it there with ``pip install 'litellm[proxy]==1.106.12'``);
+``TURNLOG_LITELLM`` names its
 ``litellm`` executable, else ``~/.cache/turnlog/litellm-VERSION/bin/litellm`` is used when it
 exists. It runs offline: the master key comes from ``LITELLM_MASTER_KEY`` and the model cost
 map from the copy inside the package (``LITELLM_LOCAL_MODEL_COST_MAP``).
