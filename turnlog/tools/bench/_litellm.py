@@ -1,6 +1,6 @@
 """The LiteLLM proxy as a peer of ``turnlog proxy``: found, configured and started on loopback.
 
-LiteLLM's pins clash with the dev extra, so it lives in a venv of its own under the cache
+LiteLLM's pins clash with the dev extra (it wants openai<3; dev installs openai 3), so it lives in a venv of its own under the cache
 directory (``.ci/run`` installs it there with ``pip install 'litellm[proxy]==1.106.12'``);
 ``TURNLOG_LITELLM`` names its
 ``litellm`` executable, else ``~/.cache/turnlog/litellm-VERSION/bin/litellm`` is used when it
