@@ -21,7 +21,8 @@ SMALL = {
     "analytics": ["--events", "2000", "--new", "100", "--repeat", "1"],
     "writers": ["--events", "24", "--procs", "1,2", "--tasks", "1,8", "--pg", ""],
     "otel": ["--events", "2000", "--repeat", "1"],
-    "proxy": ["--calls", "2", "--events", "10"],
+    # --no-litellm: LiteLLM takes half a minute to start (tests/tools/test_proxy_litellm.py runs it)
+    "proxy": ["--calls", "2", "--events", "10", "--no-litellm"],
 }
 
 

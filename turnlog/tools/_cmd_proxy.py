@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ import httpx
 from ._command import Command, UserError, add_store_argument
 
 if TYPE_CHECKING:
-    from turnlog.kernel.wire import Api
+    from turnlog.kernel.wire import Api, ProxyApp
 
 __all__ = ["COMMAND", "parse_upstreams"]
 
@@ -64,6 +65,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --replay: send a request without a recording upstream and record it",
     )
     parser.add_argument(
+        "--server",
+        choices=("h11", "uvicorn"),
+        default="h11",
+        help="the HTTP server: turnlog's own on h11 (default, the fastest) or uvicorn (needs the ui extra)",
+    )
+    parser.add_argument(
         "--max-body",
         type=int,
         default=32 * 1024 * 1024,
@@ -91,10 +98,11 @@ def parse_upstreams(values: list[str]) -> dict[Api, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise UserError(f"needs the ui extra ({exc.name} is missing): pip install 'turnlog[ui]'") from exc
+    if args.server == "uvicorn":
+        try:
+            import uvicorn  # noqa: F401
+        except ImportError as exc:
+            raise UserError(f"--server uvicorn needs the ui extra ({exc.name} is missing)") from exc
     from ._cmd_ui import is_loopback
 
     if not 0 <= args.port <= 65535:
@@ -115,8 +123,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str | None) -> None:
-    import uvicorn
-
     from turnlog.kernel.wire import ProxyApp, ProxyConfig, ReplayIndex, WireRecorder
 
     from ._inspect import opened_store
@@ -134,15 +140,36 @@ async def _serve(args: argparse.Namespace, upstreams: dict[Api, str], token: str
                 record_missing=args.record_missing,
             )
             app = ProxyApp(config, await WireRecorder.load(store), replay)
-            served = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
             shown = f"[{args.host}]" if ":" in args.host else args.host
             print(f"turnlog proxy listening on http://{shown}:{sock.getsockname()[1]}", flush=True)
             try:
-                await uvicorn.Server(served).serve(sockets=[sock])
+                if args.server == "uvicorn":
+                    await _uvicorn(app, sock)
+                else:
+                    await _h11(app, sock)
             finally:
                 await app.aclose()
     finally:
         sock.close()
+
+
+async def _uvicorn(app: ProxyApp, sock: socket.socket) -> None:
+    import uvicorn
+
+    served = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    await uvicorn.Server(served).serve(sockets=[sock])
+
+
+async def _h11(app: ProxyApp, sock: socket.socket) -> None:
+    """Serve with the h11 server until SIGINT or SIGTERM; then open calls are cancelled (and recorded so)."""
+    from ._proxy_server import serve
+
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            tg.start_soon(serve, app, sock)
+            async for _ in signals:
+                tg.cancel_scope.cancel()
+                break
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -168,7 +168,10 @@ class WireRecorder:
             family = {b for b in self._index if self._descends(b, named.id)}
             candidates = {b: self._index[b] for b in family}
         else:
-            candidates = self._index
+            # Only a branch that starts with the request's first turn can be extended or forked
+            # (both need a shared prefix): this keeps the scan cheap when there are many branches.
+            first = digests[0] if digests else None
+            candidates = {b: r for b, r in self._index.items() if r and r[0].digest == first}
         # 1. a branch whose whole recorded conversation the request extends (the longest wins)
         extended = [
             (len(recorded), branch_id)

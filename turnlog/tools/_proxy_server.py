@@ -1,0 +1,221 @@
+"""A minimal HTTP/1.1 server for ``turnlog proxy``: h11 over anyio, serving one ASGI app.
+
+uvicorn spent more of each proxied call than the forwarding and the recording together (its
+protocol classes, flow control and per-request machinery around the same h11 parser), so the
+proxy serves itself: one task per connection, one request at a time on it (keep-alive; a
+pipelined request waits in h11's buffer), the answer written as the app sends it (with its
+``content-length``, else chunked: nothing is buffered), exactly the status and headers the app
+gives (no ``server`` or ``date`` of its own). Only what ``ProxyApp`` needs of ASGI is here:
+``http`` scopes, ``http.request`` / ``http.disconnect`` / ``http.response.*`` messages.
+
+- The request head is bounded (``MAX_HEAD``, else ``431``); the body is the app's to bound
+  (``ProxyApp`` answers ``413``), after which the connection is closed, not drained.
+- A client that goes away is seen as ``http.disconnect`` by a ``receive()`` waiting after the
+  body (``ProxyApp`` then cancels the upstream request), and every later ``send`` is a no-op.
+- ``Expect: 100-continue`` gets its ``100`` when the app first asks for the body.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+import anyio
+import h11
+from anyio.abc import SocketAttribute, SocketStream
+
+from turnlog._errors import TurnlogError
+
+__all__ = ["MAX_HEAD", "serve"]
+
+Message = MutableMapping[str, Any]
+App = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+    Awaitable[None],
+]
+
+#: The largest request line and headers accepted, in bytes (a head is refused once more than
+#: this is buffered without its end; a head is read in smaller pieces, so it never exceeds
+#: the bound by a whole read).
+MAX_HEAD = 64 * 1024
+_HEAD_READ = 8 * 1024
+_READ = 64 * 1024
+_BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+
+
+async def serve(app: App, sock: socket.socket) -> None:
+    """Serve ``app`` on the listening socket ``sock`` until cancelled (connections included)."""
+    listener = await anyio.abc.SocketListener.from_socket(sock)
+    async with listener:
+        await listener.serve(lambda stream: _Connection(app, stream).run())
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class _Connection:
+    """One client connection: its h11 state and the request in flight."""
+
+    def __init__(self, app: App, stream: SocketStream) -> None:
+        self.app = app
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.gone = False
+        self.body_done = False
+        self.started = False
+        self.waits_100 = False
+
+    async def run(self) -> None:
+        try:
+            async with self.stream:
+                while await self._one():
+                    self.h11.start_next_cycle()
+        except _BROKEN:
+            pass  # the client went away between two requests: nothing was in flight
+
+    async def _next(self) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+        """The next h11 event of the request, reading the socket as needed."""
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            size = _READ if self.h11.their_state is h11.SEND_BODY else _HEAD_READ
+            try:
+                data = await self.stream.receive(size)
+            except _BROKEN:
+                data = b""
+            if not data:
+                self.gone = True
+                raise _Disconnected
+            self.h11.receive_data(data)
+
+    async def _one(self) -> bool:
+        """Serve one request; whether the connection can carry another."""
+        try:
+            event = await self._next()
+        except _Disconnected:
+            return False
+        except h11.RemoteProtocolError as exc:
+            await self._refuse(exc.error_status_hint)  # 431 for a head over MAX_HEAD, else 400
+            return False
+        if not isinstance(event, h11.Request):
+            return False  # a ConnectionClosed between two requests
+        self.body_done = False
+        self.started = False
+        self.waits_100 = self.h11.they_are_waiting_for_100_continue
+        target = event.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        sockname = self.stream.extra(SocketAttribute.local_address, None)
+        peer = self.stream.extra(SocketAttribute.remote_address, None)
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": event.http_version.decode("latin-1"),
+            "method": event.method.decode("latin-1"),
+            "scheme": "http",
+            "path": unquote(path),
+            "raw_path": path.encode("latin-1"),
+            "query_string": query.encode("latin-1"),
+            "root_path": "",
+            "headers": list(event.headers),
+            "client": peer[:2] if isinstance(peer, tuple) else None,
+            "server": sockname[:2] if isinstance(sockname, tuple) else None,
+        }
+        try:
+            await self.app(scope, self._receive, self._send)
+        except Exception as exc:
+            # The call is lost (the store could not be written, ...): say so and abort the
+            # connection rather than let the client take a half answer as whole. Only turnlog's
+            # own errors are quoted: another's message (a validation error) may hold the body.
+            said = f": {exc}" if isinstance(exc, TurnlogError) else ""
+            print(f"turnlog proxy: a call failed: {type(exc).__name__}{said}", file=sys.stderr)
+            if not self.started and not self.gone:
+                await self._refuse(500)
+            return False
+        if self.gone or self.h11.our_state is not h11.DONE:
+            return False
+        return self.h11.their_state is h11.DONE
+
+    async def _receive(self) -> Message:
+        if self.gone:
+            return {"type": "http.disconnect"}
+        if not self.body_done:
+            if self.waits_100:
+                self.waits_100 = False
+                await self._write(h11.InformationalResponse(status_code=100, headers=[]))
+            try:
+                event = await self._next()
+            except (_Disconnected, h11.RemoteProtocolError):
+                self.gone = True
+                return {"type": "http.disconnect"}
+            if isinstance(event, h11.Data):
+                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+            self.body_done = True  # EndOfMessage
+            return {"type": "http.request", "body": b"", "more_body": False}
+        # The body is in: wait for the client to go away. A byte it sends meanwhile (a
+        # pipelined request) stays in h11's buffer for the next cycle.
+        while True:
+            try:
+                data = await self.stream.receive(_READ)
+            except _BROKEN:
+                data = b""
+            if not data:
+                self.gone = True
+                return {"type": "http.disconnect"}
+            self.h11.receive_data(data)
+
+    async def _send(self, message: Message) -> None:
+        if self.gone:
+            return
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.started = True
+            headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+            status = message["status"]
+            await self._write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+        elif kind == "http.response.body":
+            body = message.get("body", b"")
+            more = message.get("more_body", False)
+            if body and more:
+                await self._write(h11.Data(data=body))
+            elif body:
+                # the last piece and the end of the message go out in one write
+                await self._write_bytes(self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage()))
+            elif not more:
+                await self._write(h11.EndOfMessage())
+
+    def _bytes(self, event: h11.Event) -> bytes:
+        return self.h11.send(event) or b""
+
+    async def _write(self, event: h11.Event) -> None:
+        await self._write_bytes(self._bytes(event))
+
+    async def _write_bytes(self, data: bytes) -> None:
+        if not data:
+            return
+        try:
+            await self.stream.send(data)
+        except _BROKEN:
+            self.gone = True
+
+    async def _refuse(self, status: int) -> None:
+        """Answer a request the app did not answer (a malformed or oversized head, a failure).
+
+        Written by hand: h11 sends no response to a request it could not read.
+        """
+        body = f"turnlog proxy: {status} {HTTPStatus(status).phrase}\n".encode()
+        head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}"
+        await self._write_bytes(head.encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase of ``status`` (ASGI carries none), as uvicorn sends it."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
