@@ -91,28 +91,29 @@ async def test_raw_reads_and_read_all_build_the_same_tables(
     assert _tables(tmp_path / "raw.db") == _tables(tmp_path / "decoded.db")
 
 
-def _tamper(path: Path, position: int, data: bytes) -> None:
+def _tamper(path: Path, position: int, data: bytes, column: str = "data") -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute("UPDATE events SET data = ? WHERE position = ?", (data, position))
+        conn.execute(f"UPDATE events SET {column} = ? WHERE position = ?", (data, position))
     finally:
         conn.close()
 
 
 @pytest.mark.parametrize("raw", [True, False], ids=["raw_events", "read_all"])
+@pytest.mark.parametrize("column", ["data", "meta"])
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [(b"{not json", "payload is not valid JSON"), (b"[1, 2]", "payload is not a JSON object")],
     ids=["not-json", "not-an-object"],
 )
 async def test_a_corrupt_payload_is_an_error_naming_the_event(
-    tmp_path: Path, log: SimpleNamespace, raw: bool, payload: bytes, reason: str
+    tmp_path: Path, log: SimpleNamespace, raw: bool, column: str, payload: bytes, reason: str
 ) -> None:
-    """Bad stored bytes raise CorruptEventError naming the event; the batches before it stay applied."""
+    """Bad stored bytes (data or meta) raise CorruptEventError naming the event; the batches before it stay applied."""
     path = tmp_path / "store.db"
     async with open_store(f"sqlite:///{path}") as store:
         await store.append("branch-x", [log.call("gpt-4o"), log.call("gpt-4o"), log.call("gpt-4o")])
-        _tamper(path, 2, payload)
+        _tamper(path, 2, payload, column)
         if not raw:
             _without_raw_copy(store)
         async with AnalyticsProjection(store, batch_size=1) as analytics:
