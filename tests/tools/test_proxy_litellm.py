@@ -5,7 +5,7 @@ straight from LiteLLM, plain and streamed, and each call is recorded on the bran
 names. LiteLLM serves both ``/v1/chat/completions`` (translated to Anthropic Messages for the
 fake) and ``/v1/messages``.
 
-LiteLLM lives in a venv of its own (``turnlog.tools.bench._litellm``); without it the tests skip
+LiteLLM lives in a venv of its own (``benchmarks/_litellm.py``); without it the tests skip
 with the reason, and with ``TURNLOG_REQUIRE_LITELLM=1`` (set by ``.ci/run``) they fail. It
 starts slowly, so one server serves the whole module (one xdist worker runs them all).
 """
@@ -42,7 +42,7 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("TURNLOG_REQUIRE_LITELLM") == "1":
             pytest.fail("TURNLOG_REQUIRE_LITELLM=1 but no litellm program (set TURNLOG_LITELLM)")
         pytest.skip(
-            "the LiteLLM proxy is not installed (see turnlog/tools/bench/_litellm.py; TURNLOG_LITELLM)"
+            "the LiteLLM proxy is not installed (see benchmarks/_litellm.py; TURNLOG_LITELLM)"
         )
     fake = FakeUpstreamServer([{"text": ANSWER, "times": None}])
     workdir = tmp_path_factory.mktemp("litellm")

@@ -563,9 +563,25 @@ async def test_sse_decoding_does_not_depend_on_read_boundaries(cuts: list[int]) 
 )
 async def test_cancellation_propagates_and_is_not_a_provider_error(entry: dict[str, Any]) -> None:
     async with FakeOpenAIServer([entry, {"text": "never"}]) as server:
-        with anyio.move_on_after(0.3) as scope:
-            await client_for(server, retry=RetryPolicy(max_attempts=3)).invoke(HELLO)
-    assert scope.cancelled_caught
+        # Cancel once the request has reached the server (a loaded machine can take far longer
+        # than any fixed delay to send it), plus a moment for the 503 to come back.
+        arrived = anyio.Event()
+        serve_one = server.serve_one
+
+        async def observed(request: Any, writer: Any) -> bool:
+            arrived.set()
+            return await serve_one(request, writer)
+
+        server.serve_one = observed  # type: ignore[method-assign]
+        model = client_for(server, retry=RetryPolicy(max_attempts=3))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                # A ProviderError raised instead of the cancellation would fail the task group.
+                tg.start_soon(model.invoke, HELLO)
+                await arrived.wait()
+                await anyio.sleep(0.2)
+                tg.cancel_scope.cancel()
+    assert tg.cancel_scope.cancelled_caught
     assert len(server.requests) == 1
 
 
