@@ -34,7 +34,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "turnlog.tools._cmd_bench",
-        "run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
+        "run a benchmark beside its peers (from a source checkout; turnlog bench --help lists them)",
     ),
     "fake-openai": (
         "turnlog.tools._cmd_fake_openai",

@@ -86,8 +86,16 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         return
     sub = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module in BENCHMARKS.items():
-        p = sub.add_parser(name, help=f"benchmark {name}")
-        importlib.import_module(f"benchmarks.{module}").add_arguments(p)
+        loaded = importlib.import_module(f"benchmarks.{module}")
+        # The one-line help is what the module's docstring says after "``turnlog bench NAME``: ".
+        first = (loaded.__doc__ or "").strip().splitlines()[0] if loaded.__doc__ else ""
+        about = (
+            first.split("``: ", 1)[1].rstrip(".").replace("``", "")
+            if "``: " in first
+            else f"benchmark {name}"
+        )
+        p = sub.add_parser(name, help=about, description=first or None)
+        loaded.add_arguments(p)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -96,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="bench",
-    help="run a benchmark (append, subscribe, writers, projections, kernel, stream, analytics, otel, startup, proxy)",
+    help="run a benchmark beside its peers (from a source checkout; turnlog bench --help lists them)",
     add_arguments=_add_arguments,
     run=_run,
     example="turnlog bench append --json",
