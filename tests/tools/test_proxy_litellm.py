@@ -41,9 +41,7 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if program is None or not program.exists():
         if os.environ.get("TURNLOG_REQUIRE_LITELLM") == "1":
             pytest.fail("TURNLOG_REQUIRE_LITELLM=1 but no litellm program (set TURNLOG_LITELLM)")
-        pytest.skip(
-            "the LiteLLM proxy is not installed (see benchmarks/_litellm.py; TURNLOG_LITELLM)"
-        )
+        pytest.skip("the LiteLLM proxy is not installed (see benchmarks/_litellm.py; TURNLOG_LITELLM)")
     fake = FakeUpstreamServer([{"text": ANSWER, "times": None}])
     workdir = tmp_path_factory.mktemp("litellm")
     with UpstreamThread(fake) as upstream, start_blocking_portal() as portal:

@@ -7,6 +7,7 @@ import secrets
 import signal
 import socket
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -162,14 +163,19 @@ async def _uvicorn(app: ProxyApp, sock: socket.socket) -> None:
 
 async def _h11(app: ProxyApp, sock: socket.socket) -> None:
     """Serve with the h11 server until SIGINT or SIGTERM; then open calls are cancelled (and recorded so)."""
-    from ._proxy_server import serve
+    from turnlog.kernel.wire import serve
 
     async with anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            tg.start_soon(serve, app, sock)
+            tg.start_soon(partial(serve, app, sock, report=_report))
             async for _ in signals:
                 tg.cancel_scope.cancel()
                 break
+
+
+def _report(line: str) -> None:
+    """A failed call, on standard error (never a request or response body: see docs/proxy.md)."""
+    print(f"turnlog proxy: {line}", file=sys.stderr)
 
 
 def _listen(host: str, port: int) -> socket.socket:

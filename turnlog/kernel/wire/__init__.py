@@ -3,8 +3,9 @@
 ``turnlog proxy`` (``tools/_cmd_proxy.py``) serves ``ProxyApp`` with a ``WireRecorder`` (each
 conversation on its own branch, threaded; ``ReplayIndex`` answers from recordings); ``run()``
 serves it in-process with a ``RunWire`` for the CLI it starts (``recording_wire``: every
-upstream call of the CLI as a chunk stream of the run). See ``docs/proxy.md`` and
-``docs/streams.md``.
+upstream call of the CLI as a chunk stream of the run). Both are served by the one HTTP/1.1
+server of ``_server`` (``serve`` on a listening socket, ``serve_loopback`` in a task group).
+See ``docs/proxy.md`` and ``docs/streams.md``.
 """
 
 from ._apis import (
@@ -37,11 +38,12 @@ from ._run import (
     wire_stream,
     wire_target,
 )
-from ._server import LoopbackServer, serve_loopback
+from ._server import MAX_HEAD, LoopbackServer, serve, serve_loopback
 
 __all__ = [
     "DEFAULT_UPSTREAMS",
     "MARKER",
+    "MAX_HEAD",
     "MAX_BODY",
     "MISS_STATUS",
     "Api",
@@ -71,6 +73,7 @@ __all__ = [
     "recording_wire",
     "request_params",
     "route",
+    "serve",
     "serve_loopback",
     "tool_names",
     "wire_message",
