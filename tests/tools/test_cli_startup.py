@@ -142,7 +142,7 @@ def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at"}
+    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at", "verify"}
     for row in report["rows"].values():
         assert row["wall_s"] > 0 and row["x_python"] > 0
     assert report["rows"]["python -c pass"]["x_python"] == 1.0
