@@ -5,11 +5,12 @@ outside, start-up and exit included, the way a user or a script sees it:
 
 - ``python -c pass``: the floor (the interpreter's own start);
 - ``turnlog --version`` and ``turnlog --help``: the command line alone;
-- ``turnlog show BRANCH --at N``: open a store and read a branch at a past version.
+- ``turnlog show BRANCH --at N``: open a store and read a branch at a past version;
+- ``turnlog verify``: check the whole store (hash chains, SQLite integrity, invariants).
 
 The commands run in turn (one of each, then again) so that a change in the machine's speed
 touches all of them alike; each figure is the median of its runs, wall time and CPU time (user
-+ system of the child). ``show --at`` reads the store ``turnlog demo`` leaves; without
++ system of the child). ``show --at`` and ``verify`` read the store ``turnlog demo`` leaves; without
 ``--store`` the benchmark runs the demo into a temporary directory first (not timed).
 
 Targets: ``--version`` and ``--help`` at most 0.15 s, ``show --at`` at most 0.3 s (wall).
@@ -85,6 +86,7 @@ def _measure(args: argparse.Namespace, store: str, env: dict[str, str]) -> dict[
         "version": [python, "-m", "turnlog", "--version"],
         "help": [python, "-m", "turnlog", "--help"],
         "show --at": [python, "-m", "turnlog", "show", args.branch, "--at", str(args.at), "--store", store],
+        "verify": [python, "-m", "turnlog", "verify", "--store", store],
     }
     for argv in commands.values():  # warm-up: bytecode compiled, files in the page cache
         _time(argv, env)

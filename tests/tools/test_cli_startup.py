@@ -127,6 +127,53 @@ def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> No
     assert "turnlog.projections" in modules
 
 
+# The commands that read a store: none of them needs the kernel (about 0.8 s of CPU to import)
+READ_COMMANDS = [
+    ["show", "demo", "--at", "2"],
+    ["verify"],
+    ["tail"],
+    ["branches"],
+    ["log", "demo"],
+    ["diff", "demo", "1", "3"],
+]
+
+
+@pytest.mark.parametrize("argv", READ_COMMANDS, ids=lambda argv: argv[0])
+def test_read_commands_load_no_kernel(tmp_path: Path, argv: list[str]) -> None:
+    store = tmp_path / "s.db"
+    _filled_store(store)
+    status, modules, out = _loaded(*argv, "--store", str(store))
+    assert status == 0, out
+    assert [m for m in modules if m.startswith("turnlog.kernel")] == []
+
+
+def test_verify_loads_the_kernel_to_check_snapshot_files_when_there_are_some(tmp_path: Path) -> None:
+    """The snapshot files in the run directory are still checked: the kernel is loaded for them."""
+    store = tmp_path / "s.db"
+    _filled_store(store)
+    runs = tmp_path / "s.db.runs"
+    runs.mkdir()
+    (runs / "not-a-snapshot.json").write_text("{}")
+    status, modules, out = _loaded("verify", "--store", str(store))
+    assert status == 1, out
+    assert "PROBLEM snapshot file" in out and "not-a-snapshot.json" in out
+    assert "turnlog.kernel" in modules
+
+
+def test_verify_looks_for_snapshot_files_where_the_kernel_writes_them(tmp_path: Path) -> None:
+    from turnlog.eventstore import MemoryEventStore
+    from turnlog.kernel._run_buffer import default_persist_dir
+    from turnlog.tools._cmd_verify import run_dir
+
+    async def both() -> None:
+        async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+            assert run_dir(store) == default_persist_dir(store) == tmp_path.resolve() / "s.db.runs"
+        memory = MemoryEventStore()
+        assert run_dir(memory) == default_persist_dir(memory)
+
+    anyio.run(both)
+
+
 def test_options_before_the_command_still_work() -> None:
     status, modules, out = _loaded("--debug", "verify", "--help")
     assert status == 0, out
@@ -142,7 +189,7 @@ def test_bench_startup_times_each_command_against_a_bare_python(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at"}
+    assert set(report["rows"]) == {"python -c pass", "version", "help", "show --at", "verify"}
     for row in report["rows"].values():
         assert row["wall_s"] > 0 and row["x_python"] > 0
     assert report["rows"]["python -c pass"]["x_python"] == 1.0
