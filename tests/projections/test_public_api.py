@@ -77,6 +77,7 @@ def test_public_api() -> None:
         "check_invariants",
         "content_fields",
         "decode_event",
+        "default_run_dir",
         "diff",
         "fold",
         "history",

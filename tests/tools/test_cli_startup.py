@@ -163,7 +163,7 @@ def test_verify_loads_the_kernel_to_check_snapshot_files_when_there_are_some(tmp
 def test_verify_looks_for_snapshot_files_where_the_kernel_writes_them(tmp_path: Path) -> None:
     from turnlog.eventstore import MemoryEventStore
     from turnlog.kernel._run_buffer import default_persist_dir
-    from turnlog.tools._cmd_verify import run_dir
+    from turnlog.projections import default_run_dir as run_dir
 
     async def both() -> None:
         async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:

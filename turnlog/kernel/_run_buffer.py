@@ -33,7 +33,7 @@ from uuid import UUID
 import orjson
 
 from turnlog.eventstore import EventStore
-from turnlog.projections import ChunkReceived
+from turnlog.projections import ChunkReceived, default_run_dir
 
 from ._errors import UnsafePathError
 
@@ -133,16 +133,8 @@ def store_location(store: EventStore) -> str | None:
 
 
 def default_persist_dir(store: EventStore) -> Path:
-    """Where run files go when no ``persist_dir`` is given: a directory of this store's own.
-
-    ``<store file>.runs`` next to a SQLite store file (``turnlog.db.runs/``), so two stores in
-    one directory, or a store and its copy, never share buffers; ``./runs/<store_id>`` for
-    in-memory and server stores (``./runs/store`` while the id is unknown).
-    """
-    location = store_location(store)
-    if location is not None:
-        return Path(location + ".runs")
-    return Path("runs").resolve() / (store.store_id or "store")
+    """Where run files go when no ``persist_dir`` is given (``turnlog.projections.default_run_dir``)."""
+    return default_run_dir(store)
 
 
 def make_private_dir(directory: Path) -> None:

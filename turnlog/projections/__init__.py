@@ -68,6 +68,7 @@ from ._messages import (
 from ._rebuild import rebuild, write_snapshots
 from ._redacted import REDACTED_KEY, redaction_of, visible_data, visible_event
 from ._render import render_yaml
+from ._run_files import default_run_dir
 from ._snapshots import (
     PROJECTION_VERSION,
     SNAPSHOT_TYPE,
@@ -152,6 +153,7 @@ __all__ = [
     "check_invariants",
     "content_fields",
     "decode_event",
+    "default_run_dir",
     "diff",
     "fold",
     "history",

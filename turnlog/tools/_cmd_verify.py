@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from turnlog.eventstore import EventStore, VerifyReport
-from turnlog.projections import check_invariants
+from turnlog.projections import check_invariants, default_run_dir
 
 from ._command import Command, UserError, add_store_argument, emit_json
 from ._inspect import opened_store
@@ -19,7 +19,7 @@ from ._output import busy
 if TYPE_CHECKING:
     from turnlog.kernel import SnapshotFileError, SnapshotFiles
 
-__all__ = ["COMMAND", "run_dir", "with_invariants"]
+__all__ = ["COMMAND", "with_invariants"]
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,20 +48,7 @@ async def _verify(
             raise UserError(f"no stream {stream!r} in the store (turnlog branches lists the branches)")
         report = await store.verify(stream, quick=quick)
         report = await with_invariants(store, report, stream)
-        return report, await _snapshot_files(files or run_dir(store), store)
-
-
-def run_dir(store: EventStore) -> Path:
-    """The store's run directory: ``turnlog.kernel``'s ``default_persist_dir(store)``.
-
-    The same rule (a test keeps the two equal), repeated here because importing the kernel to
-    learn it costs about 0.3 s of CPU, nearly as much as the rest of ``verify`` (0.37 s on the
-    demo store), and most stores have no snapshot file to check.
-    """
-    location = store.local_path
-    if location is not None:
-        return Path(str(location) + ".runs")
-    return Path("runs").resolve() / (store.store_id or "store")
+        return report, await _snapshot_files(files or default_run_dir(store), store)
 
 
 async def _snapshot_files(directory: Path, store: EventStore) -> SnapshotFiles | None:
