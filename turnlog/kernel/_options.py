@@ -58,6 +58,7 @@ VERB_OPTIONS = frozenset(
         "progression",
         "reason",
         "recipient",
+        "record_wire",
         "request_fields",
         "request_type",
         "response_format",

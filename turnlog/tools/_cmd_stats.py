@@ -137,6 +137,22 @@ async def _collect(args: argparse.Namespace) -> dict[str, Any]:
         return result
 
 
+# Prompt-cache counts take two columns only where some row reports them: most logs have none,
+# and the latency columns must still fit a 120-column terminal as one table.
+_CACHE_COLUMNS = ("cache read", "cache write")
+
+
+def _without_empty_cache(
+    columns: list[str], rows: list[list[object]]
+) -> tuple[list[str], list[list[object]]]:
+    """``columns`` and ``rows`` without the cache columns when no row has a cache count."""
+    at = [columns.index(name) for name in _CACHE_COLUMNS]
+    if any(row[i] for row in rows for i in at):
+        return columns, rows
+    keep = [i for i in range(len(columns)) if i not in at]
+    return [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
     columns = [
         by,
@@ -156,27 +172,24 @@ def _print_usage(by: str, rows: list[UsageRow], errors: list[ErrorRow]) -> None:
         "ttft p95",
         "ttft p99",
     ]
-    print_table(
-        columns,
+    table: list[list[object]] = [
         [
-            [
-                _key(r.key, by),
-                r.calls,
-                r.errors,
-                _pct(r.error_rate),
-                r.input_tokens,
-                r.cache_read_tokens,
-                r.cache_write_tokens,
-                r.output_tokens,
-                _money(r.cost_usd),
-                r.unpriced_calls,
-                *_ms(r.latency_ms),
-                *_ms(r.ttft_ms),
-            ]
-            for r in rows
-        ],
-        title=f"model calls by {by}",
-    )
+            _key(r.key, by),
+            r.calls,
+            r.errors,
+            _pct(r.error_rate),
+            r.input_tokens,
+            r.cache_read_tokens,
+            r.cache_write_tokens,
+            r.output_tokens,
+            _money(r.cost_usd),
+            r.unpriced_calls,
+            *_ms(r.latency_ms),
+            *_ms(r.ttft_ms),
+        ]
+        for r in rows
+    ]
+    print_table(*_without_empty_cache(columns, table), title=f"model calls by {by}")
     if errors:
         print()
         print_table(
@@ -200,40 +213,38 @@ def _print_tools(rows: list[ToolRow]) -> None:
 
 
 def _print_runs(rows: list[RunRow]) -> None:
-    print_table(
+    columns = [
+        "verb",
+        "runs",
+        "ok",
+        "failed",
+        "running",
+        "input tok",
+        "cache read",
+        "cache write",
+        "output tok",
+        "cost $",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+    ]
+    table: list[list[object]] = [
         [
-            "verb",
-            "runs",
-            "ok",
-            "failed",
-            "running",
-            "input tok",
-            "cache read",
-            "cache write",
-            "output tok",
-            "cost $",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-        ],
-        [
-            [
-                r.key,
-                r.runs,
-                r.ok,
-                r.failed,
-                r.running,
-                r.input_tokens,
-                r.cache_read_tokens,
-                r.cache_write_tokens,
-                r.output_tokens,
-                _money(r.cost_usd),
-                *_ms(r.duration_ms),
-            ]
-            for r in rows
-        ],
-        title="runs by verb",
-    )
+            r.key,
+            r.runs,
+            r.ok,
+            r.failed,
+            r.running,
+            r.input_tokens,
+            r.cache_read_tokens,
+            r.cache_write_tokens,
+            r.output_tokens,
+            _money(r.cost_usd),
+            *_ms(r.duration_ms),
+        ]
+        for r in rows
+    ]
+    print_table(*_without_empty_cache(columns, table), title="runs by verb")
 
 
 def _run(args: argparse.Namespace) -> int:

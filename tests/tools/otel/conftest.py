@@ -46,3 +46,21 @@ def receiver() -> Iterator[Receiver]:
     """A real OTLP/HTTP receiver on loopback that decodes with the official protobuf classes."""
     with otlp_receiver() as got:
         yield got
+
+
+@pytest.fixture(scope="session")
+def demo_last_run(otel_demo_store: Path) -> int:
+    """The position of the demo's last run terminal: where ``--follow`` checkpoints after the demo."""
+    with sqlite3.connect(otel_demo_store) as db:
+        (position,) = db.execute(
+            "SELECT max(position) FROM events WHERE type IN ('run.ended', 'run.failed')"
+        ).fetchone()
+    return int(position)
+
+
+@pytest.fixture(scope="session")
+def demo_head(otel_demo_store: Path) -> int:
+    """The demo store's head position."""
+    with sqlite3.connect(otel_demo_store) as db:
+        (position,) = db.execute("SELECT max(position) FROM events").fetchone()
+    return int(position)

@@ -282,11 +282,13 @@ def test_since_and_branch_choose_runs(otel_demo_store: Path, receiver: Receiver)
 # ----------------------------------------------------------------------------------- --follow
 
 
-def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, receiver: Receiver) -> None:
+def test_follow_exports_new_runs_and_a_restart_resends_nothing(
+    demo_copy: Path, receiver: Receiver, demo_last_run: int, demo_head: int
+) -> None:
     follower = Follower(demo_copy, receiver.url)
     try:
         receiver.wait_for(17)
-        follower.line("at position 51")  # the demo's last run, checkpointed
+        follower.line(f"at position {demo_last_run}")  # the demo's last run, checkpointed
         anyio.run(record_run, demo_copy, "run-after-start")
         sent = follower.line("run-after-start")
         receiver.wait_for(19)
@@ -298,7 +300,7 @@ def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, 
     follower = Follower(demo_copy, receiver.url)
     try:
         start = int(follower.line("following the log from position").split()[5])
-        assert start > 56  # after the demo (52 events) and the run recorded while it ran
+        assert start > demo_head + 3  # after the demo and the run recorded while it ran
         follower.line("run-while-stopped")
         anyio.run(record_run, demo_copy, "run-after-restart")
         follower.line("run-after-restart")
@@ -312,7 +314,7 @@ def test_follow_exports_new_runs_and_a_restart_resends_nothing(demo_copy: Path, 
 
 
 def test_a_signal_during_a_send_stops_the_follower_without_a_checkpoint(
-    demo_copy: Path, receiver: Receiver
+    demo_copy: Path, receiver: Receiver, demo_last_run: int
 ) -> None:
     """SIGTERM while the receiver has not answered: the send is abandoned, nothing is checkpointed,
     the follower says so and exits with 143 (its thread ends by the export timeout, 2 s here);
@@ -334,22 +336,22 @@ def test_a_signal_during_a_send_stops_the_follower_without_a_checkpoint(
     restarted = Follower(demo_copy, receiver.url)
     try:
         assert "from position 1 " in restarted.line("following the log from position")
-        restarted.line("at position 51")
+        restarted.line(f"at position {demo_last_run}")
         assert len(receiver.wait_for(17)) == 17
     finally:
-        assert restarted.stop() == "stopped; 17 spans exported, checkpoint at 51\n"
+        assert restarted.stop() == f"stopped; 17 spans exported, checkpoint at {demo_last_run}\n"
 
 
 @pytest.mark.postgres
 def test_follow_on_postgresql_keeps_its_checkpoint_there(
-    demo_copy: Path, pg_url: str, receiver: Receiver
+    demo_copy: Path, pg_url: str, receiver: Receiver, demo_last_run: int
 ) -> None:
     migrate = [sys.executable, "-m", "turnlog.tools", "migrate", "--from", str(demo_copy), "--to", pg_url]
     out = subprocess.run(migrate, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     follower = Follower(pg_url, receiver.url)
     try:
-        follower.line("at position 51")
+        follower.line(f"at position {demo_last_run}")
         anyio.run(record_run, pg_url, "pg-after-start")
         follower.line("pg-after-start")
     finally:

@@ -161,12 +161,12 @@ def test_phoenix_returns_every_run_call_and_tool_as_spans_and_a_second_export_ad
 
 
 def test_follow_into_phoenix_exports_a_later_run_and_a_restart_resends_nothing(
-    phoenix: str, demo_copy: Path
+    phoenix: str, demo_copy: Path, demo_last_run: int
 ) -> None:
     before = len(_spans(phoenix))
     follower = Follower(demo_copy, phoenix)
     try:
-        follower.line("at position 51")
+        follower.line(f"at position {demo_last_run}")
         anyio.run(record_run, demo_copy, "phoenix-after-start")
         follower.line("phoenix-after-start")
     finally:

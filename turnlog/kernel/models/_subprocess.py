@@ -403,13 +403,19 @@ def _scrub_chunk(chunk: StreamChunk, scrub: Scrubber) -> StreamChunk:
 
 
 def cli_agent_of(model: object) -> CLIAgentModel | None:
-    """The CLI provider behind ``model``: itself, a wrapper's ``inner``, or an iModel's backend.
+    """The CLI provider behind ``model``: itself, or what it wraps, however deeply nested.
 
-    The wire recorder under ``run()`` needs the provider object itself (its child environment
+    What it wraps: ``as_chat_model``'s target, a wrapper's ``inner``, an iModel's backend. The wire recorder under ``run()`` needs the provider object itself (its child environment
     names the upstream the CLI would call), not only its profile.
     """
-    for outer in (model, getattr(model, "inner", None)):
-        for candidate in (outer, getattr(outer, "_backend", None)):
-            if isinstance(candidate, CLIAgentModel):
-                return candidate
+    seen: set[int] = set()
+    todo: list[object] = [model]
+    while todo:
+        candidate = todo.pop()
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        if isinstance(candidate, CLIAgentModel):
+            return candidate
+        todo.extend(getattr(candidate, name, None) for name in ("target", "inner", "_backend"))
     return None

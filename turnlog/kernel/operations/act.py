@@ -13,6 +13,9 @@ Steps, per call:
    with the call's ``duration_ms``. A tool that raises gives a response with ``error`` set;
    with ``suppress_errors=False`` the error is raised after it was recorded (concurrent:
    after every call finished, the first failure in request order; sequential: at once).
+   Each response is recorded as soon as its call finishes, so that a crash loses no finished
+   output: with the concurrent strategy the responses are in the order the calls finished
+   (each names its call id), while the returned list keeps request order.
 
 Records inside an enclosing run (``operate``, ``ReAct``) carry its run id; ``act`` owns no
 lifecycle of its own.
