@@ -14,7 +14,9 @@ gives (no ``server`` or ``date`` of its own). Only what ``ProxyApp`` needs of AS
 ``http`` scopes, ``http.request`` / ``http.disconnect`` / ``http.response.*`` messages.
 
 - The request head is bounded (``MAX_HEAD``, else ``431``); the body is the app's to bound
-  (``ProxyApp`` answers ``413``), after which the connection is closed, not drained.
+  (``ProxyApp`` answers ``413``), after which the connection is half-closed and what the client
+  still sends is read and dropped (at most ``_DRAIN_BYTES`` for ``_DRAIN_SECONDS``) before it
+  closes: closing with unread bytes would reset it, and the client could lose the answer.
 - A client that goes away is seen as ``http.disconnect`` by a ``receive()`` waiting after the
   body (``ProxyApp`` then cancels the upstream request), and every later ``send`` is a no-op.
 - ``Expect: 100-continue`` gets its ``100`` when the app first asks for the body.
@@ -55,6 +57,8 @@ MAX_HEAD = 64 * 1024
 _HEAD_READ = 8 * 1024
 _READ = 64 * 1024
 _BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
+_DRAIN_BYTES = 4 * 1024 * 1024
+_DRAIN_SECONDS = 2.0
 
 
 def _log_report(line: str) -> None:
@@ -199,7 +203,21 @@ class _Connection:
             return False
         if self.gone or self.h11.our_state is not h11.DONE:
             return False
-        return self.h11.their_state is h11.DONE
+        if self.h11.their_state is not h11.DONE:
+            await self._drain()  # answered before the whole body came (413): end cleanly
+            return False
+        return True
+
+    async def _drain(self) -> None:
+        """Half-close, then read and drop what the client still sends, bounded in bytes and time."""
+        left = _DRAIN_BYTES
+        with anyio.move_on_after(_DRAIN_SECONDS):
+            try:
+                await self.stream.send_eof()
+                while left > 0:
+                    left -= len(await self.stream.receive(_READ))
+            except _BROKEN:
+                return
 
     async def _receive(self) -> Message:
         if self.gone:
