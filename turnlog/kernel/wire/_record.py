@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-import orjson
 
 from turnlog.eventstore import NO_STREAM, EventStore, uuid7
 from turnlog.kernel._branch import Branch
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UnknownBranch
-from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
+from turnlog.kernel.models import ModelResponse, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
     ActionRequest,
@@ -36,7 +35,6 @@ from turnlog.projections import (
     AnyMessage,
     AssistantResponse,
     AssistantResponseContent,
-    ChunkReceived,
     EventData,
     Instruction,
     InstructionContent,
@@ -52,6 +50,7 @@ from turnlog.projections import (
 
 from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
 from ._apis import conversation as conversation_of
+from ._chunks import SSEBatch, plain_json, wire_chunks
 
 __all__ = ["MARKER", "WireCall", "WireRecorder"]
 
@@ -266,7 +265,7 @@ def _messages(turn: Turn, names: dict[str, str]) -> list[AnyMessage]:
     if turn.role == "tool":
         out: list[AnyMessage] = []
         for call_id, output in turn.results:
-            content = ActionResponseContent(function=names.get(call_id, call_id), output=_json(output))
+            content = ActionResponseContent(function=names.get(call_id, call_id), output=plain_json(output))
             out.append(ActionResponse(content=content, metadata=meta if not out else {"call_id": call_id}))
         return out
     return _assistant(turn, meta)
@@ -277,14 +276,10 @@ def _assistant(turn: Turn, meta: dict[str, Any]) -> list[AnyMessage]:
     if turn.text or not turn.calls:
         out.append(AssistantResponse(content=AssistantResponseContent(text=turn.text), metadata=meta))
     for call_id, name, arguments in turn.calls:
-        args = arguments if isinstance(arguments, dict) else {"_raw": _json(arguments)}
-        content = ActionRequestContent(function=name, arguments=_json(args), call_id=call_id or None)
+        args = arguments if isinstance(arguments, dict) else {"_raw": plain_json(arguments)}
+        content = ActionRequestContent(function=name, arguments=plain_json(args), call_id=call_id or None)
         out.append(ActionRequest(content=content, metadata=meta if not out else {}))
     return out
-
-
-def _json(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value, default=str))
 
 
 @dataclass
@@ -305,31 +300,19 @@ class WireCall:
     seq: int = 0
     closed: bool = False
 
-    async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
+    async def chunks(self, batch: SSEBatch) -> None:
         """Record stream events, in one append, before they are forwarded.
 
         Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
         chunk), the pieces the codec made of it, and the error it carried, if any.
         """
-        events = []
         meta = {"branch_id": self.branch.id, "run_id": self.run_id}
         expected = self.seq if self.seq else NO_STREAM
-        for raw, pieces, error in batch:
-            if self.ttft_ms is None and pieces:
-                self.ttft_ms = (time.perf_counter() - self.started) * 1000
-            payloads: list[ChunkReceived] = []
-            if error is not None:
-                payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
-            for piece in pieces:
-                payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
-            if not payloads:
-                payloads.append(ChunkReceived(seq=1, type="system"))
-            sse = self.scrub(raw)
-            for i, payload in enumerate(payloads):
-                self.seq += 1
-                metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
-                data = payload.model_copy(update={"seq": self.seq, "metadata": metadata})
-                events.append(new_event(data, meta=meta))
+        chunks, answered = wire_chunks(batch, self.scrub, self.seq)
+        if self.ttft_ms is None and answered:
+            self.ttft_ms = self.elapsed_ms
+        self.seq += len(chunks)
+        events = [new_event(chunk, meta=meta) for chunk in chunks]
         await self.recorder.store.append(f"run-{self.run_id}", events, expected_version=expected)
 
     def _called(

@@ -34,7 +34,7 @@ import anyio
 import orjson
 
 from turnlog.eventstore import NO_STREAM, EventStore, uuid7
-from turnlog.kernel.models import ModelResponse, StreamChunk, Usage
+from turnlog.kernel.models import ModelResponse, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
     AssistantResponse,
@@ -45,6 +45,7 @@ from turnlog.projections import (
 
 from ._apis import DEFAULT_UPSTREAMS, Api, Route, conversation, fingerprint, request_params, tool_names
 from ._app import ProxyApp, ProxyConfig, RecordedCall
+from ._chunks import SSEBatch, plain_json, wire_chunks
 from ._server import serve_loopback
 
 __all__ = [
@@ -166,10 +167,6 @@ def _chatgpt_login(home: Path) -> bool:
 # -------------------------------------------------------------------------------------- calls
 
 
-def _json(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value, default=str))
-
-
 @dataclass
 class RunWireCall:
     """One upstream call of the CLI: its stream events in its own stream, then its end."""
@@ -195,34 +192,19 @@ class RunWireCall:
         """Milliseconds since the request went upstream."""
         return (time.perf_counter() - self.started) * 1000
 
-    async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
+    async def chunks(self, batch: SSEBatch) -> None:
         """Record stream events in one append, before they are forwarded to the CLI."""
         meta = {"branch_id": self.wire.branch_id, "run_id": self.wire.run_id, "wire_call": self.call_id}
-        events = []
         async with self.lock:
             if self.closed:
                 return
             expected = self.seq if self.seq else NO_STREAM
-            seq = self.seq
-            texts: list[str] = []
-            for raw, pieces, error in batch:
-                if self.ttft_ms is None and pieces:
-                    self.ttft_ms = self.elapsed_ms
-                payloads: list[ChunkReceived] = []
-                if error is not None:
-                    payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
-                for piece in pieces:
-                    payloads.append(ChunkReceived(seq=1, **self.scrub(_json(piece.to_dict()))))
-                    if piece.type == "text" and piece.content:
-                        texts.append(self.scrub(piece.content))
-                if not payloads:
-                    payloads.append(ChunkReceived(seq=1, type="system"))
-                sse = self.scrub(raw)
-                for i, payload in enumerate(payloads):
-                    seq += 1
-                    metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
-                    data = payload.model_copy(update={"seq": seq, "metadata": metadata})
-                    events.append(new_event(data, meta=meta))
+            chunks, answered = wire_chunks(batch, self.scrub, self.seq)
+            if self.ttft_ms is None and answered:
+                self.ttft_ms = self.elapsed_ms
+            events = [new_event(chunk, meta=meta) for chunk in chunks]
+            seq = self.seq + len(chunks)
+            texts = [c.content for c in chunks if c.type == "text" and c.content]
             await self.wire.store.append(self.stream, events, expected_version=expected)
             self.seq = seq
             self.text += texts
@@ -241,7 +223,7 @@ class RunWireCall:
                     seq=i,
                     type="tool_result",
                     tool_id=self.scrub(key),
-                    tool_output=self.scrub(_json(output)),
+                    tool_output=self.scrub(plain_json(output)),
                     metadata={"wire": True, "source": "request"},
                 )
                 events.append(new_event(data, meta=meta))
@@ -358,7 +340,7 @@ class RunWire:
         out = []
         for turn in turns[last_user + 1 :]:
             for key, output in turn.results:
-                seen = (key, orjson.dumps(_json(output), option=orjson.OPT_SORT_KEYS))
+                seen = (key, orjson.dumps(plain_json(output), option=orjson.OPT_SORT_KEYS))
                 if seen not in self._results:
                     self._results.add(seen)
                     out.append((key, output))

@@ -1,0 +1,50 @@
+"""One batch of upstream SSE events as chunk events: shared by ``turnlog proxy`` and ``run()``.
+
+Every chunk that crosses the wire passes here, so it does the least it can: one JSON round
+trip per piece (to plain JSON), one scrub, one model copy to number it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from turnlog.kernel.models import StreamChunk
+from turnlog.kernel.models._secrets import Scrubber
+from turnlog.projections import ChunkReceived
+
+__all__ = ["SSEBatch", "plain_json", "wire_chunks"]
+
+#: Each SSE event of a batch: its exact text, the pieces the codec made of it, its error if any.
+SSEBatch = Sequence[tuple[str, Sequence[StreamChunk], str | None]]
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` as plain JSON types (what a payload can hold); anything else as its ``str``."""
+    return orjson.loads(orjson.dumps(value, default=str))
+
+
+def wire_chunks(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[ChunkReceived], bool]:
+    """The chunks of ``batch``, numbered from ``after + 1``, and whether any event had a piece.
+
+    Each SSE event gives its pieces (an error first, a bare ``system`` chunk when it had
+    neither), marked ``wire``; the first keeps the event's exact text in ``metadata.sse``.
+    """
+    chunks: list[ChunkReceived] = []
+    answered = False
+    for raw, pieces, error in batch:
+        answered = answered or bool(pieces)
+        payloads: list[ChunkReceived] = []
+        if error is not None:
+            payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
+        for piece in pieces:
+            payloads.append(ChunkReceived(seq=1, **scrub(plain_json(piece.to_dict()))))
+        if not payloads:
+            payloads.append(ChunkReceived(seq=1, type="system"))
+        sse = scrub(raw)
+        for i, payload in enumerate(payloads):
+            metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
+            chunks.append(payload.model_copy(update={"seq": after + len(chunks) + 1, "metadata": metadata}))
+    return chunks, answered
