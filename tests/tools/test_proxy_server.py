@@ -84,6 +84,7 @@ async def test_keep_alive_carries_plain_and_streamed_calls_framed_as_they_come(t
         and orjson.loads(b"".join(plain_body))["content"][0]["text"] == "Plain answer."
     )
     assert dict(plain.headers)[b"content-length"] == str(len(b"".join(plain_body))).encode()
+    assert b"connection" not in dict(plain.headers) and b"connection" not in dict(streamed.headers)
     assert streamed.status_code == 200
     assert dict(streamed.headers)[b"transfer-encoding"] == b"chunked"
     # the events came in several pieces (forwarded as they were recorded, not buffered whole),
@@ -117,6 +118,8 @@ async def test_an_oversized_head_is_431_and_a_refused_body_closes_the_connection
                 await stream.send(conn.send(request) + conn.send(h11.Data(data=body)))
                 response, _ = await _exchange_rest(stream, conn)
                 assert response.status_code == 413
+                # and says so, or a pooling client would send its next request on this connection
+                assert dict(response.headers).get(b"connection") == b"close"
                 # the unread rest of the body is not taken for a next request: the server hangs up
                 with anyio.fail_after(10):
                     while True:
