@@ -197,6 +197,10 @@ async def test_a_token_guards_the_proxy_and_a_large_body_is_refused(tmp_path: Pa
     assert refused.status_code == 401 and refused.json()["type"] == "error"
     assert big.status_code == 413 and "larger than 2000 bytes" in big.json()["error"]["message"]
     assert fine.status_code == 200
+    # the two refusals left their bodies unread: each says the connection ends, so the client
+    # sends the next request on a new one instead of on a connection the proxy is closing
+    assert refused.headers["connection"] == big.headers["connection"] == "close"
+    assert "connection" not in fine.headers
     assert [transcript(b) for b in await recorded(store)] == [
         [("Instruction", "hi"), ("AssistantResponse", "ok")]
     ]

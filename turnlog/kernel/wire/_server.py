@@ -254,10 +254,11 @@ class _Connection:
         if kind == "http.response.start":
             self.started = True
             headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
-            if not self._body_in():
-                # Answered before the whole body came (a 413): the connection ends after this
-                # answer, and the client must be told so, or it would send its next request on
-                # a connection the server is closing and get no answer at all.
+            if not self.body_done:
+                # Answered before the app read the whole body (a 413, a 401): the connection
+                # ends after this answer, whether or not the rest has come yet, and the client
+                # must be told so, or a pooling client sends its next request on a connection
+                # the server is closing and gets no answer at all.
                 headers.append((b"connection", b"close"))
             status = message["status"]
             await self._write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
@@ -271,19 +272,6 @@ class _Connection:
                 await self._write_bytes(self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage()))
             elif not more:
                 await self._write(h11.EndOfMessage())
-
-    def _body_in(self) -> bool:
-        """Whether the request's body has all come (h11 may hold its end without the app asking)."""
-        if self.body_done or self.h11.their_state is h11.DONE:
-            return True
-        try:
-            event = self.h11.next_event()  # no read: only what is already buffered
-        except h11.RemoteProtocolError:
-            return False
-        if isinstance(event, h11.EndOfMessage):
-            self.body_done = True
-            return True
-        return False  # NEED_DATA, or body bytes the app did not read: this connection ends
 
     def _bytes(self, event: h11.Event) -> bytes:
         return self.h11.send(event) or b""
