@@ -1,0 +1,682 @@
+"""How the SQLite store's rows are laid out: the text layout (formats 1 and 2) and the compact one (3).
+
+Everything that reads or writes event rows asks the connection's ``Layout`` for its SQL and
+turns what it selects into logical rows (``RawEvent`` field order: text ids and hex hashes,
+stream and type names, the payload bytes as hashed) with ``Layout.row``, so nothing above
+this module knows which format a store has.
+
+The compact layout (format 3) stores, per event:
+
+- the id as its 16 bytes and the hashes as their 32 bytes (a value that is not canonical, as a
+  damaged or legacy one may be, is kept as the text it is, so it reads back unchanged);
+- the stream and the type as small integers (``streams``, ``event_types``);
+- the meta as an integer naming one row of ``metas``: every event of a run carries the same
+  meta (its branch and run ids), so it is kept once;
+- the payload zlib-compressed with a preset dictionary when that makes it smaller (``codec``
+  names the row of ``dicts`` used; 0 is a payload kept as it is).
+
+The dictionary is trained from the store's first ``TRAIN_AFTER`` events, of their JSON *keys*
+only (their values are replaced by empty ones): key names are what small payloads repeat,
+and a dictionary holding no values cannot keep a copy of a redacted payload's content. Each
+dictionary is stored with its SHA-256, checked when it is loaded; zlib checks each row
+(the dictionary's Adler-32 in its header, the payload's at its end).
+
+Names and ids learned inside a write transaction are kept apart until it commits: a rolled
+back row's integer may be given to another name afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from ._errors import CorruptStoreError
+from ._records import EncodedEvent
+
+__all__ = [
+    "COMPACT_FORMAT",
+    "TEXT_LAYOUT",
+    "CompactLayout",
+    "Layout",
+    "StoreConnection",
+    "TRAIN_AFTER",
+    "layout_of",
+]
+
+COMPACT_FORMAT = 3
+"""The first format with the compact layout."""
+TRAIN_AFTER = 64
+"""Events a store holds before its first dictionary is trained from them."""
+_MIN_COMPRESS = 48
+"""Payloads shorter than this are kept as they are: zlib's 10 bytes of framing eat the gain."""
+_LEVEL = 6
+_DICT_BYTES = 8 * 1024
+_CACHE_MAX = 4096
+
+COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
+"""Every column of an event in the text layout, in ``RawEvent`` order."""
+
+
+class Layout:
+    """The text layout (formats 1 and 2): rows are stored as they read; the base of every layout."""
+
+    compact = False
+    events_from = "events"
+    """The ``FROM`` clause of an event select."""
+    select_columns = COLUMNS
+    stream_col = "stream"
+    type_col = "type"
+    id_col = "id"
+    position_col = "position"
+    version_col = "version"
+    insert_columns = "id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
+    per_row = 6
+    """Parameters of one row in a block insert, hash included."""
+    bound_snapshots = (
+        "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
+        "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
+    )
+    """Snapshots with the hash of the log's event at their version (NULL when there is none)."""
+
+    def select(self, where: str = "1", tail: str = "") -> str:
+        """An event select of rows for ``row``; ``where`` names the columns as ``*_col`` say."""
+        return f"SELECT {self.select_columns} FROM {self.events_from} WHERE {where} {tail}"
+
+    def stream_is(self) -> str:
+        """A condition on one stream, given by name as the next parameter."""
+        return f"{self.stream_col} = ?"
+
+    def row(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """The logical row (``RawEvent`` order) of a selected one."""
+        return tuple(row)
+
+    def id_param(self, event_id: str) -> Any:
+        """An id as stored, to look it up."""
+        return event_id
+
+    def filters(self, types: list[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+        """``AND`` conditions for a read by type and stream prefix."""
+        sql = ""
+        params: list[Any] = []
+        if types is not None:
+            if not types:
+                return " AND 0", []
+            sql += f" AND {self.type_col} IN ({','.join('?' * len(types))})"
+            params.extend(types)
+        if stream_prefix:
+            sql += f" AND substr({self.stream_col}, 1, ?) = ?"
+            params.extend((len(stream_prefix), stream_prefix))
+        return sql, params
+
+    def list_streams_sql(self, prefix: str | None) -> tuple[str, list[Any]]:
+        """``(stream, last version)`` of every stream under ``prefix``, by name."""
+        filters, params = self.filters(None, prefix)
+        return (
+            f"SELECT stream, max(version) FROM events WHERE 1{filters} GROUP BY stream ORDER BY stream",
+            params,
+        )
+
+    def stream_version_sql(self) -> str:
+        """The last version of the stream named by the parameter."""
+        return f"SELECT max(version) FROM events WHERE {self.stream_is()}"
+
+    def head(self, conn: sqlite3.Connection, stream: str) -> tuple[Any, int, str]:
+        """``(key, version, hash)`` of the stream's last event; key None when the stream is new."""
+        row = conn.execute(
+            "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1", (stream,)
+        ).fetchone()
+        return (stream, row[0], row[1]) if row is not None else (stream, 0, "")
+
+    def stream_key(self, conn: sqlite3.Connection, stream: str) -> Any:
+        """What a new stream's rows store for it (made now if need be, in the write transaction)."""
+        return stream
+
+    def event_hash(self, conn: sqlite3.Connection, stream: str, version: int) -> str | None:
+        """The hash of one event, or None when there is none."""
+        found = conn.execute(
+            f"SELECT hash FROM events e WHERE {self.stream_is()} AND version = ?", (stream, version)
+        ).fetchone()
+        return None if found is None else self._hash_text(found[0])
+
+    def _hash_text(self, value: Any) -> Any:
+        return value
+
+    def encode(self, conn: sqlite3.Connection, ev: EncodedEvent) -> Sequence[Any]:
+        """The stored values of one new event, in ``insert_columns`` order without the shared ones."""
+        return ev  # id, type, schema, data, meta: the order of the row's placeholders
+
+    def hash_param(self, digest: str) -> Any:
+        """A hash as stored."""
+        return digest
+
+    def raw_params(self, conn: sqlite3.Connection, event: Any) -> tuple[Any, ...]:
+        """The stored values of a ``RawEvent``, in ``raw_insert`` order."""
+        return tuple(event)
+
+    raw_insert = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+    def block_row(self, n: int, j: int, prev: str) -> str:
+        """One row of a block insert (see ``_sqlite_schema.insert_events``)."""
+        return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?2, {prev}, ?{n + 5})"
+
+    def set_payload(
+        self, conn: sqlite3.Connection, stream: str, version: int, data: bytes, meta: bytes
+    ) -> None:
+        """Replace one event's stored payload and meta (a redaction)."""
+        conn.execute(
+            "UPDATE events SET data = ?, meta = ? WHERE stream = ? AND version = ?",
+            (data, meta, stream, version),
+        )
+
+    def set_hashes(self, conn: sqlite3.Connection, updates: Iterable[tuple[int, str, str]]) -> None:
+        """Set ``(position, prev_hash, hash)`` of events (a chain upgrade)."""
+        conn.executemany(
+            "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
+            [(prev, digest, position) for position, prev, digest in updates],
+        )
+
+    def after_write(self, conn: sqlite3.Connection, last_position: int) -> None:
+        """After events are inserted, in the same transaction (the compact layout trains there)."""
+
+    def before_import(self, conn: sqlite3.Connection, payloads: list[bytes]) -> None:
+        """Before a raw copy's events are inserted (the compact layout may train from them)."""
+
+    def end(self) -> None:
+        """The write transaction ended without a commit."""
+
+    def begin(self) -> None:
+        """A write transaction began."""
+
+    def committed(self) -> None:
+        """The write transaction committed: what it learned is now true for every reader."""
+
+    def discard(self) -> None:
+        """The write transaction (or a savepoint of it) rolled back: forget what it learned."""
+
+
+TEXT_LAYOUT = Layout()
+
+
+class StoreConnection(sqlite3.Connection):
+    """A store's connection: knows its store's layout (the text one until told otherwise)."""
+
+    layout: Layout = TEXT_LAYOUT
+
+
+def layout_of(conn: sqlite3.Connection) -> Layout:
+    """The layout of the store ``conn`` is open on (the text layout for a plain connection)."""
+    return conn.layout if isinstance(conn, StoreConnection) else TEXT_LAYOUT
+
+
+def _id_text(value: Any) -> Any:
+    if type(value) is bytes and len(value) == 16:
+        h = value.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return value
+
+
+def _hash_text(value: Any) -> Any:
+    return value.hex() if type(value) is bytes else value
+
+
+def _id_bytes(event_id: Any) -> Any:
+    """An id's 16 bytes when it is in the canonical form (lower-case, dashed), else the id itself."""
+    if type(event_id) is str and len(event_id) == 36:
+        try:
+            raw = bytes.fromhex(event_id.replace("-", ""))
+        except ValueError:
+            return event_id
+        if len(raw) == 16 and _id_text(raw) == event_id:
+            return raw
+    return event_id
+
+
+def _hash_bytes(digest: Any) -> Any:
+    """A hash's 32 bytes when it is lower-case hex of a SHA-256, else the hash itself."""
+    if type(digest) is str and len(digest) == 64:
+        try:
+            raw = bytes.fromhex(digest)
+        except ValueError:
+            return digest
+        if raw.hex() == digest:
+            return raw
+    return digest
+
+
+def create_compact(conn: sqlite3.Connection) -> None:
+    """Create the compact layout's event tables (in the open write transaction)."""
+    conn.execute("CREATE TABLE streams (stream_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)")
+    conn.execute("CREATE TABLE event_types (type_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)")
+    conn.execute("CREATE TABLE metas (meta_id INTEGER PRIMARY KEY, meta BLOB NOT NULL UNIQUE)")
+    conn.execute(
+        "CREATE TABLE dicts (dict_id INTEGER PRIMARY KEY, zdict BLOB NOT NULL, sha256 BLOB NOT NULL)"
+    )
+    # AUTOINCREMENT keeps positions from being reused after a delete (as in the text layout).
+    conn.execute(
+        """
+        CREATE TABLE events (
+            position INTEGER PRIMARY KEY AUTOINCREMENT,
+            id BLOB NOT NULL UNIQUE,
+            stream_id INTEGER NOT NULL,
+            version INTEGER NOT NULL,
+            type_id INTEGER NOT NULL,
+            schema INTEGER NOT NULL,
+            codec INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            meta_id INTEGER NOT NULL,
+            recorded_at INTEGER NOT NULL,
+            prev_hash BLOB NOT NULL,
+            hash BLOB NOT NULL,
+            UNIQUE (stream_id, version)
+        )
+        """
+    )
+
+
+def train_dictionary(payloads: Iterable[bytes]) -> bytes:
+    """A zlib preset dictionary of the JSON keys of ``payloads`` (their values left empty).
+
+    Each payload's *skeleton* (its JSON with every string emptied, every number zero) is kept
+    once; the skeletons seen most often come last, where zlib reaches them most cheaply.
+    """
+    counts: dict[bytes, int] = {}
+    for payload in payloads:
+        try:
+            skeleton = orjson.dumps(_skeleton(orjson.loads(payload)), option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONDecodeError, TypeError):
+            continue
+        counts[skeleton] = counts.get(skeleton, 0) + 1
+    ordered = sorted(counts, key=lambda s: counts[s])
+    out = b"".join(ordered)
+    return out[-_DICT_BYTES:]
+
+
+def _skeleton(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _skeleton(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_skeleton(item) for item in value[:2]]
+    if isinstance(value, str):
+        return ""
+    if isinstance(value, bool) or value is None:
+        return value
+    return 0
+
+
+class CompactLayout(Layout):
+    """The compact layout (format 3) of one connection, with its caches of interned values."""
+
+    compact = True
+    events_from = (
+        "events e LEFT JOIN streams s ON s.stream_id = e.stream_id "
+        "LEFT JOIN event_types t ON t.type_id = e.type_id LEFT JOIN metas m ON m.meta_id = e.meta_id"
+    )
+    select_columns = (
+        "e.position, e.id, s.name, e.version, t.name, e.schema, e.data, m.meta, e.recorded_at, "
+        "e.prev_hash, e.hash, e.codec, e.stream_id, e.type_id, e.meta_id"
+    )
+    stream_col = "s.name"
+    type_col = "t.name"
+    id_col = "e.id"
+    position_col = "e.position"
+    version_col = "e.version"
+    insert_columns = (
+        "id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, prev_hash, hash"
+    )
+    per_row = 7
+    bound_snapshots = (
+        "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, "
+        "CASE WHEN typeof(e.hash) = 'blob' THEN lower(hex(e.hash)) ELSE e.hash END "
+        "FROM snapshots s LEFT JOIN streams n ON n.name = s.stream "
+        "LEFT JOIN events e ON e.stream_id = n.stream_id AND e.version = s.version"
+    )
+    raw_insert = (
+        "INSERT INTO events (position, id, stream_id, version, type_id, schema, codec, data, meta_id, "
+        "recorded_at, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._known: dict[Any, int] = {}
+        """Committed ``("type", name)`` and ``("meta", bytes)`` keys and their integers."""
+        self._fresh: dict[Any, int] = {}
+        """The same, learned in the open write transaction."""
+        self._zdicts: dict[int, bytes] = {}
+        self._fresh_zdicts: dict[int, bytes] = {}
+        self._writing: tuple[int, bytes] | None = None
+        """The dictionary new payloads are compressed with (committed), if any."""
+        self._fresh_writing: tuple[int, bytes] | None = None
+        self._looked_for_dict = False
+        self._untrainable = False
+        self._in_write = False
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin(self) -> None:
+        self._in_write = True
+
+    def committed(self) -> None:
+        if self._fresh:
+            if len(self._known) > _CACHE_MAX:
+                self._known.clear()
+            self._known.update(self._fresh)
+            self._fresh.clear()
+        if self._fresh_zdicts:
+            self._zdicts.update(self._fresh_zdicts)
+            self._fresh_zdicts.clear()
+        if self._fresh_writing is not None:
+            self._writing, self._fresh_writing = self._fresh_writing, None
+        self._in_write = False
+
+    def discard(self) -> None:
+        self._fresh.clear()
+        self._fresh_zdicts.clear()
+        self._fresh_writing = None
+
+    def end(self) -> None:
+        """The write transaction ended without a commit."""
+        self.discard()
+        self._in_write = False
+
+    def forget_metas(self) -> None:
+        """Drop every cached meta (a redaction deleted some rows of ``metas``)."""
+        self._known = {k: v for k, v in self._known.items() if k[0] != "meta"}
+        self._fresh.clear()
+
+    # ------------------------------------------------------------------ reads
+
+    def stream_is(self) -> str:
+        return "e.stream_id = (SELECT stream_id FROM streams WHERE name = ?)"
+
+    def filters(self, types: list[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+        sql = ""
+        params: list[Any] = []
+        if types is not None:
+            if not types:
+                return " AND 0", []
+            sql += f" AND e.type_id IN (SELECT type_id FROM event_types WHERE name IN ({','.join('?' * len(types))}))"
+            params.extend(types)
+        if stream_prefix:
+            sql += " AND e.stream_id IN (SELECT stream_id FROM streams WHERE substr(name, 1, ?) = ?)"
+            params.extend((len(stream_prefix), stream_prefix))
+        return sql, params
+
+    def list_streams_sql(self, prefix: str | None) -> tuple[str, list[Any]]:
+        params: list[Any] = []
+        where = ""
+        if prefix:
+            where = "WHERE substr(name, 1, ?) = ?"
+            params = [len(prefix), prefix]
+        return (
+            "SELECT name, v FROM (SELECT name, (SELECT max(version) FROM events e "
+            f"WHERE e.stream_id = streams.stream_id) AS v FROM streams {where}) "
+            "WHERE v IS NOT NULL ORDER BY name",
+            params,
+        )
+
+    def stream_version_sql(self) -> str:
+        return f"SELECT max(version) FROM events e WHERE {self.stream_is()}"
+
+    def row(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        position, eid, stream, version, type_, schema, data, meta, recorded, prev, digest, codec = row[:12]
+        if stream is None or type_ is None or meta is None:
+            self._dangling(row)
+        if codec:
+            data = self.inflate(codec, data, position)
+        return (
+            position, _id_text(eid), stream, version, type_, schema, data, meta, recorded,
+            _hash_text(prev), _hash_text(digest),
+        )  # fmt: skip
+
+    def _dangling(self, row: Sequence[Any]) -> None:
+        position = row[0]
+        for value, table, key in (
+            (row[2], "streams", row[12]),
+            (row[4], "event_types", row[13]),
+            (row[7], "metas", row[14]),
+        ):
+            if value is None:
+                raise CorruptStoreError(
+                    self.location,
+                    f"the event at position {position} refers to row {key!r} of {table}, which is missing",
+                    position=position,
+                )
+
+    def inflate(self, codec: Any, data: Any, position: Any) -> bytes:
+        """The payload of a compressed row.
+
+        Raises:
+            CorruptStoreError: the row or its dictionary is damaged (naming the row's position).
+        """
+        zdict = self._dictionary(codec, position)
+        try:
+            inflater = zlib.decompressobj(zdict=zdict)
+            out = inflater.decompress(data)
+            if not inflater.eof or inflater.unused_data:
+                raise zlib.error("the compressed payload is truncated or has bytes after its end")
+        except (zlib.error, TypeError, ValueError) as exc:
+            raise CorruptStoreError(
+                self.location,
+                f"the payload of the event at position {position} cannot be decompressed "
+                f"(dictionary {codec!r}): {exc}",
+                position=position,
+            ) from exc
+        return out
+
+    def _dictionary(self, codec: Any, position: Any) -> bytes:
+        found = self._zdicts.get(codec)
+        if found is None:
+            found = self._fresh_zdicts.get(codec)
+        if found is not None:
+            return found
+        row = self.conn.execute("SELECT zdict, sha256 FROM dicts WHERE dict_id = ?", (codec,)).fetchone()
+        if row is None:
+            raise CorruptStoreError(
+                self.location,
+                f"the event at position {position} is compressed with dictionary {codec!r}, "
+                "which the dicts table lacks",
+                position=position,
+            )
+        zdict, digest = row
+        if type(zdict) is not bytes or hashlib.sha256(zdict).digest() != digest:
+            raise CorruptStoreError(
+                self.location,
+                f"dictionary {codec!r} of the dicts table was altered (its SHA-256 does not match); "
+                f"the event at position {position} and every other it compressed cannot be read",
+                position=position,
+            )
+        (self._fresh_zdicts if self._in_write else self._zdicts)[codec] = zdict
+        return zdict
+
+    def id_param(self, event_id: str) -> Any:
+        return _id_bytes(event_id)
+
+    def _hash_text(self, value: Any) -> Any:
+        return _hash_text(value)
+
+    def head(self, conn: sqlite3.Connection, stream: str) -> tuple[Any, int, str]:
+        row = conn.execute(
+            "SELECT s.stream_id, e.version, e.hash FROM streams s "
+            "LEFT JOIN events e ON e.stream_id = s.stream_id WHERE s.name = ? "
+            "ORDER BY e.version DESC LIMIT 1",
+            (stream,),
+        ).fetchone()
+        if row is None:
+            return None, 0, ""
+        if row[1] is None:  # interned, but its events were redacted away? never deleted: damage or a rollback
+            return row[0], 0, ""
+        return row[0], row[1], _hash_text(row[2])
+
+    def stream_key(self, conn: sqlite3.Connection, stream: str) -> Any:
+        conn.execute("INSERT OR IGNORE INTO streams (name) VALUES (?)", (stream,))
+        return conn.execute("SELECT stream_id FROM streams WHERE name = ?", (stream,)).fetchone()[0]
+
+    # ------------------------------------------------------------------ writes
+
+    def _intern(self, conn: sqlite3.Connection, kind: str, table: str, column: str, value: Any) -> int:
+        key = (kind, value)
+        found = self._known.get(key)
+        if found is None:
+            found = self._fresh.get(key)
+            if found is None:
+                id_col = "type_id" if kind == "type" else "meta_id"
+                row = conn.execute(f"SELECT {id_col} FROM {table} WHERE {column} = ?", (value,)).fetchone()
+                if row is None:
+                    found = conn.execute(f"INSERT INTO {table} ({column}) VALUES (?)", (value,)).lastrowid
+                else:
+                    found = row[0]
+                assert found is not None
+                self._fresh[key] = found
+        return found
+
+    def _compress(self, conn: sqlite3.Connection, data: bytes) -> tuple[int, bytes]:
+        if len(data) < _MIN_COMPRESS:
+            return 0, data
+        writing = self._fresh_writing or self._writing
+        if writing is None:
+            if self._looked_for_dict:
+                return 0, data
+            self._looked_for_dict = True  # only to spare a look per event: ``after_write`` looks again
+            writing = self._load_writing(conn)
+            if writing is None:
+                return 0, data
+        dict_id, zdict = writing
+        deflater = zlib.compressobj(_LEVEL, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+        out = deflater.compress(data) + deflater.flush()
+        return (dict_id, out) if len(out) < len(data) else (0, data)
+
+    def _load_writing(self, conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+        """The store's newest dictionary, looked for once per connection (and after training)."""
+        row = conn.execute("SELECT dict_id FROM dicts ORDER BY dict_id DESC LIMIT 1").fetchone()
+        if row is None:
+            return None
+        writing = (row[0], self._dictionary(row[0], None))
+        if self._in_write:
+            self._fresh_writing = writing
+        else:
+            self._writing = writing
+        return writing
+
+    def encode(self, conn: sqlite3.Connection, ev: EncodedEvent) -> Sequence[Any]:
+        codec, data = self._compress(conn, ev.data)
+        return (
+            _id_bytes(ev.id),
+            self._intern(conn, "type", "event_types", "name", ev.type),
+            ev.schema,
+            codec,
+            data,
+            self._intern(conn, "meta", "metas", "meta", ev.meta),
+        )
+
+    def hash_param(self, digest: str) -> Any:
+        return _hash_bytes(digest)
+
+    def block_row(self, n: int, j: int, prev: str) -> str:
+        return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?{n + 5}, ?2, {prev}, ?{n + 6})"
+
+    def raw_params(self, conn: sqlite3.Connection, event: Any) -> tuple[Any, ...]:
+        codec, data = self._compress(conn, event.data)
+        return (
+            event.position,
+            _id_bytes(event.id),
+            self.stream_key(conn, event.stream),
+            event.version,
+            self._intern(conn, "type", "event_types", "name", event.type),
+            event.schema,
+            codec,
+            data,
+            self._intern(conn, "meta", "metas", "meta", event.meta),
+            event.recorded_at_us,
+            _hash_bytes(event.prev_hash),
+            _hash_bytes(event.hash),
+        )
+
+    def set_payload(
+        self, conn: sqlite3.Connection, stream: str, version: int, data: bytes, meta: bytes
+    ) -> None:
+        found = conn.execute(
+            f"SELECT e.position, e.meta_id FROM events e WHERE {self.stream_is()} AND e.version = ?",
+            (stream, version),
+        ).fetchone()
+        if found is None:
+            return
+        position, old_meta = found
+        # A redacted payload is a small marker: kept as it is, never in a dictionary.
+        new_meta = self._intern(conn, "meta", "metas", "meta", meta)
+        conn.execute(
+            "UPDATE events SET codec = 0, data = ?, meta_id = ? WHERE position = ?",
+            (data, new_meta, position),
+        )
+        if new_meta != old_meta:
+            # The erased meta must leave no copy: its row goes once no event refers to it.
+            conn.execute(
+                "DELETE FROM metas WHERE meta_id = ? AND NOT EXISTS (SELECT 1 FROM events WHERE meta_id = ?)",
+                (old_meta, old_meta),
+            )
+            self.forget_metas()
+
+    def set_hashes(self, conn: sqlite3.Connection, updates: Iterable[tuple[int, str, str]]) -> None:
+        conn.executemany(
+            "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
+            [(_hash_bytes(prev), _hash_bytes(digest), position) for position, prev, digest in updates],
+        )
+
+    def after_write(self, conn: sqlite3.Connection, last_position: int) -> None:
+        """Train the store's first dictionary once it holds ``TRAIN_AFTER`` events."""
+        if last_position >= TRAIN_AFTER and not self._has_dictionary(conn):
+            self._train(conn, [])
+
+    def before_import(self, conn: sqlite3.Connection, payloads: list[bytes]) -> None:
+        """Train the first dictionary from the store's and ``payloads`` before a copy goes in.
+
+        A migration copies events in chunks of a thousand: trained only after its first
+        chunk, the dictionary would leave every event of a small store uncompressed.
+        """
+        if not self._has_dictionary(conn):
+            self._train(conn, payloads)
+
+    def _has_dictionary(self, conn: sqlite3.Connection) -> bool:
+        if self._writing is not None or self._fresh_writing is not None or self._untrainable:
+            return True
+        return self._load_writing(conn) is not None
+
+    def _train(self, conn: sqlite3.Connection, extra: list[bytes]) -> None:
+        sample = [
+            row[0]
+            for row in conn.execute(
+                "SELECT data FROM events WHERE codec = 0 ORDER BY position LIMIT ?", (TRAIN_AFTER * 4,)
+            )
+        ]
+        sample.extend(extra[: max(0, TRAIN_AFTER * 4 - len(sample))])
+        if len(sample) < TRAIN_AFTER:
+            return
+        zdict = train_dictionary(sample)
+        if len(zdict) < 32:  # nothing worth a dictionary: this connection stops trying
+            self._untrainable = True
+            return
+        dict_id = conn.execute(
+            "INSERT INTO dicts (zdict, sha256) VALUES (?, ?)", (zdict, hashlib.sha256(zdict).digest())
+        ).lastrowid
+        assert dict_id is not None
+        self._fresh_zdicts[dict_id] = zdict
+        self._fresh_writing = (dict_id, zdict)
+
+    conn: sqlite3.Connection
+    """The connection this layout belongs to (set by ``attach``)."""
+
+
+def attach(conn: sqlite3.Connection, format_version: int, location: str) -> None:
+    """Give ``conn`` (a ``StoreConnection``) the layout of a store of ``format_version``."""
+    if not isinstance(conn, StoreConnection):
+        raise TypeError("a store's connection is a StoreConnection")
+    if format_version >= COMPACT_FORMAT:
+        layout = CompactLayout(location)
+        layout.conn = conn
+        conn.layout = layout
+    else:
+        conn.layout = TEXT_LAYOUT
