@@ -31,6 +31,7 @@ from turnlog.eventstore import (
     open_store,
 )
 from turnlog.eventstore._sqlite import FORMAT_VERSION
+from turnlog.eventstore._sqlite_layout import meta_digest
 
 
 class TestSQLiteFile(StoreConformance):
@@ -93,11 +94,10 @@ def tamper_row(conn: sqlite3.Connection, stream: str, version: int, value: bytes
         conn.execute(f"UPDATE events SET codec = 0, data = ? WHERE {where}", (value, stream, version))
     else:
         assert column == "meta"
-        conn.execute("INSERT OR IGNORE INTO metas (meta) VALUES (?)", (value,))
-        conn.execute(
-            f"UPDATE events SET meta_id = (SELECT meta_id FROM metas WHERE meta = ?) WHERE {where}",
-            (value, stream, version),
-        )
+        meta_id = conn.execute(
+            "INSERT INTO metas (digest, meta) VALUES (?, ?)", (meta_digest(value), value)
+        ).lastrowid
+        conn.execute(f"UPDATE events SET meta_id = ? WHERE {where}", (meta_id, stream, version))
 
 
 class TestSQLiteFileCompact(TestSQLiteFile):

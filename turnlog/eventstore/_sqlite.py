@@ -109,8 +109,6 @@ from ._sqlite_schema import (
     write_transaction,
 )
 from ._sqlite_write import (
-    SNAPSHOT_COLUMNS,
-    UPSERT_SNAPSHOT,
     find_resent,
     insert_entries,
     insert_raw,
@@ -620,9 +618,12 @@ class SQLiteEventStore(EventStore):
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
                 meta = bind_snapshot(snap, self._conn.layout.event_hash(conn, snap.stream, snap.version))
+                layout = self._conn.layout
                 conn.execute(
-                    UPSERT_SNAPSHOT,
-                    (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now),
+                    layout.upsert_snapshot,
+                    layout.snapshot_params(
+                        (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now)
+                    ),
                 )
 
         inline = self.durability == "normal" and len(snap.data) <= _INLINE_MAX_BYTES
@@ -646,8 +647,9 @@ class SQLiteEventStore(EventStore):
             # The newest snapshot that is intact and stands on this log; the rows are read
             # one by one, so normally only the first is.
             cursor = self._conn.execute(sql, params)
+            convert = self._conn.layout.snapshot_row
             try:
-                return first_intact(self.upcasters, cursor)
+                return first_intact(self.upcasters, map(convert, cursor))
             finally:
                 cursor.close()
 
@@ -695,10 +697,11 @@ class SQLiteEventStore(EventStore):
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
         """Every stored snapshot, ordered by stream, type and version."""
-        sql = f"SELECT {SNAPSHOT_COLUMNS} FROM snapshots ORDER BY stream, type, version"
+        layout = self._conn.layout
+        sql = f"SELECT {layout.snapshot_columns} FROM snapshots ORDER BY stream, type, version"
 
         def run(blocking: bool) -> list[RawSnapshot]:
-            return [RawSnapshot(*row) for row in self._conn.execute(sql)]
+            return [RawSnapshot(*layout.snapshot_row(row)[:7]) for row in self._conn.execute(sql)]
 
         return await self._run(run, inline=False)
 

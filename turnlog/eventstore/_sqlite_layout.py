@@ -46,6 +46,7 @@ __all__ = [
     "StoreConnection",
     "TRAIN_AFTER",
     "layout_of",
+    "meta_digest",
 ]
 
 COMPACT_FORMAT = 3
@@ -57,6 +58,8 @@ _MIN_COMPRESS = 48
 _LEVEL = 6
 _DICT_BYTES = 8 * 1024
 _CACHE_MAX = 4096
+_SNAPSHOT_ZLIB = -1
+"""``snapshots.codec`` of a snapshot compressed with plain zlib (0: kept as it is)."""
 
 COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 """Every column of an event in the text layout, in ``RawEvent`` order."""
@@ -82,6 +85,21 @@ class Layout:
         "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
     )
     """Snapshots with the hash of the log's event at their version (NULL when there is none)."""
+
+    snapshot_columns = "stream, type, version, schema, data, meta, recorded_at"
+    """The columns of a snapshot in ``RawSnapshot`` order, then what ``snapshot_row`` needs."""
+    upsert_snapshot = f"INSERT OR REPLACE INTO snapshots ({snapshot_columns}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+    def snapshot_params(self, values: Sequence[Any]) -> Sequence[Any]:
+        """The stored values of a snapshot given in ``RawSnapshot`` order."""
+        return values
+
+    def snapshot_row(self, row: Sequence[Any]) -> Sequence[Any]:
+        """A selected snapshot row (``snapshot_columns`` or ``bound_snapshots``) in ``RawSnapshot`` order.
+
+        A bound row keeps the log's hash as its eighth field.
+        """
+        return row
 
     def select(self, where: str = "1", tail: str = "") -> str:
         """An event select of rows for ``row``; ``where`` names the columns as ``*_col`` say."""
@@ -248,11 +266,20 @@ def _hash_bytes(digest: Any) -> Any:
     return digest
 
 
+def meta_digest(meta: bytes) -> int:
+    """The key ``metas`` rows are looked up by: 64 bits of BLAKE2b, as a signed SQLite integer."""
+    return int.from_bytes(hashlib.blake2b(meta, digest_size=8).digest(), "big", signed=True)
+
+
 def create_compact(conn: sqlite3.Connection) -> None:
     """Create the compact layout's event tables (in the open write transaction)."""
     conn.execute("CREATE TABLE streams (stream_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)")
     conn.execute("CREATE TABLE event_types (type_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)")
-    conn.execute("CREATE TABLE metas (meta_id INTEGER PRIMARY KEY, meta BLOB NOT NULL UNIQUE)")
+    # Looked up by a 64-bit digest: an index of the blobs themselves would double their size.
+    conn.execute(
+        "CREATE TABLE metas (meta_id INTEGER PRIMARY KEY, digest INTEGER NOT NULL, meta BLOB NOT NULL)"
+    )
+    conn.execute("CREATE INDEX metas_by_digest ON metas (digest)")
     conn.execute(
         "CREATE TABLE dicts (dict_id INTEGER PRIMARY KEY, zdict BLOB NOT NULL, sha256 BLOB NOT NULL)"
     )
@@ -276,6 +303,11 @@ def create_compact(conn: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+def add_snapshot_codec(conn: sqlite3.Connection) -> None:
+    """Give the compact layout's new ``snapshots`` table its ``codec`` column."""
+    conn.execute("ALTER TABLE snapshots ADD COLUMN codec INTEGER NOT NULL DEFAULT 0")
 
 
 def train_dictionary(payloads: Iterable[bytes]) -> bytes:
@@ -331,10 +363,37 @@ class CompactLayout(Layout):
     per_row = 7
     bound_snapshots = (
         "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, "
-        "CASE WHEN typeof(e.hash) = 'blob' THEN lower(hex(e.hash)) ELSE e.hash END "
+        "CASE WHEN typeof(e.hash) = 'blob' THEN lower(hex(e.hash)) ELSE e.hash END, s.codec "
         "FROM snapshots s LEFT JOIN streams n ON n.name = s.stream "
         "LEFT JOIN events e ON e.stream_id = n.stream_id AND e.version = s.version"
     )
+    snapshot_columns = "stream, type, version, schema, data, meta, recorded_at, NULL, codec"
+    upsert_snapshot = (
+        "INSERT OR REPLACE INTO snapshots (stream, type, version, schema, data, meta, recorded_at, codec) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def snapshot_params(self, values: Sequence[Any]) -> Sequence[Any]:
+        # A snapshot holds a whole state (every message of a branch): plain zlib shrinks it
+        # about tenfold, without a dictionary, which would be trained on events.
+        data = values[4]
+        packed = zlib.compress(data, _LEVEL)
+        if len(packed) < len(data):
+            return (*values[:4], packed, *values[5:7], _SNAPSHOT_ZLIB)
+        return (*values[:7], 0)
+
+    def snapshot_row(self, row: Sequence[Any]) -> Sequence[Any]:
+        codec = row[8]
+        data = row[4]
+        if codec == _SNAPSHOT_ZLIB:
+            try:
+                data = zlib.decompress(data)
+            except (zlib.error, TypeError):
+                # Kept as stored: the snapshot then fails its digest and is ignored (loads)
+                # or reported (verify), like any damaged snapshot.
+                pass
+        return (*row[:4], data, *row[5:8])
+
     raw_insert = (
         "INSERT INTO events (position, id, stream_id, version, type_id, schema, codec, data, meta_id, "
         "recorded_at, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -518,20 +577,35 @@ class CompactLayout(Layout):
 
     # ------------------------------------------------------------------ writes
 
-    def _intern(self, conn: sqlite3.Connection, kind: str, table: str, column: str, value: Any) -> int:
-        key = (kind, value)
-        found = self._known.get(key)
+    def _type_id(self, conn: sqlite3.Connection, name: str) -> int:
+        key = ("type", name)
+        found = self._known.get(key) or self._fresh.get(key)
         if found is None:
-            found = self._fresh.get(key)
-            if found is None:
-                id_col = "type_id" if kind == "type" else "meta_id"
-                row = conn.execute(f"SELECT {id_col} FROM {table} WHERE {column} = ?", (value,)).fetchone()
-                if row is None:
-                    found = conn.execute(f"INSERT INTO {table} ({column}) VALUES (?)", (value,)).lastrowid
-                else:
-                    found = row[0]
-                assert found is not None
-                self._fresh[key] = found
+            row = conn.execute("SELECT type_id FROM event_types WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                found = conn.execute("INSERT INTO event_types (name) VALUES (?)", (name,)).lastrowid
+            else:
+                found = row[0]
+            assert found is not None
+            self._fresh[key] = found
+        return found
+
+    def _meta_id(self, conn: sqlite3.Connection, meta: bytes) -> int:
+        key = ("meta", meta)
+        found = self._known.get(key) or self._fresh.get(key)
+        if found is None:
+            digest = meta_digest(meta)
+            row = conn.execute(
+                "SELECT meta_id FROM metas WHERE digest = ? AND meta = ?", (digest, meta)
+            ).fetchone()
+            if row is None:
+                found = conn.execute(
+                    "INSERT INTO metas (digest, meta) VALUES (?, ?)", (digest, meta)
+                ).lastrowid
+            else:
+                found = row[0]
+            assert found is not None
+            self._fresh[key] = found
         return found
 
     def _compress(self, conn: sqlite3.Connection, data: bytes) -> tuple[int, bytes]:
@@ -566,11 +640,11 @@ class CompactLayout(Layout):
         codec, data = self._compress(conn, ev.data)
         return (
             _id_bytes(ev.id),
-            self._intern(conn, "type", "event_types", "name", ev.type),
+            self._type_id(conn, ev.type),
             ev.schema,
             codec,
             data,
-            self._intern(conn, "meta", "metas", "meta", ev.meta),
+            self._meta_id(conn, ev.meta),
         )
 
     def hash_param(self, digest: str) -> Any:
@@ -586,11 +660,11 @@ class CompactLayout(Layout):
             _id_bytes(event.id),
             self.stream_key(conn, event.stream),
             event.version,
-            self._intern(conn, "type", "event_types", "name", event.type),
+            self._type_id(conn, event.type),
             event.schema,
             codec,
             data,
-            self._intern(conn, "meta", "metas", "meta", event.meta),
+            self._meta_id(conn, bytes(event.meta)),
             event.recorded_at_us,
             _hash_bytes(event.prev_hash),
             _hash_bytes(event.hash),
@@ -607,7 +681,7 @@ class CompactLayout(Layout):
             return
         position, old_meta = found
         # A redacted payload is a small marker: kept as it is, never in a dictionary.
-        new_meta = self._intern(conn, "meta", "metas", "meta", meta)
+        new_meta = self._meta_id(conn, meta)
         conn.execute(
             "UPDATE events SET codec = 0, data = ?, meta_id = ? WHERE position = ?",
             (data, new_meta, position),

@@ -90,6 +90,7 @@ def verify_on(conn: sqlite3.Connection, stream: str | None, quick: bool) -> Veri
             for row in conn.execute(
                 f"{layout.bound_snapshots} {where} ORDER BY s.stream, s.type, s.version", params
             ):
+                row = layout.snapshot_row(row)
                 checker.add_snapshot(row, row[7])
             checker.finish(stream)
         finally:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
 from ._records import EncodedEvent
-from ._sqlite_layout import COMPACT_FORMAT, Layout, create_compact, layout_of
+from ._sqlite_layout import COMPACT_FORMAT, Layout, add_snapshot_codec, create_compact, layout_of
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -242,6 +242,8 @@ def _create_common(db: sqlite_utils.Database, new_format: int) -> None:
         pk=("stream", "type", "version"),
         not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
     )
+    if new_format == COMPACT_FORMAT:
+        add_snapshot_codec(db.conn)
     db.table("tracking").create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
     db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
     db.table("meta").insert({"key": "format_version", "value": str(new_format)})

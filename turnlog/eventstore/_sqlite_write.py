@@ -143,7 +143,7 @@ def insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: list
     if events:
         layout.before_import(conn, [bytes(event.data) for event in events])
     conn.executemany(layout.raw_insert, [layout.raw_params(conn, event) for event in events])
-    conn.executemany(UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+    conn.executemany(layout.upsert_snapshot, [layout.snapshot_params(astuple(snap)) for snap in snapshots])
 
 
 def tracking_position(conn: sqlite3.Connection, consumer: str) -> int | None:
