@@ -206,3 +206,23 @@ async def test_redaction_leaves_no_copy_of_a_compressed_payload_or_its_meta(tmp_
     content = db.read_bytes()
     assert bytes(stored) not in content
     assert b"secret-run-4711" not in content
+
+
+async def test_names_made_by_a_rolled_back_append_are_not_reused_wrongly(tmp_path: Path) -> None:
+    """A failed batch's new type and meta numbers, given again to other names, read back right."""
+    from turnlog.eventstore import IdempotencyError
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}?format=3") as store:
+        first = NewEvent("t.one", {"n": 1})
+        await store.append("a", [first])
+        with pytest.raises(IdempotencyError):  # "b" goes in, then "c" clashes: all rolled back
+            await store.append_batch([("b", [NewEvent("t.two", {"n": 2}, {"m": 1})], 0), ("c", [first], 0)])
+        await store.append("c", [NewEvent("t.three", {"n": 3}, {"m": 2})])
+        await store.append("b", [NewEvent("t.two", {"n": 4}, {"m": 1})])
+        events = await collect(store.read_all())
+        assert [(e.stream, e.type, e.data, e.meta) for e in events] == [
+            ("a", "t.one", {"n": 1}, {}),
+            ("c", "t.three", {"n": 3}, {"m": 2}),
+            ("b", "t.two", {"n": 4}, {"m": 1}),
+        ]
+        assert (await store.verify()).ok

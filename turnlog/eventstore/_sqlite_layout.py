@@ -323,7 +323,9 @@ def train_dictionary(payloads: Iterable[bytes]) -> bytes:
     """A zlib preset dictionary of the JSON keys of ``payloads`` (their values left empty).
 
     Each payload's *skeleton* (its JSON with every string emptied, every number zero) is kept
-    once; the skeletons seen most often come last, where zlib reaches them most cheaply.
+    once, if at least two payloads share it: a structure one event alone has may be keyed by
+    its content (a mapping of names), which must not outlive a redaction of that event. The
+    skeletons seen most often come last, where zlib reaches them most cheaply.
     """
     counts: dict[bytes, int] = {}
     for payload in payloads:
@@ -332,7 +334,7 @@ def train_dictionary(payloads: Iterable[bytes]) -> bytes:
         except (orjson.JSONDecodeError, TypeError):
             continue
         counts[skeleton] = counts.get(skeleton, 0) + 1
-    ordered = sorted(counts, key=lambda s: counts[s])
+    ordered = sorted((s for s in counts if counts[s] > 1), key=lambda s: counts[s])
     out = b"".join(ordered)
     return out[-_DICT_BYTES:]
 
