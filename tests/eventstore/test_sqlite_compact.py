@@ -226,3 +226,29 @@ async def test_names_made_by_a_rolled_back_append_are_not_reused_wrongly(tmp_pat
             ("b", "t.two", {"n": 4}, {"m": 1}),
         ]
         assert (await store.verify()).ok
+
+
+async def test_two_connections_share_names_and_the_dictionary(tmp_path: Path) -> None:
+    """Two stores on one file intern names and train the dictionary once; each reads the other's rows."""
+    url = f"sqlite:///{tmp_path / 's.db'}?format=3"
+    async with open_store(url) as one, open_store(url) as two:
+        for n in range(TRAIN_AFTER):
+            await (one if n % 2 else two).append(f"branch-{n % 5}", turn(n))
+            await (two if n % 2 else one).append(
+                f"other-{n % 3}", [NewEvent(f"thing.kind_{n % 7}", {"n": n})]
+            )
+        assert [e.id for e in await collect(one.read_all())] == [e.id for e in await collect(two.read_all())]
+        assert (await one.verify()).ok
+    with raw(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT count(*) FROM dicts").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM event_types").fetchone() == (8,)
+    assert compressed_positions(tmp_path / "s.db")
+
+
+async def test_migrate_back_from_format_3_to_2_keeps_every_logical_byte(tmp_path: Path) -> None:
+    """A format 3 store copies into a format 2 one (for an older turnlog) unchanged."""
+    new, old = tmp_path / "new.db", tmp_path / "old.db"
+    await fill(f"sqlite:///{new}?format=3", 2 * TRAIN_AFTER)
+    async with open_store(f"sqlite:///{new}") as src, open_store(f"sqlite:///{old}?format=2") as dst:
+        assert (await migrate(src, dst)).ok
+        assert await dst.raw_events(0, 10_000) == await src.raw_events(0, 10_000)  # type: ignore[attr-defined]
