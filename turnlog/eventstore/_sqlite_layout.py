@@ -178,6 +178,24 @@ class Layout:
         """A hash as stored."""
         return digest
 
+    single_insert = (
+        "INSERT INTO events (id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def single_row(
+        self,
+        conn: sqlite3.Connection,
+        key: Any,
+        version: int,
+        prev: str,
+        ev: EncodedEvent,
+        digest: str,
+        now: int,
+    ) -> tuple[Any, ...]:
+        """The parameters of ``single_insert``: one event after ``version`` of the stream ``key``."""
+        return (ev.id, key, version + 1, ev.type, ev.schema, ev.data, ev.meta, now, prev, digest)
+
     def raw_params(self, conn: sqlite3.Connection, event: Any) -> tuple[Any, ...]:
         """The stored values of a ``RawEvent``, in ``raw_insert`` order."""
         return tuple(event)
@@ -681,6 +699,36 @@ class CompactLayout(Layout):
 
     def hash_param(self, digest: str) -> Any:
         return _hash_bytes(digest)
+
+    single_insert = (
+        "INSERT INTO events (id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, "
+        "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def single_row(
+        self,
+        conn: sqlite3.Connection,
+        key: Any,
+        version: int,
+        prev: str,
+        ev: EncodedEvent,
+        digest: str,
+        now: int,
+    ) -> tuple[Any, ...]:
+        eid, type_id, schema, codec, data, meta_id = self.encode(conn, ev)
+        return (
+            eid,
+            key,
+            version + 1,
+            type_id,
+            schema,
+            codec,
+            data,
+            meta_id,
+            now,
+            _hash_bytes(prev),
+            _hash_bytes(digest),
+        )
 
     def block_row(self, n: int, j: int, prev: str) -> str:
         return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?{n + 5}, ?2, {prev}, ?{n + 6})"
