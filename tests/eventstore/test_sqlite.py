@@ -31,7 +31,7 @@ from turnlog.eventstore import (
     open_store,
 )
 from turnlog.eventstore._sqlite import FORMAT_VERSION
-from turnlog.eventstore._sqlite_layout import meta_digest
+from turnlog.eventstore._sqlite_compact import meta_digest
 
 
 class TestSQLiteFile(StoreConformance):

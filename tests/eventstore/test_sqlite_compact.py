@@ -18,7 +18,7 @@ from turnlog.eventstore import (
     migrate,
     open_store,
 )
-from turnlog.eventstore._sqlite_layout import TRAIN_AFTER
+from turnlog.eventstore._sqlite_compact import TRAIN_AFTER
 
 
 @contextmanager

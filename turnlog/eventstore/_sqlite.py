@@ -2,7 +2,8 @@
 
 Why this module is over 500 lines: it is one class, ``SQLiteEventStore``, the port's thirty-odd
 methods on one connection, each a few lines that hand a job to ``_run``. What is not the
-class lives beside it, one concept per module: the tables and format (``_sqlite_schema``),
+class lives beside it, one concept per module: the tables and format (``_sqlite_schema``), the
+layout of event rows in each format and the SQL that reads and writes them (``_sqlite_layout``),
 opening connections and SQLite's errors (``_sqlite_connect``), what a write transaction does
 (``_sqlite_write``), pages of reads and ``verify``'s walk (``_sqlite_read``), redaction and the
 chain upgrade (``_sqlite_redact``). Splitting the class itself would split the port.
@@ -93,8 +94,9 @@ from ._records import (
 )
 from ._redaction import Redaction, RedactionResult
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
+from ._sqlite_compact import attach
 from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
-from ._sqlite_layout import StoreConnection, attach
+from ._sqlite_layout import StoreConnection
 from ._sqlite_read import read_filters, rows_page, verify_on
 from ._sqlite_redact import erase_freed, redact_sync, upgrade_sync
 from ._sqlite_schema import (

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
 from ._records import EncodedEvent
-from ._sqlite_layout import COMPACT_FORMAT, Layout, add_snapshot_codec, create_compact, layout_of
+from ._sqlite_compact import COMPACT_FORMAT, add_snapshot_codec, create_compact
+from ._sqlite_layout import Layout, layout_of
 
 if TYPE_CHECKING:
     import sqlite_utils
