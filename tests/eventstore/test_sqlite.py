@@ -31,6 +31,7 @@ from turnlog.eventstore import (
     open_store,
 )
 from turnlog.eventstore._sqlite import FORMAT_VERSION
+from turnlog.eventstore._sqlite_compact import meta_digest
 
 
 class TestSQLiteFile(StoreConformance):
@@ -45,9 +46,7 @@ class TestSQLiteFile(StoreConformance):
         assert isinstance(store, SQLiteEventStore)
         conn = sqlite3.connect(store.path, isolation_level=None)
         try:
-            conn.execute(
-                f"UPDATE events SET {column} = ? WHERE stream = ? AND version = ?", (data, stream, version)
-            )
+            tamper_row(conn, stream, version, data, column)
         finally:
             conn.close()
 
@@ -74,15 +73,50 @@ class TestSQLiteMemory(StoreConformance):
         self, store: EventStore, stream: str, version: int, data: bytes, column: str = "data"
     ) -> None:
         assert isinstance(store, SQLiteEventStore)
-        store._conn.execute(  # the private database has no other way in
-            f"UPDATE events SET {column} = ? WHERE stream = ? AND version = ?", (data, stream, version)
-        )
+        tamper_row(store._conn, stream, version, data, column)  # the private database has no other way in
 
     async def tamper_snapshot(self, store: EventStore, stream: str, version: int, data: bytes) -> None:
         assert isinstance(store, SQLiteEventStore)
         store._conn.execute(
             "UPDATE snapshots SET data = ? WHERE stream = ? AND version = ?", (data, stream, version)
         )
+
+
+def tamper_row(conn: sqlite3.Connection, stream: str, version: int, value: bytes, column: str) -> None:
+    """Set an event's ``data`` or ``meta`` by hand, in either layout (a payload goes in uncompressed)."""
+    if "stream_id" not in {row[1] for row in conn.execute("PRAGMA table_info(events)")}:
+        conn.execute(
+            f"UPDATE events SET {column} = ? WHERE stream = ? AND version = ?", (value, stream, version)
+        )
+        return
+    where = "stream_id = (SELECT stream_id FROM streams WHERE name = ?) AND version = ?"
+    if column == "data":
+        conn.execute(f"UPDATE events SET codec = 0, data = ? WHERE {where}", (value, stream, version))
+    else:
+        assert column == "meta"
+        meta_id = conn.execute(
+            "INSERT INTO metas (digest, meta) VALUES (?, ?)", (meta_digest(value), value)
+        ).lastrowid
+        conn.execute(f"UPDATE events SET meta_id = ? WHERE {where}", (meta_id, stream, version))
+
+
+class TestSQLiteFileCompact(TestSQLiteFile):
+    """The conformance suite on a store of format 3 (the compact layout)."""
+
+    @pytest.fixture
+    async def store(self, sqlite_url: str) -> AsyncIterator[EventStore]:
+        async with open_store(f"{sqlite_url}?format=3") as store:
+            assert isinstance(store, SQLiteEventStore) and store.format_version == 3
+            yield store
+
+
+class TestSQLiteMemoryCompact(TestSQLiteMemory):
+    """The conformance suite on a private database of format 3."""
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[EventStore]:
+        async with SQLiteEventStore(":memory:", new_format=3) as store:
+            yield store
 
 
 def file_size(path: Path) -> int:

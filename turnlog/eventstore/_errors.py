@@ -184,11 +184,13 @@ class CorruptStoreError(StoreError):
     Attributes:
         location: The store (a file or a masked URL).
         reason: What failed.
+        position: The position of the damaged event, when one is to blame.
     """
 
-    def __init__(self, location: str, reason: str) -> None:
+    def __init__(self, location: str, reason: str, *, position: int | None = None) -> None:
         self.location = location
         self.reason = reason
+        self.position = position
         super().__init__(f"{location}: the store is damaged: {reason}")
 
 

@@ -61,7 +61,9 @@ def open_store(
       unless ``create=False``);
     - ``sqlite:///:memory:``: a private SQLite database that lives as long as the store;
     - a SQLite URL may end in ``?durability=full`` (or ``normal``), so that a URL alone, as
-      in ``$TURNLOG_STORE`` or ``--store``, can ask for it; any other parameter is refused.
+      in ``$TURNLOG_STORE`` or ``--store``, can ask for it, and in ``format=3`` (or ``2``,
+      joined by ``&``): the format of a store it creates (``SQLiteEventStore``'s
+      ``new_format``); any other parameter is refused.
       Its path is percent-decoded (``%3F`` for a ``?`` in a file name);
     - ``memory://``: the pure-Python in-memory store;
     - ``postgresql://...`` or ``postgres://...``: PostgreSQL (needs ``pip install turnlog[postgres]``).
@@ -113,18 +115,21 @@ def open_store(
 
 def _open_sqlite(parsed: StoreURL, options: _Options) -> EventStore:
     from ._sqlite import SQLiteEventStore
+    from ._sqlite_schema import NEW_STORE_FORMAT
 
     wanted = parsed.params.get("durability")
     if options.durability is not None and wanted is not None and options.durability != wanted:
         raise UnsupportedStoreURL(
             f"{parsed.url!r} asks for durability={wanted}, the caller for durability={options.durability}"
         )
+    fmt = parsed.params.get("format")
     return SQLiteEventStore(
         parsed.location,
         upcasters=options.upcasters,
         max_event_bytes=options.max_event_bytes,
         durability=options.durability or cast(Durability | None, wanted) or "normal",
         create=options.create,
+        new_format=NEW_STORE_FORMAT if fmt is None else int(fmt),
     )
 
 

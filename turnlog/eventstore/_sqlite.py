@@ -2,7 +2,8 @@
 
 Why this module is over 500 lines: it is one class, ``SQLiteEventStore``, the port's thirty-odd
 methods on one connection, each a few lines that hand a job to ``_run``. What is not the
-class lives beside it, one concept per module: the tables and format (``_sqlite_schema``),
+class lives beside it, one concept per module: the tables and format (``_sqlite_schema``), the
+layout of event rows in each format and the SQL that reads and writes them (``_sqlite_layout``),
 opening connections and SQLite's errors (``_sqlite_connect``), what a write transaction does
 (``_sqlite_write``), pages of reads and ``verify``'s walk (``_sqlite_read``), redaction and the
 chain upgrade (``_sqlite_redact``). Splitting the class itself would split the port.
@@ -93,11 +94,15 @@ from ._records import (
 )
 from ._redaction import Redaction, RedactionResult
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
+from ._sqlite_compact import attach
 from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
-from ._sqlite_read import BOUND_SNAPSHOTS, read_filters, rows_page, verify_on
+from ._sqlite_layout import StoreConnection
+from ._sqlite_read import read_filters, rows_page, verify_on
 from ._sqlite_redact import erase_freed, redact_sync, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
+    NEW_STORE_FORMAT,
+    TEXT_FORMAT,
     bump_format,
     ensure_store_id,
     init_schema,
@@ -106,9 +111,6 @@ from ._sqlite_schema import (
     write_transaction,
 )
 from ._sqlite_write import (
-    COLUMNS,
-    SNAPSHOT_COLUMNS,
-    UPSERT_SNAPSHOT,
     find_resent,
     insert_entries,
     insert_raw,
@@ -122,6 +124,7 @@ from ._validation import (
     check_expected_version,
     check_read_range,
     check_stream_name,
+    check_stream_prefix,
     check_tracking,
     prepare_batch,
     prepare_events,
@@ -143,7 +146,6 @@ _ROW_POSITION: Callable[[tuple[Any, ...]], int] = itemgetter(0)
 """The key of a stored row in ``read_all`` pages (its position)."""
 _ROW_VERSION: Callable[[tuple[Any, ...]], int] = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
-_EVENT_HASH = "SELECT hash FROM events WHERE stream = ? AND version = ?"
 
 
 class _WouldBlock(Exception):
@@ -161,6 +163,10 @@ class SQLiteEventStore(EventStore):
         busy_timeout: Seconds a write waits for another process holding the write lock.
         create: Create the file and the store's tables when missing (the default). When false,
             a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
+        new_format: The format of a store this creates: 3 (the compact layout: about a
+            third of the size) or 2 (the default for now; turnlog versions before the compact
+            layout can open it). An existing store keeps its format (``turnlog migrate``
+            copies one into a new store of format 3).
 
     A file the store creates is readable and writable by its owner only (mode 0600, less if
     the umask says so); SQLite gives its ``-wal`` and ``-shm`` files the same mode. Opening
@@ -190,6 +196,7 @@ class SQLiteEventStore(EventStore):
         durability: Durability = "normal",
         busy_timeout: float = 5.0,
         create: bool = True,
+        new_format: int = NEW_STORE_FORMAT,
     ) -> None:
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         if durability not in ("normal", "full"):
@@ -219,13 +226,18 @@ class SQLiteEventStore(EventStore):
         self._conn = connect(
             target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability, create=create
         )
-        self._aux: sqlite3.Connection | None = None
+        self._aux: StoreConnection | None = None
         try:
-            init_schema(self._conn, target, self._busy_ms, create=create)
+            init_schema(self._conn, target, self._busy_ms, create=create, new_format=new_format)
             self._store_id = read_store_id(self._conn)
-            self._old_format = read_format(self._conn) < FORMAT_VERSION
+            self.format_version = read_format(self._conn)
+            """The format of the store's layout (``_sqlite_schema.FORMAT_VERSION``)."""
+            # A format 1 store becomes format 2 on its first write (same layout, see ``bump_format``).
+            self._old_format = self.format_version < TEXT_FORMAT
+            attach(self._conn, self.format_version, target)
             if not in_memory:
                 self._aux = connect(target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability)
+                attach(self._aux, self.format_version, target)
         except BaseException:
             self._conn.close()
             raise
@@ -350,6 +362,7 @@ class SQLiteEventStore(EventStore):
                         insert_entries(conn, unit, self.upcasters, self.path, savepoint="turnlog_unit")
                     )
                 except StoreError as exc:
+                    self._conn.layout.discard()
                     conn.execute("ROLLBACK TO turnlog_unit")
                     outcomes.append(exc)
                 conn.execute("RELEASE turnlog_unit")
@@ -436,9 +449,11 @@ class SQLiteEventStore(EventStore):
         check_stream_name(stream)
         check_read_range("from_version", from_version, "to_version", to_version, limit)
         order = "DESC" if backwards else "ASC"
-        sql = (
-            f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version >= ? AND version <= ? "
-            f"ORDER BY version {order} LIMIT ?"
+        layout = self._conn.layout
+        version = layout.version_col
+        sql = layout.select(
+            f"{layout.stream_is()} AND {version} >= ? AND {version} <= ?",
+            f"ORDER BY {version} {order} LIMIT ?",
         )
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
@@ -450,9 +465,10 @@ class SQLiteEventStore(EventStore):
             fetch, from_version, to_version, key=_ROW_VERSION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
+        convert = layout.row if layout.compact else None
         async for page in pages:
             for row in page:
-                yield decode_event(upcasters, row)
+                yield decode_event(upcasters, row if convert is None else convert(row))
 
     async def read_all(
         self,
@@ -466,11 +482,12 @@ class SQLiteEventStore(EventStore):
     ) -> AsyncIterator[RecordedEvent]:
         self._check_open()
         check_read_range("from_position", from_position, "to_position", to_position, limit)
-        filters, params = read_filters(types, stream_prefix)
+        layout = self._conn.layout
+        filters, params = read_filters(types, stream_prefix, layout)
         order = "DESC" if backwards else "ASC"
-        sql = (
-            f"SELECT {COLUMNS} FROM events WHERE position >= ? AND position <= ?{filters} "
-            f"ORDER BY position {order} LIMIT ?"
+        position = layout.position_col
+        sql = layout.select(
+            f"{position} >= ? AND {position} <= ?{filters}", f"ORDER BY {position} {order} LIMIT ?"
         )
 
         async def fetch(low: int, high: int | None, count: int) -> tuple[list[tuple[Any, ...]], bool]:
@@ -482,15 +499,16 @@ class SQLiteEventStore(EventStore):
             fetch, from_position, to_position, key=_ROW_POSITION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
+        convert = layout.row if layout.compact else None
         async for page in pages:
             for row in page:
-                yield decode_event(upcasters, row)
+                yield decode_event(upcasters, row if convert is None else convert(row))
 
     async def stream_version(self, stream: str) -> int:
         check_stream_name(stream)
 
         def run(blocking: bool) -> int:
-            row = self._conn.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
+            row = self._conn.execute(self._conn.layout.stream_version_sql(), (stream,)).fetchone()
             return row[0] or 0
 
         return await self._run(run)
@@ -502,8 +520,8 @@ class SQLiteEventStore(EventStore):
         return self._conn.execute("SELECT max(position) FROM events").fetchone()[0] or 0
 
     async def list_streams(self, prefix: str | None = None) -> list[tuple[str, int]]:
-        filters, params = read_filters(None, prefix)
-        sql = f"SELECT stream, max(version) FROM events WHERE 1{filters} GROUP BY stream ORDER BY stream"
+        check_stream_prefix(prefix)
+        sql, params = self._conn.layout.list_streams_sql(prefix)
 
         def run(blocking: bool) -> list[tuple[str, int]]:
             return [(row[0], row[1]) for row in self._conn.execute(sql, params)]
@@ -601,11 +619,13 @@ class SQLiteEventStore(EventStore):
 
         def run(blocking: bool) -> None:
             with write_transaction(self._conn) as conn:
-                found = conn.execute(_EVENT_HASH, (snap.stream, snap.version)).fetchone()
-                meta = bind_snapshot(snap, None if found is None else found[0])
+                meta = bind_snapshot(snap, self._conn.layout.event_hash(conn, snap.stream, snap.version))
+                layout = self._conn.layout
                 conn.execute(
-                    UPSERT_SNAPSHOT,
-                    (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now),
+                    layout.upsert_snapshot,
+                    layout.snapshot_params(
+                        (snap.stream, snap.type, snap.version, snap.schema, snap.data, meta, now)
+                    ),
                 )
 
         inline = self.durability == "normal" and len(snap.data) <= _INLINE_MAX_BYTES
@@ -615,7 +635,7 @@ class SQLiteEventStore(EventStore):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         check_stream_name(stream)
-        sql = f"{BOUND_SNAPSHOTS} WHERE s.stream = ?"
+        sql = f"{self._conn.layout.bound_snapshots} WHERE s.stream = ?"
         params: list[Any] = [stream]
         if at_or_before_version is not None:
             sql += " AND s.version <= ?"
@@ -629,8 +649,9 @@ class SQLiteEventStore(EventStore):
             # The newest snapshot that is intact and stands on this log; the rows are read
             # one by one, so normally only the first is.
             cursor = self._conn.execute(sql, params)
+            convert = self._conn.layout.snapshot_row
             try:
-                return first_intact(self.upcasters, cursor)
+                return first_intact(self.upcasters, map(convert, cursor))
             finally:
                 cursor.close()
 
@@ -661,21 +682,28 @@ class SQLiteEventStore(EventStore):
         """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
         self._check_open()
         check_raw_range(after_position, to_position, limit)
-        filters, params = read_filters(types, None)
-        sql = f"SELECT {COLUMNS} FROM events WHERE position > ? AND position <= ?{filters} ORDER BY position LIMIT ?"
+        layout = self._conn.layout
+        filters, params = read_filters(types, None, layout)
+        position = layout.position_col
+        sql = layout.select(f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?")
         params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
+        convert = layout.row if layout.compact else None
 
         def run(blocking: bool) -> list[RawEvent]:
-            return [raw_event(row) for row in self._conn.execute(sql, params)]
+            rows = self._conn.execute(sql, params)
+            if convert is None:
+                return [raw_event(row) for row in rows]
+            return [raw_event(convert(row)) for row in rows]
 
         return await self._run(run, inline=limit <= _PAGE)
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
         """Every stored snapshot, ordered by stream, type and version."""
-        sql = f"SELECT {SNAPSHOT_COLUMNS} FROM snapshots ORDER BY stream, type, version"
+        layout = self._conn.layout
+        sql = f"SELECT {layout.snapshot_columns} FROM snapshots ORDER BY stream, type, version"
 
         def run(blocking: bool) -> list[RawSnapshot]:
-            return [RawSnapshot(*row) for row in self._conn.execute(sql)]
+            return [RawSnapshot(*layout.snapshot_row(row)[:7]) for row in self._conn.execute(sql)]
 
         return await self._run(run, inline=False)
 

@@ -14,6 +14,7 @@ import time
 import urllib.parse
 
 from ._errors import CorruptStoreError, StoreError, StoreFormatError, StoreNotFound, StoreUnavailable
+from ._sqlite_layout import StoreConnection
 
 __all__ = [
     "close_quietly",
@@ -36,7 +37,7 @@ def parse_target(path: str) -> tuple[str, bool]:
 
 def connect(
     target: str, *, busy_ms: int, in_memory: bool, durability: str, create: bool = True
-) -> sqlite3.Connection:
+) -> StoreConnection:
     """Open ``target`` (never creating it) in WAL mode with the store's pragmas.
 
     Raises:
@@ -44,10 +45,15 @@ def connect(
         CorruptStoreError, StoreFormatError, StoreUnavailable: the file is damaged, not
             SQLite, or cannot be opened.
     """
-    conn: sqlite3.Connection | None = None
+    conn: StoreConnection | None = None
     try:
         conn = sqlite3.connect(
-            uri(target), isolation_level=None, check_same_thread=False, timeout=0, uri=True
+            uri(target),
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=0,
+            uri=True,
+            factory=StoreConnection,
         )
         # A file that is not SQLite only fails on first access.
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ._chain import ChainChecker
+from ._errors import CorruptStoreError
 from ._problem import Problem
 from ._records import VerifyReport
 from ._redaction import RedactionRecords
 from ._sqlite_connect import lenient_text
+from ._sqlite_layout import TEXT_LAYOUT, Layout, layout_of
 from ._sqlite_redact import redaction_rows
 from ._sqlite_schema import rollback
-from ._sqlite_write import COLUMNS
 from ._validation import check_stream_prefix, check_type_filter
 
 __all__ = ["BOUND_SNAPSHOTS", "read_filters", "rows_page", "verify_on"]
@@ -22,11 +23,8 @@ PAGE_BYTES = 4 * 1024 * 1024
 """A page of a read ends once it holds about this much payload."""
 _PAGE_BYTES = PAGE_BYTES
 
-BOUND_SNAPSHOTS = (
-    "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, e.hash "
-    "FROM snapshots s LEFT JOIN events e ON e.stream = s.stream AND e.version = s.version"
-)
-"""Snapshots with the hash of the log's event at their version (NULL when there is none)."""
+BOUND_SNAPSHOTS = TEXT_LAYOUT.bound_snapshots
+"""Snapshots with the hash of the log's event at their version, text layout (``Layout.bound_snapshots``)."""
 
 
 def rows_page(
@@ -77,18 +75,22 @@ def verify_on(conn: sqlite3.Connection, stream: str | None, quick: bool) -> Veri
                 problems.extend(Problem("", 0, f"SQLite {pragma}: {line}") for line in result)
         conn.execute("BEGIN")  # one consistent view of the log while checking it
         try:
+            layout = layout_of(conn)
             checker.redactions = RedactionRecords.from_rows(redaction_rows(conn))
-            where = "WHERE stream = ?" if stream is not None else ""
+            where = layout.stream_is() if stream is not None else "1"
             params = () if stream is None else (stream,)
-            sql = f"SELECT {COLUMNS} FROM events {where} ORDER BY stream, version"
-            # The (stream, version) index gives this order without sorting, and the cursor
+            # Rows come grouped by stream (by its number in the compact layout), by version:
+            # the (stream, version) index gives this order without sorting, and the cursor
             # streams rows, so memory stays flat however large the log is.
+            stream_key = "e.stream_id" if layout.compact else "stream"
+            sql = layout.select(where, f"ORDER BY {stream_key}, {layout.version_col}")
             for row in conn.execute(sql, params):
-                checker.add_row(row)
+                checker.add_row(_logical(layout, row, problems))
             where = "WHERE s.stream = ?" if stream is not None else ""
             for row in conn.execute(
-                f"{BOUND_SNAPSHOTS} {where} ORDER BY s.stream, s.type, s.version", params
+                f"{layout.bound_snapshots} {where} ORDER BY s.stream, s.type, s.version", params
             ):
+                row = layout.snapshot_row(row)
                 checker.add_snapshot(row, row[7])
             checker.finish(stream)
         finally:
@@ -102,17 +104,24 @@ def verify_on(conn: sqlite3.Connection, stream: str | None, quick: bool) -> Veri
     return checker.report(problems, checks)
 
 
-def read_filters(types: Iterable[str] | None, stream_prefix: str | None) -> tuple[str, list[Any]]:
+def _logical(layout: Layout, row: Sequence[Any], problems: list[Problem]) -> Sequence[Any]:
+    """The logical row for the checker; a row that cannot be read is a problem, then checked as stored.
+
+    Checked as stored (its compressed bytes as the payload), the row also fails its hash,
+    so the chain is still followed past it.
+    """
+    if not layout.compact:
+        return row
+    try:
+        return layout.row(row)
+    except CorruptStoreError as exc:
+        problems.append(Problem(str(row[2] or ""), row[3], exc.reason, position=row[0]))
+        return (*row[:2], row[2] or "", row[3], row[4] or "", row[5], row[6], row[7] or b"", *row[8:11])
+
+
+def read_filters(
+    types: Iterable[str] | None, stream_prefix: str | None, layout: Layout = TEXT_LAYOUT
+) -> tuple[str, list[Any]]:
+    """``AND`` conditions (and their parameters) of a read by types and stream prefix."""
     check_stream_prefix(stream_prefix)
-    sql = ""
-    params: list[Any] = []
-    wanted = check_type_filter(types)
-    if wanted is not None:
-        if not wanted:
-            return " AND 0", []
-        sql += f" AND type IN ({','.join('?' * len(wanted))})"
-        params.extend(wanted)
-    if stream_prefix:
-        sql += " AND substr(stream, 1, ?) = ?"
-        params.extend((len(stream_prefix), stream_prefix))
-    return sql, params
+    return layout.filters(check_type_filter(types), stream_prefix)

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from ._errors import RedactionError, StoreUnavailable
 from ._records import ANY
 from ._redaction import REDACTIONS_STREAM, Plan, Redaction, RedactionResult, plan_redaction
+from ._sqlite_layout import layout_of
 from ._sqlite_schema import write_transaction
-from ._sqlite_write import COLUMNS, insert_entries
+from ._sqlite_write import insert_entries
 from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
 from ._validation import PreparedAppend, prepare_events
@@ -26,9 +27,10 @@ __all__ = ["erase_freed", "redact_sync", "redaction_rows", "upgrade_sync"]
 
 def redaction_rows(conn: sqlite3.Connection) -> list[tuple[int, bytes, str]]:
     """``(version, data, id)`` of every redaction record, for ``RedactionRecords.from_rows``."""
-    return conn.execute(
-        "SELECT version, data, id FROM events WHERE stream = ? ORDER BY version", (REDACTIONS_STREAM,)
-    ).fetchall()
+    layout = layout_of(conn)
+    sql = layout.select(layout.stream_is(), f"ORDER BY {layout.version_col}")
+    rows = [layout.row(row) for row in conn.execute(sql, (REDACTIONS_STREAM,))]
+    return [(row[3], row[6], row[1]) for row in rows]
 
 
 def redact_sync(
@@ -45,27 +47,24 @@ def redact_sync(
     ``before_write`` runs in the transaction before anything is written (the store's first
     write to an older store records its id and format there).
     """
+    layout = layout_of(conn)
     conn.execute("PRAGMA secure_delete = ON")
     try:
         with write_transaction(conn) as c:
             plans: list[Plan | RedactionResult] = []
+            sql = layout.select(f"{layout.stream_is()} AND {layout.version_col} = ?")
             for target in targets:
-                row = c.execute(
-                    f"SELECT {COLUMNS} FROM events WHERE stream = ? AND version = ?",
-                    (target.stream, target.version),
-                ).fetchone()
+                row = c.execute(sql, (target.stream, target.version)).fetchone()
                 if row is None:
                     raise RedactionError(target.stream, target.version, "no such event")
-                plans.append(plan_redaction(target, row))
+                plans.append(plan_redaction(target, layout.row(row)))
             changed = [plan for plan in plans if isinstance(plan, Plan)]
             if changed:
                 before_write(c)
                 _, records = prepare_events(REDACTIONS_STREAM, [plan.record for plan in changed], 2**62)
                 insert_entries(c, [PreparedAppend(REDACTIONS_STREAM, records, ANY)], upcasters, path)
-                c.executemany(
-                    "UPDATE events SET data = ?, meta = ? WHERE stream = ? AND version = ?",
-                    [(plan.data, plan.meta, plan.target.stream, plan.target.version) for plan in changed],
-                )
+                for plan in changed:
+                    layout.set_payload(c, plan.target.stream, plan.target.version, plan.data, plan.meta)
                 c.executemany(
                     "DELETE FROM snapshots WHERE stream = ?",
                     [(name,) for name in sorted({plan.target.stream for plan in changed})],
@@ -106,16 +105,17 @@ def upgrade_sync(
     before_write: Callable[[sqlite3.Connection], None],
 ) -> list[str]:
     """``upgrade_chain`` in one transaction on ``conn`` (the writer); ``before_write`` as in ``redact_sync``."""
+    layout = layout_of(conn)
     with write_transaction(conn) as c:
-        rows = c.execute(f"SELECT {COLUMNS} FROM events ORDER BY stream, version").fetchall()
+        rows = [
+            layout.row(row)
+            for row in c.execute(layout.select("1", f"ORDER BY {layout.stream_col}, {layout.version_col}"))
+        ]
         plan = plan_upgrade(rows, actor)
         if plan.streams:
             before_write(c)
             _, records = prepare_events(UPGRADES_STREAM, plan.records, 2**62)
             insert_entries(c, [PreparedAppend(UPGRADES_STREAM, records, ANY)], upcasters, path)
-            c.executemany(
-                "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
-                [(prev, digest, position) for position, prev, digest in plan.updates],
-            )
+            layout.set_hashes(c, plan.updates)
             c.executemany("DELETE FROM snapshots WHERE stream = ?", [(name,) for name in plan.streams])
     return plan.streams

@@ -1,10 +1,22 @@
 """The SQLite store's layout: creating it, checking its format version, write transactions, inserts.
 
-Layout (created with sqlite-utils; the format version is kept in ``meta``)::
+Tables (created with sqlite-utils; the format version is kept in ``meta``). Formats 1 and 2
+(the text layout; 1 differs by the hash chain of its events only)::
 
     events(position INTEGER PRIMARY KEY AUTOINCREMENT, id UNIQUE, stream, version, type,
            schema, data BLOB, meta BLOB, recorded_at INTEGER (UTC µs), prev_hash, hash,
            UNIQUE(stream, version))
+
+Format 3 (the compact layout, what new stores get; see ``_sqlite_layout``)::
+
+    events(position INTEGER PRIMARY KEY AUTOINCREMENT, id BLOB(16) UNIQUE, stream_id, version,
+           type_id, schema, codec, data BLOB, meta_id, recorded_at, prev_hash BLOB(32),
+           hash BLOB(32), UNIQUE(stream_id, version))
+    streams(stream_id PRIMARY KEY, name UNIQUE)   event_types(type_id PRIMARY KEY, name UNIQUE)
+    metas(meta_id PRIMARY KEY, meta UNIQUE)       dicts(dict_id PRIMARY KEY, zdict, sha256)
+
+Both::
+
     snapshots(stream, type, version, schema, data BLOB, meta BLOB, recorded_at)
     tracking(consumer PRIMARY KEY, position)      -- for consumers that keep their place here
     meta(key PRIMARY KEY, value)                  -- format_version, store_id
@@ -20,12 +32,16 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
 from ._records import EncodedEvent
+from ._sqlite_compact import COMPACT_FORMAT, add_snapshot_codec, create_compact
+from ._sqlite_layout import Layout, layout_of
 
 if TYPE_CHECKING:
     import sqlite_utils
 
 __all__ = [
     "FORMAT_VERSION",
+    "NEW_STORE_FORMAT",
+    "TEXT_FORMAT",
     "bump_format",
     "read_format",
     "ensure_store_id",
@@ -36,19 +52,24 @@ __all__ = [
     "write_transaction",
 ]
 
-FORMAT_VERSION = 2
-"""2: events are hashed by the digest chain (format 1 stores hold legacy-chain events, read
-as they are; their first write by this turnlog records format 2)."""
-"""The newest store layout this code writes and reads."""
+FORMAT_VERSION = COMPACT_FORMAT
+"""The newest store layout this code writes and reads, and the one of new stores.
 
-_INSERT = (
-    "INSERT INTO events (id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+2: events are hashed by the digest chain (format 1 stores hold legacy-chain events, read as
+they are; their first write by this turnlog records format 2). 3: the compact layout
+(``_sqlite_layout``); a format 2 store stays format 2 until ``turnlog migrate`` copies it."""
+TEXT_FORMAT = 2
+"""The newest format of the text layout (what a format 1 store becomes on its first write)."""
+NEW_STORE_FORMAT = TEXT_FORMAT
+"""The format of a store created without asking for one (``new_format``, ``?format=`` in a URL).
+
+Still the text layout: tests and tools outside the store that edit rows by hand with SQL (to
+forge damage) know only it. ``turnlog migrate`` writes format 3 unless told otherwise."""
 
 
 def rollback(conn: sqlite3.Connection) -> None:
     """Roll back the open transaction, if there is one."""
+    layout_of(conn).discard()
     if conn.in_transaction:
         conn.execute("ROLLBACK")
 
@@ -67,15 +88,23 @@ class _WriteTransaction:
 
     def __enter__(self) -> sqlite3.Connection:
         self._conn.execute("BEGIN IMMEDIATE")
+        layout_of(self._conn).begin()
         return self._conn
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        layout = layout_of(self._conn)
         if exc_type is None:
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                layout.end()
+                raise
+            layout.committed()
         else:
             rollback(self._conn)
+            layout.end()
 
 
 def write_transaction(conn: sqlite3.Connection) -> _WriteTransaction:
@@ -83,8 +112,18 @@ def write_transaction(conn: sqlite3.Connection) -> _WriteTransaction:
     return _WriteTransaction(conn)
 
 
-def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bool = True) -> None:
+def init_schema(
+    conn: sqlite3.Connection,
+    path: str,
+    busy_ms: int,
+    *,
+    create: bool = True,
+    new_format: int = FORMAT_VERSION,
+) -> None:
     """Check the format of an existing store, or create the layout in an empty database.
+
+    ``new_format`` is the format an empty database gets: the newest, or ``TEXT_FORMAT`` (2)
+    for a store an older turnlog can still open.
 
     An existing store is checked with reads only, so opening it never waits for a writer
     of another process: the write lock is taken only to create the tables.
@@ -108,7 +147,7 @@ def init_schema(conn: sqlite3.Connection, path: str, busy_ms: int, *, create: bo
 
         db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
         with write_transaction(conn):
-            _create_or_check(db, path)
+            _create_or_check(db, path, new_format)
     except sqlite3.DatabaseError as exc:
         if "malformed" in str(exc):
             raise CorruptStoreError(path, str(exc)) from exc
@@ -126,9 +165,9 @@ def _table_names(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
 
 
-def _create_or_check(db: sqlite_utils.Database, path: str) -> None:
+def _create_or_check(db: sqlite_utils.Database, path: str, new_format: int) -> None:
     if not _table_names(db.conn):  # another process may have created it since the first look
-        _create(db)
+        _create(db, new_format)
         return
     _check(db.conn, path)
 
@@ -155,7 +194,19 @@ def _check(conn: sqlite3.Connection, path: str) -> None:
     # first write records format 2 (``bump_format``), so an older turnlog then refuses it.
 
 
-def _create(db: sqlite_utils.Database) -> None:
+def _create(db: sqlite_utils.Database, new_format: int) -> None:
+    if new_format not in (TEXT_FORMAT, COMPACT_FORMAT):
+        raise ValueError(
+            f"turnlog creates stores of format {TEXT_FORMAT} or {COMPACT_FORMAT}, not {new_format}"
+        )
+    if new_format == COMPACT_FORMAT:
+        create_compact(db.conn)
+    else:
+        _create_text_events(db)
+    _create_common(db, new_format)
+
+
+def _create_text_events(db: sqlite_utils.Database) -> None:
     # sqlite-utils has no public switch for AUTOINCREMENT, which keeps positions from
     # being reused after a delete, so the events table is spelled out.
     db.execute(
@@ -176,6 +227,9 @@ def _create(db: sqlite_utils.Database) -> None:
         )
         """
     )
+
+
+def _create_common(db: sqlite_utils.Database, new_format: int) -> None:
     db.table("snapshots").create(
         {
             "stream": str,
@@ -189,9 +243,11 @@ def _create(db: sqlite_utils.Database) -> None:
         pk=("stream", "type", "version"),
         not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
     )
+    if new_format == COMPACT_FORMAT:
+        add_snapshot_codec(db.conn)
     db.table("tracking").create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
     db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
-    db.table("meta").insert({"key": "format_version", "value": str(FORMAT_VERSION)})
+    db.table("meta").insert({"key": "format_version", "value": str(new_format)})
     ensure_store_id(db.conn)
 
 
@@ -208,8 +264,8 @@ def read_format(conn: sqlite3.Connection) -> int:
 
 
 def bump_format(conn: sqlite3.Connection) -> None:
-    """Record this turnlog's format (call inside a write transaction, before writing events)."""
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
+    """Record format 2 in a format 1 store (call inside a write transaction, before writing events)."""
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(TEXT_FORMAT),))
 
 
 def ensure_store_id(conn: sqlite3.Connection) -> str:
@@ -222,7 +278,7 @@ def ensure_store_id(conn: sqlite3.Connection) -> str:
 
 def insert_events(
     conn: sqlite3.Connection,
-    stream: str,
+    stream: Any,
     version: int,
     prev: str,
     events: Sequence[EncodedEvent],
@@ -231,52 +287,61 @@ def insert_events(
 ) -> int | None:
     """Insert the events of one stream (versions after ``version``); return the last position.
 
+    ``stream`` is what the layout stores for the stream (``Layout.stream_key``).
+
     Several events go in multi-row statements of ``_BLOCK`` rows (then of halving sizes for
     the rest), each binding the stream, the time, its first version and previous hash once and
     six values per row: about half the cost of one statement per row (measured on 1,024-event
     appends: 3.9 µs per row with ``executemany``, 2.1 µs in blocks of 64).
     """
+    layout = layout_of(conn)
     count = len(events)
-    if count == 1:
-        ev = events[0]
-        row = (ev.id, stream, version + 1, ev.type, ev.schema, ev.data, ev.meta, now, prev, hashes[0])
-        return conn.execute(_INSERT, row).lastrowid
-    last: int | None = None
+    if count == 1:  # the common case, one statement with a row of plain parameters
+        last = conn.execute(
+            layout.single_insert, layout.single_row(conn, stream, version, prev, events[0], hashes[0], now)
+        ).lastrowid
+        if last is not None and layout.compact:
+            layout.after_write(conn, last)
+        return last
+    encode, hash_param = layout.encode, layout.hash_param
+    last = None
     done = 0
     while done < count:
         left = count - done
         size = _BLOCK if left >= _BLOCK else 1 << (left.bit_length() - 1)
-        params: list[Any] = [stream, now, version + done + 1, hashes[done - 1] if done else prev]
+        params: list[Any] = [stream, now, version + done + 1, hash_param(hashes[done - 1] if done else prev)]
         extend, append = params.extend, params.append
         for ev, digest in zip(events[done : done + size], hashes[done : done + size], strict=True):
-            extend(ev)  # id, type, schema, data, meta: the order of the row's placeholders
-            append(digest)
-        last = conn.execute(_block_insert(size), params).lastrowid
+            extend(encode(conn, ev))
+            append(hash_param(digest))
+        last = conn.execute(_block_insert(layout, size), params).lastrowid
         done += size
+    if last is not None:
+        layout.after_write(conn, last)
     return last
 
 
 _BLOCK = 64
 """Rows per multi-row insert; 64 to 256 cost the same per row, and 64 keeps statements short."""
-_BLOCK_SQL: dict[int, str] = {}
+_BLOCK_SQL: dict[tuple[bool, int], str] = {}
 
 
-def _block_insert(size: int) -> str:
-    """The insert of ``size`` consecutive events of one stream, made once per size.
+def _block_insert(layout: Layout, size: int) -> str:
+    """The insert of ``size`` consecutive events of one stream, made once per layout and size.
 
     Parameters: ``?1`` stream, ``?2`` recorded_at, ``?3`` the first version, ``?4`` the first
-    previous hash, then six per row (id, type, schema, data, meta, hash); each row's version
-    is ``?3`` plus its offset and its previous hash is the hash parameter of the row before.
+    previous hash, then ``layout.per_row`` per row (``Layout.encode``'s values, then the hash);
+    each row's version is ``?3`` plus its offset and its previous hash is the hash parameter
+    of the row before.
     """
-    sql = _BLOCK_SQL.get(size)
+    key = (layout.compact, size)
+    sql = _BLOCK_SQL.get(key)
     if sql is None:
         rows = []
+        per_row = layout.per_row
         for j in range(size):
-            n = 5 + 6 * j
+            n = 5 + per_row * j
             prev = "?4" if j == 0 else f"?{n - 1}"
-            rows.append(f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?2, {prev}, ?{n + 5})")
-        sql = _BLOCK_SQL[size] = (
-            "INSERT INTO events (id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash) "
-            "VALUES " + ", ".join(rows)
-        )
+            rows.append(layout.block_row(n, j, prev))
+        sql = _BLOCK_SQL[key] = f"INSERT INTO events ({layout.insert_columns}) VALUES " + ", ".join(rows)
     return sql

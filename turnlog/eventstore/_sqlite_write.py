@@ -18,6 +18,7 @@ from ._errors import ConcurrencyError, StoreError, TrackingError
 from ._raw import RawEvent, RawSnapshot, check_continuation
 from ._records import AppendResult, EncodedEvent, Tracking
 from ._results import append_result, chained_rows, match_resent
+from ._sqlite_layout import layout_of
 from ._sqlite_schema import insert_events, rollback
 from ._upcasting import Upcasters
 from ._validation import PreparedAppend, version_matches
@@ -38,8 +39,6 @@ COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at,
 SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 """Every column of a snapshot, in ``RawSnapshot`` order."""
 UPSERT_SNAPSHOT = f"INSERT OR REPLACE INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-_INSERT_RAW = f"INSERT INTO events ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_STREAM_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
 _TRACKING = "SELECT position FROM tracking WHERE consumer = ?"
 _SAVE_TRACKING = "INSERT OR REPLACE INTO tracking (consumer, position) VALUES (?, ?)"
 
@@ -61,27 +60,29 @@ def insert_entries(
         IdempotencyError: stored ids with other content, or a mix of stored and new ones.
     """
     now = time.time_ns() // 1000
-    plans: list[tuple[str, int, str, Sequence[EncodedEvent], list[str]]] = []
-    heads: dict[str, tuple[int, str]] = {}
+    layout = layout_of(conn)
+    plans: list[tuple[str, Any, int, str, Sequence[EncodedEvent], list[str]]] = []
+    heads: dict[str, tuple[Any, int, str]] = {}
     for entry in entries:
         stream = entry.stream
         head = heads.get(stream)
         if head is None:
-            row = conn.execute(_STREAM_HEAD, (stream,)).fetchone()
-            head = (row[0], row[1]) if row is not None else (0, "")
-        version, prev = head
+            head = layout.head(conn, stream)
+        key, version, prev = head
         if not version_matches(entry.expected, version):
             original = find_resent(conn, entries, upcasters)
             if original is not None:
                 return original
             raise ConcurrencyError(stream, entry.expected, version)
+        if key is None:  # a new stream of the compact layout: its number, made now
+            key = layout.stream_key(conn, stream)
         hashes = chain_hashes(stream, version, prev, entry.events, now)
-        plans.append((stream, version, prev, entry.events, hashes))
-        heads[stream] = (version + len(hashes), hashes[-1])
+        plans.append((stream, key, version, prev, entry.events, hashes))
+        heads[stream] = (key, version + len(hashes), hashes[-1])
     results: list[AppendResult] = []
     try:
-        for stream, version, prev, events, hashes in plans:
-            last = insert_events(conn, stream, version, prev, events, hashes, now)
+        for stream, key, version, prev, events, hashes in plans:
+            last = insert_events(conn, key, version, prev, events, hashes, now)
             if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
                 raise StoreError(f"{location}: the insert reported no position")
             count = len(events)
@@ -93,6 +94,7 @@ def insert_entries(
             rollback(conn)
             conn.execute("BEGIN IMMEDIATE")
         else:
+            layout.discard()
             conn.execute(f"ROLLBACK TO {savepoint}")
         original = find_resent(conn, entries, upcasters)
         if original is not None:
@@ -109,17 +111,16 @@ def find_resent(
     Raises:
         IdempotencyError: some ids are stored with other content, or only some are stored.
     """
-    ids = [ev.id for entry in entries for ev in entry.events]
+    layout = layout_of(conn)
+    ids = [layout.id_param(ev.id) for entry in entries for ev in entry.events]
     stored: dict[str, tuple[Any, ...]] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         marks = ",".join("?" * len(chunk))
-        sql = (
-            "SELECT id, position, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash "
-            f"FROM events WHERE id IN ({marks})"
-        )
-        for row in conn.execute(sql, chunk):
-            stored[row[0]] = row[1:]
+        for row in conn.execute(layout.select(f"{layout.id_col} IN ({marks})"), chunk):
+            logical = layout.row(row)
+            # keyed by id, then the rest in RawEvent order without the id
+            stored[logical[1]] = (logical[0], *logical[2:])
     if not stored:
         return None
     return match_resent(entries, stored, upcasters)
@@ -127,20 +128,22 @@ def find_resent(
 
 def insert_raw(conn: sqlite3.Connection, events: list[RawEvent], snapshots: list[RawSnapshot]) -> None:
     """Check that ``events`` continue the log and their streams, then insert them as they are."""
+    layout = layout_of(conn)
     head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
     tips: dict[str, tuple[int, str]] = {}
-    rows = []
     for event in events:
         tip = tips.get(event.stream)
         if tip is None:
-            row = conn.execute(_STREAM_HEAD, (event.stream,)).fetchone()
-            tip = (row[0], row[1]) if row is not None else (0, "")
+            _, version, digest = layout.head(conn, event.stream)
+            tip = (version, digest)
         check_continuation(event, tip, head)
         head = event.position
         tips[event.stream] = (event.version, event.hash)
-        rows.append(astuple(event))
-    conn.executemany(_INSERT_RAW, rows)
-    conn.executemany(UPSERT_SNAPSHOT, [astuple(snap) for snap in snapshots])
+    # Checked before any row is written: a refused import changes nothing.
+    if events:
+        layout.before_import(conn, [bytes(event.data) for event in events])
+    conn.executemany(layout.raw_insert, [layout.raw_params(conn, event) for event in events])
+    conn.executemany(layout.upsert_snapshot, [layout.snapshot_params(astuple(snap)) for snap in snapshots])
 
 
 def tracking_position(conn: sqlite3.Connection, consumer: str) -> int | None:

@@ -103,7 +103,7 @@ def supported_schemes() -> list[str]:
 
 # -- SQLite ------------------------------------------------------------------------------------
 
-_SQLITE_PARAMETERS = {"durability": ("normal", "full")}
+_SQLITE_PARAMETERS = {"durability": ("normal", "full"), "format": ("2", "3")}
 
 
 def _parse_sqlite(url: str, rest: str) -> StoreURL:
@@ -117,7 +117,8 @@ def _parse_sqlite(url: str, rest: str) -> StoreURL:
         allowed = _SQLITE_PARAMETERS.get(key)
         if allowed is None:
             raise UnsupportedStoreURL(
-                f"{url!r}: unknown SQLite URL parameter {key!r}; the one parameter is durability=normal|full"
+                f"{url!r}: unknown SQLite URL parameter {key!r}; the parameters are durability=normal|full "
+                "and format=2|3 (of a store the URL creates)"
             )
         if value not in allowed:
             raise UnsupportedStoreURL(f"{url!r}: {key} must be one of {', '.join(allowed)}, not {value!r}")

@@ -37,12 +37,22 @@ def _check_source_exists(url: str) -> None:
         raise UserError(f"the source store {path} does not exist")
 
 
+def _compact(url: str) -> str:
+    """A SQLite target asks for the compact format (3) unless its URL names a format."""
+    if not url.startswith("sqlite:") or url == "sqlite:///:memory:":
+        return url
+    query = url.partition("?")[2]
+    if any(part.startswith("format=") for part in query.split("&")):
+        return url
+    return f"{url}{'&' if query else '?'}format=3"
+
+
 async def _migrate(source: str, target: str, show_progress: bool) -> MigrateReport:
     def progress(done: int, total: int) -> None:
         print(f"\rcopied {done}/{total} events", end="", file=sys.stderr, flush=True)
 
     try:
-        async with open_store(source, create=False) as src, open_store(target) as dst:
+        async with open_store(source, create=False) as src, open_store(_compact(target)) as dst:
             report = await migrate(src, dst, progress=progress if show_progress else None)
     except StoreNotFound as exc:
         raise UserError(f"the source store does not exist: {exc}") from exc

@@ -1,0 +1,254 @@
+"""SQLite format 3 (the compact layout): what it stores, old stores, migration, damage."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conformance import collect
+
+from turnlog.eventstore import (
+    CorruptStoreError,
+    NewEvent,
+    NewSnapshot,
+    SQLiteEventStore,
+    migrate,
+    open_store,
+)
+from turnlog.eventstore._sqlite_compact import TRAIN_AFTER
+
+
+@contextmanager
+def raw(path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def turn(n: int) -> list[NewEvent]:
+    """Two messages of a chat turn, with the meta the kernel gives them (its branch and run)."""
+    meta = {"branch_id": "b-1", "run_id": f"run-{n // 10}"}
+    text = f"turn {n}: " + "the quick brown fox jumps over the lazy dog; " * 4
+    return [
+        NewEvent(
+            "message.added", {"message": {"kind": "UserPrompt", "content": {"text": text}, "n": n}}, meta
+        ),
+        NewEvent(
+            "message.added", {"message": {"kind": "AssistantResponse", "content": {"text": text}}}, meta
+        ),
+    ]
+
+
+async def fill(url: str, turns: int) -> None:
+    async with open_store(url) as store:
+        for n in range(turns):
+            await store.append(f"branch-{n % 3}", turn(n))
+        await store.save_snapshot(NewSnapshot("branch-0", 3, "state", {"v": 3}))
+
+
+def compressed_positions(path: Path) -> list[int]:
+    with raw(path) as conn:
+        return [
+            row[0] for row in conn.execute("SELECT position FROM events WHERE codec > 0 ORDER BY position")
+        ]
+
+
+async def test_new_store_of_format_3_stores_bytes_and_numbers(tmp_path: Path) -> None:
+    """Ids are 16 bytes, hashes 32, streams and types integers; meta repeated by a run is kept once."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 4)
+    with raw(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == ("3",)
+        row = conn.execute(
+            "SELECT typeof(id), length(id), length(hash), typeof(stream_id), typeof(type_id) "
+            "FROM events WHERE version = 2"
+        ).fetchone()
+        assert row == ("blob", 16, 32, "integer", "integer")
+        assert conn.execute("SELECT count(*) FROM metas").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM streams").fetchone() == (3,)
+    async with open_store(f"sqlite:///{db}") as store:
+        events = await collect(store.read_stream("branch-1"))
+        assert [e.meta for e in events] == [{"branch_id": "b-1", "run_id": "run-0"}] * 2
+        assert (await store.verify()).ok
+
+
+async def test_payloads_are_compressed_after_the_dictionary_is_trained(tmp_path: Path) -> None:
+    """Past TRAIN_AFTER events, payloads go in compressed and read back byte for byte."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    positions = compressed_positions(db)
+    assert positions and positions[0] > TRAIN_AFTER
+    with raw(db) as conn:
+        assert conn.execute("SELECT count(*) FROM dicts").fetchone() == (1,)
+        (small,) = conn.execute("SELECT sum(length(data)) FROM events WHERE codec > 0").fetchone()
+    async with open_store(f"sqlite:///{db}") as store:
+        raws = await store.raw_events(0, 10_000)  # type: ignore[attr-defined]
+        assert sum(len(e.data) for e in raws if e.position in set(positions)) > 2 * small
+        assert [e.data for e in await collect(store.read_all())] == [
+            e.data for e in await collect(store.read_all())
+        ]
+        assert (await store.verify()).ok
+
+
+async def test_a_format_2_store_stays_format_2_and_takes_appends(tmp_path: Path) -> None:
+    """A store made in format 2 is read and appended to as it is, and keeps its format."""
+    db = tmp_path / "old.db"
+    await fill(f"sqlite:///{db}?format=2", 5)
+    async with open_store(f"sqlite:///{db}?format=3") as store:  # the format of a new store only
+        assert isinstance(store, SQLiteEventStore) and store.format_version == 2
+        assert len(await collect(store.read_all())) == 10
+        await store.append("branch-0", turn(99), expected_version=4)
+        assert (await store.verify()).ok
+    with raw(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT typeof(id) FROM events LIMIT 1").fetchone() == ("text",)
+
+
+async def test_migrate_from_format_2_to_3_keeps_every_logical_byte(tmp_path: Path) -> None:
+    """A migrated store gives back the very rows it was given (ids, hashes, payloads, times)."""
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    await fill(f"sqlite:///{old}?format=2", 2 * TRAIN_AFTER)
+    async with open_store(f"sqlite:///{old}") as store:
+        await store.redact("branch-1", 2, reason="test", include_meta=True)
+    async with open_store(f"sqlite:///{old}") as src, open_store(f"sqlite:///{new}?format=3") as dst:
+        report = await migrate(src, dst)
+        assert report.ok
+        before = await src.raw_events(0, 10_000)  # type: ignore[attr-defined]
+        after = await dst.raw_events(0, 10_000)  # type: ignore[attr-defined]
+        assert after == before
+        assert await dst.raw_snapshots() == await src.raw_snapshots()  # type: ignore[attr-defined]
+        assert [e.data for e in await collect(dst.read_all())] == [
+            e.data for e in await collect(src.read_all())
+        ]
+        assert (await dst.verify()).ok
+    assert compressed_positions(new)[0] == 1  # trained from the copy before its first chunk went in
+    assert new.stat().st_size < old.stat().st_size
+
+
+def test_turnlog_migrate_writes_format_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``turnlog migrate`` into a new SQLite file makes it a format 3 store."""
+    import anyio
+
+    from turnlog.tools._cli import main
+
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    anyio.run(fill, f"sqlite:///{old}?format=2", 3)
+    assert main(["migrate", "--from", str(old), "--to", str(new)]) == 0
+    assert "ok: the copy verifies" in capsys.readouterr().out
+    with raw(new) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == ("3",)
+
+
+async def test_a_corrupt_compressed_row_raises_naming_its_position(tmp_path: Path) -> None:
+    """Reads raise CorruptStoreError with the row's position; verify reports it, never raises."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    victim = compressed_positions(db)[3]
+    with raw(db) as conn:
+        (data,) = conn.execute("SELECT data FROM events WHERE position = ?", (victim,)).fetchone()
+        damaged = bytearray(data)
+        damaged[len(damaged) // 2] ^= 0x55
+        conn.execute("UPDATE events SET data = ? WHERE position = ?", (bytes(damaged), victim))
+    async with open_store(f"sqlite:///{db}") as store:
+        with pytest.raises(CorruptStoreError, match=f"position {victim}") as info:
+            await collect(store.read_all())
+        assert info.value.position == victim
+        with pytest.raises(CorruptStoreError):
+            await collect(store.read_all(from_position=victim, to_position=victim))
+        report = await store.verify()
+        assert not report.ok
+        assert victim in {p.position for p in report.problems}
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ("UPDATE dicts SET zdict = zdict || x'00'", "altered"),
+        ("UPDATE dicts SET zdict = x'00' || substr(zdict, 2), sha256 = x'00'", "altered"),
+        ("DELETE FROM dicts", "lacks"),
+    ],
+)
+async def test_a_tampered_dictionary_is_a_clear_error(tmp_path: Path, edit: str, said: str) -> None:
+    """A dictionary whose bytes do not match its SHA-256, or that is gone, fails reads clearly."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    first = compressed_positions(db)[0]
+    with raw(db) as conn:
+        conn.execute(edit)
+    async with open_store(f"sqlite:///{db}") as store:
+        assert len(await collect(store.read_all(to_position=first - 1))) == first - 1
+        with pytest.raises(CorruptStoreError, match=f"dictionary 1.*{said}|{said}.*dictionary 1") as info:
+            await collect(store.read_all())
+        assert info.value.position == first
+        report = await store.verify()
+        assert not report.ok and any(said in p.what for p in report.problems)
+
+
+async def test_redaction_leaves_no_copy_of_a_compressed_payload_or_its_meta(tmp_path: Path) -> None:
+    """The compressed bytes of a redacted payload and its meta's row are gone from the file."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    secret_meta = {"branch_id": "b-1", "run_id": "secret-run-4711"}
+    async with open_store(f"sqlite:///{db}") as store:
+        result = await store.append("branch-9", [NewEvent("message.added", {"text": "x" * 300}, secret_meta)])
+        with raw(db) as conn:
+            (stored,) = conn.execute(
+                "SELECT data FROM events WHERE position = ? AND codec > 0", (result.positions[0],)
+            ).fetchone()
+        await store.redact("branch-9", 1, reason="gdpr", include_meta=True)
+        (event,) = await collect(store.read_stream("branch-9"))
+        assert event.data.get("turnlog_redacted") and (await store.verify()).ok
+    content = db.read_bytes()
+    assert bytes(stored) not in content
+    assert b"secret-run-4711" not in content
+
+
+async def test_names_made_by_a_rolled_back_append_are_not_reused_wrongly(tmp_path: Path) -> None:
+    """A failed batch's new type and meta numbers, given again to other names, read back right."""
+    from turnlog.eventstore import IdempotencyError
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}?format=3") as store:
+        first = NewEvent("t.one", {"n": 1})
+        await store.append("a", [first])
+        with pytest.raises(IdempotencyError):  # "b" goes in, then "c" clashes: all rolled back
+            await store.append_batch([("b", [NewEvent("t.two", {"n": 2}, {"m": 1})], 0), ("c", [first], 0)])
+        await store.append("c", [NewEvent("t.three", {"n": 3}, {"m": 2})])
+        await store.append("b", [NewEvent("t.two", {"n": 4}, {"m": 1})])
+        events = await collect(store.read_all())
+        assert [(e.stream, e.type, e.data, e.meta) for e in events] == [
+            ("a", "t.one", {"n": 1}, {}),
+            ("c", "t.three", {"n": 3}, {"m": 2}),
+            ("b", "t.two", {"n": 4}, {"m": 1}),
+        ]
+        assert (await store.verify()).ok
+
+
+async def test_two_connections_share_names_and_the_dictionary(tmp_path: Path) -> None:
+    """Two stores on one file intern names and train the dictionary once; each reads the other's rows."""
+    url = f"sqlite:///{tmp_path / 's.db'}?format=3"
+    async with open_store(url) as one, open_store(url) as two:
+        for n in range(TRAIN_AFTER):
+            await (one if n % 2 else two).append(f"branch-{n % 5}", turn(n))
+            await (two if n % 2 else one).append(
+                f"other-{n % 3}", [NewEvent(f"thing.kind_{n % 7}", {"n": n})]
+            )
+        assert [e.id for e in await collect(one.read_all())] == [e.id for e in await collect(two.read_all())]
+        assert (await one.verify()).ok
+    with raw(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT count(*) FROM dicts").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM event_types").fetchone() == (8,)
+    assert compressed_positions(tmp_path / "s.db")
+
+
+async def test_migrate_back_from_format_3_to_2_keeps_every_logical_byte(tmp_path: Path) -> None:
+    """A format 3 store copies into a format 2 one (for an older turnlog) unchanged."""
+    new, old = tmp_path / "new.db", tmp_path / "old.db"
+    await fill(f"sqlite:///{new}?format=3", 2 * TRAIN_AFTER)
+    async with open_store(f"sqlite:///{new}") as src, open_store(f"sqlite:///{old}?format=2") as dst:
+        assert (await migrate(src, dst)).ok
+        assert await dst.raw_events(0, 10_000) == await src.raw_events(0, 10_000)  # type: ignore[attr-defined]
