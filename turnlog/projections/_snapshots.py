@@ -338,9 +338,7 @@ def snapshot_records(
         for k, p in enumerate(parts, start=1)
     ]
     records.append(
-        NewSnapshot(
-            stream, state.version, SNAPSHOT_TYPE, head.model_dump(mode="json"), SnapshotHead.SCHEMA, meta
-        )
+        NewSnapshot(stream, state.version, SNAPSHOT_TYPE, head.stored(), SnapshotHead.SCHEMA, meta)
     )
     return records
 
