@@ -92,7 +92,9 @@ def test_the_typed_head_writes_back_exactly_what_the_schema_2_writer_stored() ->
     for record in heads:
         assert record["schema"] == 2
         head = SnapshotHead.model_validate(record["data"])
-        assert head.model_dump(mode="json") == record["data"]
+        # the two counts schema 3 added read as 0 from an older head
+        assert head.keyframe_entries == head.delta_entries == 0
+        assert head.model_dump(mode="json", exclude={"keyframe_entries", "delta_entries"}) == record["data"]
         # and the schema 3 form of the same head (runs without their unset fields) reads back equal
         assert SnapshotHead.model_validate(head.stored()) == head
 

@@ -68,10 +68,31 @@ class HeadLink(BaseModel):
     parts: int = 1
     """1 + the number of part records."""
 
+    keyframe_entries: int = 0
+    """Runs, links and overrides its keyframe holds (schema 3; 0 in older heads)."""
+    delta_entries: int = 0
+    """Runs, links and overrides the deltas after its keyframe hold, this head's included."""
+
     @property
     def chain_depth(self) -> int:
         """``depth`` for a delta head, 0 for a keyframe."""
         return self.depth if self.maps == "delta" else 0
+
+    def extends_to_delta(self, keyframe_every: int, max_depth: int) -> bool:
+        """Whether the next head may be a delta on this one rather than a keyframe.
+
+        Within ``keyframe_every`` heads of the keyframe it may; past that, as long as the
+        deltas since the keyframe hold fewer entries than the keyframe (never when
+        ``keyframe_every`` is 1). A keyframe copies every
+        run the branch ever had, so writing one every ``keyframe_every`` heads costs O(runs) per
+        head; written when the deltas have caught up with it, the keyframes of a branch cost
+        about what its deltas cost, and a load reads about twice the keyframe's entries.
+        """
+        depth = self.chain_depth + 1
+        if depth < keyframe_every:
+            return True
+        # keyframe_every=1 asks for the maps in full in every head
+        return keyframe_every > 1 and depth < max_depth and self.delta_entries < self.keyframe_entries
 
 
 class SnapshotHead(HeadLink):
