@@ -164,10 +164,16 @@ def _turnlog_sqlite(directory: Path, turns: int, size: int) -> dict[str, Any]:
         tables = _tables(conn)
     finally:
         conn.close()
+    rows = sum(
+        r["payload_bytes_per_turn"] + r["other_bytes_per_turn"]
+        for t in (events, snapshots)
+        for r in t.values()
+    )
     return {
         "messages": messages,
         "file_bytes": file_bytes,
         "bytes_per_turn": (file_bytes + beside) / turns,
+        "row_bytes_per_turn": rows,
         "files_beside_bytes": beside,
         "events": events,
         "snapshots": snapshots,
@@ -303,6 +309,9 @@ def _print(report: dict[str, Any]) -> None:
                 f"  {table:<10} {kind:<22} {row['rows']:>6} rows {row['payload_bytes_per_turn']:>8.0f} "
                 f"+ {row['other_bytes_per_turn']:>5.0f} B/turn"
             )
+    print(
+        f"  {'all rows':<33} {ours['row_bytes_per_turn']:>15,.0f} B/turn (the file adds indexes and free space in pages)"
+    )
     tables = ", ".join(f"{t} {b:,.0f}" for t, b in ours["tables_bytes_per_turn"].items())
     print(f"turnlog tables with indexes, B/turn: {tables or 'n/a (no dbstat)'}")
     if ours["files_beside_bytes"]:
