@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from turnlog.eventstore import open_store
-from turnlog.kernel import Branch, audit_replay, execute_replay
+from turnlog.kernel import Branch, RecordedModel, audit_replay, execute_replay
 from turnlog.testing import ScriptedModel
 
 
@@ -149,3 +149,20 @@ async def test_operate_with_tools_and_unordered_context_replays(tmp_path: Path) 
         report = await execute_replay(store, branch.id)
     assert report.ok, report.divergence
     assert report.calls_replayed == 1
+
+
+async def test_a_recorded_answer_is_stored_once_and_served_whole(tmp_path: Path) -> None:
+    """model.called keeps no copy of the answer's text; a RecordedModel still serves the raw response."""
+    path = tmp_path / "once.db"
+    branch_id = await _conversation(path)
+    with sqlite3.connect(path) as db:
+        blobs = [row[0] for row in db.execute("SELECT data FROM events WHERE type = 'model.called'")]
+    assert len(blobs) == 4 and all(b"Forty-two." not in b and b"Hello!" not in b for b in blobs)
+    async with open_store(f"sqlite:///{path}") as store:
+        model = await RecordedModel.from_store(store, branch_id=branch_id)
+        branch = await Branch.load(store, branch_id)
+        fresh = Branch(store=store, system="Answer briefly.", chat_model=model)
+        assert await fresh.chat_and_record("hi") == "Hello!"
+    served = model.calls[-1].response
+    assert served is not None and served.raw["choices"][0]["message"]["content"] == "Hello!"
+    assert branch.messages[1].content.text == "Hello!"

@@ -95,6 +95,8 @@ def test_public_api() -> None:
         "snapshot_records",
         "visible_data",
         "visible_event",
+        "with_answer",
+        "without_answer",
         "without_content",
         "write_snapshots",
     ]

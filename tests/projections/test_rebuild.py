@@ -395,6 +395,46 @@ async def test_runs_links_and_overrides_are_stored_as_deltas_between_keyframes(s
     assert_same_view(await rebuild(store, "b"), fold(events))
 
 
+async def test_keyframes_wait_until_the_deltas_since_hold_as_many_runs(store) -> None:
+    """A long branch does not copy its whole runs table every ``keyframe_every`` heads."""
+    from turnlog.projections import RunEnded, RunStarted
+
+    events = await new_branch(store, "b")
+    datas: list = []
+    for i in range(120):
+        datas += [
+            RunStarted(run_id=f"r{i}", verb="chat"),
+            MessageAdded(message=Instruction.create(f"q{i}"), run_id=f"r{i}"),
+            RunEnded(run_id=f"r{i}", verb="chat", duration_ms=1.0),
+        ]
+    events += await append(store, "b", datas)
+    await write_snapshots(store, "b", SnapshotPolicy(every=3, keyframe_every=4))
+    heads = [
+        await store.load_snapshot("branch-b", v, type=SNAPSHOT_TYPE) for v in range(3, len(events) + 1, 3)
+    ]
+    assert all(h is not None for h in heads)
+    full = [len(h.data["runs"]) for h in heads if h.data["maps"] == "full"]
+    delta = [len(h.data["runs"]) for h in heads if h.data["maps"] == "delta"]
+    # every fourth head a keyframe would store 120 * 121 / 8 = 1,815 runs in keyframes; waiting
+    # for the deltas to catch up stores about as many in keyframes as in deltas
+    assert sum(full) <= 2 * sum(delta) + 4 and len(full) < len(heads) // 4
+    assert max(h.data["depth"] for h in heads) > 4
+    for h in heads:
+        link = h.data
+        if link["maps"] == "delta" and link["depth"] >= 4:
+            assert link["delta_entries"] - len(link["runs"]) < link["keyframe_entries"]
+        assert await rebuild(store, "b", at_version=h.version) == fold(events[: h.version])
+    # the kernel's path decides alike, one head at a time
+    await store.delete_snapshots()
+    for v in range(3, len(events) + 1, 3):
+        assert await maybe_snapshot(store, fold(events[:v]), SnapshotPolicy(every=3, keyframe_every=4))
+    again = [
+        await store.load_snapshot("branch-b", v, type=SNAPSHOT_TYPE) for v in range(3, len(events) + 1, 3)
+    ]
+    assert [h.data["maps"] for h in again] == [h.data["maps"] for h in heads]
+    assert await rebuild(store, "b") == fold(events)
+
+
 async def test_an_extra_event_type_makes_the_next_head_a_keyframe(store) -> None:
     from turnlog.projections._snapshots import delta_changes
 

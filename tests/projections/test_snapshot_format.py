@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from turnlog.eventstore import NewSnapshot, open_store
-from turnlog.projections import PROJECTION_VERSION, SNAPSHOT_TYPE, BranchState, load_snapshot_state
+from turnlog.projections import (
+    PROJECTION_VERSION,
+    SNAPSHOT_TYPE,
+    BranchState,
+    RunInfo,
+    Usage,
+    load_snapshot_state,
+)
 from turnlog.projections._snapshot_head import SnapshotHead
 
 DATA = Path(__file__).parent / "data"
@@ -79,9 +90,13 @@ def test_the_typed_head_writes_back_exactly_what_the_schema_2_writer_stored() ->
     heads = [r for r in fixture["records"] if r["type"] == SNAPSHOT_TYPE]
     assert {h["data"]["maps"] for h in heads} == {"full", "delta"}
     for record in heads:
-        assert record["schema"] == SnapshotHead.SCHEMA
+        assert record["schema"] == 2
         head = SnapshotHead.model_validate(record["data"])
-        assert head.model_dump(mode="json") == record["data"]
+        # the two counts schema 3 added read as 0 from an older head
+        assert head.keyframe_entries == head.delta_entries == 0
+        assert head.model_dump(mode="json", exclude={"keyframe_entries", "delta_entries"}) == record["data"]
+        # and the schema 3 form of the same head (runs without their unset fields) reads back equal
+        assert SnapshotHead.model_validate(head.stored()) == head
 
 
 async def test_a_schema_1_head_loads_like_the_schema_2_head_it_holds() -> None:
@@ -102,3 +117,93 @@ async def test_a_schema_1_head_loads_like_the_schema_2_head_it_holds() -> None:
         loaded = await load_snapshot_state(old_store, "branch-b", 5)
     assert expected is not None and loaded is not None
     assert loaded == expected and len(loaded) > 0
+
+
+_HEAD: dict[str, Any] = {
+    "branch_id": "b", "start": 0, "n": 0, "base_version": None, "base_n": 0, "messages": [],
+    "name": None, "user": None, "session_id": None, "system": None, "chat_model": None,
+    "parse_model": None, "metadata": {}, "provider_sessions": [], "action_links": {},
+    "forked_from": None, "version": 1, "position": 1, "created_at": None, "updated_at": None,
+    "model_calls": 0, "over": [],
+}  # fmt: skip
+
+_times = st.one_of(
+    st.none(),
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=2))])),
+)
+_texts = st.one_of(st.none(), st.text(max_size=8))
+_counts = st.one_of(st.none(), st.integers(0, 10**9))
+_runs = st.builds(
+    RunInfo,
+    run_id=st.text(min_size=1, max_size=8),
+    verb=st.text(max_size=8),
+    status=st.sampled_from(["running", "ended", "failed"]),
+    started_at=_times,
+    ended_at=_times,
+    duration_ms=st.one_of(st.none(), st.floats(0, 1e9)),
+    usage=st.builds(
+        Usage,
+        input_tokens=_counts,
+        output_tokens=_counts,
+        cost_usd=st.one_of(st.none(), st.floats(0, 10)),
+        cache_read_tokens=_counts,
+        cache_write_tokens=_counts,
+    ),
+    parent_run_id=_texts,
+    provider=_texts,
+    model=_texts,
+    chunks=_counts,
+    error_type=_texts,
+    error_message=_texts,
+    reason=_texts,
+    recovered=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_runs, max_size=4))
+def test_a_head_stores_runs_without_their_unset_fields_and_reads_them_back_equal(runs: list[RunInfo]) -> None:
+    """Schema 3: whatever a run holds, the stored head gives it back; no null is stored for it."""
+    head = SnapshotHead.model_construct(**{**_HEAD, "runs": runs})
+    stored = json.loads(json.dumps(head.stored()))  # what the store keeps is JSON
+    assert SnapshotHead.model_validate(stored).runs == runs
+    for run in stored["runs"]:
+        assert None not in run.values()
+    assert {k: v for k, v in stored.items() if k != "runs"} == {
+        k: v for k, v in head.model_dump(mode="json").items() if k != "runs"
+    }
+
+
+async def test_a_kernel_conversation_reads_back_through_its_snapshots_as_folded(tmp_path: Path) -> None:
+    """Heads written by the kernel (compact runs, failed ones too) give the fold's state at every head."""
+    from turnlog.eventstore import open_store as open_
+    from turnlog.kernel import Branch, Kernel
+    from turnlog.projections import SnapshotPolicy, fold, rebuild
+    from turnlog.testing import ScriptedModel
+
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    async with open_(url) as store:
+        Kernel.for_store(store).policy = SnapshotPolicy(every=7, keyframe_every=3)
+        model = ScriptedModel("one", RuntimeError("down"), "three", "four", "five", "six")
+        branch = Branch(store=store, system="s", chat_model=model)
+        for i in range(6):
+            try:
+                await branch.communicate(f"q{i}")
+            except RuntimeError:
+                pass
+        events = [e async for e in store.read_stream(f"branch-{branch.id}")]
+        heads = [s async for s in _heads(store, f"branch-{branch.id}", len(events))]
+        assert len(heads) >= 3 and {h.schema for h in heads} == {SnapshotHead.SCHEMA}
+        assert any(r.get("status") == "failed" for h in heads for r in h.data["runs"])
+        for head in heads:
+            assert await rebuild(store, branch.id, at_version=head.version) == fold(events[: head.version])
+        assert await rebuild(store, branch.id) == fold(events)
+
+
+async def _heads(store: Any, stream: str, last: int) -> Any:
+    seen = set()
+    for v in range(1, last + 1):
+        snap = await store.load_snapshot(stream, v, type=SNAPSHOT_TYPE)
+        if snap is not None and snap.version not in seen:
+            seen.add(snap.version)
+            yield snap

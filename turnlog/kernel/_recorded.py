@@ -14,7 +14,7 @@ from typing import Any
 from turnlog.eventstore import EventStore
 from turnlog.kernel._errors import ReplayMismatch
 from turnlog.kernel.models import ModelRequest, ModelResponse, ProviderError, ToolCall, request_fingerprint
-from turnlog.projections import AssistantResponse, ModelCalled, decode_event
+from turnlog.projections import AssistantResponse, ModelCalled, decode_event, with_answer
 
 __all__ = ["RecordedCall", "RecordedModel"]
 
@@ -114,11 +114,16 @@ class RecordedModel:
         """Collect the recorded calls of one branch (or of the whole store)."""
         prefix = f"branch-{branch_id}" if branch_id is not None else "branch-"
         calls = []
-        async for event in store.read_all(types=["model.called"], stream_prefix=prefix):
+        # a call recorded with its answer keeps the answer's text in the message only
+        texts: dict[str, str] = {}
+        async for event in store.read_all(types=["model.called", "message.added"], stream_prefix=prefix):
+            if event.type == "message.added":
+                _note_answer(event.data, texts)
+                continue
             data = decode_event(event)
             assert isinstance(data, ModelCalled)
             calls.append(data)
-        return cls(calls, model=model)
+        return cls([_whole(c, texts.get(c.answer_id or "")) for c in calls], model=model)
 
     def to_config(self) -> dict[str, Any]:
         """The model's configuration (provider and model name)."""
@@ -147,7 +152,7 @@ class RecordedModel:
             reasoning: The signed reasoning blocks of the recorded answer (they go back with it).
         """
         self._next = _Expected(
-            call,
+            _whole(call, text),
             index,
             version,
             [dict(m) for m in messages],
@@ -229,6 +234,26 @@ class RecordedModel:
             provider=self.provider,
             latency_ms=latency_ms,
         )
+
+
+def _note_answer(data: Mapping[str, Any], texts: dict[str, str]) -> None:
+    """Keep the text of an assistant response's ``message.added`` payload (none when erased)."""
+    message = data.get("message")
+    if not isinstance(message, Mapping) or message.get("kind") != "AssistantResponse":
+        return
+    content = message.get("content")
+    text = content.get("text") if isinstance(content, Mapping) else None
+    if isinstance(text, str):
+        texts[str(message.get("id"))] = text
+
+
+def _whole(call: ModelCalled, text: str | None) -> ModelCalled:
+    """``call`` with the raw response as received (the answer's text put back where it stood)."""
+    if not call.answer_paths or text is None:
+        return call
+    return call.model_copy(
+        update={"response": with_answer(call, text), "answer_id": None, "answer_paths": []}
+    )
 
 
 def _text_of(raw: Any) -> str | None:

@@ -1,6 +1,7 @@
 """turnlog.projections: the conversation domain, the event catalogue and pure folds."""
 
 from ._cache import StateCache
+from ._called_answer import with_answer, without_answer
 from ._catalogue import (
     CATALOGUE,
     META_KEYS,
@@ -171,6 +172,8 @@ __all__ = [
     "snapshot_records",
     "visible_data",
     "visible_event",
+    "with_answer",
+    "without_answer",
     "without_content",
     "write_snapshots",
 ]

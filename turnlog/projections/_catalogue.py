@@ -117,6 +117,12 @@ class EventData(BaseModel):
     keeps the others. ``()`` declares that the type holds none; ``None`` (the default) means
     undeclared, and then the whole payload counts as content.
     """
+    stores_defaults: ClassVar[bool] = True
+    """Whether the stored payload spells out fields left at their defaults.
+
+    False leaves them out (they read back as their defaults): for a type recorded on every
+    turn whose many optional fields are mostly unset, so each event does not repeat them.
+    """
 
 
 # ------------------------------------------------------------------------------------ branch stream
@@ -233,12 +239,25 @@ def _usage_without_cache_counts(data: dict[str, Any]) -> dict[str, Any]:
 _USAGE_UPCASTERS: Mapping[int, Upcaster] = {1: _usage_without_cache_counts}
 
 
+def _answer_in_response(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3 of ``model.called``: nothing to change.
+
+    Schema 3 added ``answer_id`` and ``answer_paths``: the answer's text may be taken out of
+    ``response`` when the message that holds it is recorded in the same append; and fields
+    left at their defaults are no longer stored. A schema-2 payload keeps its whole response
+    and reads as "nothing taken out". The version moved so that a reader of schema 2 refuses a
+    newer payload by its schema number instead of reading a response whose text is missing.
+    """
+    return data
+
+
 class ModelCalled(EventData):
     """One model invocation, with enough facts to audit and replay it (never secrets)."""
 
     event_type: ClassVar[str] = "model.called"
-    schema_version: ClassVar[int] = 2
-    upcasters: ClassVar[Mapping[int, Upcaster]] = _USAGE_UPCASTERS
+    schema_version: ClassVar[int] = 3
+    upcasters: ClassVar[Mapping[int, Upcaster]] = {1: _usage_without_cache_counts, 2: _answer_in_response}
+    stores_defaults: ClassVar[bool] = False
     content_fields: ClassVar[tuple[str, ...] | None] = ("params", "response", "error_message")
     call_id: str
     """Unique id of the call."""
@@ -277,7 +296,14 @@ class ModelCalled(EventData):
     context_providers: list[str] = Field(default_factory=list)
     """Names of the context providers that fired."""
     response: dict[str, JsonValue] | None = None
-    """The raw provider response."""
+    """The raw provider response; with ``answer_paths``, without the answer's text.
+
+    ``turnlog.projections.with_answer`` puts the text back (from the message ``answer_id``).
+    """
+    answer_id: str | None = None
+    """The ``AssistantResponse`` recorded in the same append whose text ``response`` leaves out."""
+    answer_paths: list[list[str | int]] = Field(default_factory=list)
+    """Where the answer's text stood in ``response`` (keys and indexes); null is stored there."""
     usage: Usage = Field(default_factory=Usage)
     """Tokens and cost."""
     latency_ms: float
@@ -658,7 +684,7 @@ def new_event(
             getattr(data, "event_type", type(data).__name__),
             f"{type(data).__name__} is not a registered schema",
         )
-    payload = data.model_dump(mode="json", warnings=False)
+    payload = data.model_dump(mode="json", warnings=False, exclude_defaults=not schema.stores_defaults)
     try:
         # re-validate: a model built with model_construct (or mutated) must not slip through
         schema.model_validate(payload)

@@ -9,10 +9,12 @@ snapshot of the same stream (``base_version``):
   view, so a branch of a million messages costs one message list in snapshots, not one per
   snapshot;
 - the runs, action links and per-message overrides that changed since then (``maps: delta``),
-  or all of them (``maps: full``, a keyframe) every ``SnapshotPolicy.keyframe_every`` heads,
+  or all of them (``maps: full``, a keyframe) when ``SnapshotPolicy.keyframe_every`` heads
+  have passed since the last keyframe and the deltas since hold as many entries as it does,
   when there is no base, or when the events in between hold a type whose effect on them is
-  not known. Loading merges the heads back to the keyframe. A branch with a hundred thousand runs therefore
-  does not write them all again every thousand events.
+  not known. Loading merges the heads back to the keyframe. A branch with a hundred thousand
+  runs therefore does not write them all again every thousand events, nor every
+  ``keyframe_every`` heads: its keyframes cost about what its deltas cost.
 
 A head is a ``SnapshotHead`` (``_snapshot_head``); this module writes and reads chains of them
 and never touches a state's storage except through the snapshot support of ``BranchState``.
@@ -88,7 +90,10 @@ class SnapshotPolicy:
             says, so a restart after a run never folds that run again.
         keyframe_every: Write the runs, action links and overrides in full in one head of
             this many (a keyframe) and only what changed in the others; 1 writes them in full
-            every time. A load merges the heads back to the keyframe.
+            every time. Past this many heads (2 or more), the next keyframe waits until the deltas since
+            the last one hold as many entries as it holds (so that keyframes do not copy a
+            long branch's whole runs table over and over). A load merges the heads back to
+            the keyframe.
     """
 
     every: int = 1000
@@ -172,7 +177,11 @@ async def maybe_snapshot(
     base = prev if usable else None
     changed = None
     base_head = _link_or_none(base)
-    if base is not None and base_head is not None and base_head.chain_depth + 1 < policy.keyframe_every:
+    if (
+        base is not None
+        and base_head is not None
+        and base_head.extends_to_delta(policy.keyframe_every, _MAX_DELTAS)
+    ):
         since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
         changed = delta_changes(base, state, since, policy.keyframe_every)
     # extra parts first, the head last: a head is only ever visible with all its parts
@@ -235,14 +244,14 @@ def delta_changes(
 
     ``events`` must hold the state's events after ``base.version`` (extra ones are ignored).
     None when there is no base, when the base's keyframe is ``keyframe_every - 1`` deltas
-    back, when an event is missing, or when ``changes_in`` says None.
+    back and the deltas since hold as many runs, links and overrides as it does, when an event is missing, or when ``changes_in`` says None.
     """
     head = _link_or_none(base)
     if (
         base is None
         or head is None
         or base.version >= state.version
-        or head.chain_depth + 1 >= keyframe_every
+        or not head.extends_to_delta(keyframe_every, _MAX_DELTAS)
     ):
         return None
     since = [e for e in events if base.version < e.version <= state.version]
@@ -289,6 +298,7 @@ def snapshot_records(
         runs = [r for r in state.runs.values() if r.run_id in changed.runs]
         links = {k: state.action_links[k] for k in changed.links if k in state.action_links}
         over = [(slot, overrides[slot]) for slot in sorted(changed.slots) if slot in overrides]
+    entries = len(runs) + len(links) + len(over)
     slots = state.recorded_slots(base_n)
     [last] = state.recorded_slots(n - 1) if start < n else [None]
     # slots before the view's start are never shown again: they are stored as null
@@ -322,6 +332,8 @@ def snapshot_records(
         over=[(slot, msg.to_dict()) for slot, msg in over],
         maps="full" if changed is None else "delta",
         depth=0 if changed is None or prev is None else prev.chain_depth + 1,
+        keyframe_entries=entries if changed is None or prev is None else prev.keyframe_entries,
+        delta_entries=0 if changed is None or prev is None else prev.delta_entries + entries,
         base_version=base.version if prev is not None and base is not None else None,
         base_n=base_n,
         last_id=last.id if last is not None else None,
@@ -338,9 +350,7 @@ def snapshot_records(
         for k, p in enumerate(parts, start=1)
     ]
     records.append(
-        NewSnapshot(
-            stream, state.version, SNAPSHOT_TYPE, head.model_dump(mode="json"), SnapshotHead.SCHEMA, meta
-        )
+        NewSnapshot(stream, state.version, SNAPSHOT_TYPE, head.stored(), SnapshotHead.SCHEMA, meta)
     )
     return records
 

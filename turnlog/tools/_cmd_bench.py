@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "startup": "_startup",
     "proxy": "_proxy",
     "timetravel": "_timetravel",
+    "storage": "_storage",
 }
 
 

@@ -554,7 +554,7 @@ async def test_usage_recorded_before_the_cache_counts_still_reads(store: EventSt
         ],
     )
     recorded = [e async for e in store.read_all()]
-    assert [e.schema for e in recorded[2:]] == [ModelCalled.schema_version, RunEnded.schema_version] == [2, 2]
+    assert [e.schema for e in recorded[2:]] == [ModelCalled.schema_version, RunEnded.schema_version] == [3, 2]
     decoded = decode_event(recorded[2])
     assert isinstance(decoded, ModelCalled) and decoded.usage == Usage(100, 10)
     assert decoded.usage.cache_read_tokens is None and decoded.usage.cache_write_tokens is None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._params import ChatParam
 from turnlog.kernel.operations.chat import exchange
-from turnlog.projections import AssistantResponse, Instruction, MessageAdded
+from turnlog.projections import AssistantResponse, Instruction, MessageAdded, without_answer
 
 if TYPE_CHECKING:
     from turnlog.kernel._port import BranchPort
@@ -36,7 +36,8 @@ async def record_exchange(
     assert done.response is not None
     items = (
         MessageAdded(message=done.instruction, run_id=run_id),
-        done.called,
+        # the answer's text is stored once, in the response message of this same append
+        without_answer(done.called, done.response),
         MessageAdded(message=done.response, run_id=run_id),
     )
     await branch.execute(AddMessages(items), run_id=run_id)
