@@ -147,20 +147,24 @@ def _vacuumed(path: Path) -> int:
     return path.stat().st_size
 
 
-def _turnlog_sqlite(directory: Path, turns: int, size: int) -> dict[str, Any]:
+def _turnlog_sqlite(directory: Path, turns: int, size: int, *, compact: bool = False) -> dict[str, Any]:
+    """Write the conversation into a SQLite store, default layout (format 2) or compact (format 3)."""
+    directory = directory / ("turnlog-compact" if compact else "turnlog")
+    directory.mkdir()
     path = directory / "turnlog.db"
-    _, messages = anyio.run(_write_turnlog, f"sqlite:///{path}", turns, size)
+    url = f"sqlite:///{path}" + ("?format=3" if compact else "")
+    _, messages = anyio.run(_write_turnlog, url, turns, size)
     # anything the store keeps beside its database (snapshot files, buffers) counts too
     beside = sum(
-        f.stat().st_size
-        for f in directory.rglob("*")
-        if f.is_file() and not f.name.startswith(("turnlog.db", "langgraph"))
+        f.stat().st_size for f in directory.rglob("*") if f.is_file() and not f.name.startswith("turnlog.db")
     )
     file_bytes = _vacuumed(path)
     conn = sqlite3.connect(str(path))
     try:
-        events = _rows_by_type(conn, "events", turns)
-        snapshots = _rows_by_type(conn, "snapshots", turns)
+        # the split by type reads format 2's columns; the compact layout keeps types as numbers
+        # and payloads compressed, so only its file and table sizes are reported
+        events = {} if compact else _rows_by_type(conn, "events", turns)
+        snapshots = {} if compact else _rows_by_type(conn, "snapshots", turns)
         tables = _tables(conn)
     finally:
         conn.close()
@@ -271,7 +275,10 @@ def _langgraph(directory: Path, turns: int, size: int, *, delta: bool) -> dict[s
 
 def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     turns, size = args.turns, args.text
-    peers: dict[str, Any] = {"turnlog": _turnlog_sqlite(directory, turns, size)}
+    peers: dict[str, Any] = {
+        "turnlog": _turnlog_sqlite(directory, turns, size),
+        "turnlog_compact": _turnlog_sqlite(directory, turns, size, compact=True),
+    }
     if not args.no_langgraph:
         peers["langgraph"] = _langgraph(directory, turns, size, delta=False)
         peers["langgraph_delta"] = _langgraph(directory, turns, size, delta=True)
@@ -279,7 +286,15 @@ def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     if any(c != 2 * turns for c in counts.values()):
         raise RuntimeError(f"a peer lost messages: {counts} for {turns} turns")
     ours = peers["turnlog"]["bytes_per_turn"]
-    ratios = {name: ours / peer["bytes_per_turn"] for name, peer in peers.items() if name != "turnlog"}
+    compact = peers["turnlog_compact"]["bytes_per_turn"]
+    ratios = {
+        name: ours / peer["bytes_per_turn"]
+        for name, peer in peers.items()
+        if name not in ("turnlog", "turnlog_compact")
+    }
+    ratios["compact_vs_default"] = compact / ours
+    if "langgraph_delta" in peers:
+        ratios["compact_vs_langgraph_delta"] = compact / peers["langgraph_delta"]["bytes_per_turn"]
     report: dict[str, Any] = {
         "benchmark": "storage",
         "turns": turns,
@@ -287,7 +302,9 @@ def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "peers": peers,
         "ratios": ratios,
         "targets": {
-            f"turnlog <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": ours <= TARGET_BYTES_PER_TURN
+            f"turnlog <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": ours <= TARGET_BYTES_PER_TURN,
+            f"turnlog compact (format 3) <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": compact
+            <= TARGET_BYTES_PER_TURN,
         },
     }
     if args.store:
@@ -300,7 +317,14 @@ def _print(report: dict[str, Any]) -> None:
     print(f"storage: {turns} turns of two {report['text']}-character messages; VACUUMed SQLite file per turn")
     ours = report["peers"]["turnlog"]
     for name, peer in report["peers"].items():
-        ratio = "" if name == "turnlog" else f"   turnlog/{name} {report['ratios'][name]:.2f}x"
+        if name == "turnlog":
+            ratio = "   (format 2, the default layout)"
+        elif name == "turnlog_compact":
+            ratio = f"   (format 3: sqlite:///FILE?format=3) {report['ratios']['compact_vs_default']:.2f}x of format 2"
+            if "compact_vs_langgraph_delta" in report["ratios"]:
+                ratio += f", {report['ratios']['compact_vs_langgraph_delta']:.2f}x of langgraph_delta"
+        else:
+            ratio = f"   turnlog/{name} {report['ratios'][name]:.2f}x"
         print(f"  {name:<16} {peer['bytes_per_turn']:>9,.0f} B/turn  ({peer['file_bytes']:,} B){ratio}")
     print("turnlog rows per turn (payload = data + meta; other = the other columns):")
     for table in ("events", "snapshots"):
