@@ -15,7 +15,7 @@ from uuid import UUID
 
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, IdempotencyError, InvalidEventError
-from ._postgres_sql import Sql
+from ._postgres_sql import ONE_KEYS, Sql
 from ._raw import RawEvent, RawSnapshot, check_continuation
 from ._records import ANY, NO_STREAM
 from ._results import match_resent
@@ -34,19 +34,6 @@ __all__ = [
 
 RACE_ATTEMPTS = 10
 """How often an append that keeps losing the race for its stream version is retried (``ANY``)."""
-ROW_KEYS = (
-    "stream",
-    "version",
-    "event_id",
-    "type",
-    "schema",
-    "data",
-    "meta",
-    "recorded_at",
-    "prev_hash",
-    "hash",
-)
-"""The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
 
 
 class _Raced(Exception):
@@ -91,7 +78,7 @@ def plan_from_heads(
             plan,
             tips,
             sql.insert_one,
-            dict(zip(ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
+            dict(zip(ONE_KEYS, (c[0] for c in plan.columns), strict=True)),
         )
     params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
               [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
