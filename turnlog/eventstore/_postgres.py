@@ -358,7 +358,9 @@ class PostgresEventStore(EventStore):
         for attempt in range(2):
             cursor = pg.AsyncClientCursor(conn)
             try:
-                await cursor.execute(self._sql.insert_one_notified, params)
+                # prepare=False: psycopg's own cache of statements to prepare would key it by
+                # its text, which holds the values (and it is prepared already).
+                await cursor.execute(self._sql.insert_one_notified, params, prepare=False)
                 break
             except pg.errors.InvalidSqlStatementName:
                 # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
