@@ -111,19 +111,20 @@ async def test_a_single_append_wakes_a_subscriber_that_does_not_poll(pg_url: str
     """The notification sent in the append's round trip wakes a subscriber polling every minute."""
     async with CountingStore(pg_url) as writer, PostgresEventStore(pg_url, poll_interval=60.0) as reader:
         seen: list[int] = []
+        listening = anyio.Event()
 
         async def subscribe() -> None:
             async for e in reader.subscribe():
                 seen.append(e.version)
+                listening.set()
                 if len(seen) == 3:
                     return
 
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(subscribe)
-                await writer.append("s", [event(0)], 0)  # the subscriber is listening once it sees this
-                while not seen:
-                    await anyio.sleep(0.01)
+                await writer.append("s", [event(0)], 0)
+                await listening.wait()  # it listens before its first query
                 await writer.append("s", [event(1)], 1)
                 await writer.append("s", [event(2)], 2)
         assert seen == [1, 2, 3]
