@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
-from turnlog.eventstore import ANY, ConcurrencyError, NewEvent, PostgresEventStore
+from tests.conftest import pg_url_for
+from turnlog.eventstore import ANY, ConcurrencyError, NewEvent, PostgresEventStore, Tracking, TrackingError
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 pytestmark = [
@@ -23,17 +24,19 @@ pytestmark = [
 
 
 class CountingStore(PostgresEventStore):
-    """Counts append statements, and those whose gate was shut (no row back)."""
+    """Counts append statements, those whose gate was shut (no row back), and one-trip appends."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.statements = 0
         self.shut = 0
+        self.one_trip = 0
 
-    async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
-        row = await super()._insert(conn, query, params)
+    async def _store(self, conn: Any, query: str, params: Any, tips: Any, *, notify: bool = False) -> Any:
+        row = await super()._store(conn, query, params, tips, notify=notify)
         self.statements += 1
         self.shut += row is None
+        self.one_trip += notify
         return row
 
 
@@ -48,6 +51,7 @@ async def test_appends_to_a_known_stream_take_one_statement_each(pg_url: str) ->
             await store.append("s", [event(n)], n)
         await store.append_batch([("s", [event(5), event(6)], 5), ("t", [event(7)], 0)])
         assert (store.statements, store.shut) == (6, 0)
+        assert store.one_trip == 5, "a single event to a known stream is not one round trip"
         assert [e.version async for e in store.read_stream("s")] == [1, 2, 3, 4, 5, 6, 7]
         assert (await store.verify()).ok
 
@@ -101,3 +105,42 @@ async def test_a_stream_new_to_this_object_but_not_to_the_store(pg_url: str) -> 
                     break
         assert seen == [1, 2, 3, 4]
         assert (await store.verify()).ok
+
+
+async def test_a_single_append_wakes_a_subscriber_that_does_not_poll(pg_url: str) -> None:
+    """The notification sent in the append's round trip wakes a subscriber polling every minute."""
+    async with CountingStore(pg_url) as writer, PostgresEventStore(pg_url, poll_interval=60.0) as reader:
+        seen: list[int] = []
+        listening = anyio.Event()
+
+        async def subscribe() -> None:
+            async for e in reader.subscribe():
+                seen.append(e.version)
+                listening.set()
+                if len(seen) == 3:
+                    return
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(subscribe)
+                await writer.append("s", [event(0)], 0)
+                await listening.wait()  # it listens before its first query
+                await writer.append("s", [event(1)], 1)
+                await writer.append("s", [event(2)], 2)
+        assert seen == [1, 2, 3]
+        assert writer.one_trip == 3
+
+
+async def test_a_single_append_after_a_rollback_on_its_connection(pg_dsn: str, pg_schema: str) -> None:
+    """psycopg deallocates the prepared append after a rollback; the next append prepares it again."""
+    async with CountingStore(pg_url_for(pg_dsn, schema=pg_schema, pool_size="1")) as store:
+        for _ in range(6):  # psycopg prepares a statement of its own from the fifth run on
+            await store.stream_version("s")
+        await store.append("s", [event(0)], 0)
+        await store.save_tracking("c", 5)
+        with pytest.raises(TrackingError):  # rolls back the tracked append's transaction
+            await store.append_tracked([("t", [event(1)], 0)], Tracking("c", 3))
+        assert (await store.append("s", [event(2)], 1)).version == 2
+        await store.append("s", [event(3)], 2)
+        assert store.one_trip == 3
+        assert [e.version async for e in store.read_stream("s")] == [1, 2, 3]

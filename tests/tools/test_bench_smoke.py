@@ -56,3 +56,42 @@ def test_bench_without_a_checkout_says_it_needs_one(
     assert main(["bench", "append", "--json"]) == 2
     err = capsys.readouterr().err
     assert "turnlog bench runs from a source checkout" in err and "benchmarks/" in err
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_bench_append_on_postgresql_runs_the_psycopg_peer(
+    pg_dsn: str, pg_schema: str, tmp_path: object
+) -> None:
+    """``--store postgresql://...``: the raw psycopg peer, CPU per event, both targets judged, scratch schemas dropped."""
+    import psycopg
+
+    from tests.conftest import pg_url_for
+
+    url = pg_url_for(pg_dsn, schema=pg_schema)
+    args = [
+        sys.executable,
+        "-m",
+        "turnlog.tools",
+        "bench",
+        "append",
+        *SMALL["append"],
+        "--store",
+        url,
+        "--json",
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    ours, raw = report["results"]["ours single"], report["results"]["raw psycopg single"]
+    assert ours["events"] == raw["events"] == 30
+    assert ours["cpu_ms_per_event"] > 0 and raw["cpu_ms_per_event"] > 0
+    assert report["ratios"]["single_vs_psycopg"] > 0
+    targets = report["targets"]
+    assert set(targets) == {"single_vs_psycopg", "single_cpu_ms"}
+    assert all(isinstance(target["met"], bool) for target in targets.values())
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", [f"{pg_schema}_bench_"]
+        ).fetchall()
+    assert left == [], "a scratch schema was left behind"

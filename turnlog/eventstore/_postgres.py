@@ -252,10 +252,15 @@ class PostgresEventStore(EventStore):
         guess = plan_from_heads(self._heads, self._sql, units, now)
         async with self._connection("append") as conn:
             reserved = None
+            notified = False
             if guess is not None:
                 plan, tips, query, params = guess
-                reserved = await self._store(conn, query, params, tips)
+                # One event: insert, commit and notify in one round trip (the notification of a
+                # shut gate wakes subscribers for nothing; they find nothing new).
+                notified = query is self._sql.insert_one and self._one_trip
+                reserved = await self._store(conn, query, params, tips, notify=notified)
             if reserved is None:
+                notified = False
                 plan, tips = await plan_from_lookup(conn, self._sql, units, now)
                 if not plan.rows:
                     self._remember(tips)
@@ -264,7 +269,8 @@ class PostgresEventStore(EventStore):
                 reserved = await self._store(conn, self._sql.insert, params, tips)
                 if reserved is None:
                     raise StoreError("PostgreSQL: the append statement returned no row")
-            await self._notify(conn, reserved[1])
+            if not notified:
+                await self._notify(conn, reserved[1])
         return self._committed(plan, tips, reserved), plan.deferred
 
     def _committed(
@@ -288,11 +294,17 @@ class PostgresEventStore(EventStore):
         return outcomes
 
     async def _store(
-        self, conn: Any, query: str, params: Any, tips: dict[str, tuple[int, str]]
+        self, conn: Any, query: str, params: Any, tips: dict[str, tuple[int, str]], *, notify: bool = False
     ) -> tuple[Any, ...] | None:
-        """Run an append statement; its row (transaction id, last position), None if its gate was shut."""
+        """Run an append statement; its row (transaction id, last position), None if its gate was shut.
+
+        With ``notify`` (``query`` is ``Sql.insert_one``), subscribers are woken after its commit
+        in the same round trip.
+        """
         errors = self._pg.errors
         try:
+            if notify:
+                return await self._insert_notified(conn, params)
             return await self._insert(conn, query, params)
         except errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "events_pkey":
@@ -323,6 +335,61 @@ class PostgresEventStore(EventStore):
             # The append is committed: its caller must learn that, not this failure. The
             # connection, if broken, is discarded by the pool.
             pass
+
+    @property
+    def _one_trip(self) -> bool:
+        """Whether single-event appends go in one round trip (``_insert_notified``).
+
+        A subclass that replaces the ``_insert`` seam (tests holding append transactions open)
+        gets it called for every append, each followed by its own notification.
+        """
+        return type(self)._insert is PostgresEventStore._insert
+
+    async def _insert_notified(self, conn: Any, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
+
+        Returns the statement's row, None if its gate was shut.
+
+        Raises:
+            _Raced: the insert committed but the notification failed after it (its row is
+                lost with the error): the units go again and find their events stored.
+        """
+        pg = self._pg
+        for attempt in range(2):
+            cursor = pg.AsyncClientCursor(conn)
+            try:
+                # prepare=False: psycopg's own cache of statements to prepare would key it by
+                # its text, which holds the values (and it is prepared already).
+                await cursor.execute(self._sql.insert_one_notified, params, prepare=False)
+                break
+            except pg.errors.InvalidSqlStatementName:
+                # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
+                # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
+                await conn.rollback()
+                await conn.execute(self._sql.prepare_one)
+                if attempt:
+                    raise
+            except pg.Error as exc:
+                await self._after_failed_trip(conn, exc)
+                raise
+        cursor.nextset()  # past BEGIN's result, to the insert's
+        row = await cursor.fetchone()
+        return None if row is None else tuple(row)
+
+    async def _after_failed_trip(self, conn: Any, exc: BaseException) -> None:
+        """Leave ``conn`` idle after ``_insert_notified`` failed; ``_Raced`` if its insert committed."""
+        status = conn.info.transaction_status
+        if status == self._pg.pq.TransactionStatus.INERROR:
+            await conn.rollback()  # the insert failed inside BEGIN: end that transaction
+            return
+        if status != self._pg.pq.TransactionStatus.IDLE or isinstance(exc, self._pg.OperationalError):
+            return
+        # The insert committed (no transaction is left open) and NOTIFY failed. Global reads
+        # must still wait for it: take every transaction id handed out so far as this one's.
+        query = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
+        xmax = await (await conn.execute(query)).fetchone()
+        self._own_xid = max(self._own_xid, int(xmax[0]) - 1)
+        raise _Raced from exc
 
     async def _insert(self, conn: Any, query: str, params: Any) -> tuple[Any, ...] | None:
         """Run an append statement (its own transaction in autocommit); return its row, if any.

@@ -101,7 +101,7 @@ class PgPool:
                     # After a failed attempt the pool retries with a growing pause; a short
                     # ceiling keeps callers from waiting long once the server is back.
                     reconnect_timeout=POOL_TIMEOUT,
-                    configure=_configure,
+                    configure=self._configure,
                     name=f"turnlog-{self.schema}",
                 )
                 try:
@@ -112,6 +112,12 @@ class PgPool:
                     raise
                 self._pool = pool
         return self._pool
+
+    async def _configure(self, conn: Any) -> None:
+        """Set up a new pooled connection: the lock timeout, the prepared single-event append."""
+        # A statement waiting this long for a lock gives up with StoreUnavailable.
+        await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        await conn.execute(self.sql.prepare_one)
 
     async def _create_schema(self, conn: Any) -> None:
         sql = self.sql
@@ -261,11 +267,6 @@ def _is_dead(conn: Any) -> bool:
         return bool(poller.poll(0))
     readable, _, _ = select.select([fd], [], [], 0)
     return bool(readable)
-
-
-async def _configure(conn: Any) -> None:
-    # A statement waiting this long for a lock gives up with StoreUnavailable.
-    await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
 
 
 async def close_quietly(pg: Any, conn: Any) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "FORMAT_VERSION",
     "LOCK_TIMEOUT",
+    "ONE_KEYS",
     "ROW_COLUMNS",
     "SNAPSHOT_COLUMNS",
     "Sql",
@@ -41,6 +42,25 @@ ROW_COLUMNS = "position, event_id, stream, version, type, schema, data, meta, re
 """The columns in ``RawEvent`` order (reads, ``verify`` and raw copies)."""
 SNAPSHOT_COLUMNS = "stream, type, version, schema, data, meta, recorded_at"
 """The columns of a snapshot in ``RawSnapshot`` order."""
+
+
+ONE_KEYS = (
+    "stream",
+    "version",
+    "event_id",
+    "type",
+    "schema",
+    "data",
+    "meta",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+)
+"""The parameters of ``Sql.insert_one`` (one event), in the order of the prepared statement's."""
+ONE_TYPES = ("text", "bigint", "uuid", "text", "integer", "bytea", "bytea", "bigint", "text", "text")
+"""Their types."""
+ONE_STATEMENT = "turnlog_append_one"
+"""The name of ``Sql.insert_one`` prepared on each pooled connection."""
 
 
 def import_psycopg() -> tuple[ModuleType, ModuleType]:
@@ -187,6 +207,22 @@ class Sql:
                        %(recorded_at)s::bigint, %(prev_hash)s::text, %(hash)s::text)
                      AS u(n, stream, version, event_id, type, schema, data, meta, recorded_at,
                           prev_hash, hash)""",
+        )
+        # A single-event append in one round trip: ``insert_one`` in a transaction of its own,
+        # then the notification in another (see ``notify`` for why not in the same one), sent as
+        # one simple-protocol query with the parameters bound client-side (``ClientCursor``):
+        # the server runs the statements in turn and answers all of them at once. Its second
+        # result is ``insert_one``'s. On an error in the insert, the rest is skipped and the
+        # session is left in the aborted transaction (the caller rolls it back).
+        # ``insert_one`` is prepared on every pooled connection (``prepare_one``, run when the
+        # pool opens it), so the server plans it once per connection, not once per append.
+        one = self.insert_one
+        for number, key in enumerate(ONE_KEYS, 1):
+            one = one.replace(f"%({key})s", f"${number}")
+        self.prepare_one = f"PREPARE {ONE_STATEMENT} ({', '.join(ONE_TYPES)}) AS {one}"
+        arguments = ", ".join(f"%({key})s" for key in ONE_KEYS)
+        self.insert_one_notified = (
+            f'BEGIN; EXECUTE {ONE_STATEMENT} ({arguments}); COMMIT; NOTIFY "{self.channel}"'
         )
         # Sent after the append has committed, in a transaction of its own: a transaction that
         # notifies holds a database-wide lock from before its commit until after it (so that

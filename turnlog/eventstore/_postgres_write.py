@@ -15,7 +15,7 @@ from uuid import UUID
 
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, IdempotencyError, InvalidEventError
-from ._postgres_sql import Sql
+from ._postgres_sql import ONE_KEYS, Sql
 from ._raw import RawEvent, RawSnapshot, check_continuation
 from ._records import ANY, NO_STREAM
 from ._results import match_resent
@@ -34,19 +34,6 @@ __all__ = [
 
 RACE_ATTEMPTS = 10
 """How often an append that keeps losing the race for its stream version is retried (``ANY``)."""
-ROW_KEYS = (
-    "stream",
-    "version",
-    "event_id",
-    "type",
-    "schema",
-    "data",
-    "meta",
-    "recorded_at",
-    "prev_hash",
-    "hash",
-)
-"""The parameters of ``Sql.insert_one``, in the order of a plan's columns."""
 
 
 class _Raced(Exception):
@@ -72,6 +59,8 @@ def plan_from_heads(
     unit allows that), or when a unit would fail against the known heads: only the
     stored heads and ids can tell a re-send, a conflict or a stale head apart.
     """
+    if len(units) == 1 and len(units[0]) == 1 and len(units[0][0].events) == 1:
+        return _plan_one(known, sql, units[0][0], now)
     tips: dict[str, tuple[int, str]] = {}
     for unit in units:
         for entry in unit:
@@ -91,11 +80,37 @@ def plan_from_heads(
             plan,
             tips,
             sql.insert_one,
-            dict(zip(ROW_KEYS, (c[0] for c in plan.columns), strict=True)),
+            dict(zip(ONE_KEYS, (c[0] for c in plan.columns), strict=True)),
         )
     params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
               [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
     return plan, tips, sql.insert_checked, params
+
+
+def _plan_one(
+    known: dict[str, tuple[int, str]], sql: Sql, entry: PreparedAppend, now: int
+) -> tuple[Plan, dict[str, tuple[int, str]], str, Any] | None:
+    """``plan_from_heads`` for one event, the most common append, with less work per append."""
+    tip = known.get(entry.stream)
+    if tip is None:
+        if entry.expected is not ANY and entry.expected != NO_STREAM:
+            return None
+        tip = (0, "")
+    version, prev = tip
+    if not version_matches(entry.expected, version):
+        return None
+    (digest,) = chain_hashes(entry.stream, version, prev, entry.events, now)
+    event = entry.events[0]
+    values = (entry.stream, version + 1, event.id, event.type, event.schema, event.data, event.meta,
+              now, prev, digest)  # fmt: skip
+    # The same plan as plan_group's for this unit: one row, one span.
+    plan = Plan([None], [(0, [(0, 1, version + 1)])], [], [[value] for value in values], 1)
+    return (
+        plan,
+        {entry.stream: (version + 1, digest)},
+        sql.insert_one,
+        dict(zip(ONE_KEYS, values, strict=True)),
+    )
 
 
 async def plan_from_lookup(
