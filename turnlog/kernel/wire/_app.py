@@ -277,16 +277,17 @@ class ProxyApp:
 
                 tg.start_soon(watch)
                 await _start(send, response)
+                tail = b""
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
                         await _stream(response, call, send, upstream, held)
                     else:
-                        await _whole(response, call, send, upstream)
+                        tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
                     await call.fail(type(exc).__name__, f"the upstream answer broke off: {exc}", upstream)
                 # the end of the answer reaches the client once the call is closed in the log
-                await send({"type": "http.response.body", "body": b""})
+                await send({"type": "http.response.body", "body": tail})
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -365,11 +366,19 @@ async def _stream(
         await call.finish(answer, upstream)
 
 
-async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> None:
+async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> bytes:
+    """Forward and record an answer that is not an event stream; return its last piece, unsent.
+
+    The last piece goes out with the end of the answer once the call is closed in the log: with
+    a ``content-length`` a client holds the whole answer at its last byte, which must not be
+    before the answer is recorded.
+    """
     parts: list[bytes] = []
     async for piece in response.aiter_raw():
+        if parts:
+            await send({"type": "http.response.body", "body": parts[-1], "more_body": True})
         parts.append(piece)
-        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    tail = parts[-1] if parts else b""
     whole = b"".join(parts)
     raw = _json(whole)
     codec = call.route.wire
@@ -377,7 +386,7 @@ async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstr
         # an error page that is not JSON (a gateway's HTML) is named by its first characters
         message = codec.error_parts(raw)[0] if raw is not None else whole[:300].decode(errors="replace")
         await call.fail(f"HTTP {response.status_code}", call.scrub(message), upstream)
-        return
+        return tail
     try:
         if isinstance(raw, list):  # Gemini's stream without alt=sse is one JSON array
             assembly = codec.assembly(call.route.model)
@@ -387,8 +396,9 @@ async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstr
         answer = codec.parse(raw, model=call.route.model, provider=call.route.api)
     except (WireError, StreamFault) as exc:
         await call.fail("ResponseFormatError", str(exc), upstream)
-        return
+        return tail
     await call.finish(answer, upstream)
+    return tail
 
 
 def _data(event: str) -> list[str]:

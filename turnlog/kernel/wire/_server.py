@@ -128,6 +128,7 @@ class _Connection:
         self.report = report
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self.gone = False
+        self.body_seen = False
         self.body_done = False
         self.started = False
         self.waits_100 = False
@@ -169,6 +170,7 @@ class _Connection:
             return False
         if not isinstance(event, h11.Request):
             return False  # a ConnectionClosed between two requests
+        self.body_seen = False
         self.body_done = False
         self.started = False
         self.waits_100 = self.h11.they_are_waiting_for_100_continue
@@ -232,6 +234,7 @@ class _Connection:
                 self.gone = True
                 return {"type": "http.disconnect"}
             if isinstance(event, h11.Data):
+                self.body_seen = True
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             self.body_done = True  # EndOfMessage
             return {"type": "http.request", "body": b"", "more_body": False}
@@ -274,7 +277,12 @@ class _Connection:
 
     def _body_in(self) -> bool:
         """Whether the request's body has all come (h11 may hold its end without the app asking)."""
-        if self.body_done or self.h11.their_state is h11.DONE:
+        if self.body_done:
+            return True
+        if self.body_seen:
+            # the app stopped reading the body (a 413): refused, even if its last bytes came
+            return False
+        if self.h11.their_state is h11.DONE:
             return True
         try:
             event = self.h11.next_event()  # no read: only what is already buffered
