@@ -1,8 +1,10 @@
-"""A non-streamed call through the recorder: recorded whole, and only then answered.
+"""The recorder's forwarding: a non-streamed call recorded whole before it is answered; no cookie jar.
 
 The client of a non-streamed call holds the whole answer at its last byte, so that byte must
 not leave before the call is in the log; and since the client receives nothing before, the call
 is one append (a crash before it leaves no trace of the call, and the client got nothing).
+The proxy serves many clients over shared upstream connections: nothing one upstream answer
+sets (a cookie) may reach the upstream with another client's request.
 """
 
 from __future__ import annotations
@@ -80,3 +82,29 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
         "model.called",
         "run.ended",
     ]
+
+
+async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path: Path) -> None:
+    """A cookie an upstream sets for one client never reaches the upstream with another's request."""
+    seen: list[dict[bytes, bytes]] = []
+
+    async def upstream_app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        seen.append(dict(scope["headers"]))
+        headers = [(b"content-type", b"application/json"), (b"set-cookie", b"session=first; Path=/")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"data": []}'})
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store, anyio.create_task_group() as tg:
+        upstream = await serve_loopback(upstream_app, tg)
+        app = ProxyApp(ProxyConfig(upstreams={"openai": upstream.base_url}), await WireRecorder.load(store))
+        proxy = await serve_loopback(app, tg)
+        for _ in range(2):  # two clients, one after the other
+            async with httpx.AsyncClient() as client:
+                answer = await client.get(f"{proxy.base_url}/v1/models", headers={"user-agent": "a-client"})
+                assert answer.headers["set-cookie"] == "session=first; Path=/"  # forwarded as it came
+        tg.cancel_scope.cancel()
+        await app.aclose()
+    assert [h.get(b"cookie") for h in seen] == [None, None]
+    assert [h[b"user-agent"] for h in seen] == [b"a-client", b"a-client"]
