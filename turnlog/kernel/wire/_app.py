@@ -142,7 +142,9 @@ class _Upstream:
 
     def request(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> httpx.Request:
         """The request to forward (the client's headers as they are, none added but ``host``)."""
-        return httpx.Request(method, url, headers=headers, content=body, extensions={"timeout": self._timeout})
+        return httpx.Request(
+            method, url, headers=headers, content=body, extensions={"timeout": self._timeout}
+        )
 
     async def send(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``; the answer's body is read as it comes (``aiter_raw``)."""

@@ -131,6 +131,7 @@ class _Connection:
         self.body_seen = False
         self.body_done = False
         self.started = False
+        self.head = b""
         self.waits_100 = False
 
     async def run(self) -> None:
@@ -173,6 +174,7 @@ class _Connection:
         self.body_seen = False
         self.body_done = False
         self.started = False
+        self.head = b""
         self.waits_100 = self.h11.they_are_waiting_for_100_continue
         target = event.target.decode("latin-1")
         path, _, query = target.partition("?")
@@ -263,17 +265,24 @@ class _Connection:
                 # a connection the server is closing and get no answer at all.
                 headers.append((b"connection", b"close"))
             status = message["status"]
-            await self._write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            # held until the first piece of the body: one write, and one wake-up of the client
+            # instead of two (a client reads the head, then sleeps again until the body comes)
+            self.head = self._bytes(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
         elif kind == "http.response.body":
             body = message.get("body", b"")
             more = message.get("more_body", False)
+            head, self.head = self.head, b""
             if body and more:
-                await self._write(h11.Data(data=body))
+                await self._write_bytes(head + self._bytes(h11.Data(data=body)))
             elif body:
                 # the last piece and the end of the message go out in one write
-                await self._write_bytes(self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage()))
+                await self._write_bytes(
+                    head + self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage())
+                )
             elif not more:
-                await self._write(h11.EndOfMessage())
+                await self._write_bytes(head + self._bytes(h11.EndOfMessage()))
+            else:
+                await self._write_bytes(head)  # an empty piece sends what is held: the head
 
     def _body_in(self) -> bool:
         """Whether the request's body has all come (h11 may hold its end without the app asking)."""
