@@ -9,7 +9,8 @@ uvicorn spent more of each proxied call than the forwarding and the recording to
 protocol classes, flow control and per-request machinery around the same h11 parser), so the
 recorder serves itself: one task per connection, one request at a time on it (keep-alive; a
 pipelined request waits in h11's buffer), the answer written as the app sends it (with its
-``content-length``, else chunked: nothing is buffered), exactly the status and headers the app
+``content-length``, else chunked: nothing is buffered but the head, which goes out with the
+first piece of the body), exactly the status and headers the app
 gives (no ``server`` or ``date`` of its own). Only what ``ProxyApp`` needs of ASGI is here:
 ``http`` scopes, ``http.request`` / ``http.disconnect`` / ``http.response.*`` messages.
 
