@@ -406,8 +406,8 @@ class Branch:
         """Record the branch's first event if it is still pending.
 
         A new branch (not a fork, not in a session) records ``then`` in the same append and
-        returns the events of ``then``: one commit for a branch and its first messages. Otherwise returns None and
-        ``then`` is the caller's to execute.
+        returns the events of ``then``: one commit for a branch and its first messages.
+        Otherwise returns None, and ``then`` is the caller's to execute.
         """
         if self._pending is None:
             return None
