@@ -98,3 +98,34 @@ async def test_reorderable_retries_are_bounded() -> None:
         else:
             raise AssertionError("a conflict with no retry left must surface")
         assert len(branch.messages) == 1, "the state caught up with the other writer"
+
+
+async def test_a_new_branch_and_its_first_messages_are_one_append() -> None:
+    """One commit for a new branch and a whole run; ``branch.created`` belongs to no run."""
+    from turnlog.kernel import AddMessages
+    from turnlog.projections import MessageAdded, RunEnded, RunStarted
+
+    async with open_store("sqlite:///:memory:") as store:
+        appends: list[str] = []
+        append = store.append
+
+        async def counted(stream: str, *args: object, **kwargs: object) -> object:
+            appends.append(stream)
+            return await append(stream, *args, **kwargs)  # type: ignore[arg-type]
+
+        store.append = counted  # type: ignore[method-assign]
+        branch = Branch(store=store)
+        items = (
+            RunStarted(run_id="r1", verb="proxy", provider="p", model="m"),
+            MessageAdded(message=Instruction(content={"instruction": "hi"}), run_id="r1"),
+            RunEnded(run_id="r1", verb="proxy", duration_ms=1.0),
+        )
+        recorded = await branch.execute(AddMessages(items), run_id="r1", terminal=True)
+        assert appends == [f"branch-{branch.id}"]
+        assert [e.type for e in recorded] == ["run.started", "message.added", "run.ended"]
+        events = [e async for e in store.read_stream(f"branch-{branch.id}")]
+        assert [e.type for e in events] == ["branch.created", "run.started", "message.added", "run.ended"]
+        assert "run_id" not in events[0].meta and all(e.meta["run_id"] == "r1" for e in events[1:])
+        assert branch.state.runs["r1"].status == "ended"
+        reloaded = await Branch.load(store, branch.id)
+        assert reloaded.state == branch.state

@@ -13,10 +13,12 @@ starts slowly, so one server serves the whole module (one xdist worker runs them
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from anyio.from_thread import start_blocking_portal
 
@@ -32,6 +34,8 @@ pytestmark = pytest.mark.xdist_group("litellm")
 
 ANSWER = "Recorded through two proxies."
 HI = [{"role": "user", "content": "hi"}]
+#: A prompt the fake upstream behind LiteLLM answers with 529 (overloaded).
+OVERLOADED = "the upstream is overloaded"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,8 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("TURNLOG_REQUIRE_LITELLM") == "1":
             pytest.fail("TURNLOG_REQUIRE_LITELLM=1 but no litellm program (set TURNLOG_LITELLM)")
         pytest.skip("the LiteLLM proxy is not installed (see benchmarks/_litellm.py; TURNLOG_LITELLM)")
-    fake = FakeUpstreamServer([{"text": ANSWER, "times": None}])
+    overloaded = {"status": 529, "times": None, "match": {"last_user_contains": OVERLOADED}}
+    fake = FakeUpstreamServer([overloaded, {"text": ANSWER, "times": None}])
     workdir = tmp_path_factory.mktemp("litellm")
     with UpstreamThread(fake) as upstream, start_blocking_portal() as portal:
         with portal.wrap_async_context_manager(running_litellm(program, upstream.base_url, workdir)) as base:
@@ -135,4 +140,35 @@ async def test_anthropic_sdk_through_turnlog_proxy_to_litellm(litellm: str, tmp_
     ]
     chunks = await events_of(tmp_path / "s.db", f"run-{calls[1].run_id}")
     assert chunks[0].data["metadata"]["sse"].startswith("event: message_start")
+    assert MASTER_KEY not in (tmp_path / "s.db").read_bytes().decode("latin-1")
+
+
+async def _refusals(base: str) -> list[tuple[int, bytes]]:
+    """LiteLLM's own 4xx (a key it does not know) and its 5xx (the upstream behind it fails)."""
+    ask = {"model": MODEL, "max_tokens": 50}
+    overloaded = [{"role": "user", "content": OVERLOADED}]
+    got = []
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        for key, messages in (("sk-not-a-litellm-key-0123", HI), (MASTER_KEY, overloaded)):
+            headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+            answer = await client.post("/v1/messages", json={**ask, "messages": messages}, headers=headers)
+            # the fake upstream numbers its request ids: the one thing that differs between two runs
+            got.append((answer.status_code, re.sub(rb"req_fake[0-9]+", b"req_fake", answer.content)))
+    return got
+
+
+async def test_litellm_errors_reach_the_client_unchanged_and_are_recorded_failed(
+    litellm: str, tmp_path: Path
+) -> None:
+    expected = await _refusals(litellm)
+    assert expected[0][0] in (400, 401) and expected[1][0] >= 500
+    async with running_proxy(tmp_path / "s.db", f"anthropic={litellm}") as proxy:
+        got = await _refusals(f"{proxy.url}/b/refused")
+    assert got == expected
+    # the second conversation differs from the first: a fork of the named branch
+    calls = [c for b in await recorded(tmp_path / "s.db") for c in b.calls()]
+    assert sorted((c.status, c.error_type, c.params["_upstream"]["status"]) for c in calls) == [
+        ("error", f"HTTP {status}", status) for status, _ in expected
+    ]
+    assert all(c.error_message for c in calls)
     assert MASTER_KEY not in (tmp_path / "s.db").read_bytes().decode("latin-1")

@@ -395,23 +395,46 @@ class Branch:
         await self._ensure_created()
         return self
 
-    async def _ensure_created(self) -> None:
+    async def _ensure_created(
+        self,
+        then: AddMessages | None = None,
+        run_id: str | None = None,
+        extras: Mapping[str, Any] | None = None,
+        *,
+        terminal: bool = False,
+    ) -> list[RecordedEvent] | None:
+        """Record the branch's first event if it is still pending.
+
+        A new branch (not a fork, not in a session) records ``then`` in the same append and
+        returns the events of ``then``: one commit for a branch and its first messages.
+        Otherwise returns None, and ``then`` is the caller's to execute.
+        """
         if self._pending is None:
-            return
+            return None
         async with self._create_lock:
             if self._pending is None:
-                return
+                return None
             pending = self._pending
             if isinstance(pending, BranchCreated) and self._session is not None:
                 # an included branch talks for its session (the seed's branch.user = session.id)
                 session_id = self._session.id
                 pending = pending.model_copy(update={"session_id": session_id, "user": session_id})
+            # a session's branch is announced to the session between its creation and its
+            # first messages (``on_recorded``), so it keeps two appends
+            first = then if isinstance(pending, BranchCreated) and self._session is None else None
             async with unique_branch_name(self.store, pending.name):
-                await self.kernel.execute(self._live, CreateBranch(pending), meta=self._meta(None))
+                recorded = await self.kernel.execute(
+                    self._live,
+                    CreateBranch(pending, first),
+                    meta=self._meta(run_id if first is not None else None),
+                    extras=extras,
+                    terminal=terminal and first is not None,
+                )
             self._pending = None
             self._preview = None
         if self._on_recorded is not None:
             await self._on_recorded(self)
+        return recorded[1:] if first is not None else None  # the command's events, as execute returns
 
     # ----------------------------------------------------------------------------- properties
 
@@ -626,7 +649,12 @@ class Branch:
             UsageError: the branch is read-only, or the command does not apply.
         """
         self.require_writable()
-        await self._ensure_created()
+        if isinstance(command, AddMessages):
+            created = await self._ensure_created(command, run_id, extras, terminal=terminal)
+            if created is not None:
+                return created
+        else:
+            await self._ensure_created()
         return await self.kernel.execute(
             self._live, command, meta=self._meta(run_id), extras=extras, terminal=terminal
         )

@@ -84,15 +84,20 @@ def _has_message(state: BranchState | None, message_id: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CreateBranch:
-    """Start the branch stream with ``branch.created`` or ``branch.forked`` (version 1)."""
+    """Start the branch stream with ``branch.created`` or ``branch.forked`` (version 1).
+
+    ``then``, the branch's first command, is recorded in the same append: a new branch and
+    its first messages cost one commit instead of two.
+    """
 
     reorderable: ClassVar[bool] = False
     data: BranchCreated | BranchForked
+    then: AddMessages | None = None
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
         if state is not None:
             raise UsageError(f"branch {self.data.branch_id} exists already")
-        return (self.data,)
+        return (self.data, *(self.then.build(None) if self.then is not None else ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +117,20 @@ class AddMessages:
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:
         seen: set[str] = set()
+        started: set[str] = set()  # a run may start and end in one batch (a call recorded whole)
         for item in self.items:
             if isinstance(item, MessageAdded):
                 mid = item.message.id
                 if mid in seen or _has_message(state, mid):
                     raise UsageError(f"message {mid} is recorded in this branch already")
                 seen.add(mid)
+            elif isinstance(item, RunStarted):
+                started.add(item.run_id)
             elif isinstance(item, RunEnded | RunFailed):
-                _require_open(state, item.run_id)  # recover closes a run this way
+                if item.run_id in started:
+                    started.discard(item.run_id)  # one terminal per run, in a batch too
+                else:
+                    _require_open(state, item.run_id)  # recover closes a run this way
         return self.items
 
 

@@ -199,6 +199,9 @@ class Kernel:
             if not payloads:
                 return [], []
             events = [new_event(p, meta=meta) for p in payloads]
+            if isinstance(command, CreateBranch) and "run_id" in meta:
+                # a branch created with its first run's events belongs to no run itself
+                events[0] = new_event(payloads[0], meta={k: v for k, v in meta.items() if k != "run_id"})
             expected = live.version if live.state is not None else NO_STREAM
             name = command.data.name if isinstance(command, CreateBranch) else None
             try:

@@ -1,11 +1,13 @@
 """The recording side of ``turnlog proxy``: which branch a call lands on, and its events.
 
-``WireRecorder.open_call`` picks the branch (named, or threaded: see ``docs/proxy.md``),
-records the request's new turns as messages and ``run.started``; the returned ``WireCall``
+``WireRecorder.open_call`` picks the branch (named, or threaded: see ``docs/proxy.md``) and
+makes the request's new turns into messages and ``run.started``; the returned ``WireCall``
 records each stream event as a ``stream.chunk`` of the run (``chunk``, awaited *before* the
 event is forwarded, so a client never holds a chunk the log lacks) and closes the call with the
 answer's messages, ``model.called`` and ``run.ended`` in one append (``finish``), or with
-``model.called`` and ``run.failed`` (``fail``).
+``model.called`` and ``run.failed`` (``fail``). A streamed call's turns and ``run.started`` are
+appended when it opens; a non-streamed call's go in its closing append (its client receives
+the answer only after that commit), so such a call costs one commit, a new branch included.
 
 The threading index maps each branch to the digests of its turns and where each turn was
 recorded (the branch and version that first recorded it), so a divergence forks the branch
@@ -21,7 +23,7 @@ from typing import Any, Literal
 
 import anyio
 
-from turnlog.eventstore import NO_STREAM, EventStore, uuid7
+from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
 from turnlog.kernel._branch import Branch
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UnknownBranch
@@ -114,7 +116,11 @@ class WireRecorder:
     async def open_call(
         self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
     ) -> WireCall:
-        """Pick the branch of a call, record its new turns and ``run.started``."""
+        """Pick the branch of a call and prepare its new turns and ``run.started``.
+
+        A streamed call records them now, before its first chunk; a non-streamed one records
+        them with its answer, in the one append that closes it (see ``WireCall.open``).
+        """
         turns = conversation_of(route.codec, body)
         run_id = _uuid()
         names = _call_names(turns)
@@ -133,16 +139,8 @@ class WireRecorder:
             ]
             ends.append(len(items))
         items.append(RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model))
-        try:
-            # outside the proxy's lock: calls on other branches append (and share commits) meanwhile
-            events = await branch.execute(AddMessages(tuple(items)), run_id=run_id)
-        except BaseException:
-            del recorded[first : first + len(new)]
-            raise
-        for i, (turn, end) in enumerate(zip(new, ends, strict=True)):
-            recorded[first + i] = _Recorded(turn.digest, branch.id, events[end - 1].version)
         params = scrub(request_params(body))
-        return WireCall(
+        call = WireCall(
             recorder=self,
             branch=branch,
             route=route,
@@ -152,7 +150,11 @@ class WireRecorder:
             tools=tool_names(route.codec, body),
             scrub=scrub,
             names=names,
+            opening=_Opening(tuple(items), recorded, first, tuple(new), tuple(ends)),
         )
+        if route.stream:
+            await call.open()
+        return call
 
     def note(self, branch_id: str, turn: Turn, version: int) -> None:
         """Remember that ``branch_id`` recorded ``turn`` (its last message at ``version``)."""
@@ -283,8 +285,39 @@ def _assistant(turn: Turn, meta: dict[str, Any]) -> list[AnyMessage]:
 
 
 @dataclass
+class _Opening:
+    """A call's first events (its new turns and ``run.started``), not yet appended.
+
+    ``recorded[first:]`` are the new turns' places in the threading index, reserved (version 0)
+    until the append says where they landed; ``ends[i]`` is the end of turn i's messages in
+    ``items``.
+    """
+
+    items: tuple[EventData, ...]
+    recorded: list[_Recorded]
+    first: int
+    turns: tuple[Turn, ...]
+    ends: tuple[int, ...]
+
+    def landed(self, events: Sequence[RecordedEvent], branch_id: str) -> None:
+        """The append of ``items`` (the first events of ``events``) succeeded: index the turns."""
+        for i, (turn, end) in enumerate(zip(self.turns, self.ends, strict=True)):
+            self.recorded[self.first + i] = _Recorded(turn.digest, branch_id, events[end - 1].version)
+
+    def lost(self) -> None:
+        """The append failed: free the reserved places."""
+        del self.recorded[self.first : self.first + len(self.turns)]
+
+
+@dataclass
 class WireCall:
-    """One recorded call in flight: its chunks as they pass, then its end."""
+    """One recorded call in flight: its chunks as they pass, then its end.
+
+    A streamed call is opened (``open``: its new turns and ``run.started``, one commit) before
+    its first chunk. A non-streamed call's client receives nothing before the call is closed,
+    so it is recorded whole in the one append that closes it: a crash before that leaves no
+    trace of it, and the client had received nothing of it.
+    """
 
     recorder: WireRecorder
     branch: Branch
@@ -295,10 +328,41 @@ class WireCall:
     tools: list[str]
     scrub: Scrubber
     names: dict[str, str]
+    opening: _Opening | None = None
     started: float = field(default_factory=time.perf_counter)
     ttft_ms: float | None = None
     seq: int = 0
     closed: bool = False
+
+    async def open(self) -> None:
+        """Record the call's new turns and ``run.started`` (a no-op once done)."""
+        opening, self.opening = self.opening, None
+        if opening is None:
+            return
+        try:
+            # outside the proxy's lock: calls on other branches append (and share commits) meanwhile
+            events = await self.branch.execute(AddMessages(opening.items), run_id=self.run_id)
+        except BaseException:
+            opening.lost()
+            raise
+        opening.landed(events, self.branch.id)
+
+    async def _close(self, items: list[EventData]) -> list[RecordedEvent]:
+        """Append the call's closing events, after its opening ones if they are not recorded yet."""
+        opening, self.opening = self.opening, None
+        first = list(opening.items) if opening is not None else []
+        try:
+            with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
+                events = await self.branch.execute(
+                    AddMessages((*first, *items)), run_id=self.run_id, terminal=True
+                )
+        except BaseException:
+            if opening is not None:
+                opening.lost()
+            raise
+        if opening is not None:
+            opening.landed(events, self.branch.id)
+        return events[len(first) :]
 
     async def chunks(self, batch: SSEBatch) -> None:
         """Record stream events, in one append, before they are forwarded.
@@ -306,6 +370,7 @@ class WireCall:
         Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
         chunk), the pieces the codec made of it, and the error it carried, if any.
         """
+        await self.open()  # an answer that streams although the request did not ask it to
         meta = {"branch_id": self.branch.id, "run_id": self.run_id}
         expected = self.seq if self.seq else NO_STREAM
         chunks, answered = wire_chunks(batch, self.scrub, self.seq)
@@ -331,7 +396,7 @@ class WireCall:
             served_model=answer.model if answer is not None and answer.model != self.route.model else None,
             verb=VERB,
             run_id=self.run_id,
-            message_ids=list(self.branch.progression),
+            message_ids=self._message_ids(),
             params={**self.params, "_upstream": upstream},
             tools=self.tools,
             fingerprint=self.fingerprint,
@@ -344,6 +409,17 @@ class WireCall:
             error_message=self.scrub(error[1]) if error else None,
             stream=self.route.stream,
         )
+
+    def _message_ids(self) -> list[str]:
+        """The branch's messages the call was made with (its new turns included, recorded or not)."""
+        ids = list(self.branch.progression)
+        if self.opening is not None:  # a System message replaces the branch's, outside the list
+            ids += [
+                item.message.id
+                for item in self.opening.items
+                if isinstance(item, MessageAdded) and not isinstance(item.message, System)
+            ]
+        return ids
 
     @property
     def elapsed_ms(self) -> float:
@@ -366,10 +442,7 @@ class WireCall:
             usage=answer.usage,
             chunks=self.seq if self.route.stream else None,
         )
-        with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
-            events = await self.branch.execute(
-                AddMessages((*items, ended)), run_id=self.run_id, terminal=True
-            )
+        events = await self._close([*items, ended])
         self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
 
     async def fail(
@@ -395,5 +468,4 @@ class WireCall:
             error_message=self.scrub(message),
             reason=reason,
         )
-        with anyio.CancelScope(shield=True):  # a cancelled client still gets its call closed
-            await self.branch.execute(AddMessages((called, failed)), run_id=self.run_id, terminal=True)
+        await self._close([called, failed])  # shielded: a cancelled client still gets its call closed

@@ -9,7 +9,8 @@ uvicorn spent more of each proxied call than the forwarding and the recording to
 protocol classes, flow control and per-request machinery around the same h11 parser), so the
 recorder serves itself: one task per connection, one request at a time on it (keep-alive; a
 pipelined request waits in h11's buffer), the answer written as the app sends it (with its
-``content-length``, else chunked: nothing is buffered), exactly the status and headers the app
+``content-length``, else chunked: nothing is buffered but the head, which goes out with the
+first piece of the body), exactly the status and headers the app
 gives (no ``server`` or ``date`` of its own). Only what ``ProxyApp`` needs of ASGI is here:
 ``http`` scopes, ``http.request`` / ``http.disconnect`` / ``http.response.*`` messages.
 
@@ -130,6 +131,7 @@ class _Connection:
         self.gone = False
         self.body_done = False
         self.started = False
+        self.head = b""
         self.waits_100 = False
 
     async def run(self) -> None:
@@ -171,6 +173,7 @@ class _Connection:
             return False  # a ConnectionClosed between two requests
         self.body_done = False
         self.started = False
+        self.head = b""
         self.waits_100 = self.h11.they_are_waiting_for_100_continue
         target = event.target.decode("latin-1")
         path, _, query = target.partition("?")
@@ -261,17 +264,24 @@ class _Connection:
                 # the server is closing and gets no answer at all.
                 headers.append((b"connection", b"close"))
             status = message["status"]
-            await self._write(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            # held until the first piece of the body: one write, and one wake-up of the client
+            # instead of two (a client reads the head, then sleeps again until the body comes)
+            self.head = self._bytes(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
         elif kind == "http.response.body":
             body = message.get("body", b"")
             more = message.get("more_body", False)
+            head, self.head = self.head, b""
             if body and more:
-                await self._write(h11.Data(data=body))
+                await self._write_bytes(head + self._bytes(h11.Data(data=body)))
             elif body:
                 # the last piece and the end of the message go out in one write
-                await self._write_bytes(self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage()))
+                await self._write_bytes(
+                    head + self._bytes(h11.Data(data=body)) + self._bytes(h11.EndOfMessage())
+                )
             elif not more:
-                await self._write(h11.EndOfMessage())
+                await self._write_bytes(head + self._bytes(h11.EndOfMessage()))
+            else:
+                await self._write_bytes(head)  # an empty piece sends what is held: the head
 
     def _bytes(self, event: h11.Event) -> bytes:
         return self.h11.send(event) or b""

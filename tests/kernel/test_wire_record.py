@@ -1,0 +1,110 @@
+"""The recorder's forwarding: a non-streamed call recorded whole before it is answered; no cookie jar.
+
+The client of a non-streamed call holds the whole answer at its last byte, so that byte must
+not leave before the call is in the log; and since the client receives nothing before, the call
+is one append (a crash before it leaves no trace of the call, and the client got nothing).
+The proxy serves many clients over shared upstream connections: nothing one upstream answer
+sets (a cookie) may reach the upstream with another client's request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from turnlog.eventstore import open_store
+from turnlog.kernel.wire import ProxyApp, ProxyConfig, WireRecorder, serve_loopback
+from turnlog.testing import FakeUpstreamServer
+
+KEY = "sk-wire-record-0123456789"
+HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+BODY = {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded(tmp_path: Path) -> None:
+    closing = anyio.Event()
+    release = anyio.Event()
+    answered = anyio.Event()
+    async with (
+        FakeUpstreamServer([{"text": "A plain answer."}], api_key=KEY) as upstream,
+        open_store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        recorder = await WireRecorder.load(store)
+        opened = recorder.open_call
+
+        async def open_call(*args: Any) -> Any:
+            call = await opened(*args)
+            finish = call.finish
+
+            async def held(*args: Any) -> None:
+                closing.set()
+                await release.wait()
+                await finish(*args)
+
+            call.finish = held  # type: ignore[method-assign]
+            return call
+
+        recorder.open_call = open_call  # type: ignore[method-assign]
+        app = ProxyApp(ProxyConfig(upstreams={"anthropic": upstream.base_url}), recorder)
+        got: list[httpx.Response] = []
+        async with anyio.create_task_group() as tg, httpx.AsyncClient() as client:
+            server = await serve_loopback(app, tg)
+
+            async def ask() -> None:
+                got.append(await client.post(f"{server.base_url}/v1/messages", json=BODY, headers=HEADERS))
+                answered.set()
+
+            tg.start_soon(ask)
+            await closing.wait()
+            # the upstream has answered and the call is being closed: nothing of it is in the
+            # log yet (its turns and run.started go in the closing append) ...
+            assert [e.type async for e in store.read_all()] == []
+            # ... and the client does not have the answer (a content-length answer is whole at
+            # its last byte): this can only be checked by waiting a while for what must not come
+            with anyio.move_on_after(0.3):
+                await answered.wait()
+            assert not answered.is_set()
+            release.set()
+            await answered.wait()
+            # once it has it, the call is in the log
+            types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+            tg.cancel_scope.cancel()
+        await app.aclose()
+    assert got[0].status_code == 200 and got[0].json()["content"][0]["text"] == "A plain answer."
+    assert types == [
+        "branch.created",
+        "message.added",
+        "run.started",
+        "message.added",
+        "model.called",
+        "run.ended",
+    ]
+
+
+async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path: Path) -> None:
+    """A cookie an upstream sets for one client never reaches the upstream with another's request."""
+    seen: list[dict[bytes, bytes]] = []
+
+    async def upstream_app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        seen.append(dict(scope["headers"]))
+        headers = [(b"content-type", b"application/json"), (b"set-cookie", b"session=first; Path=/")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"data": []}'})
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store, anyio.create_task_group() as tg:
+        upstream = await serve_loopback(upstream_app, tg)
+        app = ProxyApp(ProxyConfig(upstreams={"openai": upstream.base_url}), await WireRecorder.load(store))
+        proxy = await serve_loopback(app, tg)
+        for _ in range(2):  # two clients, one after the other
+            async with httpx.AsyncClient() as client:
+                answer = await client.get(f"{proxy.base_url}/v1/models", headers={"user-agent": "a-client"})
+                assert answer.headers["set-cookie"] == "session=first; Path=/"  # forwarded as it came
+        tg.cancel_scope.cancel()
+        await app.aclose()
+    assert [h.get(b"cookie") for h in seen] == [None, None]
+    assert [h[b"user-agent"] for h in seen] == [b"a-client", b"a-client"]
