@@ -79,7 +79,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             try:
                 seen.append(lines.get(timeout=_START_WAIT))
             except Empty:
-                pytest.fail(f"Phoenix printed nothing for {_START_WAIT} s while starting:\n" + "".join(seen[-20:]))
+                pytest.fail(
+                    f"Phoenix printed nothing for {_START_WAIT} s while starting:\n" + "".join(seen[-20:])
+                )
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
