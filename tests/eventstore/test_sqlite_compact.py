@@ -15,6 +15,7 @@ from turnlog.eventstore import (
     NewEvent,
     NewSnapshot,
     SQLiteEventStore,
+    event_hash,
     migrate,
     open_store,
 )
@@ -252,3 +253,85 @@ async def test_migrate_back_from_format_3_to_2_keeps_every_logical_byte(tmp_path
     async with open_store(f"sqlite:///{new}") as src, open_store(f"sqlite:///{old}?format=2") as dst:
         assert (await migrate(src, dst)).ok
         assert await dst.raw_events(0, 10_000) == await src.raw_events(0, 10_000)  # type: ignore[attr-defined]
+
+
+async def test_prev_hash_is_not_stored_and_reads_as_the_previous_versions_hash(tmp_path: Path) -> None:
+    """Rows hold no prev_hash; every read (by stream, backwards, from a version, by position) gives the
+    hash of the stream's previous version, and "" for version 1."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    with raw(db) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+        assert "prev_hash" not in columns and "hash" in columns
+    async with open_store(f"sqlite:///{db}") as store:
+        whole = await collect(store.read_stream("branch-1"))
+        assert whole[0].prev_hash == ""
+        assert [e.prev_hash for e in whole[1:]] == [e.hash for e in whole[:-1]]
+        assert [e.prev_hash for e in await collect(store.read_stream("branch-1", 7, 9))] == [
+            e.hash for e in whole[5:8]
+        ]
+        backwards = await collect(store.read_stream("branch-1", backwards=True, limit=3))
+        assert [e.prev_hash for e in backwards] == [e.hash for e in whole[-2:-5:-1]]
+        by_hash = {e.hash: e for e in await collect(store.read_all())}
+        raws = await store.raw_events(0, 10_000)  # type: ignore[attr-defined]
+        for event in raws:
+            assert event.prev_hash == by_hash[event.hash].prev_hash
+            if event.version > 1:
+                assert by_hash[event.prev_hash].version == event.version - 1
+        assert (await store.verify()).ok
+
+
+@pytest.mark.parametrize(
+    ("edit", "named", "said"),
+    [
+        ("DELETE FROM events WHERE stream_id = 2 AND version = 2", {3}, "version gap"),
+        (
+            "UPDATE events SET data = CAST('{}' AS BLOB), codec = 0 WHERE stream_id = 2 AND version = 2",
+            {2},
+            "altered",
+        ),
+        ("UPDATE events SET hash = zeroblob(32) WHERE stream_id = 2 AND version = 2", {2, 3}, "altered"),
+        (
+            "UPDATE events SET recorded_at = recorded_at + 1 WHERE stream_id = 2 AND version = 4",
+            {4},
+            "altered",
+        ),
+    ],
+)
+async def test_verify_names_a_deleted_or_altered_row_without_a_stored_prev_hash(
+    tmp_path: Path, edit: str, named: set[int], said: str
+) -> None:
+    """With prev_hash derived, a deleted row, an altered payload, hash or time is still named."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 15)
+    with raw(db) as conn:
+        assert conn.execute("SELECT name FROM streams WHERE stream_id = 2").fetchone() == ("branch-1",)
+        conn.execute(edit)
+    async with open_store(f"sqlite:///{db}") as store:
+        report = await store.verify()
+    assert {(p.stream, p.version) for p in report.problems} == {("branch-1", v) for v in named}
+    assert any(said in p.what for p in report.problems), report.problems
+
+
+async def test_a_rehashed_forgery_breaks_the_chain_at_the_next_version(tmp_path: Path) -> None:
+    """An event rewritten with its own hash recomputed is named at the next version, whose hash
+    covers the forged one (it is the next version's prev_hash)."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 15)
+    async with open_store(f"sqlite:///{db}") as store:
+        raws = await store.raw_events(0, 10_000)  # type: ignore[attr-defined]
+    second = next(e for e in raws if e.stream == "branch-1" and e.version == 2)
+    data = b'{"message":{"kind":"UserPrompt","content":{"text":"forged"},"n":4}}'
+    digest = event_hash(
+        second.prev_hash, second.id, "branch-1", 2, second.type, second.schema, data, bytes(second.meta),
+        second.recorded_at_us,
+    )  # fmt: skip
+    with raw(db) as conn:
+        conn.execute(
+            "UPDATE events SET data = ?, codec = 0, hash = ? WHERE stream_id = 2 AND version = 2",
+            (data, bytes.fromhex(digest)),
+        )
+    async with open_store(f"sqlite:///{db}") as store:
+        assert (await collect(store.read_stream("branch-1", 3, 3)))[0].prev_hash == digest
+        report = await store.verify()
+    assert {(p.stream, p.version) for p in report.problems} == {("branch-1", 3)}

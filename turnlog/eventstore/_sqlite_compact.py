@@ -2,8 +2,12 @@
 
 It stores, per event:
 
-- the id as its 16 bytes and the hashes as their 32 bytes (a value that is not canonical, as a
+- the id as its 16 bytes and the hash as its 32 bytes (a value that is not canonical, as a
   damaged or legacy one may be, is kept as the text it is, so it reads back unchanged);
+- no ``prev_hash``: it is by definition the hash of the stream's previous version (empty for
+  version 1), so reads take it from that row (``PREV_HASH``). A deleted or altered row still
+  shows in ``verify``: the next version's hash covers the predecessor's hash, and a missing
+  predecessor reads as an empty ``prev_hash``, which breaks the chain at that version;
 - the stream and the type as small integers (``streams``, ``event_types``);
 - the meta as an integer naming one row of ``metas``: every event of a run carries the same
   meta (its branch and run ids), so it is kept once;
@@ -37,6 +41,7 @@ from ._sqlite_layout import TEXT_LAYOUT, Layout, StoreConnection
 
 __all__ = [
     "COMPACT_FORMAT",
+    "PREV_HASH",
     "TRAIN_AFTER",
     "CompactLayout",
     "add_snapshot_codec",
@@ -66,6 +71,10 @@ _SNAPSHOT_ZLIB = -1
 
 
 _decompressobj = zlib.decompressobj
+
+PREV_HASH = "(SELECT p.hash FROM events p WHERE p.stream_id = e.stream_id AND p.version = e.version - 1)"
+"""The select of an event's ``prev_hash``: the hash of its stream's previous version (NULL for
+version 1, or when that row is missing), found through the ``(stream_id, version)`` index."""
 
 
 def _id_text(value: Any) -> Any:
@@ -134,7 +143,6 @@ def create_compact(conn: sqlite3.Connection) -> None:
             data BLOB NOT NULL,
             meta_id INTEGER NOT NULL,
             recorded_at INTEGER NOT NULL,
-            prev_hash BLOB NOT NULL,
             hash BLOB NOT NULL,
             UNIQUE (stream_id, version)
         )
@@ -189,16 +197,14 @@ class CompactLayout(Layout):
     )
     select_columns = (
         "e.position, e.id, s.name, e.version, t.name, e.schema, e.data, m.meta, e.recorded_at, "
-        "e.prev_hash, e.hash, e.codec"
+        f"{PREV_HASH}, e.hash, e.codec"
     )
     stream_col = "s.name"
     type_col = "t.name"
     id_col = "e.id"
     position_col = "e.position"
     version_col = "e.version"
-    insert_columns = (
-        "id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, prev_hash, hash"
-    )
+    insert_columns = "id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, hash"
     per_row = 7
     bound_snapshots = (
         "SELECT s.stream, s.type, s.version, s.schema, s.data, s.meta, s.recorded_at, "
@@ -235,7 +241,7 @@ class CompactLayout(Layout):
 
     raw_insert = (
         "INSERT INTO events (position, id, stream_id, version, type_id, schema, codec, data, meta_id, "
-        "recorded_at, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "recorded_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
 
     def __init__(self, location: str) -> None:
@@ -342,6 +348,8 @@ class CompactLayout(Layout):
             eid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
         if type(prev) is bytes:
             prev = prev.hex()
+        elif prev is None:  # version 1, or a predecessor that is missing (verify names the gap)
+            prev = ""
         if type(digest) is bytes:
             digest = digest.hex()
         return (position, eid, stream, version, type_, schema, data, meta, recorded, prev, digest)
@@ -512,7 +520,7 @@ class CompactLayout(Layout):
 
     single_insert = (
         "INSERT INTO events (id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, "
-        "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
 
     def single_row(
@@ -536,12 +544,12 @@ class CompactLayout(Layout):
             data,
             meta_id,
             now,
-            _hash_bytes(prev),
             _hash_bytes(digest),
         )
 
     def block_row(self, n: int, j: int, prev: str) -> str:
-        return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?{n + 5}, ?2, {prev}, ?{n + 6})"
+        # No previous hash: it is the row before's, derived on read (``?4`` is left unused).
+        return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?{n + 5}, ?2, ?{n + 6})"
 
     def raw_params(self, conn: sqlite3.Connection, event: Any) -> tuple[Any, ...]:
         codec, data = self._compress(conn, event.data)
@@ -556,7 +564,6 @@ class CompactLayout(Layout):
             data,
             self._meta_id(conn, bytes(event.meta)),
             event.recorded_at_us,
-            _hash_bytes(event.prev_hash),
             _hash_bytes(event.hash),
         )
 
@@ -585,9 +592,10 @@ class CompactLayout(Layout):
             self.forget_metas()
 
     def set_hashes(self, conn: sqlite3.Connection, updates: Iterable[tuple[int, str, str]]) -> None:
+        # Each new prev_hash is the new hash of the row before, which the same updates set.
         conn.executemany(
-            "UPDATE events SET prev_hash = ?, hash = ? WHERE position = ?",
-            [(_hash_bytes(prev), _hash_bytes(digest), position) for position, prev, digest in updates],
+            "UPDATE events SET hash = ? WHERE position = ?",
+            [(_hash_bytes(digest), position) for position, _prev, digest in updates],
         )
 
     def after_write(self, conn: sqlite3.Connection, last_position: int) -> None:
