@@ -278,7 +278,14 @@ async def test_prev_hash_is_not_stored_and_reads_as_the_previous_versions_hash(t
             assert event.prev_hash == by_hash[event.hash].prev_hash
             if event.version > 1:
                 assert by_hash[event.prev_hash].version == event.version - 1
+        one_by_one = [e async for e in store.read_all(5, 9)]  # pages of mixed streams
+        assert [e.prev_hash for e in one_by_one] == [by_hash[e.hash].prev_hash for e in one_by_one]
         assert (await store.verify()).ok
+    with raw(db) as conn:
+        conn.execute("DELETE FROM events WHERE stream_id = 2 AND version = 4")
+    async with open_store(f"sqlite:///{db}") as store:
+        after = await collect(store.read_stream("branch-1", 3, 6))
+        assert [e.prev_hash for e in after] == [whole[1].hash, "", whole[4].hash]
 
 
 @pytest.mark.parametrize(

@@ -451,7 +451,7 @@ class SQLiteEventStore(EventStore):
         order = "DESC" if backwards else "ASC"
         layout = self._conn.layout
         version = layout.version_col
-        sql = layout.select(
+        sql = layout.page_select(
             f"{layout.stream_is()} AND {version} >= ? AND {version} <= ?",
             f"ORDER BY {version} {order} LIMIT ?",
         )
@@ -486,7 +486,7 @@ class SQLiteEventStore(EventStore):
         filters, params = read_filters(types, stream_prefix, layout)
         order = "DESC" if backwards else "ASC"
         position = layout.position_col
-        sql = layout.select(
+        sql = layout.page_select(
             f"{position} >= ? AND {position} <= ?{filters}", f"ORDER BY {position} {order} LIMIT ?"
         )
 
@@ -685,12 +685,14 @@ class SQLiteEventStore(EventStore):
         layout = self._conn.layout
         filters, params = read_filters(types, None, layout)
         position = layout.position_col
-        sql = layout.select(f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?")
+        sql = layout.page_select(
+            f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?"
+        )
         params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
         convert = layout.row if layout.compact else None
 
         def run(blocking: bool) -> list[RawEvent]:
-            rows = self._conn.execute(sql, params)
+            rows = layout.page(self._conn, self._conn.execute(sql, params).fetchall())
             if convert is None:
                 return [raw_event(row) for row in rows]
             return [raw_event(convert(row)) for row in rows]

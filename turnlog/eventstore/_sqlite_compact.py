@@ -75,6 +75,8 @@ _decompressobj = zlib.decompressobj
 PREV_HASH = "(SELECT p.hash FROM events p WHERE p.stream_id = e.stream_id AND p.version = e.version - 1)"
 """The select of an event's ``prev_hash``: the hash of its stream's previous version (NULL for
 version 1, or when that row is missing), found through the ``(stream_id, version)`` index."""
+_HASH_AT = "SELECT hash FROM events WHERE stream_id = ? AND version = ?"
+_UNSEEN = object()
 
 
 def _id_text(value: Any) -> Any:
@@ -293,6 +295,38 @@ class CompactLayout(Layout):
         self._fresh.clear()
 
     # ------------------------------------------------------------------ reads
+
+    page_columns = select_columns.replace(PREV_HASH, "e.stream_id")
+    """``select_columns`` with the stream's number where ``prev_hash`` goes, for ``page``."""
+
+    def page_select(self, where: str = "1", tail: str = "") -> str:
+        return f"SELECT {self.page_columns} FROM {self.events_from} WHERE {where} {tail}"
+
+    def page(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        # Each prev_hash from the row before when it is the previous version (a read by stream
+        # or of a log of one busy stream: all but the first row), else from the page, else by
+        # one lookup. The per-row subquery of ``select`` costs 1.3 µs a row, this about 0.25.
+        out: list[tuple[Any, ...]] = []
+        append = out.append
+        hashes: dict[tuple[Any, int], Any] | None = None
+        last_key = last_version = last_hash = None
+        for row in rows:
+            key, version = row[9], row[3]
+            if key == last_key and type(version) is int and version - 1 == last_version:
+                prev = last_hash
+            elif type(version) is int and version > 1:
+                if hashes is None:
+                    hashes = {(r[9], r[3]): r[10] for r in rows}
+                before = (key, version - 1)
+                prev = hashes.get(before, _UNSEEN)
+                if prev is _UNSEEN:
+                    found = conn.execute(_HASH_AT, before).fetchone()
+                    prev = hashes[before] = None if found is None else found[0]
+            else:
+                prev = None
+            last_key, last_version, last_hash = key, version, row[10]
+            append(row[:9] + (prev,) + row[10:])  # noqa: RUF005 - 50 ns a row faster than unpacking
+        return out
 
     def stream_is(self) -> str:
         return "e.stream_id = (SELECT stream_id FROM streams WHERE name = ?)"

@@ -42,6 +42,7 @@ def rows_page(
         cursor = conn.execute(sql, params)
         rows: list[tuple[Any, ...]] = []
         size = 0
+        full = False
         try:
             for row in cursor:
                 rows.append(row)
@@ -50,10 +51,11 @@ def rows_page(
                 except TypeError:  # a damaged row: decoding it raises CorruptEventError
                     pass
                 if size >= _PAGE_BYTES:
-                    return rows, False
+                    full = True
+                    break
         finally:
             cursor.close()
-        return rows, len(rows) < params[-1]
+        return layout_of(conn).page(conn, rows), not full and len(rows) < params[-1]
 
     return run
 
