@@ -19,7 +19,7 @@ from turnlog.eventstore import (
     migrate,
     open_store,
 )
-from turnlog.eventstore._sqlite_compact import TRAIN_AFTER
+from turnlog.eventstore._sqlite_compact import COMPACT_PAGE_SIZE, TRAIN_AFTER
 
 
 @contextmanager
@@ -72,6 +72,7 @@ async def test_new_store_of_format_3_stores_bytes_and_numbers(tmp_path: Path) ->
         assert row == ("blob", 16, 32, "integer", "integer")
         assert conn.execute("SELECT count(*) FROM metas").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM streams").fetchone() == (3,)
+        assert conn.execute("PRAGMA page_size").fetchone() == (COMPACT_PAGE_SIZE,)
     async with open_store(f"sqlite:///{db}") as store:
         events = await collect(store.read_stream("branch-1"))
         assert [e.meta for e in events] == [{"branch_id": "b-1", "run_id": "run-0"}] * 2
@@ -108,6 +109,7 @@ async def test_a_format_2_store_stays_format_2_and_takes_appends(tmp_path: Path)
     with raw(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == ("2",)
         assert conn.execute("SELECT typeof(id) FROM events LIMIT 1").fetchone() == ("text",)
+        assert conn.execute("PRAGMA page_size").fetchone() == (4096,)  # SQLite's default, as before
 
 
 async def test_migrate_from_format_2_to_3_keeps_every_logical_byte(tmp_path: Path) -> None:

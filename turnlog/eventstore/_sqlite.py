@@ -94,7 +94,7 @@ from ._records import (
 )
 from ._redaction import Redaction, RedactionResult
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
-from ._sqlite_compact import attach
+from ._sqlite_compact import COMPACT_FORMAT, COMPACT_PAGE_SIZE, attach
 from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
 from ._sqlite_layout import StoreConnection
 from ._sqlite_read import read_filters, rows_page, verify_on
@@ -224,7 +224,12 @@ class SQLiteEventStore(EventStore):
         # Past the check above, the file is never created by sqlite3 itself: a file that
         # vanished in between is an error, not a new world-readable store.
         self._conn = connect(
-            target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability, create=create
+            target,
+            busy_ms=self._busy_ms,
+            in_memory=in_memory,
+            durability=durability,
+            create=create,
+            page_size=COMPACT_PAGE_SIZE if create and new_format >= COMPACT_FORMAT else None,
         )
         self._aux: StoreConnection | None = None
         try:

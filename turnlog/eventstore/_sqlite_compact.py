@@ -41,6 +41,7 @@ from ._sqlite_layout import TEXT_LAYOUT, Layout, StoreConnection
 
 __all__ = [
     "COMPACT_FORMAT",
+    "COMPACT_PAGE_SIZE",
     "PREV_HASH",
     "TRAIN_AFTER",
     "CompactLayout",
@@ -53,6 +54,10 @@ __all__ = [
 
 COMPACT_FORMAT = 3
 """The first format with the compact layout."""
+COMPACT_PAGE_SIZE = 2048
+"""The page size of a new format 3 file (SQLite's default is 4096). Each table and index takes
+at least one page, and a store has 13 of them that stay small; on a 500-turn chat, 2048 made the
+file 4% smaller for the same reads (measured in docs/eventstore.md)."""
 TRAIN_AFTER = 64
 """Events a store holds before its first dictionary is trained from them."""
 _MIN_COMPRESS = 48
