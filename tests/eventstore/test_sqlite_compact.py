@@ -293,22 +293,28 @@ async def test_prev_hash_is_not_stored_and_reads_as_the_previous_versions_hash(t
 @pytest.mark.parametrize(
     ("edit", "named", "said"),
     [
-        ("DELETE FROM events WHERE stream_id = 2 AND version = 2", {3}, "version gap"),
+        # As in format 2: the gap and the broken chain, at the next version, and nothing else.
+        ("DELETE FROM events WHERE stream_id = 2 AND version = 2", {3}, ["version gap", "broken chain"]),
+        ("DELETE FROM events WHERE stream_id = 2 AND version = 1", {2}, ["version gap", "altered"]),
         (
             "UPDATE events SET data = CAST('{}' AS BLOB), codec = 0 WHERE stream_id = 2 AND version = 2",
             {2},
-            "altered",
+            ["altered"],
         ),
-        ("UPDATE events SET hash = zeroblob(32) WHERE stream_id = 2 AND version = 2", {2, 3}, "altered"),
+        (
+            "UPDATE events SET hash = zeroblob(32) WHERE stream_id = 2 AND version = 2",
+            {2, 3},
+            ["altered", "altered"],
+        ),
         (
             "UPDATE events SET recorded_at = recorded_at + 1 WHERE stream_id = 2 AND version = 4",
             {4},
-            "altered",
+            ["altered"],
         ),
     ],
 )
 async def test_verify_names_a_deleted_or_altered_row_without_a_stored_prev_hash(
-    tmp_path: Path, edit: str, named: set[int], said: str
+    tmp_path: Path, edit: str, named: set[int], said: list[str]
 ) -> None:
     """With prev_hash derived, a deleted row, an altered payload, hash or time is still named."""
     db = tmp_path / "s.db"
@@ -319,7 +325,8 @@ async def test_verify_names_a_deleted_or_altered_row_without_a_stored_prev_hash(
     async with open_store(f"sqlite:///{db}") as store:
         report = await store.verify()
     assert {(p.stream, p.version) for p in report.problems} == {("branch-1", v) for v in named}
-    assert any(said in p.what for p in report.problems), report.problems
+    assert len(report.problems) == len(said), report.problems
+    assert all(what in p.what for what, p in zip(said, report.problems, strict=True)), report.problems
 
 
 async def test_a_rehashed_forgery_breaks_the_chain_at_the_next_version(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def rows_page(
 
 def verify_on(conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
     """``verify`` on ``conn``: SQLite's own check of the file (whole store only), then the chains and snapshots."""
-    checker = ChainChecker(RedactionRecords())
+    checker = ChainChecker(RedactionRecords(), derived_prev=layout_of(conn).compact)
     problems: list[Problem] = []
     checks: list[str] = []
     # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead
