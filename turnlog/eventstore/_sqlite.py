@@ -164,7 +164,7 @@ class SQLiteEventStore(EventStore):
         create: Create the file and the store's tables when missing (the default). When false,
             a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
         new_format: The format of a store this creates: 3 (the compact layout: about a
-            third of the size) or 2 (the default for now; turnlog versions before the compact
+            quarter of the size) or 2 (the default for now; turnlog versions before the compact
             layout can open it). An existing store keeps its format (``turnlog migrate``
             copies one into a new store of format 3).
 
