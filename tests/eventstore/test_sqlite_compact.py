@@ -15,10 +15,12 @@ from turnlog.eventstore import (
     NewEvent,
     NewSnapshot,
     SQLiteEventStore,
+    StoreFormatError,
+    event_hash,
     migrate,
     open_store,
 )
-from turnlog.eventstore._sqlite_compact import TRAIN_AFTER
+from turnlog.eventstore._sqlite_compact import COMPACT_PAGE_SIZE, TRAIN_AFTER
 
 
 @contextmanager
@@ -71,6 +73,7 @@ async def test_new_store_of_format_3_stores_bytes_and_numbers(tmp_path: Path) ->
         assert row == ("blob", 16, 32, "integer", "integer")
         assert conn.execute("SELECT count(*) FROM metas").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM streams").fetchone() == (3,)
+        assert conn.execute("PRAGMA page_size").fetchone() == (COMPACT_PAGE_SIZE,)
     async with open_store(f"sqlite:///{db}") as store:
         events = await collect(store.read_stream("branch-1"))
         assert [e.meta for e in events] == [{"branch_id": "b-1", "run_id": "run-0"}] * 2
@@ -107,6 +110,7 @@ async def test_a_format_2_store_stays_format_2_and_takes_appends(tmp_path: Path)
     with raw(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == ("2",)
         assert conn.execute("SELECT typeof(id) FROM events LIMIT 1").fetchone() == ("text",)
+        assert conn.execute("PRAGMA page_size").fetchone() == (4096,)  # SQLite's default, as before
 
 
 async def test_migrate_from_format_2_to_3_keeps_every_logical_byte(tmp_path: Path) -> None:
@@ -252,3 +256,116 @@ async def test_migrate_back_from_format_3_to_2_keeps_every_logical_byte(tmp_path
     async with open_store(f"sqlite:///{new}") as src, open_store(f"sqlite:///{old}?format=2") as dst:
         assert (await migrate(src, dst)).ok
         assert await dst.raw_events(0, 10_000) == await src.raw_events(0, 10_000)  # type: ignore[attr-defined]
+
+
+async def test_prev_hash_is_not_stored_and_reads_as_the_previous_versions_hash(tmp_path: Path) -> None:
+    """Rows hold no prev_hash; every read (by stream, backwards, from a version, by position) gives the
+    hash of the stream's previous version, and "" for version 1."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", TRAIN_AFTER)
+    with raw(db) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+        assert "prev_hash" not in columns and "hash" in columns
+    async with open_store(f"sqlite:///{db}") as store:
+        whole = await collect(store.read_stream("branch-1"))
+        assert whole[0].prev_hash == ""
+        assert [e.prev_hash for e in whole[1:]] == [e.hash for e in whole[:-1]]
+        assert [e.prev_hash for e in await collect(store.read_stream("branch-1", 7, 9))] == [
+            e.hash for e in whole[5:8]
+        ]
+        backwards = await collect(store.read_stream("branch-1", backwards=True, limit=3))
+        assert [e.prev_hash for e in backwards] == [e.hash for e in whole[-2:-5:-1]]
+        by_hash = {e.hash: e for e in await collect(store.read_all())}
+        raws = await store.raw_events(0, 10_000)  # type: ignore[attr-defined]
+        for event in raws:
+            assert event.prev_hash == by_hash[event.hash].prev_hash
+            if event.version > 1:
+                assert by_hash[event.prev_hash].version == event.version - 1
+        one_by_one = [e async for e in store.read_all(5, 9)]  # pages of mixed streams
+        assert [e.prev_hash for e in one_by_one] == [by_hash[e.hash].prev_hash for e in one_by_one]
+        assert (await store.verify()).ok
+    with raw(db) as conn:
+        conn.execute("DELETE FROM events WHERE stream_id = 2 AND version = 4")
+    async with open_store(f"sqlite:///{db}") as store:
+        after = await collect(store.read_stream("branch-1", 3, 6))
+        assert [e.prev_hash for e in after] == [whole[1].hash, "", whole[4].hash]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named", "said"),
+    [
+        # As in format 2: the gap and the broken chain, at the next version, and nothing else.
+        ("DELETE FROM events WHERE stream_id = 2 AND version = 2", {3}, ["version gap", "broken chain"]),
+        ("DELETE FROM events WHERE stream_id = 2 AND version = 1", {2}, ["version gap", "altered"]),
+        (
+            "UPDATE events SET data = CAST('{}' AS BLOB), codec = 0 WHERE stream_id = 2 AND version = 2",
+            {2},
+            ["altered"],
+        ),
+        (
+            "UPDATE events SET hash = zeroblob(32) WHERE stream_id = 2 AND version = 2",
+            {2, 3},
+            ["altered", "altered"],
+        ),
+        (
+            "UPDATE events SET recorded_at = recorded_at + 1 WHERE stream_id = 2 AND version = 4",
+            {4},
+            ["altered"],
+        ),
+    ],
+)
+async def test_verify_names_a_deleted_or_altered_row_without_a_stored_prev_hash(
+    tmp_path: Path, edit: str, named: set[int], said: list[str]
+) -> None:
+    """With prev_hash derived, a deleted row, an altered payload, hash or time is still named."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 15)
+    with raw(db) as conn:
+        assert conn.execute("SELECT name FROM streams WHERE stream_id = 2").fetchone() == ("branch-1",)
+        conn.execute(edit)
+    async with open_store(f"sqlite:///{db}") as store:
+        report = await store.verify()
+    assert {(p.stream, p.version) for p in report.problems} == {("branch-1", v) for v in named}
+    assert len(report.problems) == len(said), report.problems
+    assert all(what in p.what for what, p in zip(said, report.problems, strict=True)), report.problems
+
+
+async def test_a_rehashed_forgery_breaks_the_chain_at_the_next_version(tmp_path: Path) -> None:
+    """An event rewritten with its own hash recomputed is named at the next version, whose hash
+    covers the forged one (it is the next version's prev_hash)."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 15)
+    async with open_store(f"sqlite:///{db}") as store:
+        raws = await store.raw_events(0, 10_000)  # type: ignore[attr-defined]
+    second = next(e for e in raws if e.stream == "branch-1" and e.version == 2)
+    data = b'{"message":{"kind":"UserPrompt","content":{"text":"forged"},"n":4}}'
+    digest = event_hash(
+        second.prev_hash, second.id, "branch-1", 2, second.type, second.schema, data, bytes(second.meta),
+        second.recorded_at_us,
+    )  # fmt: skip
+    with raw(db) as conn:
+        conn.execute(
+            "UPDATE events SET data = ?, codec = 0, hash = ? WHERE stream_id = 2 AND version = 2",
+            (data, bytes.fromhex(digest)),
+        )
+    async with open_store(f"sqlite:///{db}") as store:
+        assert (await collect(store.read_stream("branch-1", 3, 3)))[0].prev_hash == digest
+        report = await store.verify()
+    assert {(p.stream, p.version) for p in report.problems} == {("branch-1", 3)}
+
+
+async def test_a_format_3_file_that_stores_prev_hash_is_read_but_refuses_appends(tmp_path: Path) -> None:
+    """A file of the first compact layout (with a prev_hash column) reads and verifies; an
+    append raises StoreFormatError naming `turnlog migrate`, and changes nothing."""
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=3", 4)
+    with raw(db) as conn:
+        conn.execute("ALTER TABLE events ADD COLUMN prev_hash BLOB")
+    async with open_store(f"sqlite:///{db}") as store:
+        assert len(await collect(store.read_all())) == 8
+        assert (await store.verify()).ok
+        with pytest.raises(StoreFormatError, match="turnlog migrate"):
+            await store.append("branch-0", turn(9))
+        with pytest.raises(StoreFormatError, match="turnlog migrate"):
+            await store.append("branch-9", turn(9)[:1])
+        assert await store.head() == 8

@@ -31,12 +31,14 @@ class ChainChecker:
     """
 
     __slots__ = (
+        "_altered",
         "_next_version",
         "_part_digest",
         "_prev_hash",
         "_prev_position",
         "_scope",
         "_stream",
+        "derived_prev",
         "events",
         "problems",
         "redacted",
@@ -45,9 +47,22 @@ class ChainChecker:
         "streams",
     )
 
-    def __init__(self, redactions: Any = None) -> None:
-        """``redactions``: the store's ``RedactionRecords`` (none when None)."""
+    def __init__(self, redactions: Any = None, *, derived_prev: bool = False) -> None:
+        """``redactions``: the store's ``RedactionRecords`` (none when None).
+
+        ``derived_prev``: rows give as ``prev_hash`` the hash of the stream's row at the previous
+        version ("" when there is none), not a stored value (SQLite format 3). A missing
+        predecessor then breaks the chain and leaves the hash uncheckable, and a hash that does
+        not match may be this event's or its predecessor's: the problems say so.
+        """
         self.redactions = redactions if redactions is not None else RedactionRecords()
+        self.derived_prev = derived_prev
+        self._altered = (
+            "hash does not match the stored bytes and the hash of the previous version "
+            "(this event or the previous one was altered)"
+            if derived_prev
+            else "hash does not match the stored bytes (the event was altered)"
+        )
         self._part_digest = part_digest
         self._scope: str | None = None
         self.redacted = 0
@@ -115,10 +130,12 @@ class ChainChecker:
             problem(f"version gap: expected version {self._next_version}")
         if position <= self._prev_position:
             problem(f"global position {position} is not after that of the previous version")
-        if prev_hash != self._prev_hash:
+        broken = prev_hash != self._prev_hash
+        if broken:
             problem("prev_hash does not match the hash of the previous version (broken chain)")
         data_b, meta_b = _as_bytes(data), _as_bytes(meta)
-        self._check_hash(row, data_b, meta_b, problem)
+        if not (broken and self.derived_prev):  # derived: the predecessor is missing, nothing to hash with
+            self._check_hash(row, data_b, meta_b, problem)
         try:
             decoded = (orjson.loads(data_b), orjson.loads(meta_b))
         except orjson.JSONDecodeError as exc:
@@ -189,7 +206,7 @@ class ChainChecker:
             problem("the redaction record's digest does not match the chain (a forged or altered record)")
             return
         if legacy_event_hash(*args, data_b, meta_b, recorded_at_us) != hash_:
-            problem("hash does not match the stored bytes (the event was altered)")
+            problem(self._altered)
 
     @staticmethod
     def _as_user_data(

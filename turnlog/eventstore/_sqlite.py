@@ -94,7 +94,7 @@ from ._records import (
 )
 from ._redaction import Redaction, RedactionResult
 from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
-from ._sqlite_compact import attach
+from ._sqlite_compact import COMPACT_FORMAT, COMPACT_PAGE_SIZE, attach
 from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
 from ._sqlite_layout import StoreConnection
 from ._sqlite_read import read_filters, rows_page, verify_on
@@ -164,7 +164,7 @@ class SQLiteEventStore(EventStore):
         create: Create the file and the store's tables when missing (the default). When false,
             a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
         new_format: The format of a store this creates: 3 (the compact layout: about a
-            third of the size) or 2 (the default for now; turnlog versions before the compact
+            quarter of the size) or 2 (the default for now; turnlog versions before the compact
             layout can open it). An existing store keeps its format (``turnlog migrate``
             copies one into a new store of format 3).
 
@@ -224,7 +224,12 @@ class SQLiteEventStore(EventStore):
         # Past the check above, the file is never created by sqlite3 itself: a file that
         # vanished in between is an error, not a new world-readable store.
         self._conn = connect(
-            target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability, create=create
+            target,
+            busy_ms=self._busy_ms,
+            in_memory=in_memory,
+            durability=durability,
+            create=create,
+            page_size=COMPACT_PAGE_SIZE if create and new_format >= COMPACT_FORMAT else None,
         )
         self._aux: StoreConnection | None = None
         try:
@@ -451,7 +456,7 @@ class SQLiteEventStore(EventStore):
         order = "DESC" if backwards else "ASC"
         layout = self._conn.layout
         version = layout.version_col
-        sql = layout.select(
+        sql = layout.page_select(
             f"{layout.stream_is()} AND {version} >= ? AND {version} <= ?",
             f"ORDER BY {version} {order} LIMIT ?",
         )
@@ -486,7 +491,7 @@ class SQLiteEventStore(EventStore):
         filters, params = read_filters(types, stream_prefix, layout)
         order = "DESC" if backwards else "ASC"
         position = layout.position_col
-        sql = layout.select(
+        sql = layout.page_select(
             f"{position} >= ? AND {position} <= ?{filters}", f"ORDER BY {position} {order} LIMIT ?"
         )
 
@@ -685,12 +690,14 @@ class SQLiteEventStore(EventStore):
         layout = self._conn.layout
         filters, params = read_filters(types, None, layout)
         position = layout.position_col
-        sql = layout.select(f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?")
+        sql = layout.page_select(
+            f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?"
+        )
         params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
         convert = layout.row if layout.compact else None
 
         def run(blocking: bool) -> list[RawEvent]:
-            rows = self._conn.execute(sql, params)
+            rows = layout.page(self._conn, self._conn.execute(sql, params).fetchall())
             if convert is None:
                 return [raw_event(row) for row in rows]
             return [raw_event(convert(row)) for row in rows]

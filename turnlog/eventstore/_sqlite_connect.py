@@ -36,9 +36,18 @@ def parse_target(path: str) -> tuple[str, bool]:
 
 
 def connect(
-    target: str, *, busy_ms: int, in_memory: bool, durability: str, create: bool = True
+    target: str,
+    *,
+    busy_ms: int,
+    in_memory: bool,
+    durability: str,
+    create: bool = True,
+    page_size: int | None = None,
 ) -> StoreConnection:
     """Open ``target`` (never creating it) in WAL mode with the store's pragmas.
+
+    ``page_size`` is the page size of a database this connection is the first to write (SQLite
+    ignores it for one that has pages, and it cannot change once the file is in WAL mode).
 
     Raises:
         StoreNotFound: ``create`` is false and the database is empty.
@@ -64,6 +73,8 @@ def connect(
         ):
             # before the switch to WAL, which would write a header into an empty file
             raise StoreNotFound(target, "the database is empty")
+        if page_size is not None:
+            conn.execute(f"PRAGMA page_size = {int(page_size)}")
         if not in_memory:
             mode = _switch_to_wal(conn, busy_ms)
             if mode.lower() != "wal":

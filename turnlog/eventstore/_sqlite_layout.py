@@ -63,6 +63,14 @@ class Layout:
         """An event select of rows for ``row``; ``where`` names the columns as ``*_col`` say."""
         return f"SELECT {self.select_columns} FROM {self.events_from} WHERE {where} {tail}"
 
+    def page_select(self, where: str = "1", tail: str = "") -> str:
+        """An event select of pages of rows for ``page`` (then ``row``): reads by stream or position."""
+        return self.select(where, tail)
+
+    def page(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """A page of ``page_select`` rows as ``select`` gives them (still for ``row``)."""
+        return rows
+
     def stream_is(self) -> str:
         """A condition on one stream, given by name as the next parameter."""
         return f"{self.stream_col} = ?"

@@ -42,6 +42,7 @@ def rows_page(
         cursor = conn.execute(sql, params)
         rows: list[tuple[Any, ...]] = []
         size = 0
+        full = False
         try:
             for row in cursor:
                 rows.append(row)
@@ -50,17 +51,18 @@ def rows_page(
                 except TypeError:  # a damaged row: decoding it raises CorruptEventError
                     pass
                 if size >= _PAGE_BYTES:
-                    return rows, False
+                    full = True
+                    break
         finally:
             cursor.close()
-        return rows, len(rows) < params[-1]
+        return layout_of(conn).page(conn, rows), not full and len(rows) < params[-1]
 
     return run
 
 
 def verify_on(conn: sqlite3.Connection, stream: str | None, quick: bool) -> VerifyReport:
     """``verify`` on ``conn``: SQLite's own check of the file (whole store only), then the chains and snapshots."""
-    checker = ChainChecker(RedactionRecords())
+    checker = ChainChecker(RedactionRecords(), derived_prev=layout_of(conn).compact)
     problems: list[Problem] = []
     checks: list[str] = []
     # Text that is not UTF-8 is kept (with surrogates) for the checker to report, instead

@@ -10,8 +10,8 @@ Tables (created with sqlite-utils; the format version is kept in ``meta``). Form
 Format 3 (the compact layout, what new stores get; see ``_sqlite_layout``)::
 
     events(position INTEGER PRIMARY KEY AUTOINCREMENT, id BLOB(16) UNIQUE, stream_id, version,
-           type_id, schema, codec, data BLOB, meta_id, recorded_at, prev_hash BLOB(32),
-           hash BLOB(32), UNIQUE(stream_id, version))
+           type_id, schema, codec, data BLOB, meta_id, recorded_at, hash BLOB(32),
+           UNIQUE(stream_id, version))   -- prev_hash: the hash of the row at version - 1
     streams(stream_id PRIMARY KEY, name UNIQUE)   event_types(type_id PRIMARY KEY, name UNIQUE)
     metas(meta_id PRIMARY KEY, meta UNIQUE)       dicts(dict_id PRIMARY KEY, zdict, sha256)
 
