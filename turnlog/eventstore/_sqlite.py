@@ -44,6 +44,7 @@ an fsync per commit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -56,7 +57,6 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from turnlog._errors import UsageError
 
@@ -219,13 +219,12 @@ class SQLiteEventStore(EventStore):
         self._conn = connect(
             target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability, create=create
         )
+        # verify's own connection, opened by the first verify (on the worker thread)
         self._aux: sqlite3.Connection | None = None
         try:
             init_schema(self._conn, target, self._busy_ms, create=create)
             self._store_id = read_store_id(self._conn)
             self._old_format = read_format(self._conn) < FORMAT_VERSION
-            if not in_memory:
-                self._aux = connect(target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability)
         except BaseException:
             self._conn.close()
             raise
@@ -557,6 +556,13 @@ class SQLiteEventStore(EventStore):
         return await self._worker.call(lambda: self._verify_sync(stream, quick))
 
     def _verify_sync(self, stream: str | None, quick: bool) -> VerifyReport:
+        if self._aux is None and not self._in_memory:
+            # A connection of its own, so that a long walk never holds the store's; opened
+            # here, not when the store opens: most stores are never verified.
+            with contextlib.suppress(StoreError):
+                self._aux = connect(
+                    self.path, busy_ms=self._busy_ms, in_memory=False, durability=self.durability
+                )
         if self._aux is not None:
             return verify_on(self._aux, stream, quick)
         with self._lock:
@@ -728,11 +734,26 @@ class SQLiteEventStore(EventStore):
             return
         self._closed = True
         self._notify()
+        if not self._worker.started and self._wal_is_empty():
+            # Nothing is queued and the WAL holds no frame, so closing checkpoints nothing:
+            # it is closed here rather than on a thread started only for that (a store that
+            # was only read, like ``turnlog show``'s). Should another process write and close
+            # in between, this close checkpoints what it wrote: a wait, never a wrong result.
+            self._close_connections()
+            return
         # Closing the last connection checkpoints the WAL (an fsync): do it off the loop,
-        # after every job already queued.
-        await self._worker.call(self._close_connections)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._worker.stop)
+        # after every job already queued, as the worker thread's last job.
+        await self._worker.finish(self._close_connections)
+
+    def _wal_is_empty(self) -> bool:
+        if self._in_memory:
+            return True
+        try:
+            return os.stat(f"{self.path}-wal").st_size == 0
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
 
     def _close_connections(self) -> None:
         with self._lock:
