@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from uuid import UUID
 
@@ -18,12 +19,13 @@ from turnlog.eventstore import (
     IdempotencyError,
     InvalidEventError,
     NewEvent,
+    RecordedEvent,
     Upcasters,
     encode_json,
     event_hash,
 )
 from turnlog.eventstore._chain import ChainChecker
-from turnlog.eventstore._decoding import decode_payload
+from turnlog.eventstore._decoding import decode_event, decode_payload
 from turnlog.eventstore._encoding import from_micros, to_micros
 from turnlog.eventstore._results import match_resent
 from turnlog.eventstore._validation import (
@@ -133,6 +135,23 @@ def test_prepare_batch_refuses_an_id_shared_by_two_entries() -> None:
     event = NewEvent("a.b", {})
     with pytest.raises(InvalidEventError, match="twice"):
         prepare_batch([("s-1", [event], ANY), ("s-2", [event], ANY)], 1000)
+
+
+def test_a_decoded_event_is_a_frozen_recorded_event_equal_to_the_constructed_one() -> None:
+    """decode_event's event is a RecordedEvent in every way: type, equality, repr, fields, immutability."""
+    eid = "0192f000-0000-7000-8000-000000000001"
+    row = (7, eid, "branch-x", 3, "model.called", 1, b'{"a":1}', b'{"actor":"me"}', 12, "p", "h")
+    fast = decode_event(Upcasters(), row)
+    slow = RecordedEvent(
+        UUID(eid), "branch-x", 3, 7, "model.called", 1, {"a": 1}, {"actor": "me"}, from_micros(12), "p", "h"
+    )
+    assert type(fast) is RecordedEvent and isinstance(fast, RecordedEvent)
+    assert fast == slow and repr(fast) == repr(slow)
+    assert dataclasses.astuple(fast) == dataclasses.astuple(slow)
+    assert dataclasses.replace(fast, version=4) == dataclasses.replace(slow, version=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.version = 4  # type: ignore[misc]
+    assert not hasattr(fast, "__dict__")
 
 
 def test_decode_payload_refuses_non_objects_and_bad_json() -> None:

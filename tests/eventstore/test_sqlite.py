@@ -260,6 +260,35 @@ async def test_large_batches_run_off_the_loop(sqlite_url: str) -> None:
         assert (await store.verify()).events == 1000
 
 
+def _store_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("turnlog-sqlite:")]
+
+
+async def test_a_store_that_only_reads_starts_no_thread(sqlite_url: str) -> None:
+    """Reads run inline: opening, reading and closing a store never starts its worker thread."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=1)])
+    before = _store_threads()
+    async with open_store(sqlite_url, create=False) as store:
+        assert [e.data["n"] for e in await collect(store.read_stream("s-1"))] == [1]
+        assert _store_threads() == before
+    assert _store_threads() == before
+
+
+async def test_closing_ends_the_worker_thread_after_its_jobs(sqlite_path: Path, sqlite_url: str) -> None:
+    """A store whose worker ran jobs ends it on close, after the jobs; what they wrote stays."""
+    before = _store_threads()
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(n=i) for i in range(1000)])  # a batch goes to the worker
+        assert len(_store_threads()) == len(before) + 1
+        assert (await store.verify()).events == 1000  # on its own connection, opened for it
+    assert _store_threads() == before
+    wal = Path(f"{sqlite_path}-wal")
+    assert not wal.exists() or file_size(wal) == 0  # the last close checkpointed the WAL
+    with raw(sqlite_path) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1000
+
+
 async def test_large_events_are_read_in_small_pages(sqlite_url: str) -> None:
     """Pages end after a few MiB of payload, and paging still returns every event once."""
     async with open_store(sqlite_url) as store:

@@ -78,6 +78,14 @@ def test_help_still_lists_every_command() -> None:
         assert help_text.split()[0] in out
 
 
+def test_help_before_a_command_still_lists_every_command() -> None:
+    """``turnlog --help show`` prints the top-level help, which lists every command."""
+    status, _, out = _loaded("--help", "show")
+    assert status == 0
+    for name in _cli._COMMANDS:
+        assert name in out
+
+
 def test_a_command_loads_its_own_module_only() -> None:
     status, modules, out = _loaded("show", "--help")
     assert status == 0, out

@@ -45,6 +45,7 @@ an fsync per commit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -57,7 +58,6 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from turnlog._errors import UsageError
 
@@ -231,6 +231,7 @@ class SQLiteEventStore(EventStore):
             create=create,
             page_size=COMPACT_PAGE_SIZE if create and new_format >= COMPACT_FORMAT else None,
         )
+        # verify's own connection, opened by the first verify (on the worker thread)
         self._aux: StoreConnection | None = None
         try:
             init_schema(self._conn, target, self._busy_ms, create=create, new_format=new_format)
@@ -240,9 +241,6 @@ class SQLiteEventStore(EventStore):
             # A format 1 store becomes format 2 on its first write (same layout, see ``bump_format``).
             self._old_format = self.format_version < TEXT_FORMAT
             attach(self._conn, self.format_version, target)
-            if not in_memory:
-                self._aux = connect(target, busy_ms=self._busy_ms, in_memory=in_memory, durability=durability)
-                attach(self._aux, self.format_version, target)
         except BaseException:
             self._conn.close()
             raise
@@ -580,6 +578,13 @@ class SQLiteEventStore(EventStore):
         return await self._worker.call(lambda: self._verify_sync(stream, quick))
 
     def _verify_sync(self, stream: str | None, quick: bool) -> VerifyReport:
+        if self._aux is None and not self._in_memory:
+            # A connection of its own, so that a long walk never holds the store's; opened
+            # here, not when the store opens: most stores are never verified.
+            with contextlib.suppress(StoreError):
+                aux = connect(self.path, busy_ms=self._busy_ms, in_memory=False, durability=self.durability)
+                attach(aux, self.format_version, self.path)
+                self._aux = aux
         if self._aux is not None:
             return verify_on(self._aux, stream, quick)
         with self._lock:
@@ -763,11 +768,26 @@ class SQLiteEventStore(EventStore):
             return
         self._closed = True
         self._notify()
+        if not self._worker.started and self._wal_is_empty():
+            # Nothing is queued and the WAL holds no frame, so closing checkpoints nothing:
+            # it is closed here rather than on a thread started only for that (a store that
+            # was only read, like ``turnlog show``'s). Should another process write and close
+            # in between, this close checkpoints what it wrote: a wait, never a wrong result.
+            self._close_connections()
+            return
         # Closing the last connection checkpoints the WAL (an fsync): do it off the loop,
-        # after every job already queued.
-        await self._worker.call(self._close_connections)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._worker.stop)
+        # after every job already queued, as the worker thread's last job.
+        await self._worker.finish(self._close_connections)
+
+    def _wal_is_empty(self) -> bool:
+        if self._in_memory:
+            return True
+        try:
+            return os.stat(f"{self.path}-wal").st_size == 0
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
 
     def _close_connections(self) -> None:
         with self._lock:

@@ -21,6 +21,8 @@ class Worker:
 
     Handing a job to a thread that already runs is cheaper than ``anyio.to_thread.run_sync``
     (no limiter, no thread pool), and keeping one thread keeps the jobs of a store in order.
+    The thread starts with the first job: a store that only reads inline (``turnlog show``,
+    a cold ``rebuild``) never pays for starting and stopping one.
     """
 
     def __init__(self, name: str) -> None:
@@ -28,8 +30,23 @@ class Worker:
             tuple[Callable[[], Any], Callable[[BaseException | None, Any], None]] | None
         ]
         self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        """Whether the thread runs (a job started it and it was not ended since)."""
+        return self._thread is not None
+
+    def _put(self, job: tuple[Callable[[], Any], Callable[[BaseException | None, Any], None]]) -> None:
+        if self._thread is None:
+            with self._start_lock:  # submit() may be called from another thread
+                if self._thread is None:
+                    thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    thread.start()
+                    self._thread = thread
+        self._jobs.put(job)
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -47,8 +64,8 @@ class Worker:
                 # to tell, and the thread must keep serving the store's other callers.
                 continue
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the worker thread and return its result.
+    async def call(self, fn: Callable[[], T], *, last: bool = False) -> T:
+        """Run ``fn`` on the worker thread and return its result (``last``: see ``finish``).
 
         The wait is shielded: once a job is handed over it runs to its end (a write is then
         either committed or not, never abandoned mid-way); a cancellation is delivered at
@@ -57,7 +74,7 @@ class Worker:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the generic path
-            return await anyio.to_thread.run_sync(self._blocking_call, fn)
+            return await anyio.to_thread.run_sync(self._blocking_call, fn, last)
         future: asyncio.Future[T] = loop.create_future()
 
         def settle(exc: BaseException | None, result: Any) -> None:
@@ -70,16 +87,22 @@ class Worker:
         def done(exc: BaseException | None, result: Any) -> None:
             loop.call_soon_threadsafe(settle, exc, result)
 
-        self._jobs.put((fn, done))
+        self._put((fn, done))
+        if last:
+            self._jobs.put(None)
         with anyio.CancelScope(shield=True):
-            outcome = await future
+            try:
+                outcome = await future
+            finally:
+                if last:
+                    self._join()
         return outcome
 
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue ``fn`` without waiting for it (background housekeeping)."""
-        self._jobs.put((fn, _ignore_result))
+        self._put((fn, _ignore_result))
 
-    def _blocking_call(self, fn: Callable[[], T]) -> T:
+    def _blocking_call(self, fn: Callable[[], T], last: bool = False) -> T:
         box: list[Any] = []
         ready = threading.Event()
 
@@ -87,8 +110,12 @@ class Worker:
             box.append((exc, result))
             ready.set()
 
-        self._jobs.put((fn, done))
+        self._put((fn, done))
+        if last:
+            self._jobs.put(None)
         ready.wait()
+        if last:
+            self._join()
         exc, result = box[0]
         if exc is not None:
             raise exc
@@ -96,8 +123,24 @@ class Worker:
 
     def stop(self) -> None:
         """Finish the queued jobs, then end the thread (blocks until it has ended)."""
-        self._jobs.put(None)
-        self._thread.join()
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._join()
+
+    def _join(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+            self._thread = None  # a job queued after this starts a new thread
+
+    async def finish(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` as the last job (after every job queued before it), then end the thread.
+
+        Returns once the thread has ended. The end is queued right behind ``fn``, so when
+        ``fn``'s result comes back the thread has nothing left to do but return: joining it
+        then waits for no job, and needs no second thread to wait on (as ``stop`` would).
+        """
+        return await self.call(fn, last=True)
 
 
 def _ignore_result(exc: BaseException | None, result: Any) -> None:

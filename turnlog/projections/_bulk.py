@@ -56,7 +56,11 @@ from ._messages import (
     System,
 )
 
-__all__ = ["ENABLED", "SharedFieldsSet", "validate_messages"]
+__all__ = ["ENABLED", "GENERAL", "SharedFieldsSet", "validate_messages"]
+
+GENERAL: TypeAdapter[list[AnyMessage]] = TypeAdapter(list[AnyMessage])
+"""The general validation of a list of stored messages: what this path is checked against,
+and what ``_decode`` falls back to (one adapter for both: each one built costs a validator)."""
 
 
 class SharedFieldsSet(set[str]):
@@ -202,7 +206,7 @@ def _holds_model(schema: Any, definitions: Mapping[str, Any], seen: set[str]) ->
 
 def _build() -> tuple[SchemaValidator, dict[str, _Plan]]:
     """The validator of a list of stored messages, and how to build each message class."""
-    base: Any = TypeAdapter(list[AnyMessage]).core_schema
+    base: Any = GENERAL.core_schema
     if base["type"] != "definitions" or base["schema"]["type"] != "list":
         raise _Unsupported("unexpected shape of the list[AnyMessage] schema")
     union = base["schema"]["items_schema"]
@@ -227,7 +231,7 @@ def _self_check() -> None:
         ActionResponse.create(function="f", output={"ok": True}),
     ]
     items = [m.to_dict() for m in samples]
-    general = TypeAdapter(list[AnyMessage]).validate_python(items, strict=True)
+    general = GENERAL.validate_python(items, strict=True)
     built = _construct(_MESSAGES.validate_python(items, strict=True)) if _MESSAGES is not None else None
     if built is None or len(built) != len(general):
         raise _Unsupported("the self-check did not build its samples")

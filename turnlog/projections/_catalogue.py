@@ -125,6 +125,16 @@ class EventData(BaseModel):
     """
 
 
+_BUILT_ON_FIRST_USE = ConfigDict(defer_build=True)
+"""The config of the schemas of other streams than branches (runs, sessions, names, graphs).
+
+pydantic builds their validators when one is first used, not at import: no read of a branch
+meets them, and every command that reads one (``turnlog show`` first) would pay for building
+them, about a third of the catalogue's import. The branch schemas are built at import, so
+that the first read of a branch spends nothing on them.
+"""
+
+
 # ------------------------------------------------------------------------------------ branch stream
 
 
@@ -391,6 +401,8 @@ class RunFailed(EventData):
 class ChunkReceived(EventData):
     """One normalized stream chunk (``stream.chunk`` on ``run-<id>``)."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "stream.chunk"
     content_fields: ClassVar[tuple[str, ...] | None] = ("content", "tool_input", "tool_output", "metadata")
     seq: int = Field(ge=1)
@@ -418,6 +430,8 @@ class ChunkReceived(EventData):
 class SessionCreated(EventData):
     """A session began."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "session.created"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     session_id: str
@@ -429,6 +443,8 @@ class SessionCreated(EventData):
 class BranchIncluded(EventData):
     """A branch joined the session."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "branch.included"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
@@ -438,6 +454,8 @@ class BranchIncluded(EventData):
 class BranchRemoved(EventData):
     """A branch left the session."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "branch.removed"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     branch_id: str
@@ -446,6 +464,8 @@ class BranchRemoved(EventData):
 
 class DefaultBranchSet(EventData):
     """The session's default branch changed."""
+
+    model_config = _BUILT_ON_FIRST_USE
 
     event_type: ClassVar[str] = "session.default_branch_set"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
@@ -464,6 +484,8 @@ class BranchNameClaimed(EventData):
     commits and the other gets a concurrency conflict (``BranchNameTaken``).
     """
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "branch.name_claimed"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     name: str
@@ -474,6 +496,8 @@ class BranchNameClaimed(EventData):
 
 class NodeQueued(EventData):
     """A graph node is ready to run."""
+
+    model_config = _BUILT_ON_FIRST_USE
 
     event_type: ClassVar[str] = "node.queued"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
@@ -488,6 +512,8 @@ class NodeQueued(EventData):
 class NodeStarted(EventData):
     """A graph node started."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "node.started"
     content_fields: ClassVar[tuple[str, ...] | None] = ()
     node_id: str
@@ -501,6 +527,8 @@ class NodeStarted(EventData):
 class NodeCompleted(EventData):
     """A graph node finished."""
 
+    model_config = _BUILT_ON_FIRST_USE
+
     event_type: ClassVar[str] = "node.completed"
     content_fields: ClassVar[tuple[str, ...] | None] = ("result",)
     node_id: str
@@ -513,6 +541,8 @@ class NodeCompleted(EventData):
 
 class NodeFailed(EventData):
     """A graph node failed."""
+
+    model_config = _BUILT_ON_FIRST_USE
 
     event_type: ClassVar[str] = "node.failed"
     content_fields: ClassVar[tuple[str, ...] | None] = ("error_message",)
@@ -528,6 +558,8 @@ class NodeFailed(EventData):
 
 class NodeSkipped(EventData):
     """A graph node was skipped."""
+
+    model_config = _BUILT_ON_FIRST_USE
 
     event_type: ClassVar[str] = "node.skipped"
     content_fields: ClassVar[tuple[str, ...] | None] = ("reason",)

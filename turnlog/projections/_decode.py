@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from turnlog.eventstore import RecordedEvent
 
-from ._bulk import validate_messages
+from ._bulk import GENERAL, validate_messages
 from ._catalogue import CATALOGUE, EventData, MessageAdded, decode_with
 from ._errors import UnknownEventType
 from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantResponse, Instruction, System
@@ -38,7 +38,6 @@ Payload = EventData | AnyMessage
 SchemaLookup = Callable[[str], "type[EventData] | None"]
 """Where the schemas of types outside the catalogue come from (``Appliers.schema``)."""
 
-_MESSAGES: TypeAdapter[list[AnyMessage]] = TypeAdapter(list[AnyMessage])
 _ADDED_KEYS = frozenset({"message", "run_id"})
 
 
@@ -49,7 +48,7 @@ def decode_messages(items: list[Any]) -> list[AnyMessage]:
         pydantic.ValidationError: an item is not a valid message.
     """
     fast = validate_messages(items)
-    return fast if fast is not None else _MESSAGES.validate_python(items)
+    return fast if fast is not None else GENERAL.validate_python(items)
 
 
 def _schema(event: RecordedEvent, extra: SchemaLookup | None) -> type[EventData]:

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -449,7 +450,12 @@ AnyMessage: TypeAlias = Annotated[
 ]
 """Any of the five message classes, discriminated by ``kind``."""
 
-_ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(AnyMessage)
+
+@functools.cache
+def _adapter() -> TypeAdapter[AnyMessage]:
+    # built on first use: the fold and the snapshot loader read stored messages through
+    # ``_decode``, so a read command never needs this one
+    return TypeAdapter(AnyMessage)
 
 
 def message_from_dict(data: Mapping[str, Any]) -> AnyMessage:
@@ -462,7 +468,7 @@ def message_from_dict(data: Mapping[str, Any]) -> AnyMessage:
     if not isinstance(data, Mapping):
         raise InvalidMessageError(f"expected a JSON object, got {type(data).__name__}")
     try:
-        return _ADAPTER.validate_python(data)
+        return _adapter().validate_python(data)
     except ValidationError as exc:
         raise InvalidMessageError(_describe(exc)) from exc
 

@@ -131,12 +131,14 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
-def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(load: Collection[str] | None = None, *, list_all: bool = True) -> argparse.ArgumentParser:
     """The argument parser of the whole command.
 
     Args:
         load: The commands whose modules and options to load; the others are listed with their
             help only, which is all ``turnlog --help`` shows of them. None loads every command.
+        list_all: Whether to list the commands not loaded. Only the top-level help shows them:
+            a run of one command spares building a parser for each of the others (about 3 ms).
     """
     parser = argparse.ArgumentParser(
         prog="turnlog",
@@ -156,7 +158,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in _COMMANDS.items():
         if load is not None and name not in load:
-            sub.add_parser(name, help=help_text)
+            if list_all:
+                sub.add_parser(name, help=help_text)
             continue
         command = _command(name)
         epilog = f"example:\n  {command.example}" if command.example else None
@@ -198,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     # With no command named (``--help``, ``--version``, a typo) no command module is loaded.
     chosen = _chosen(words)
-    parser = build_parser(load=[chosen] if chosen else [])
+    # the other commands are listed only where the top-level help may be printed
+    helped = chosen is None or any(w in ("-h", "--help") for w in words[: words.index(chosen)])
+    parser = build_parser(load=[chosen] if chosen else [], list_all=helped)
     args = parser.parse_args(words)
     if getattr(args, "_run", None) is None:
         parser.print_help()
