@@ -197,7 +197,7 @@ def _spans(html: str) -> list[tuple[str, str]]:
 def test_the_waterfall_marks_the_span_of_an_altered_model_call(demo_copy: Path) -> None:
     run_id, calls = _react(demo_copy)
     assert len(calls) == 3
-    _alter(demo_copy, calls[1], b'"attempts":1', b'"attempts":2')
+    _alter(demo_copy, calls[1], b'"input_tokens":420', b'"input_tokens":421')
     server = serve(demo_copy)
     ui = next(server)
     try:
