@@ -320,7 +320,7 @@ class AnalyticsDatabase:
         with transaction(conn):
             if rebuilding(conn):
                 rebuild_rollups(conn)
-                create_rank_indexes(conn)
+            create_rank_indexes(conn)  # only the missing ones
         self.ranks_ready = True
 
     def reprice_if_needed(self, prices: PriceTable) -> None:
