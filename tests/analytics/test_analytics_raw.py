@@ -234,3 +234,20 @@ async def test_an_older_schema_is_lifted_through_the_catalogue(
             await analytics.update()
     assert len(lifted) == 8
     assert _tables(tmp_path / "plain.db") == _tables(tmp_path / "lifted.db")
+
+
+async def test_a_compact_store_builds_the_same_tables(tmp_path: Path, log: SimpleNamespace) -> None:
+    """The same events in the compact row layout (format 3) give the facts of format 2."""
+    async with (
+        open_store(f"sqlite:///{tmp_path / 'store2.db'}?format=2") as source,
+        open_store(f"sqlite:///{tmp_path / 'store3.db'}?format=3") as compact,
+    ):
+        await log.build_small_log(source)
+        await _synthetic_log(source)
+        while batch := await source.raw_events(await compact.head()):  # type: ignore[attr-defined]
+            await compact.import_raw(batch)  # type: ignore[attr-defined]
+        for store, name in ((source, "format2.db"), (compact, "format3.db")):
+            async with AnalyticsProjection(store, database=tmp_path / name) as analytics:
+                report = await analytics.rebuild()
+            assert report.model_calls > 100 and report.tool_calls > 10
+    assert _tables(tmp_path / "format3.db") == _tables(tmp_path / "format2.db")

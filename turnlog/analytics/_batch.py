@@ -101,19 +101,27 @@ class Batch:
         kind = stored.type
         if len(data) == 1 and "turnlog_redacted" in data:
             data = visible_data(kind, data)
-        if kind == "message.added" and schema == self._versions.get(kind, schema):
+        current = self._versions.get(kind, schema)
+        if schema != current:
+            # An older payload is lifted here, before the event is built (once, not twice as
+            # lifted would); without every step up, lifted decodes it or names the event.
+            lifted_data = _upcast(CATALOGUE.get(kind), schema, data)
+            if lifted_data is not None:
+                schema, data = current, lifted_data
+        self.events += 1
+        if kind == "message.added" and schema == current:
             # Most events read are messages that are no tool call: skip them here, as add
             # would, without building the event (two in five of the events read).
             message = data.get("message")
             if message.__class__ is dict and message.get("kind") != "ActionResponse":
-                self.events += 1
                 return
         us = stored.recorded_at_us
         if us != self._us:
             self._us, self._moment = us, _EPOCH + timedelta(microseconds=us)
-        self.add(
-            DecodedRow(stored.stream, stored.version, stored.position, kind, schema, data, meta, self._moment)
+        event = DecodedRow(
+            stored.stream, stored.version, stored.position, kind, schema, data, meta, self._moment
         )
+        self._take(event if schema == current else lifted(event))
 
     def _session_of(self, branch: str | None) -> str | None:
         if branch is None:
@@ -144,6 +152,11 @@ class Batch:
             )
         if event.schema != self._versions.get(kind, event.schema):
             event = lifted(event)
+        self._take(event)
+
+    def _take(self, event: FactEvent) -> None:
+        # The facts of an event whose payload is visible and current (see add).
+        kind = event.type
         # By frequency: most events read are messages, and most messages are no tool call.
         if kind == "message.added":
             message = event.data.get("message")
@@ -195,7 +208,7 @@ def lifted(event: FactEvent) -> FactEvent:
     schema = CATALOGUE.get(event.type)
     if schema is None or event.schema == schema.schema_version:
         return event
-    data = _upcast(schema, event)
+    data = _upcast(schema, event.schema, event.data)
     if data is None:
         recorded = event if isinstance(event, RecordedEvent) else _as_recorded(event)
         data = decode_event(recorded).model_dump(mode="json")
@@ -205,10 +218,9 @@ def lifted(event: FactEvent) -> FactEvent:
     )  # fmt: skip
 
 
-def _upcast(schema: Any, event: FactEvent) -> dict[str, Any] | None:
+def _upcast(schema: Any, version: int, data: dict[str, Any]) -> dict[str, Any] | None:
     """The payload lifted by the schema's upcasters, step by step; None when a step is missing."""
     steps = getattr(schema, "upcasters", None) or {}
-    version, data = event.schema, event.data
     while version < schema.schema_version:
         step = steps.get(version)
         if step is None:

@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, time
 from typing import Any, Literal, get_args
 
 from ._errors import InvalidQueryError
-from ._rollup import MODEL_ROLLUP, TOOL_ROLLUP, register_functions
+from ._rollup import MODEL_ROLLUP, TOOL_ROLLUP, rebuilding, register_functions
 from ._tables import MODEL_CALLS, RUNS, TOOL_CALLS, FactTable
 
 __all__ = [
@@ -383,12 +383,13 @@ def usage(
     """Model calls grouped ``by`` a dimension, biggest first (days in calendar order).
 
     Without a time window the answer comes from the rollup and the rank indexes; with one,
-    from a scan of the window's facts. Both give the same figures.
+    or while a rebuild is under way (the rollups are summed at its end), from a scan of the
+    window's facts. Both give the same figures.
     """
     window = window or TimeRange()
     key = _key(MODEL_CALLS, by)
     register_functions(conn)
-    if window.unbounded:
+    if window.unbounded and not rebuilding(conn):
         sql = (
             f"SELECT {key} AS k, SUM(calls) AS n, SUM(errors), SUM(input_tokens), SUM(output_tokens), "
             f"SUM(cost_nanos), SUM(priced), SUM(ttft_calls), SUM(cache_read_tokens), "
@@ -427,7 +428,7 @@ def tool_usage(
     """Tool calls grouped ``by`` a dimension (tool, day, branch or session)."""
     window = window or TimeRange()
     key = _key(TOOL_CALLS, by)
-    if window.unbounded:
+    if window.unbounded and not rebuilding(conn):
         sql = (
             f"SELECT {key} AS k, SUM(calls) AS n, SUM(ok), SUM(errors), SUM(denied), SUM(timed) "
             f"FROM {TOOL_ROLLUP.name} GROUP BY k ORDER BY {_order(by, limit)}"
@@ -499,7 +500,7 @@ def error_rates(
         f'SELECT {key} AS k, "error.type" AS e, COUNT(*) AS n FROM {MODEL_CALLS.name} '
         f"WHERE \"turnlog.status\" = 'error' AND {where} GROUP BY k, e"
     )
-    if window.unbounded:
+    if window.unbounded and not rebuilding(conn):
         totals = f"SELECT {key} AS k, SUM(calls) AS calls FROM {MODEL_ROLLUP.name} GROUP BY k"
         totals_params: list[str] = []
     else:

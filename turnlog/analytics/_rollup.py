@@ -36,6 +36,7 @@ __all__ = [
     "drop_rank_indexes",
     "nanos",
     "rebuild_rollups",
+    "rebuilding",
     "register_functions",
 ]
 
@@ -291,6 +292,21 @@ def create_rank_indexes(conn: sqlite3.Connection) -> None:
     for name, table, dim, metric in RANK_INDEXES:
         where = f"WHERE {_q(metric)} IS NOT NULL"
         conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table.name} ({_q(dim)}, {_q(metric)}) {where}")
+
+
+def rebuilding(conn: sqlite3.Connection) -> bool:
+    """Whether a build from scratch is under way: the rank indexes are missing.
+
+    A rebuild (or the first update of a new database) drops the rank indexes and leaves the
+    rollups empty; its last step sums the rollups from the facts in SQL and creates the
+    indexes, in one transaction. Until then the rollups do not follow the facts, so an
+    unbounded query scans the facts instead. The indexes are dropped and created in one
+    transaction each, so the first one stands for all of them, and their absence is also
+    what tells a process that opens the database after a crash mid-rebuild to finish it.
+    """
+    name = RANK_INDEXES[0][0]
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)).fetchone()
+    return found is None
 
 
 def drop_rank_indexes(conn: sqlite3.Connection) -> None:
