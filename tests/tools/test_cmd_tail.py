@@ -34,7 +34,8 @@ def test_follow_prints_live_events_from_another_process(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "turnlog.tools", "tail", "--follow", "--json", "--store", str(path)]
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
         lines: Queue[str] = Queue()
-        threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+        pump = threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True)
+        pump.start()
         try:
             assert json.loads(lines.get(timeout=30))["position"] == 1
             _append(path, "branch-b", range(1, 6))
@@ -43,6 +44,8 @@ def test_follow_prints_live_events_from_another_process(tmp_path: Path) -> None:
             raise AssertionError("tail --follow printed nothing within 30 s") from None
         finally:
             proc.terminate()
+            proc.wait(timeout=30)
+            pump.join(timeout=30)  # before the block closes the pipe under it
     assert [e["position"] for e in seen] == [2, 3, 4, 5, 6]
     assert [e["data"]["n"] for e in seen] == [1, 2, 3, 4, 5]
     assert all(e["hash"] and e["stream"] == "branch-b" for e in seen)

@@ -142,8 +142,12 @@ def test_tail_follow_marks_an_altered_event_as_it_prints_it(store: str) -> None:
     args = [sys.executable, "-m", "turnlog", "tail", "--follow", "-n", "100", "--store", store]
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         lines: Queue[str] = Queue()
-        for pipe in (proc.stdout, proc.stderr):
-            threading.Thread(target=lambda p=pipe: [lines.put(line) for line in p], daemon=True).start()
+        pumps = [
+            threading.Thread(target=lambda p=pipe: [lines.put(line) for line in p], daemon=True)
+            for pipe in (proc.stdout, proc.stderr)
+        ]
+        for pump in pumps:
+            pump.start()
         seen: list[str] = []
         try:
             while not (
@@ -154,4 +158,9 @@ def test_tail_follow_marks_an_altered_event_as_it_prints_it(store: str) -> None:
             raise AssertionError(f"no TAMPERED line and warning within 30 s: {seen}") from None
         finally:
             proc.terminate()
+            # the pumps end at the pipes' end of file; leaving the block first would close the
+            # pipes under them (ValueError: I/O operation on closed file, in their threads)
+            proc.wait(timeout=30)
+            for pump in pumps:
+                pump.join(timeout=30)
     assert sum("TAMPERED" in s and FORGED in s for s in seen) == 1
