@@ -15,7 +15,6 @@ from turnlog.eventstore import (
     NewEvent,
     NewSnapshot,
     SQLiteEventStore,
-    StoreFormatError,
     event_hash,
     migrate,
     open_store,
@@ -352,20 +351,3 @@ async def test_a_rehashed_forgery_breaks_the_chain_at_the_next_version(tmp_path:
         assert (await collect(store.read_stream("branch-1", 3, 3)))[0].prev_hash == digest
         report = await store.verify()
     assert {(p.stream, p.version) for p in report.problems} == {("branch-1", 3)}
-
-
-async def test_a_format_3_file_that_stores_prev_hash_is_read_but_refuses_appends(tmp_path: Path) -> None:
-    """A file of the first compact layout (with a prev_hash column) reads and verifies; an
-    append raises StoreFormatError naming `turnlog migrate`, and changes nothing."""
-    db = tmp_path / "s.db"
-    await fill(f"sqlite:///{db}?format=3", 4)
-    with raw(db) as conn:
-        conn.execute("ALTER TABLE events ADD COLUMN prev_hash BLOB")
-    async with open_store(f"sqlite:///{db}") as store:
-        assert len(await collect(store.read_all())) == 8
-        assert (await store.verify()).ok
-        with pytest.raises(StoreFormatError, match="turnlog migrate"):
-            await store.append("branch-0", turn(9))
-        with pytest.raises(StoreFormatError, match="turnlog migrate"):
-            await store.append("branch-9", turn(9)[:1])
-        assert await store.head() == 8

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import CorruptStoreError, StoreFormatError
+from ._errors import CorruptStoreError
 from ._records import EncodedEvent
 from ._sqlite_layout import TEXT_LAYOUT, Layout, StoreConnection
 
@@ -543,20 +543,7 @@ class CompactLayout(Layout):
             self._writing = writing
         return writing
 
-    stores_prev = False
-    """Whether the file has the ``prev_hash`` column of the first compact layout (read-only here)."""
-
-    def _refuse_old_layout(self) -> None:
-        raise StoreFormatError(
-            f"{self.location} is a format 3 store of an earlier turnlog (its rows store prev_hash): "
-            "it is read as it is, but takes no appends; `turnlog migrate` it into a new file",
-            found=COMPACT_FORMAT,
-            supported=COMPACT_FORMAT,
-        )
-
     def encode(self, conn: sqlite3.Connection, ev: EncodedEvent) -> Sequence[Any]:
-        if self.stores_prev:
-            self._refuse_old_layout()
         codec, data = self._compress(conn, ev.data)
         return (
             _id_bytes(ev.id),
@@ -585,7 +572,7 @@ class CompactLayout(Layout):
         digest: str,
         now: int,
     ) -> tuple[Any, ...]:
-        eid, type_id, schema, codec, data, meta_id = self.encode(conn, ev)  # refuses an old layout
+        eid, type_id, schema, codec, data, meta_id = self.encode(conn, ev)
         return (
             eid,
             key,
@@ -604,8 +591,6 @@ class CompactLayout(Layout):
         return f"(?{n}, ?1, ?3 + {j}, ?{n + 1}, ?{n + 2}, ?{n + 3}, ?{n + 4}, ?{n + 5}, ?2, ?{n + 6})"
 
     def raw_params(self, conn: sqlite3.Connection, event: Any) -> tuple[Any, ...]:
-        if self.stores_prev:
-            self._refuse_old_layout()
         codec, data = self._compress(conn, event.data)
         return (
             event.position,
@@ -703,9 +688,6 @@ def attach(conn: sqlite3.Connection, format_version: int, location: str) -> None
     if format_version >= COMPACT_FORMAT:
         layout = CompactLayout(location)
         layout.conn = conn
-        # A format 3 file of the first compact layout (before prev_hash was dropped) reads and
-        # verifies as it is, but its NOT NULL prev_hash column refuses this layout's inserts.
-        layout.stores_prev = any(row[1] == "prev_hash" for row in conn.execute("PRAGMA table_info(events)"))
         conn.layout = layout
     else:
         conn.layout = TEXT_LAYOUT

@@ -150,13 +150,8 @@ class _Connection:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            size = _READ if self.h11.their_state is h11.SEND_BODY else _HEAD_READ
-            try:
-                data = await self.stream.receive(size)
-            except _BROKEN:
-                data = b""
+            data = await self._read(_READ if self.h11.their_state is h11.SEND_BODY else _HEAD_READ)
             if not data:
-                self.gone = True
                 raise _Disconnected
             self.h11.receive_data(data)
 
@@ -240,15 +235,19 @@ class _Connection:
             return {"type": "http.request", "body": b"", "more_body": False}
         # The body is in: wait for the client to go away. A byte it sends meanwhile (a
         # pipelined request) stays in h11's buffer for the next cycle.
-        while True:
-            try:
-                data = await self.stream.receive(_READ)
-            except _BROKEN:
-                data = b""
-            if not data:
-                self.gone = True
-                return {"type": "http.disconnect"}
+        while data := await self._read(_READ):
             self.h11.receive_data(data)
+        return {"type": "http.disconnect"}
+
+    async def _read(self, size: int) -> bytes:
+        """Up to ``size`` bytes from the client; empty (and ``gone`` set) once it closed or broke."""
+        try:
+            data = await self.stream.receive(size)
+        except _BROKEN:
+            data = b""
+        if not data:
+            self.gone = True
+        return data
 
     async def _send(self, message: Message) -> None:
         if self.gone:
