@@ -30,6 +30,7 @@ __all__ = [
     "RawCopy",
     "RawEvent",
     "RawSnapshot",
+    "StoredRow",
     "check_continuation",
     "check_raw_events",
     "check_raw_range",
@@ -38,6 +39,15 @@ __all__ = [
 
 RAW_PAGE = 500
 """The default number of events ``raw_events`` returns."""
+
+
+StoredRow = tuple[int, str, int, str, int, bytes, bytes, int]
+"""One stored event as ``read_rows`` returns it: a plain tuple, no object per row.
+
+``(position, stream, version, type, schema, data, meta, recorded_at_us)``: what a projection
+that decodes the payloads itself needs, and nothing it does not (no id, no hashes). ``data``
+and ``meta`` are the stored canonical bytes, ``schema`` the one they were written with.
+"""
 
 
 @dataclass(frozen=True, slots=True)
