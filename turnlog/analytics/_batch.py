@@ -17,7 +17,7 @@ from uuid import UUID
 from orjson import JSONDecodeError
 from orjson import loads as _loads
 
-from turnlog.eventstore import RawEvent, RecordedEvent, StoredRow, Upcasters
+from turnlog.eventstore import RawEvent, RecordedEvent, StoredRow, Upcaster, Upcasters
 from turnlog.projections import CATALOGUE, decode_event, visible_data
 
 from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
@@ -38,7 +38,7 @@ class Batch:
     """
 
     __slots__ = (
-        "_moment", "_prices", "_sessions", "_upcasters", "_us", "_versions",
+        "_lifts", "_moment", "_prices", "_sessions", "_upcasters", "_us", "_versions",
         "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
@@ -68,6 +68,8 @@ class Batch:
         # None when the store has none: decode then skips the upcasting step entirely
         self._upcasters: Upcasters | None = upcasters or None
         self._versions = _versions()
+        # The catalogue's upcasting steps from each older (type, schema) met, found once.
+        self._lifts: dict[tuple[str, int], tuple[Upcaster, ...] | None] = {}
         # The events of one append share their time: decode it once per append.
         self._us = -1
         self._moment = _EPOCH
@@ -103,9 +105,14 @@ class Batch:
         if schema != current:
             # An older payload is lifted here, before the event is built (once, not twice as
             # lifted would); without every step up, lifted decodes it or names the event.
-            lifted_data = _upcast(CATALOGUE.get(kind), schema, data)
-            if lifted_data is not None:
-                schema, data = current, lifted_data
+            key = (kind, schema)
+            steps = (
+                self._lifts[key] if key in self._lifts else self._lifts.setdefault(key, _steps(kind, schema))
+            )
+            if steps is not None:
+                for step in steps:
+                    data = step(data)
+                schema = current
         self.events += 1
         if kind == "message.added" and schema == current:
             # Most events read are messages that are no tool call: skip them here, as add
@@ -203,8 +210,11 @@ def lifted(event: FactEvent) -> FactEvent:
     schema = CATALOGUE.get(event.type)
     if schema is None or event.schema == schema.schema_version:
         return event
-    data = _upcast(schema, event.schema, event.data)
-    if data is None:
+    steps = _steps(event.type, event.schema)
+    data = event.data
+    for step in steps or ():
+        data = step(data)
+    if steps is None:
         recorded = event if isinstance(event, RecordedEvent) else _as_recorded(event)
         data = decode_event(recorded).model_dump(mode="json")
     return DecodedRow(
@@ -213,16 +223,21 @@ def lifted(event: FactEvent) -> FactEvent:
     )  # fmt: skip
 
 
-def _upcast(schema: Any, version: int, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The payload lifted by the schema's upcasters, step by step; None when a step is missing."""
+def _steps(kind: str, version: int) -> tuple[Upcaster, ...] | None:
+    """The catalogue's upcasters that lift ``kind`` from ``version`` to its current schema, in order.
+
+    None when a step is missing (or the version is newer than the catalogue's).
+    """
+    schema: Any = CATALOGUE.get(kind)
     steps = getattr(schema, "upcasters", None) or {}
+    found = []
     while version < schema.schema_version:
         step = steps.get(version)
         if step is None:
             return None
-        data = step(data)
+        found.append(step)
         version += 1
-    return data if version == schema.schema_version else None
+    return tuple(found) if version == schema.schema_version else None
 
 
 def _raw(row: StoredRow) -> RawEvent:
