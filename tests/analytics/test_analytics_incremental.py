@@ -303,3 +303,36 @@ async def test_a_rebuild_interrupted_before_its_end_answers_from_the_facts_and_i
         async with AnalyticsProjection(store, database=tmp_path / "fresh.db") as fresh:
             await fresh.rebuild()
     assert _tables(tmp_path / "store.db.analytics") == _tables(tmp_path / "fresh.db")
+
+
+def _fact_indexes(conn: sqlite3.Connection) -> set[str]:
+    """The indexes made on the fact tables (not those SQLite makes for their keys)."""
+    names = ", ".join(f"'{t.name}'" for t in FACT_TABLES)
+    return {
+        row[0]
+        for row in conn.execute(
+            f"SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN ({names})"
+        )
+    }
+
+
+async def test_a_build_from_scratch_inserts_into_no_index_and_creates_them_all_at_its_end(
+    tmp_path: Path, small_log: Any, monkeypatch: Any
+) -> None:
+    """While a rebuild writes its batches the fact tables have no index; its end creates every one."""
+    seen: list[set[str]] = []
+    async with AnalyticsProjection(small_log, database=tmp_path / "a.db", batch_size=3) as analytics:
+        await analytics.update()
+        db = analytics._open_db()
+        built = _fact_indexes(db.conn())
+        apply_batch = db.apply_batch
+
+        def spy(*args: Any) -> Any:
+            seen.append(_fact_indexes(db.conn()))
+            return apply_batch(*args)
+
+        monkeypatch.setattr(db, "apply_batch", spy)
+        await analytics.rebuild()
+        assert _fact_indexes(db.conn()) == built
+    assert len(seen) > 2 and all(not names for names in seen)
+    assert {f"{t.name}_time" for t in FACT_TABLES[:2]} | {"analytics_model_calls_errors"} <= built

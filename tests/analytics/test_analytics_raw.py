@@ -1,6 +1,6 @@
-"""The projection reads stored rows (``raw_events``) when the store offers them, and agrees with ``read_all``.
+"""The projection reads stored rows (``read_rows``) when the store keeps them, and agrees with ``read_all``.
 
-A store that declares ``raw_copy`` is read with ``raw_events(types=...)`` and the projection
+A store that declares ``raw_copy`` is read with ``read_rows(types=...)`` and the projection
 decodes the payloads itself; any other store is read with ``read_all``. Both must give the
 same tables, and the same errors for a corrupt payload or a failing upcaster.
 """
@@ -40,23 +40,21 @@ def _without_raw_copy(store: EventStore) -> EventStore:
 
 
 class _Counting:
-    """Counts the calls of ``raw_events`` and ``read_all`` on a store (patched on the instance)."""
+    """Counts the calls of ``read_rows`` and ``read_all`` on a store (patched on the instance)."""
 
     def __init__(self, store: EventStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.raw = self.read_all = 0
-        raw_events, read_all = getattr(store, "raw_events", None), store.read_all
+        read_rows, read_all = store.read_rows, store.read_all
 
         async def counted_raw(*args: Any, **kwargs: Any) -> Any:
             self.raw += 1
-            assert raw_events is not None
-            return await raw_events(*args, **kwargs)
+            return await read_rows(*args, **kwargs)
 
         def counted_read_all(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
             self.read_all += 1
             return read_all(*args, **kwargs)
 
-        if raw_events is not None:
-            monkeypatch.setattr(store, "raw_events", counted_raw)
+        monkeypatch.setattr(store, "read_rows", counted_raw)
         monkeypatch.setattr(store, "read_all", counted_read_all)
 
 
@@ -79,7 +77,7 @@ async def test_raw_reads_and_read_all_build_the_same_tables(
         raw_calls = _Counting(store, monkeypatch)
         async with AnalyticsProjection(store, database=tmp_path / "raw.db") as analytics:
             report = await analytics.rebuild()
-            assert raw_calls.raw > 1 and raw_calls.read_all == 0  # pages of raw_events, no read_all
+            assert raw_calls.raw > 1 and raw_calls.read_all == 0  # pages of read_rows, no read_all
             await _synthetic_log(store, turns=10)
             await analytics.update()
         monkeypatch.undo()
@@ -99,7 +97,7 @@ def _tamper(path: Path, position: int, data: bytes, column: str = "data") -> Non
         conn.close()
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw_events", "read_all"])
+@pytest.mark.parametrize("raw", [True, False], ids=["read_rows", "read_all"])
 @pytest.mark.parametrize("column", ["data", "meta"])
 @pytest.mark.parametrize(
     ("payload", "reason"),
@@ -198,7 +196,7 @@ async def test_a_store_without_raw_reads_uses_read_all(tmp_path: Path, log: Simp
     assert figures[0][0][1:] == (8, 4, 3)
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw_events", "read_all"])
+@pytest.mark.parametrize("raw", [True, False], ids=["read_rows", "read_all"])
 async def test_an_older_schema_is_lifted_through_the_catalogue(
     tmp_path: Path, log: SimpleNamespace, raw: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

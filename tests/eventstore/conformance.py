@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from contextlib import aclosing
 from dataclasses import replace
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -593,6 +593,70 @@ class StoreConformance(
             with pytest.raises(InvalidEventError):
                 await store.save_snapshot(snap)
         assert await store.load_snapshot("s-1") is None
+
+    # ---------------------------------------------------------------- stored rows (read_rows)
+
+    async def test_read_rows_are_the_stored_events_as_tuples(self, store: EventStore) -> None:
+        """read_rows gives (position, stream, version, type, schema, data, meta, recorded_at_us) by position."""
+        await store.append("a", [ev(n=1), NewEvent("b.y", {"n": 2}, meta={"run_id": "r-1"})])
+        await store.append("b", [ev(n=3)])
+        rows = await store.read_rows(0, 100)
+        recorded = await collect(store.read_all())
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        assert rows == [
+            (r.position, r.stream, r.version, r.type, r.schema, encode_json(r.data), encode_json(r.meta),
+             (r.recorded_at - epoch) // timedelta(microseconds=1))
+            for r in recorded
+        ]  # fmt: skip
+        assert all(type(row) is tuple and type(row[5]) is bytes and type(row[6]) is bytes for row in rows)
+        assert rows[1][6] == encode_json({"run_id": "r-1"}) and rows[0][6] == b"{}"
+
+    async def test_read_rows_filter_bound_and_page(self, store: EventStore) -> None:
+        """types= filters in the store, to_position bounds, limit pages; paging loses and repeats nothing."""
+        recorded = await self._mixed_log(store)
+        wanted = [r.position for r in recorded if r.type in ("a.x", "c.z")]
+        assert [row[0] for row in await store.read_rows(0, 100, types=["c.z", "a.x"])] == wanted
+        assert [row[3] for row in await store.read_rows(0, 100, types="b.y")] == ["b.y"] * 4
+        assert await store.read_rows(0, 100, types=[]) == []
+        assert await store.read_rows(0, 100, types=["no.such"]) == []
+        middle = recorded[5].position
+        assert [row[0] for row in await store.read_rows(0, 100, to_position=middle)] == [
+            r.position for r in recorded[:6]
+        ]
+        bounded = await store.read_rows(recorded[1].position, 100, types=["b.y"], to_position=middle)
+        assert [row[0] for row in bounded] == [r.position for r in recorded[2:6] if r.type == "b.y"]
+        assert await store.read_rows(middle, 100, to_position=middle) == []
+        assert len(await store.read_rows(0, 3)) == 3 and await store.read_rows(0, 0) == []
+        whole = await store.read_rows(0, 100, types=["a.x", "b.y"])
+        for size in (1, 2, 3):
+            paged: list[Any] = []
+            while page := await store.read_rows(paged[-1][0] if paged else 0, size, types=["a.x", "b.y"]):
+                assert len(page) <= size
+                paged.extend(page)
+            assert paged == whole
+        last = recorded[-1].position
+        assert await store.read_rows(last, 100) == [] and len(await store.read_rows(last - 1, 100)) == 1
+
+    async def test_read_rows_refuses_bad_bounds(self, store: EventStore) -> None:
+        """A bound or limit that is not an int >= 0 raises InvalidEventError naming it."""
+        for kwargs, name in (
+            ({"after_position": -1}, "after_position"),
+            ({"to_position": -1}, "to_position"),
+            ({"to_position": True}, "to_position"),
+            ({"limit": None}, "limit"),
+            ({"limit": 1.5}, "limit"),
+        ):
+            with pytest.raises(InvalidEventError, match=name):
+                await store.read_rows(**kwargs)
+
+    async def test_read_rows_are_not_upcast(self, store: EventStore) -> None:
+        """An event stored under an old schema comes back with that schema and its stored bytes."""
+        await store.append("s-1", [NewEvent("message.added", {"text": "hi"}, schema=1)])
+        ups = Upcasters()
+        ups.add("message.added", 1, lambda d: {"content": d["text"]})
+        store.upcasters = ups
+        ((_, _, _, _, schema, data, _, _),) = await store.read_rows(0, types=["message.added"])
+        assert (schema, data) == (1, encode_json({"text": "hi"}))
 
     # ---------------------------------------------------------------- raw copy (optional)
 

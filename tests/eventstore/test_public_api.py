@@ -46,6 +46,7 @@ PUBLIC = [
     "StoreNotFound",
     "StoreURL",
     "StoreUnavailable",
+    "StoredRow",
     "Tracking",
     "TrackingError",
     "TurnlogError",

@@ -1,7 +1,7 @@
 """A batch of facts: events decoded and turned into fact rows as they are read, written in one go.
 
-The extraction side of the analytics projection. ``Batch.add_stored`` decodes a row read
-with ``raw_events`` the way ``read_all`` would (same checks, same errors) and ``Batch.add``
+The extraction side of the analytics projection. ``Batch.add_row`` decodes a row read
+with ``read_rows`` the way ``read_all`` would (same checks, same errors) and ``Batch.add``
 takes the facts of one decoded event; the projection writes a batch, its rollups and its
 checkpoint in one transaction (``_database``). A batch knows nothing of the projection: it
 is given the price table, the committed branch-to-session map and the store's upcasters.
@@ -17,7 +17,7 @@ from uuid import UUID
 from orjson import JSONDecodeError
 from orjson import loads as _loads
 
-from turnlog.eventstore import RawEvent, RecordedEvent, Upcasters
+from turnlog.eventstore import RawEvent, RecordedEvent, StoredRow, Upcaster, Upcasters
 from turnlog.projections import CATALOGUE, decode_event, visible_data
 
 from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
@@ -38,7 +38,7 @@ class Batch:
     """
 
     __slots__ = (
-        "_moment", "_prices", "_sessions", "_upcasters", "_us", "_versions",
+        "_lifts", "_moment", "_prices", "_sessions", "_upcasters", "_us", "_versions",
         "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
@@ -55,7 +55,7 @@ class Batch:
             prices: Prices the model calls.
             sessions: The committed branch-to-session map (read, never written: the branches
                 this batch learns are kept in ``branches`` until it commits).
-            upcasters: The store's upcasters (None or empty: none), applied by ``add_stored``.
+            upcasters: The store's upcasters (None or empty: none), applied by ``add_row``.
             events: Decoded events to take at once (``add``).
         """
         self._prices = prices
@@ -68,46 +68,51 @@ class Batch:
         # None when the store has none: decode then skips the upcasting step entirely
         self._upcasters: Upcasters | None = upcasters or None
         self._versions = _versions()
+        # The catalogue's upcasting steps from each older (type, schema) met, found once.
+        self._lifts: dict[tuple[str, int], tuple[Upcaster, ...] | None] = {}
         # The events of one append share their time: decode it once per append.
         self._us = -1
         self._moment = _EPOCH
         for event in events:
             self.add(event)
 
-    def add_stored(self, stored: RawEvent) -> None:
-        """Decode a stored event as ``read_all`` would, then take its facts (see ``add``).
+    def add_row(self, row: StoredRow) -> None:
+        """Decode a stored row (``read_rows``) as ``read_all`` would, then take its facts (see ``add``).
 
-        ``raw_events`` leaves the decoding to its caller; ``RawEvent.decode`` makes the checks
+        ``read_rows`` leaves the decoding to its caller; ``RawEvent.decode`` makes the checks
         of ``read_all`` (data and meta must be JSON objects, else ``CorruptEventError`` naming
-        the event) and applies the store's upcasters, when it has any. The event id is not
-        parsed (no fact uses it; ``verify`` checks it).
+        the event) and applies the store's upcasters, when it has any.
         """
+        position, stream, version, kind, schema, data_bytes, meta_bytes, us = row
         if self._upcasters is None:
             # The common case inline (no upcasters): the same parse and the same checks as
-            # ``RawEvent.decode``, without its two calls and keyword arguments per event.
+            # ``RawEvent.decode``, without building one and its two calls per event.
             # Anything it would reject goes to it, so its errors stay the only errors.
-            data_obj: Any
-            meta_obj: Any
+            data: Any
+            meta: Any
             try:
-                data_obj = _loads(stored.data)
-                meta_obj = {} if stored.meta == b"{}" else _loads(stored.meta)
+                data = _loads(data_bytes)
+                meta = {} if meta_bytes == b"{}" else _loads(meta_bytes)
             except (JSONDecodeError, TypeError):
-                data_obj = meta_obj = None
-            if data_obj.__class__ is not dict or meta_obj.__class__ is not dict:
-                stored.decode(None)  # raises CorruptEventError naming the event
-            schema, data, meta = stored.schema, data_obj, meta_obj
+                data = meta = None
+            if data.__class__ is not dict or meta.__class__ is not dict:
+                _raw(row).decode(None)  # raises CorruptEventError naming the event
         else:
-            schema, data, meta = stored.decode(self._upcasters)
-        kind = stored.type
+            schema, data, meta = _raw(row).decode(self._upcasters)
         if len(data) == 1 and "turnlog_redacted" in data:
             data = visible_data(kind, data)
         current = self._versions.get(kind, schema)
         if schema != current:
             # An older payload is lifted here, before the event is built (once, not twice as
             # lifted would); without every step up, lifted decodes it or names the event.
-            lifted_data = _upcast(CATALOGUE.get(kind), schema, data)
-            if lifted_data is not None:
-                schema, data = current, lifted_data
+            key = (kind, schema)
+            steps = (
+                self._lifts[key] if key in self._lifts else self._lifts.setdefault(key, _steps(kind, schema))
+            )
+            if steps is not None:
+                for step in steps:
+                    data = step(data)
+                schema = current
         self.events += 1
         if kind == "message.added" and schema == current:
             # Most events read are messages that are no tool call: skip them here, as add
@@ -115,12 +120,9 @@ class Batch:
             message = data.get("message")
             if message.__class__ is dict and message.get("kind") != "ActionResponse":
                 return
-        us = stored.recorded_at_us
         if us != self._us:
             self._us, self._moment = us, _EPOCH + timedelta(microseconds=us)
-        event = DecodedRow(
-            stored.stream, stored.version, stored.position, kind, schema, data, meta, self._moment
-        )
+        event = DecodedRow(stream, version, position, kind, schema, data, meta, self._moment)
         self._take(event if schema == current else lifted(event))
 
     def _session_of(self, branch: str | None) -> str | None:
@@ -208,8 +210,11 @@ def lifted(event: FactEvent) -> FactEvent:
     schema = CATALOGUE.get(event.type)
     if schema is None or event.schema == schema.schema_version:
         return event
-    data = _upcast(schema, event.schema, event.data)
-    if data is None:
+    steps = _steps(event.type, event.schema)
+    data = event.data
+    for step in steps or ():
+        data = step(data)
+    if steps is None:
         recorded = event if isinstance(event, RecordedEvent) else _as_recorded(event)
         data = decode_event(recorded).model_dump(mode="json")
     return DecodedRow(
@@ -218,16 +223,28 @@ def lifted(event: FactEvent) -> FactEvent:
     )  # fmt: skip
 
 
-def _upcast(schema: Any, version: int, data: dict[str, Any]) -> dict[str, Any] | None:
-    """The payload lifted by the schema's upcasters, step by step; None when a step is missing."""
+def _steps(kind: str, version: int) -> tuple[Upcaster, ...] | None:
+    """The catalogue's upcasters that lift ``kind`` from ``version`` to its current schema, in order.
+
+    None when a step is missing (or the version is newer than the catalogue's).
+    """
+    schema: Any = CATALOGUE.get(kind)
     steps = getattr(schema, "upcasters", None) or {}
+    found = []
     while version < schema.schema_version:
         step = steps.get(version)
         if step is None:
             return None
-        data = step(data)
+        found.append(step)
         version += 1
-    return data if version == schema.schema_version else None
+    return tuple(found) if version == schema.schema_version else None
+
+
+def _raw(row: StoredRow) -> RawEvent:
+    # Rare (a store with upcasters, or a payload to reject): RawEvent.decode does it, and
+    # names the event; the id and hashes are not read by it.
+    position, stream, version, kind, schema, data, meta, us = row
+    return RawEvent(position, "", stream, version, kind, schema, data, meta, us, "", "")
 
 
 def _as_recorded(event: FactEvent) -> RecordedEvent:

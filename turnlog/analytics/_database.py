@@ -22,7 +22,7 @@ from ._errors import AnalyticsDatabaseError
 from ._facts import RunEnd, RunStart, priced
 from ._pricing import Price, PriceTable
 from ._rollup import (
-    RANK_INDEXES,
+    BUILD_INDEXES,
     ROLLUPS,
     add_facts_to_rollups,
     create_rank_indexes,
@@ -140,7 +140,7 @@ class AnalyticsDatabase:
             self._conn = conn
             self._migrate()
             present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-            self.ranks_ready = all(name in present for name, *_ in RANK_INDEXES)
+            self.ranks_ready = all(name in present for name in BUILD_INDEXES)
         except BaseException:
             self._conn = None
             conn.close()
@@ -187,12 +187,7 @@ class AnalyticsDatabase:
             )
             for rollup in ROLLUPS:
                 conn.execute(rollup.create_sql())
-            for table in (MODEL_CALLS, TOOL_CALLS):
-                conn.execute(f"CREATE INDEX IF NOT EXISTS {table.name}_time ON {table.name} (recorded_at)")
-            conn.execute(
-                f'CREATE INDEX IF NOT EXISTS {MODEL_CALLS.name}_errors ON {MODEL_CALLS.name} ("error.type") '
-                "WHERE \"turnlog.status\" = 'error'"
-            )
+            # The indexes of the fact tables come with the end of the first build (finish).
             conn.execute(
                 f"INSERT OR REPLACE INTO {_META} (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
@@ -291,13 +286,14 @@ class AnalyticsDatabase:
         return len(model_rows), len(tool_rows), len(runs)
 
     def clear(self, prices: PriceTable) -> None:
-        """Drop every fact and the checkpoint (``rebuild``); rank indexes come back at the end."""
+        """Drop every fact and the checkpoint (``rebuild``); the fact tables' indexes come back at the end."""
         conn = self.conn()
         with transaction(conn):
             for name in [*(t.name for t in FACT_TABLES), *(r.name for r in ROLLUPS)]:
                 conn.execute(f"DELETE FROM {name}")
             conn.execute(f"DELETE FROM {_BRANCHES}")
-            # Built again in one sort each when the rebuild is done (see finish).
+            # Built again in one sort each when the rebuild is done (see finish): until then a
+            # batch inserts into the tables and their keys only.
             drop_rank_indexes(conn)
             conn.execute("DELETE FROM tracking WHERE consumer = ?", (CONSUMER,))
             conn.execute(
@@ -308,7 +304,7 @@ class AnalyticsDatabase:
         self.ranks_ready = False
 
     def finish(self) -> None:
-        """End a build from scratch: sum the rollups from the facts and create the rank indexes.
+        """End a build from scratch: sum the rollups from the facts and create the indexes (``BUILD_INDEXES``).
 
         Both in one transaction, so the rank indexes exist exactly when the rollups follow
         the facts (see ``rebuilding``); a process that finds them already created (another

@@ -9,9 +9,8 @@ branch-to-session map it is given, and returns a tuple in the column order of it
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from turnlog.projections import EventDecodeError
 
@@ -319,16 +318,19 @@ def tool_call_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...] |
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RunStart:
-    """What ``run.started`` says about a run, in ``RUNS`` column order from ``position``."""
+class RunStart(NamedTuple):
+    """What ``run.started`` says about a run, in ``RUNS`` column order from ``position``.
+
+    A named tuple, not a dataclass: a rebuild makes one per run and keeps it until its batch
+    is written, and a tuple of plain values is cheaper to build and is left alone by the
+    garbage collector once it has seen it.
+    """
 
     run_id: str
     row: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RunEnd:
+class RunEnd(NamedTuple):
     """What ``run.ended`` / ``run.failed`` say about a run.
 
     Attributes:

@@ -1,8 +1,8 @@
 """The analytics projection: fact tables kept in a database of their own, updated exactly once.
 
-``update`` reads the log as stored rows with ``store.raw_events(types=...)`` when the store
-declares the ``raw_copy`` capability (a SQLite file, PostgreSQL) and decodes them itself,
-else with ``store.read_all``; ``follow`` then takes live events from ``store.subscribe``.
+``update`` reads the log as stored rows with ``store.read_rows(types=...)`` when the store
+keeps them in a file or a server (it declares the ``raw_copy`` capability: a SQLite file,
+PostgreSQL) and decodes them itself, else with ``store.read_all``; ``follow`` then takes live events from ``store.subscribe``.
 The facts go into the projection's own SQLite database (``_database``), never into the
 store's: by default ``<store file>.analytics`` beside a SQLite store, a private in-memory
 database for a store that lives in this process, a file in the user's cache directory for
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from turnlog._errors import UsageError
-from turnlog.eventstore import EventStore, RawCopy, RecordedEvent
+from turnlog.eventstore import EventStore, RecordedEvent
 
 from . import _queries as q
 from ._batch import Batch
@@ -50,8 +50,8 @@ _T = TypeVar("_T")
 # Events per transaction while catching up (batch_size=None): the first, and the most.
 _FIRST_BATCH = 5000
 _LARGEST_BATCH = 50_000
-# Stored events per raw read (the store's own page size, read inline on its connection).
-_RAW_PAGE = 500
+# Stored rows per read_rows call (the store's own page size, read inline on its connection).
+_ROWS_PAGE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,23 +214,22 @@ class AnalyticsProjection:
         batch = self._batch(db)
         size = self.batch_size or _FIRST_BATCH
         seen = position
-        raw = self._raw_reader()
-        if raw is not None:
-            # Stored rows of our types, decoded here (data and meta only): less than half of
-            # what read_all costs per event, which also parses the id and builds the event.
+        if "raw_copy" in self.store.capabilities:
+            # Stored rows of our types as plain tuples, decoded here (data and meta only):
+            # no object per row and none of the columns no fact reads (id, hashes).
             while True:
-                page = await raw.raw_events(seen, _RAW_PAGE, types=RELEVANT_TYPES, to_position=head)
-                add = batch.add_stored
-                for stored in page:
-                    add(stored)
+                page = await self.store.read_rows(seen, _ROWS_PAGE, types=RELEVANT_TYPES, to_position=head)
+                add = batch.add_row
+                for row in page:
+                    add(row)
                     if batch.events >= size:
-                        position = await self._apply(db, batch, position, stored.position, counts)
+                        position = await self._apply(db, batch, position, row[0], counts)
                         batch = self._batch(db)
-                        add = batch.add_stored
+                        add = batch.add_row
                         size = self._next_size(size)
                 if page:
-                    seen = page[-1].position
-                if len(page) < _RAW_PAGE:
+                    seen = page[-1][0]
+                if len(page) < _ROWS_PAGE:
                     break
         else:
             take = batch.add
@@ -255,10 +254,6 @@ class AnalyticsProjection:
     def _next_size(self, size: int) -> int:
         """The size of the transaction after one of ``size`` events (see ``batch_size``)."""
         return size if self.batch_size is not None else min(2 * size, _LARGEST_BATCH)
-
-    def _raw_reader(self) -> RawCopy | None:
-        """The store as a raw reader when it offers ``raw_events``, else None (read ``read_all``)."""
-        return cast(RawCopy, self.store) if "raw_copy" in self.store.capabilities else None
 
     async def _apply(
         self, db: AnalyticsDatabase, batch: Batch, expected: int, last: int, counts: list[int]

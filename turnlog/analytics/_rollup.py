@@ -27,7 +27,9 @@ from ._tables import MODEL_CALLS, TOOL_CALLS, FactTable
 
 __all__ = [
     "MODEL_ROLLUP",
+    "BUILD_INDEXES",
     "RANK_INDEXES",
+    "WINDOW_INDEXES",
     "ROLLUPS",
     "TOOL_ROLLUP",
     "Rollup",
@@ -287,11 +289,25 @@ RANK_INDEXES: tuple[tuple[str, FactTable, str, str], ...] = tuple(
 """``(index name, fact table, group column, metric column)`` of every rank index."""
 
 
+WINDOW_INDEXES: tuple[tuple[str, str], ...] = (
+    (f"{MODEL_CALLS.name}_time", f"{MODEL_CALLS.name} (recorded_at)"),
+    (f"{TOOL_CALLS.name}_time", f"{TOOL_CALLS.name} (recorded_at)"),
+    (f"{MODEL_CALLS.name}_errors", f'{MODEL_CALLS.name} ("error.type") WHERE "turnlog.status" = \'error\''),
+)
+"""``(index name, what it indexes)`` of the other indexes of the fact tables: the time windows of
+``--since``/``--until`` and the breakdown of errors."""
+
+BUILD_INDEXES: tuple[str, ...] = (*(name for name, *_ in RANK_INDEXES), *(name for name, _ in WINDOW_INDEXES))
+"""Every index a build from scratch drops first and creates at its end (one sort each)."""
+
+
 def create_rank_indexes(conn: sqlite3.Connection) -> None:
-    """Create the rank indexes that are missing (a bulk build after a rebuild is one sort each)."""
+    """Create the indexes of ``BUILD_INDEXES`` that are missing (after a rebuild, one sort each)."""
     for name, table, dim, metric in RANK_INDEXES:
         where = f"WHERE {_q(metric)} IS NOT NULL"
         conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table.name} ({_q(dim)}, {_q(metric)}) {where}")
+    for name, target in WINDOW_INDEXES:
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
 
 
 def rebuilding(conn: sqlite3.Connection) -> bool:
@@ -310,6 +326,6 @@ def rebuilding(conn: sqlite3.Connection) -> bool:
 
 
 def drop_rank_indexes(conn: sqlite3.Connection) -> None:
-    """Drop the rank indexes (before a rebuild: inserting into a dozen indexes row by row is slow)."""
-    for name, *_ in RANK_INDEXES:
+    """Drop the indexes of ``BUILD_INDEXES`` (before a rebuild: inserting into each row by row is slow)."""
+    for name in BUILD_INDEXES:
         conn.execute(f"DROP INDEX IF EXISTS {name}")

@@ -36,7 +36,7 @@ from ._memory import MemoryEventStore
 from ._migrate import MigrateReport, migrate
 from ._open import open_store
 from ._problem import Problem
-from ._raw import RawCopy, RawEvent, RawSnapshot
+from ._raw import RawCopy, RawEvent, RawSnapshot, StoredRow
 from ._records import (
     ANY,
     NO_STREAM,
@@ -108,6 +108,7 @@ __all__ = [
     "StoreNotFound",
     "StoreURL",
     "StoreUnavailable",
+    "StoredRow",
     "Tracking",
     "TrackingError",
     "TurnlogError",

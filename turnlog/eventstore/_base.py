@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from ._errors import StoreError
+from ._raw import RAW_PAGE, StoredRow
 from ._records import (
     ANY,
     AppendResult,
@@ -148,6 +149,42 @@ class EventStore(ABC):
         backwards: bool = False,
     ) -> AsyncIterator[RecordedEvent]:
         """Iterate the whole log by global position (inclusive range), optionally filtered."""
+
+    @abstractmethod
+    async def read_rows(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[StoredRow]:
+        """Up to ``limit`` stored events after ``after_position``, by position, as plain tuples.
+
+        The read of a projection that decodes payloads itself (analytics): each event is a
+        ``StoredRow`` ``(position, stream, version, type, schema, data, meta,
+        recorded_at_us)``, with ``data`` and ``meta`` the stored canonical bytes and
+        ``schema`` the one they were written with: nothing decoded, upcast or checked, and no
+        object per row. A caller that reads a payload makes the checks ``read_all`` makes
+        (``data`` and ``meta`` must be JSON objects, see ``RawEvent.decode``) and applies the
+        store's ``upcasters`` itself.
+
+        Args:
+            after_position: Return only events whose position is greater.
+            limit: The most events to return (the page size).
+            types: Only events of these types (one string is one type; an empty iterable
+                matches nothing); None for every type. Filtered by the backend.
+            to_position: Return only events at or before this position; None for no bound.
+
+        Fewer than ``limit`` rows means there are no more matching events up to
+        ``to_position`` (or the head) at the time of the call; page on from the last position
+        returned. A global reader's guarantee holds: once a page holds position k + 1, no
+        event at or below k appears later.
+
+        Raises:
+            InvalidEventError: ``after_position``, ``to_position`` or ``limit`` is not an int >= 0,
+                or ``types`` is malformed.
+        """
 
     @abstractmethod
     async def stream_version(self, stream: str) -> int:

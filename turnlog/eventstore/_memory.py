@@ -24,7 +24,7 @@ from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, RedactionError, StoreError, TrackingError
 from ._follow import follow_log
 from ._ids import uuid7
-from ._raw import RawEvent, raw_event
+from ._raw import RAW_PAGE, RawEvent, StoredRow, check_raw_range, raw_event
 from ._records import (
     ANY,
     AppendResult,
@@ -304,6 +304,33 @@ class MemoryEventStore(EventStore):
         )
         async for event in self._emit(rows, limit):
             yield event
+
+    async def read_rows(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[StoredRow]:
+        self._check_open()
+        check_raw_range(after_position, to_position, limit)
+        listed = check_type_filter(types)
+        wanted = None if listed is None else set(listed)
+        high = len(self._rows) if to_position is None else min(to_position, len(self._rows))
+        out: list[StoredRow] = []
+        rows = self._rows
+        for index in range(after_position, high):  # position p is rows[p - 1]
+            row = rows[index]
+            if len(out) >= limit:
+                break
+            if wanted is None or row.type in wanted:
+                out.append(
+                    (row.position, row.stream, row.version, row.type, row.schema, row.data, row.meta,
+                     row.recorded_at_us)
+                )  # fmt: skip
+        await anyio.lowlevel.checkpoint()
+        return out
 
     async def stream_version(self, stream: str) -> int:
         self._check_open()

@@ -59,7 +59,16 @@ from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_listen import SUBSCRIBE_PAGE, follow, retrying
 from ._postgres_pool import PgPool, close_quietly
 from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
-from ._postgres_read import bound_snapshots, check_bound, live_query, range_query, raw_events_of, verify_on
+from ._postgres_read import (
+    bound_snapshots,
+    check_bound,
+    live_query,
+    range_query,
+    raw_events_of,
+    stored_rows_of,
+    stored_rows_query,
+    verify_on,
+)
 from ._postgres_redact import redact_postgres
 from ._postgres_sql import FORMAT_VERSION, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked
 from ._postgres_write import (
@@ -72,7 +81,7 @@ from ._postgres_write import (
     plan_from_heads,
     plan_from_lookup,
 )
-from ._raw import RAW_PAGE, RawEvent, RawSnapshot, check_raw_events, check_raw_range
+from ._raw import RAW_PAGE, RawEvent, RawSnapshot, StoredRow, check_raw_events, check_raw_range
 from ._records import (
     ANY,
     AppendResult,
@@ -625,6 +634,20 @@ class PostgresEventStore(EventStore):
         )
         rows = await self._fetch_global("raw_events", query, [*params, limit])
         return raw_events_of(rows)
+
+    async def read_rows(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[StoredRow]:
+        """Up to ``limit`` stored events after ``after_position``, as tuples (see ``EventStore.read_rows``)."""
+        check_raw_range(after_position, to_position, limit)
+        query, params = stored_rows_query(self._sql, after_position, to_position, check_type_filter(types))
+        rows = await self._fetch_global("read_rows", query, [*params, limit])
+        return stored_rows_of(rows)
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
         """Every stored snapshot, ordered by stream, type and version."""

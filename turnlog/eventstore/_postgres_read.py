@@ -12,11 +12,23 @@ from ._chain import ChainChecker
 from ._errors import InvalidEventError
 from ._postgres_redact import redaction_rows_query
 from ._postgres_sql import ROW_COLUMNS, Sql
-from ._raw import RawEvent, raw_event
+from ._raw import RawEvent, StoredRow, raw_event
 from ._records import VerifyReport
 from ._redaction import REDACTIONS_STREAM, RedactionRecords
 
-__all__ = ["bound_snapshots", "check_bound", "live_query", "range_query", "raw_events_of", "verify_on"]
+__all__ = [
+    "bound_snapshots",
+    "check_bound",
+    "live_query",
+    "range_query",
+    "raw_events_of",
+    "stored_rows_of",
+    "stored_rows_query",
+    "verify_on",
+]
+
+_STORED_COLUMNS = "position, stream, version, type, schema, data, meta, recorded_at"
+"""The columns of a ``StoredRow``, in its order."""
 
 
 def range_query(
@@ -85,6 +97,29 @@ def raw_events_of(rows: list[tuple[Any, ...]]) -> list[RawEvent]:
     """Rows of ``ROW_COLUMNS`` as ``RawEvent`` (psycopg's ``UUID`` and ``memoryview`` made plain)."""
     return [raw_event((r[0], str(r[1]), r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), r[8], r[9], r[10]))
             for r in rows]  # fmt: skip
+
+
+def stored_rows_query(
+    sql: Sql, after_position: int, to_position: int | None, types: list[str] | None
+) -> tuple[str, list[Any]]:
+    """The query of a ``read_rows`` page (its ``LIMIT`` the last parameter) and its parameters."""
+    where: list[str] = ["position > %s", sql.settled]
+    params: list[Any] = [after_position]
+    if to_position is not None:
+        where.append("position <= %s")
+        params.append(to_position)
+    if types is not None:
+        where.append("type = ANY(%s::text[])")
+        params.append(types)
+    query = (
+        f"SELECT {_STORED_COLUMNS} FROM {sql.events} WHERE {' AND '.join(where)} ORDER BY position LIMIT %s"
+    )
+    return query, params
+
+
+def stored_rows_of(rows: list[tuple[Any, ...]]) -> list[StoredRow]:
+    """Rows of ``stored_rows_query`` as ``StoredRow`` s (psycopg's ``memoryview`` s made bytes)."""
+    return [(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), bytes(r[6]), r[7]) for r in rows]
 
 
 async def verify_on(conn: Any, sql: Sql, stream: str | None) -> VerifyReport:

@@ -3,9 +3,9 @@
 A backend that declares ``"raw_copy"`` in its ``capabilities`` implements ``RawCopy``: it
 exports its log as stored rows (canonical bytes, hashes, positions and times, nothing decoded
 or upcast) and imports such rows unchanged. ``migrate`` uses only this API, so it knows no
-backend's tables. A reader that wants only some event types (the analytics projection) reads
-them with ``raw_events(types=...)`` and decodes what it uses itself, which costs less than
-half of what ``read_all`` costs per event.
+backend's tables. A reader that wants only some event types and decodes what it uses itself
+(the analytics projection) reads them with ``EventStore.read_rows(types=...)`` instead, as
+``StoredRow`` tuples (defined here): every store offers it, without ids or hashes.
 
 ``RawEvent`` is the stored row itself (see ``_records`` for the other event types and why each
 exists): every backend selects its rows in ``RawEvent`` field order, and one iterates over its
@@ -30,6 +30,7 @@ __all__ = [
     "RawCopy",
     "RawEvent",
     "RawSnapshot",
+    "StoredRow",
     "check_continuation",
     "check_raw_events",
     "check_raw_range",
@@ -37,7 +38,16 @@ __all__ = [
 ]
 
 RAW_PAGE = 500
-"""The default number of events ``raw_events`` returns."""
+"""The default number of events ``raw_events`` and ``read_rows`` return."""
+
+
+StoredRow = tuple[int, str, int, str, int, bytes, bytes, int]
+"""One stored event as ``read_rows`` returns it: a plain tuple, no object per row.
+
+``(position, stream, version, type, schema, data, meta, recorded_at_us)``: what a projection
+that decodes the payloads itself needs, and nothing it does not (no id, no hashes). ``data``
+and ``meta`` are the stored canonical bytes, ``schema`` the one they were written with.
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +231,7 @@ def check_continuation(event: RawEvent, tip: tuple[int, str], head: int) -> None
 
 
 def check_raw_range(after_position: object, to_position: object, limit: object) -> None:
-    """Validate the bounds and page size of ``raw_events`` (ints >= 0; ``to_position`` may be None).
+    """Validate the bounds and page size of ``raw_events`` and ``read_rows`` (ints >= 0; ``to_position`` may be None).
 
     Raises:
         InvalidEventError: naming the argument that is not an int >= 0.

@@ -76,6 +76,7 @@ from ._raw import (
     RAW_PAGE,
     RawEvent,
     RawSnapshot,
+    StoredRow,
     check_raw_events,
     check_raw_range,
     raw_event,
@@ -706,6 +707,30 @@ class SQLiteEventStore(EventStore):
             if convert is None:
                 return [raw_event(row) for row in rows]
             return [raw_event(convert(row)) for row in rows]
+
+        return await self._run(run, inline=limit <= _PAGE)
+
+    async def read_rows(
+        self,
+        after_position: int = 0,
+        limit: int = RAW_PAGE,
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[StoredRow]:
+        """Up to ``limit`` stored events after ``after_position``, as tuples (see ``EventStore.read_rows``)."""
+        self._check_open()
+        check_raw_range(after_position, to_position, limit)
+        layout = self._conn.layout
+        filters, params = read_filters(types, None, layout)
+        position = layout.position_col
+        sql = layout.stored_select(
+            f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?"
+        )
+        params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
+
+        def run(blocking: bool) -> list[StoredRow]:
+            return layout.stored_rows(self._conn.execute(sql, params).fetchall())
 
         return await self._run(run, inline=limit <= _PAGE)
 

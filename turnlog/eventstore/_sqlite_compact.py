@@ -371,17 +371,7 @@ class CompactLayout(Layout):
         if stream is None or type_ is None or meta is None:
             self._dangling(position)
         if codec:
-            zdict = self._zdicts.get(codec)
-            try:
-                if zdict is None:
-                    raise KeyError(codec)
-                inflater = _decompressobj(_WBITS, zdict=zdict)
-                out = inflater.decompress(data)
-                if not inflater.eof or inflater.unused_data:
-                    raise zlib.error("the compressed payload is truncated or has bytes after its end")
-                data = out
-            except (KeyError, zlib.error, TypeError, ValueError):
-                data = self.inflate(codec, data, position)  # the slow path: loads, or says what is wrong
+            data = self._payload(codec, data, position)
         if type(eid) is bytes and len(eid) == 16:
             h = eid.hex()
             eid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
@@ -392,6 +382,34 @@ class CompactLayout(Layout):
         if type(digest) is bytes:
             digest = digest.hex()
         return (position, eid, stream, version, type_, schema, data, meta, recorded, prev, digest)
+
+    stored_columns = "e.position, s.name, e.version, t.name, e.schema, e.data, m.meta, e.recorded_at, e.codec"
+
+    def stored_rows(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+        # Names joined in, payloads inflated; no id, no hashes, so no prev_hash either.
+        out: list[Any] = []
+        append = out.append
+        for position, stream, version, type_, schema, data, meta, recorded, codec in rows:
+            if stream is None or type_ is None or meta is None:
+                self._dangling(position)
+            if codec:
+                data = self._payload(codec, data, position)
+            append((position, stream, version, type_, schema, data, meta, recorded))
+        return out
+
+    def _payload(self, codec: Any, data: Any, position: Any) -> bytes:
+        # The common case inline, with the dictionary already loaded.
+        zdict = self._zdicts.get(codec)
+        try:
+            if zdict is None:
+                raise KeyError(codec)
+            inflater = _decompressobj(_WBITS, zdict=zdict)
+            out = inflater.decompress(data)
+            if not inflater.eof or inflater.unused_data:
+                raise zlib.error("the compressed payload is truncated or has bytes after its end")
+            return out
+        except (KeyError, zlib.error, TypeError, ValueError):
+            return self.inflate(codec, data, position)  # the slow path: loads, or says what is wrong
 
     def _dangling(self, position: int) -> None:
         found = self.conn.execute(

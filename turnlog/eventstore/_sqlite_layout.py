@@ -71,6 +71,17 @@ class Layout:
         """A page of ``page_select`` rows as ``select`` gives them (still for ``row``)."""
         return rows
 
+    stored_columns = "position, stream, version, type, schema, data, meta, recorded_at"
+    """The columns of a ``StoredRow`` (``read_rows``), then what ``stored_rows`` needs."""
+
+    def stored_select(self, where: str = "1", tail: str = "") -> str:
+        """An event select of rows for ``stored_rows``."""
+        return f"SELECT {self.stored_columns} FROM {self.events_from} WHERE {where} {tail}"
+
+    def stored_rows(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """``stored_select`` rows as ``StoredRow`` s (the text layout stores them as they read)."""
+        return rows
+
     def stream_is(self) -> str:
         """A condition on one stream, given by name as the next parameter."""
         return f"{self.stream_col} = ?"

@@ -14,6 +14,9 @@ async def test_reads_pass_through_and_writes_are_refused() -> None:
     store = ReadOnlyStore(inner)
     assert [e.data async for e in store.read_stream("branch-1")] == [{"n": 1}]
     assert [e.position async for e in store.read_all()] == [1]
+    assert [row[:4] for row in await store.read_rows(0, types=["message.added"])] == [
+        (1, "branch-1", 1, "message.added")
+    ]
     assert await store.head() == 1 and await store.stream_version("branch-1") == 1
     assert await store.list_streams() == [("branch-1", 1)]
     assert (await store.verify()).ok

@@ -18,6 +18,7 @@ from turnlog.eventstore import (
     NewSnapshot,
     RecordedEvent,
     Snapshot,
+    StoredRow,
     VerifyReport,
 )
 
@@ -86,6 +87,16 @@ class ReadOnlyStore(EventStore):
             limit=limit,
             backwards=backwards,
         )
+
+    async def read_rows(
+        self,
+        after_position: int = 0,
+        limit: int = 500,  # the store's default page
+        *,
+        types: Iterable[str] | None = None,
+        to_position: int | None = None,
+    ) -> list[StoredRow]:
+        return await self.inner.read_rows(after_position, limit, types=types, to_position=to_position)
 
     async def stream_version(self, stream: str) -> int:
         return await self.inner.stream_version(stream)
