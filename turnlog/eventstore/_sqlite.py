@@ -206,6 +206,7 @@ class SQLiteEventStore(EventStore):
         self.url = "sqlite:///:memory:" if in_memory else f"sqlite:///{target}"
         self.durability = durability
         self._in_memory = in_memory
+        self._resolved: Path | None = None
         if in_memory:
             # A private database ends with its object, so it cannot be a migration's source or
             # target (a migration may be interrupted and resumed by another process).
@@ -254,7 +255,14 @@ class SQLiteEventStore(EventStore):
 
     @property
     def local_path(self) -> Path | None:
-        return None if self._in_memory else Path(self.path).resolve()
+        # Resolved once: the connection keeps the file it opened, whatever the working
+        # directory becomes, and a resolve() per run lease cost more than the lease itself.
+        if self._in_memory:
+            return None
+        resolved = self._resolved
+        if resolved is None:
+            resolved = self._resolved = Path(self.path).resolve()
+        return resolved
 
     async def _run(self, fn: Callable[[bool], T], *, inline: bool = True) -> T:
         """Run ``fn(blocking)`` on the connection: inline when possible, else on the worker.
