@@ -74,6 +74,7 @@ from ._errors import (
 )
 from ._follow import follow_log
 from ._group_commit import GroupCommit
+from ._leases import remove_lease_dir
 from ._paging import read_pages
 from ._raw import (
     RAW_PAGE,
@@ -786,6 +787,10 @@ class SQLiteEventStore(EventStore):
             return
         self._closed = True
         self._notify()
+        if not self._in_memory and self._resolved is not None:
+            # The run leases' directory, kept while the store was open (``_leases``); resolved
+            # means a lease may have made it. Left when another lease of any process is in it.
+            remove_lease_dir(self._resolved)
         if not self._worker.started and self._wal_is_empty():
             # Nothing is queued and the WAL holds no frame, so closing checkpoints nothing:
             # it is closed here rather than on a thread started only for that (a store that
