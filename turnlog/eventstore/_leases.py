@@ -10,7 +10,7 @@ Where the lease lives depends on who can see the store:
 - a store file (SQLite): an exclusive ``flock`` on ``<store file>.leases/<key>.lock`` (a 0700
   directory beside the store, files 0600). The directory is made by the first lease and kept
   while the store stays open (its close removes it when empty): made and removed per lease,
-  it cost a ``mkdir`` and an ``rmdir`` per kernel run, the ``rmdir`` alone 0.1 to 1 ms on
+  it cost a ``mkdir`` and an ``rmdir`` per kernel run, the ``rmdir`` alone up to 1.2 ms on
   ext4. Only processes on the same machine can write a SQLite store, and they all see the lock;
 - PostgreSQL: a session-level advisory lock (``pg_advisory_lock``) keyed by a 64-bit digest of
   the store's schema and the key, taken on one connection per process and store that stays
