@@ -18,6 +18,10 @@ Peers, each run on a fresh database in the same process run, at the same durabil
   append). On PostgreSQL every peer writes into a fresh scratch schema named after the URL's
   (``<schema>_bench_ours_<id>``, ``<schema>_bench_raw_<id>``), dropped after its run.
 
+Every SQLite peer's figure includes closing its database, which checkpoints what its WAL
+still holds: our store checkpoints on its worker thread after about 4 MiB of WAL, the others
+inside a commit every 1,000 pages, and none may leave that work outside its figure.
+
 Every peer's process CPU time per event (``time.process_time``) is printed beside its rate.
 Each peer runs ``--repeat`` times, interleaved with the others; the best run is reported, since
 on a shared machine noise only ever slows a run down (the advice of the ``timeit`` docs).
@@ -51,8 +55,9 @@ __all__ = ["add_arguments", "run"]
 
 TARGETS = {
     "single_vs_raw": 0.6,
-    "single_vs_eventsourcing": 2.0,
+    "single_vs_eventsourcing": 1.0,
     "batch_vs_raw": 0.6,
+    "batch_vs_eventsourcing": 1.0,
 }
 PG_TARGETS = {
     "single_vs_psycopg": 0.9,  # ours single / raw psycopg single, events per second
@@ -153,7 +158,10 @@ async def _ours_single(url: str, durability: Durability, n: int, prefix: str) ->
                 streams[k], [NewEvent("message.added", _payload(i), _META)], expected_version=versions[k]
             )
             versions[k] = result.version
-        return time.perf_counter() - start, time.process_time() - cpu
+    # The close is timed, in every SQLite peer: it checkpoints what the WAL still holds, work
+    # a peer must not leave out of its figure by deferring it (ours checkpoints off the loop,
+    # the others inside a commit, every 1,000 pages).
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 async def _ours_batch(
@@ -168,7 +176,8 @@ async def _ours_batch(
             await store.append(f"{prefix}-batch-{b}", events, expected_version=0)
             elapsed += time.perf_counter() - start
             cpu += time.process_time() - started_cpu
-        return elapsed, cpu
+        start, started_cpu = time.perf_counter(), time.process_time()
+    return elapsed + time.perf_counter() - start, cpu + time.process_time() - started_cpu
 
 
 # --- raw sqlite3 ------------------------------------------------------------------------------
@@ -235,9 +244,9 @@ def _raw_single(path: Path, durability: str, schema: list[str], n: int, prefix: 
         start, cpu = time.perf_counter(), time.process_time()
         for i in range(n):
             _raw_append(conn, streams[i % _STREAMS], [(uuid7(), _payload(i))])
-        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         conn.close()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _raw_batch(
@@ -252,9 +261,10 @@ def _raw_batch(
             _raw_append(conn, f"{prefix}-batch-{b}", events)
             elapsed += time.perf_counter() - start
             cpu += time.process_time() - started_cpu
-        return elapsed, cpu
+        start, started_cpu = time.perf_counter(), time.process_time()
     finally:
         conn.close()
+    return elapsed + time.perf_counter() - start, cpu + time.process_time() - started_cpu
 
 
 # --- eventsourcing ------------------------------------------------------------------------------
@@ -302,9 +312,9 @@ def _es_single(path: Path, durability: str, n: int, prefix: str) -> tuple[float,
             versions[k] += 1
             state = encode_json(_payload(i))
             recorder.insert_events([persistence.StoredEvent(streams[k], versions[k], "message.added", state)])
-        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         datastore.close()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _es_batch(path: Path, durability: str, batches: int, size: int, prefix: str) -> tuple[float, float]:
@@ -326,9 +336,10 @@ def _es_batch(path: Path, durability: str, batches: int, size: int, prefix: str)
             recorder.insert_events(events)
             elapsed += time.perf_counter() - start
             cpu += time.process_time() - started_cpu
-        return elapsed, cpu
+        start, started_cpu = time.perf_counter(), time.process_time()
     finally:
         datastore.close()
+    return elapsed + time.perf_counter() - start, cpu + time.process_time() - started_cpu
 
 
 # --- the run ------------------------------------------------------------------------------------

@@ -974,6 +974,23 @@ class StoreConformance(
         (got,) = await collect(store.read_stream("s-1"))
         assert (got.data, got.meta) == (data, {"m": None})
 
+    async def test_a_meta_shared_by_a_batch_is_stored_with_each_event(self, store: EventStore) -> None:
+        """Events given one meta object each store it; a different meta after it is its own."""
+        shared = {"actor": "me", "session_id": "session-1"}
+        other = {"actor": "you"}
+        metas = [shared, shared, None, shared, other, other, shared]
+        await store.append("s-1", [NewEvent("a.b", {"n": n}, meta) for n, meta in enumerate(metas)])
+        got = await collect(store.read_stream("s-1"))
+        assert [e.meta for e in got] == [meta or {} for meta in metas]
+
+    async def test_a_shared_meta_holding_nan_is_refused_at_its_first_event(self, store: EventStore) -> None:
+        """A meta shared by every event of a batch is checked: a NaN in it refuses the batch."""
+        shared = {"score": None, "weight": float("nan")}
+        with pytest.raises(InvalidEventError) as info:
+            await store.append("s-1", [NewEvent("a.b", {"n": n}, shared) for n in range(3)])
+        assert "meta['weight']" in str(info.value)
+        assert await store.head() == 0
+
     async def test_stream_name_with_a_lone_surrogate_is_refused(self, store: EventStore) -> None:
         """A stream name that is not valid Unicode text is refused by appends and reads alike."""
         bad = "branch-\ud800"

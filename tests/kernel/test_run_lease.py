@@ -189,11 +189,38 @@ async def test_a_lease_is_held_until_released(backend: str, tmp_path: Path) -> N
         await lease.release()
         await lease.release()  # idempotent
         assert await held_leases(store, ["run-a"]) == frozenset()
-        assert (
-            sorted(p.name for p in tmp_path.iterdir() if "leases" in p.name) == []
-        )  # nothing left beside the store
+        # no lease file is left; the directory is kept for the next lease while the store is open
+        assert [p.name for p in tmp_path.glob("*.leases/*")] == []
     finally:
         await store.close()
+    assert (
+        sorted(p.name for p in tmp_path.iterdir() if "leases" in p.name) == []
+    )  # nothing left beside the store
+
+
+async def test_a_lease_directory_is_kept_while_the_store_is_open(tmp_path: Path) -> None:
+    """Runs one after another reuse the lease directory; a lease still held keeps it at close."""
+    store = open_store(f"sqlite:///{tmp_path / 'l.db'}")
+    directory = tmp_path / "l.db.leases"
+    try:
+        first = await acquire_lease(store, "run-a")
+        await first.release()
+        assert directory.is_dir() and not any(directory.iterdir())  # kept, empty, for the next run
+        second = await acquire_lease(store, "run-b")
+        assert await held_leases(store, ["run-a", "run-b"]) == {"run-b"}
+        directory.joinpath("run-b.lock").unlink()  # as recover's cleanup would, once run-b's writer is gone
+        await second.release()
+        directory.rmdir()  # removed by another process (its store closing): the next lease makes it
+        third = await acquire_lease(store, "run-c")
+        assert await held_leases(store, ["run-c"]) == {"run-c"}
+    finally:
+        await store.close()
+    assert directory.exists()  # run-c is still held: its file stays, and so does the directory
+    async with open_store(f"sqlite:///{tmp_path / 'l.db'}") as again:
+        assert await held_leases(again, ["run-c"]) == {"run-c"}
+        await third.release()
+        assert await held_leases(again, ["run-c"]) == frozenset()
+    assert not directory.exists()
 
 
 class _StaleScan:

@@ -102,7 +102,7 @@ class EventEncoder:
             except TypeError as exc:
                 raise InvalidEventError(f"data is not JSON-serializable: {exc}") from exc
             if raw.find(b"null") >= 0:  # cheaper than "in" on bytes
-                check_finite(data, "data", None, None)
+                check_finite(data, "data", None, None, raw)
         else:
             raw = encode_object(data, "data", None, None)
         # Kept as a copy of its own size: orjson's output sits in a larger allocation, and

@@ -60,18 +60,27 @@ def encode_json(value: Mapping[str, Any], *, what: str = "value") -> bytes:
     """
     raw = orjson.dumps(value, option=_OPTS)
     if raw.find(b"null") >= 0:  # cheaper than "in" on bytes
-        check_finite(value, what, None, None)
+        check_finite(value, what, None, None, raw)
     return raw
 
 
-def check_finite(value: object, what: str, stream: str | None, index: int | None) -> None:
+def check_finite(
+    value: object, what: str, stream: str | None, index: int | None, raw: bytes | None = None
+) -> None:
     """Raise ``InvalidEventError`` naming the place of the first NaN or infinity inside ``value``.
 
     orjson would write it as ``null``: the payload would be stored changed, and what a
     reader folds would differ from what the writer had. The encoders call this only when the
     encoded bytes contain ``null``, which every non-finite float becomes, so a payload
     without one costs nothing more.
+
+    ``raw``, the bytes orjson made of ``value``, allows a faster test first: when decoding
+    them gives a value equal to ``value``, no float became ``null`` (a NaN or an infinity
+    never equals the ``None`` it turned into), and the walk is skipped. Values that do not
+    survive the round trip as equal (tuples, dataclasses, enums, datetimes) take the walk.
     """
+    if raw is not None and _round_trips(raw, value):
+        return
     if not _any_non_finite(value, 0):  # the common case: real nulls only, no path strings made
         return
     found = _non_finite(value, what, 0)
@@ -82,6 +91,21 @@ def check_finite(value: object, what: str, stream: str | None, index: int | None
             stream=stream,
             index=index,
         )
+
+
+def _round_trips(raw: bytes, value: object) -> bool:
+    """Whether ``raw`` decodes to a value equal to ``value`` (so that nothing in it became null).
+
+    Decoding and comparing run in C: about 1 µs for a chat message, against about 2 µs for
+    ``_any_non_finite`` walking it in Python, and the gap grows with the payload. Only a
+    container or float subclass whose ``==`` claims equality with anything could pass with a
+    NaN inside; orjson writes such subclasses as their base types, and none of the store's
+    callers makes one.
+    """
+    try:
+        return bool(orjson.loads(raw) == value)
+    except Exception:  # a comparison that raises proves nothing: take the walk
+        return False
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
@@ -157,7 +181,7 @@ def encode_object(value: object, what: str, stream: str | None, index: int | Non
             f"{what} is not JSON-serializable: {exc}", stream=stream, index=index
         ) from exc
     if raw.find(b"null") >= 0:  # cheaper than "in" on bytes
-        check_finite(value, what, stream, index)
+        check_finite(value, what, stream, index, raw)
     return raw
 
 

@@ -166,6 +166,10 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
         raise InvalidEventError("an append needs at least one event", stream=stream)
     prepared: list[EncodedEvent] = []
     seen: set[str] = set()
+    # Callers often give every event of a batch the same meta object (its correlation ids):
+    # it is encoded once. Only within this call, where nothing can change it in between.
+    last_meta: object = None
+    meta = b"{}"
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
             hint = " (append EncodedEvents with append_encoded)" if isinstance(event, EncodedEvent) else ""
@@ -180,7 +184,12 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
                 f"schema must be an int >= 1, not {event.schema!r}", stream=stream, index=index
             )
         data = encode_object(event.data, "data", stream, index)
-        meta = encode_object({} if event.meta is None else event.meta, "meta", stream, index)
+        given_meta = event.meta
+        if given_meta is None:
+            meta = b"{}"
+        elif given_meta is not last_meta:
+            meta = encode_object(given_meta, "meta", stream, index)
+        last_meta = given_meta
         size = len(data) + len(meta)
         if size > max_event_bytes:
             raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
