@@ -376,28 +376,18 @@ async def _stream(
     held.append(assembly)
     pending = b""
     fault: StreamFault | None = None
-    async for piece in response.aiter_raw():
-        pending += piece
-        # Every complete event of this read is recorded in one append, then forwarded: one
-        # commit per read of the upstream, however many events it brought.
-        batch: list[tuple[str, list[StreamChunk], str | None]] = []
-        forwarded = 0
-        while (found := _EVENT_END.search(pending, forwarded)) is not None:
-            text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
-            forwarded = found.end()
-            error = None
-            for data in _data(text):
-                try:
-                    assembly.add(None if data == assembly.end_marker else orjson.loads(data))
-                except StreamFault as exc:
-                    fault, error = exc, exc.summary
-                except (WireError, orjson.JSONDecodeError) as exc:
-                    error = f"unreadable stream event: {exc}"
-            batch.append((text, assembly.take_pieces(), error))
-        if batch:
-            await call.chunks(batch)
-            await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
-            pending = pending[forwarded:]
+    reads = _Reads(response)
+    waiting = True  # for the stream's first event
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reads.run)
+        while (piece := await reads.next()) is not None:
+            pending += piece
+            if waiting:
+                # the first event goes alone, not after the whole burst a fast upstream sent
+                # with it: the client's time to first byte pays for one event's commit
+                sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, 1)
+                waiting = not sent
+            _, pending, fault = await _forward_events(pending, assembly, call, send, fault)
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = None
@@ -413,6 +403,86 @@ async def _stream(
         )
     else:
         await call.finish(answer, upstream)
+
+
+async def _forward_events(
+    pending: bytes,
+    assembly: Any,
+    call: RecordedCall,
+    send: Send,
+    fault: StreamFault | None,
+    most: int | None = None,
+) -> tuple[int, bytes, StreamFault | None]:
+    """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
+
+    Returns how many were, the bytes left, and the stream's fault if an event carried one
+    (``fault``: the one seen before).
+    """
+    batch: list[tuple[str, list[StreamChunk], str | None]] = []
+    forwarded = 0
+    while (most is None or len(batch) < most) and (found := _EVENT_END.search(pending, forwarded)):
+        text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
+        forwarded = found.end()
+        error = None
+        for data in _data(text):
+            try:
+                assembly.add(None if data == assembly.end_marker else orjson.loads(data))
+            except StreamFault as exc:
+                fault, error = exc, exc.summary
+            except (WireError, orjson.JSONDecodeError) as exc:
+                error = f"unreadable stream event: {exc}"
+        batch.append((text, assembly.take_pieces(), error))
+    if batch:
+        await call.chunks(batch)
+        await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
+    return len(batch), pending[forwarded:], fault
+
+
+class _Reads:
+    """An upstream answer's body, read by a task of its own, handed over one socket read at a time.
+
+    httpx yields a chunked body one chunk at a time, so a read that brought twenty events would
+    be twenty pieces, each recorded in its own commit. The reading task does not stop between
+    the pieces of one read (only a read of the socket suspends it), so ``next`` hands over every
+    piece that read brought, joined: one commit per read of the upstream, as many events as it
+    brought, and while a commit runs the next events wait in the socket to be read together.
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.pieces: list[bytes] = []
+        self.ready = anyio.Event()
+        self.done = False
+        self.error: httpx.RequestError | None = None
+
+    async def run(self) -> None:
+        """Read the body to its end (a broken answer's error is raised by ``next``)."""
+        try:
+            async for piece in self.response.aiter_raw():
+                self.pieces.append(piece)
+                self.ready.set()
+        except httpx.RequestError as exc:
+            self.error = exc
+        finally:
+            self.done = True
+            self.ready.set()
+
+    async def next(self) -> bytes | None:
+        """What arrived since the last call (waiting for something); None at the end of the body.
+
+        Raises:
+            httpx.RequestError: the answer broke off (after every piece read before was handed over).
+        """
+        await self.ready.wait()
+        if self.pieces:
+            piece = b"".join(self.pieces)
+            self.pieces.clear()
+            if not self.done:
+                self.ready = anyio.Event()
+            return piece
+        if self.error is not None:
+            raise self.error
+        return None
 
 
 async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> bytes:
