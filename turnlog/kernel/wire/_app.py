@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote
 import anyio
 import httpx
 import orjson
+from anyio.abc import TaskGroup
 
 from turnlog.kernel.models import ModelResponse, StreamChunk
 from turnlog.kernel.models._codec import StreamFault, WireError
@@ -271,7 +272,7 @@ class ProxyApp:
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream, held)
+                        await _stream(response, call, send, upstream, held, tg)
                     else:
                         tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
@@ -311,24 +312,29 @@ def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
 
 
 async def _stream(
-    response: UpstreamAnswer, call: RecordedCall, send: Send, upstream: dict[str, Any], held: list[Any]
+    response: UpstreamAnswer,
+    call: RecordedCall,
+    send: Send,
+    upstream: dict[str, Any],
+    held: list[Any],
+    tg: TaskGroup,
 ) -> None:
+    """Record and forward an event stream, one read of the upstream at a time (read in ``tg``)."""
     assembly = call.route.wire.assembly(call.route.model)
     held.append(assembly)
     pending = b""
     fault: StreamFault | None = None
     reads = _Reads(response)
     waiting = True  # for the stream's first event
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reads.run)
-        while (piece := await reads.next()) is not None:
-            pending += piece
-            if waiting:
-                # the first event goes alone, not after the whole burst a fast upstream sent
-                # with it: the client's time to first byte pays for one event's commit
-                sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, 1)
-                waiting = not sent
-            _, pending, fault = await _forward_events(pending, assembly, call, send, fault)
+    tg.start_soon(reads.run)
+    while (piece := await reads.next()) is not None:
+        pending += piece
+        if waiting:
+            # the first event goes alone, not after the whole burst a fast upstream sent
+            # with it: the client's time to first byte pays for one event's commit
+            sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, 1)
+            waiting = not sent
+        _, pending, fault = await _forward_events(pending, assembly, call, send, fault)
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = None
