@@ -6,7 +6,8 @@ client layer (cookie jar, auth and redirect steps, default headers, event hooks)
 fifth of a forwarded call's CPU and does nothing a proxy wants (its cookie jar would even carry
 a cookie one caller's upstream set into every other caller's requests), and its request and
 response models, rebuilt around httpcore's for every call (the URL parsed again, the headers
-normalised twice), cost about a tenth more. httpcore's errors are translated to httpx's, once,
+normalised twice), cost 0.1 to 0.2 ms more of CPU per call (an ``httpx.Request`` alone is
+57 µs, httpcore's 8). httpcore's errors are translated to httpx's, once,
 here: the rest of the wire package (and the messages a client reads) knows httpx's.
 """
 
