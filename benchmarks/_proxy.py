@@ -11,8 +11,9 @@ and through LiteLLM in turn, so all see the same machine load:
 - **throughput**: one long stream of ``--events`` text deltas, SSE events per second each way.
 
 Each call starts a new conversation (a new branch), as the threading rule would for new
-agents. The CPU time each proxy process spends per call (from ``/proc``, Linux) is reported too:
-unlike wall time it does not grow with the load of other processes on the machine.
+agents. The CPU time each proxy process spends per call (from ``/proc``, Linux) is reported too,
+for both kinds of call together and for each, and per event of the long stream: unlike wall
+time it does not grow with the load of other processes on the machine.
 Targets (issue 25): p50 added latency <= 2 ms, p50 added time to first byte <= 1 ms, and at
 most a fifth of LiteLLM's added latency.
 """
@@ -161,23 +162,42 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for i in range(5):
                 await _latency(client, peers[name][0], -100 - i)
         figures: dict[str, dict[str, list[float]]] = {}
-        cpu: dict[str, float] = {}
-        started = {name: _cpu_s(pid) for name, (_, _, pid) in peers.items() if pid is not None}
+        pids = {name: pid for name, (_, _, pid) in peers.items() if pid is not None}
+        marks = [_cpu_marks(pids)]
         for kind, probe in (("latency", _latency), ("ttfb", _ttfb)):
             runs: dict[str, list[float]] = {name: [] for name in peers}
             for i in range(args.calls):
                 for name, (base, _, _) in peers.items():
                     runs[name].append(await probe(clients[name], base, i))
             figures[kind] = runs
-        for name, before in started.items():
-            after = _cpu_s(peers[name][2] or 0)
-            if before is not None and after is not None:
-                cpu[name] = (after - before) * 1000 / (2 * args.calls)
-        rates = {
-            name: await _throughput(clients[name], base, -1 - k)
-            for k, (name, (base, _, _)) in enumerate(peers.items())
-        }
+            marks.append(_cpu_marks(pids))
+        rates = {}
+        for k, (name, (base, _, _)) in enumerate(peers.items()):
+            rates[name] = await _throughput(clients[name], base, -1 - k)
+        marks.append(_cpu_marks(pids))
+    cpu = {
+        "all": _cpu_spent(marks[0], marks[2], 2 * args.calls),
+        "latency": _cpu_spent(marks[0], marks[1], args.calls),
+        "ttfb": _cpu_spent(marks[1], marks[2], args.calls),
+        "stream_event_us": _cpu_spent(marks[2], marks[3], args.events / 1000),
+    }
     return _report(figures, rates, cpu, args)
+
+
+def _cpu_marks(pids: dict[str, int]) -> dict[str, float | None]:
+    return {name: _cpu_s(pid) for name, pid in pids.items()}
+
+
+def _cpu_spent(
+    before: dict[str, float | None], after: dict[str, float | None], per: float
+) -> dict[str, float]:
+    """Milliseconds of CPU each process spent between two marks, per ``per`` (calls, ...)."""
+    out = {}
+    for name, start in before.items():
+        end = after.get(name)
+        if start is not None and end is not None:
+            out[name] = (end - start) * 1000 / per
+    return out
 
 
 async def _stop(process: Any) -> None:
@@ -209,7 +229,7 @@ def _pid_listening(base: str) -> int | None:
 def _report(
     figures: dict[str, dict[str, list[float]]],
     rates: dict[str, float],
-    cpu: dict[str, float],
+    cpu: dict[str, dict[str, float]],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": args.calls, "events": args.events, "server": args.server}
@@ -220,7 +240,11 @@ def _report(
         if "litellm" in p50:
             out[f"litellm_added_{name}_p50_ms"] = round(p50["litellm"] - p50["direct"], 3)
     out["throughput_events_per_s"] = {k: round(v) for k, v in rates.items()}
-    out["cpu_ms_per_call"] = {k: round(v, 2) for k, v in cpu.items()}
+    out["cpu_ms_per_call"] = {k: round(v, 2) for k, v in cpu["all"].items()}
+    out["cpu_ms_per_call_by_kind"] = {
+        kind: {k: round(v, 2) for k, v in cpu[kind].items()} for kind in ("latency", "ttfb")
+    }
+    out["cpu_us_per_stream_event"] = {k: round(v, 1) for k, v in cpu["stream_event_us"].items()}
     out["targets"] = TARGETS
     return out
 
@@ -245,8 +269,16 @@ def run(args: argparse.Namespace) -> int:
     rates = report["throughput_events_per_s"]
     print("  stream   events/s: " + ", ".join(f"{k} {v}" for k, v in rates.items()))
     if report["cpu_ms_per_call"]:
+        by_kind = report["cpu_ms_per_call_by_kind"]
         print(
             "  cpu      ms per call: "
-            + ", ".join(f"{k} {v:.2f}" for k, v in report["cpu_ms_per_call"].items())
+            + ", ".join(
+                f"{k} {v:.2f} (non-streamed {by_kind['latency'][k]:.2f}, streamed {by_kind['ttfb'][k]:.2f})"
+                for k, v in report["cpu_ms_per_call"].items()
+            )
+        )
+        print(
+            "  cpu      us per event of the long stream: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in report["cpu_us_per_stream_event"].items())
         )
     return 0

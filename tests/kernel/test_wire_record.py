@@ -108,3 +108,62 @@ async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path:
         await app.aclose()
     assert [h.get(b"cookie") for h in seen] == [None, None]
     assert [h[b"user-agent"] for h in seen] == [b"a-client", b"a-client"]
+
+
+async def test_the_events_of_one_upstream_read_are_recorded_in_one_append(tmp_path: Path) -> None:
+    """A burst of stream events that one read brings costs two appends, not one per event.
+
+    The first event goes alone (the client's first byte waits for one event's commit), the
+    rest of the read together; each is recorded before it is forwarded, and the client gets
+    the events as the upstream sent them.
+    """
+    async with FakeUpstreamServer([{"text": "one two three four five six", "chunk_chars": 4}]) as fake:
+        async with httpx.AsyncClient() as client:
+            sse = (await client.post(f"{fake.base_url}/v1/messages", json={**BODY, "stream": True})).content
+    events = [e + b"\n\n" for e in sse.split(b"\n\n") if e]
+    assert len(events) > 6
+    # every event a chunk of its own, all in one write: the proxy's first read holds them all
+    burst = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+
+    async def upstream(stream: Any) -> None:
+        async with stream:
+            request = b""
+            while b'"stream":true}' not in request:
+                request += await stream.receive()
+            await stream.send(head + b"connection: close\r\n\r\n" + burst)
+
+    appends: list[int] = []
+    async with (
+        open_store(f"sqlite:///{tmp_path / 's.db'}") as store,
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        append = store.append
+
+        async def counted(stream: str, events: Any, *args: Any, **kwargs: Any) -> Any:
+            if stream.startswith("run-"):
+                appends.append(len(events))
+            return await append(stream, events, *args, **kwargs)
+
+        store.append = counted  # type: ignore[method-assign]
+        tg.start_soon(listener.serve, upstream)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        app = ProxyApp(
+            ProxyConfig(upstreams={"anthropic": f"http://127.0.0.1:{port}"}), await WireRecorder.load(store)
+        )
+        proxy = await serve_loopback(app, tg)
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(
+                f"{proxy.base_url}/v1/messages", json={**BODY, "stream": True}, headers=HEADERS
+            )
+        chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
+        types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        tg.cancel_scope.cancel()
+        await app.aclose()
+    assert answer.content == b"".join(events)
+    assert len(appends) == 2 and appends[0] == 1
+    assert [c.data["metadata"]["sse"] for c in chunks if "sse" in c.data["metadata"]] == [
+        e.decode() for e in events
+    ]
+    assert types[-2:] == ["model.called", "run.ended"]

@@ -63,8 +63,11 @@ async def _exchange(
 
 
 async def test_keep_alive_carries_plain_and_streamed_calls_framed_as_they_come(tmp_path: Path) -> None:
+    # the stream's events come apart (as a model streams them), so each is forwarded on its
+    # own; events that arrive together are recorded and forwarded together
+    paced = [SCRIPT[0], {**SCRIPT[1], "chunk_delay_ms": 20}]
     async with (
-        FakeUpstreamServer(SCRIPT) as upstream,
+        FakeUpstreamServer(paced) as upstream,
         running_proxy(tmp_path / "s.db", upstream.base_url) as proxy,
     ):
         host, port = proxy.url.removeprefix("http://").split(":")

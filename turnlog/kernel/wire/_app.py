@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import hmac
 import re
-import socket
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, unquote
-from urllib.request import getproxies, proxy_bypass
 
 import anyio
 import httpx
 import orjson
+from anyio.abc import TaskGroup
 
 from turnlog.kernel.models import ModelResponse, StreamChunk
 from turnlog.kernel.models._codec import StreamFault, WireError
@@ -31,6 +30,7 @@ from turnlog.kernel.models._secrets import Scrubber
 
 from ._apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
 from ._replay import MISS_STATUS, ReplayIndex, miss_body
+from ._upstream import Upstream, UpstreamAnswer, UpstreamRequest
 
 __all__ = ["MAX_BODY", "CallRecorder", "ProxyApp", "ProxyConfig", "RecordedCall"]
 
@@ -125,65 +125,6 @@ class _TooLarge(Exception):
     pass
 
 
-class _Upstream:
-    """Sends the forwarded requests: httpx transports (connection pools), without httpx's client.
-
-    The client layer (its cookie jar, auth and redirect steps, default headers, event hooks) cost
-    about a fifth of a forwarded call's CPU and does nothing a proxy wants; its cookie jar would
-    even carry a cookie one caller's upstream set into every other caller's requests. A proxy
-    from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) is used as
-    httpx's client would, decided once per upstream host.
-    """
-
-    def __init__(self, timeout: httpx.Timeout) -> None:
-        self._timeout = timeout.as_dict()
-        self._proxies: dict[tuple[str, str, int | None], str | None] = {}
-        self._transports: dict[str | None, httpx.AsyncHTTPTransport] = {}
-
-    def request(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> httpx.Request:
-        """The request to forward (the client's headers as they are, none added but ``host``)."""
-        return httpx.Request(
-            method, url, headers=headers, content=body, extensions={"timeout": self._timeout}
-        )
-
-    async def send(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request``; the answer's body is read as it comes (``aiter_raw``)."""
-        response = await self._transport(request.url).handle_async_request(request)
-        response.request = request
-        return response
-
-    def _transport(self, url: httpx.URL) -> httpx.AsyncHTTPTransport:
-        where = (url.scheme, url.host, url.port)
-        if where not in self._proxies:
-            self._proxies[where] = _environment_proxy(url)
-        proxy = self._proxies[where]
-        transport = self._transports.get(proxy)
-        if transport is None:
-            # made at the first request: its TLS context costs some 20 ms of CPU, which a run
-            # whose CLI never calls its API need not pay
-            transport = httpx.AsyncHTTPTransport(proxy=proxy, socket_options=_NO_DELAY)
-            self._transports[proxy] = transport
-        return transport
-
-    async def aclose(self) -> None:
-        """Close the upstream connections."""
-        for transport in self._transports.values():
-            await transport.aclose()
-
-
-#: Small writes (a request head, then its body) go out at once, not after the peer's delayed ACK.
-_NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-
-
-def _environment_proxy(url: httpx.URL) -> str | None:
-    """The proxy the environment names for ``url`` (None: connect directly)."""
-    proxies = getproxies()
-    proxy = proxies.get(url.scheme) or proxies.get("all")
-    if not proxy or proxy_bypass(f"{url.host}:{url.port}" if url.port else url.host):
-        return None
-    return proxy if "://" in proxy else f"http://{proxy}"
-
-
 class ProxyApp:
     """The ASGI app of ``turnlog proxy`` (one set of upstream connection pools shared by every call)."""
 
@@ -193,7 +134,7 @@ class ProxyApp:
         self.config = config
         self.recorder = recorder
         self.replay = replay
-        self.upstream = _Upstream(config.timeout)
+        self.upstream = Upstream(config.timeout)
 
     async def aclose(self) -> None:
         """Close the upstream connections."""
@@ -226,13 +167,13 @@ class ProxyApp:
             message = f"turnlog proxy: the request body is larger than {self.config.max_body} bytes"
             await _reply(send, 413, error_body(api, 413, message, "request_too_large"))
             return
-        forwarded = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not k.startswith("x-turnlog-")]
-        url = self.config.upstreams[api].rstrip("/") + path + (f"?{query}" if query else "")
+        base = self.config.upstreams[api]
+        target = path + (f"?{query}" if query else "")
         parsed = _json(body) if body else None
         call_route = route(scope["method"], path, query, parsed)
-        request = self.upstream.request(scope["method"], url, forwarded, body)
         if call_route is None or not isinstance(parsed, dict):
-            await self._pass(request, api, send)
+            forwarded = _forwarded(scope["headers"], identity=False)
+            await self._pass(self.upstream.request(scope["method"], base, target, forwarded, body), api, send)
             return
         scrub = Scrubber(_secrets(headers, query))
         if self.replay is not None:
@@ -245,20 +186,21 @@ class ProxyApp:
                 await _reply(send, MISS_STATUS, miss_body(call_route, key))
                 return
         # what the upstream sends back is recorded as it is, so ask for it uncompressed
-        request.headers["accept-encoding"] = "identity"
+        forwarded = _forwarded(scope["headers"], identity=True)
+        request = self.upstream.request(scope["method"], base, target, forwarded, body)
         call, response = await self._open(request, call_route, parsed, name, scrub)
         await self._record(request, call, response, send, receive)
 
     async def _open(
         self,
-        request: httpx.Request,
+        request: UpstreamRequest,
         call_route: Route,
         body: dict[str, Any],
         name: str | None,
         scrub: Scrubber,
-    ) -> tuple[RecordedCall, httpx.Response | httpx.RequestError]:
+    ) -> tuple[RecordedCall, UpstreamAnswer | httpx.RequestError]:
         """Record the call's start while its request goes upstream: the upstream's wait hides it."""
-        sent: list[httpx.Response | httpx.RequestError] = []
+        sent: list[UpstreamAnswer | httpx.RequestError] = []
         started = time.perf_counter()
 
         async def forward() -> None:
@@ -273,13 +215,13 @@ class ProxyApp:
                 call = await self.recorder.open_call(call_route, body, name, scrub)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                if sent and isinstance(sent[0], httpx.Response):
+                if sent and isinstance(sent[0], UpstreamAnswer):
                     await sent[0].aclose()
             raise
         call.started = started  # latency and time to first token count from the request
         return call, sent[0]
 
-    async def _pass(self, request: httpx.Request, api: Api, send: Send) -> None:
+    async def _pass(self, request: UpstreamRequest, api: Api, send: Send) -> None:
         try:
             response = await self.upstream.send(request)
         except httpx.RequestError as exc:
@@ -296,9 +238,9 @@ class ProxyApp:
 
     async def _record(
         self,
-        request: httpx.Request,
+        request: UpstreamRequest,
         call: RecordedCall,
-        response: httpx.Response | httpx.RequestError,
+        response: UpstreamAnswer | httpx.RequestError,
         send: Send,
         receive: Receive,
     ) -> None:
@@ -330,7 +272,7 @@ class ProxyApp:
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream, held)
+                        await _stream(response, call, send, upstream, held, tg)
                     else:
                         tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
@@ -370,34 +312,29 @@ def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
 
 
 async def _stream(
-    response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any], held: list[Any]
+    response: UpstreamAnswer,
+    call: RecordedCall,
+    send: Send,
+    upstream: dict[str, Any],
+    held: list[Any],
+    tg: TaskGroup,
 ) -> None:
+    """Record and forward an event stream, one read of the upstream at a time (read in ``tg``)."""
     assembly = call.route.wire.assembly(call.route.model)
     held.append(assembly)
     pending = b""
     fault: StreamFault | None = None
-    async for piece in response.aiter_raw():
+    reads = _Reads(response)
+    waiting = True  # for the stream's first event
+    tg.start_soon(reads.run)
+    while (piece := await reads.next()) is not None:
         pending += piece
-        # Every complete event of this read is recorded in one append, then forwarded: one
-        # commit per read of the upstream, however many events it brought.
-        batch: list[tuple[str, list[StreamChunk], str | None]] = []
-        forwarded = 0
-        while (found := _EVENT_END.search(pending, forwarded)) is not None:
-            text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
-            forwarded = found.end()
-            error = None
-            for data in _data(text):
-                try:
-                    assembly.add(None if data == assembly.end_marker else orjson.loads(data))
-                except StreamFault as exc:
-                    fault, error = exc, exc.summary
-                except (WireError, orjson.JSONDecodeError) as exc:
-                    error = f"unreadable stream event: {exc}"
-            batch.append((text, assembly.take_pieces(), error))
-        if batch:
-            await call.chunks(batch)
-            await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
-            pending = pending[forwarded:]
+        if waiting:
+            # the first event goes alone, not after the whole burst a fast upstream sent
+            # with it: the client's time to first byte pays for one event's commit
+            sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, 1)
+            waiting = not sent
+        _, pending, fault = await _forward_events(pending, assembly, call, send, fault)
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = None
@@ -415,7 +352,87 @@ async def _stream(
         await call.finish(answer, upstream)
 
 
-async def _whole(response: httpx.Response, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> bytes:
+async def _forward_events(
+    pending: bytes,
+    assembly: Any,
+    call: RecordedCall,
+    send: Send,
+    fault: StreamFault | None,
+    most: int | None = None,
+) -> tuple[int, bytes, StreamFault | None]:
+    """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
+
+    Returns how many were, the bytes left, and the stream's fault if an event carried one
+    (``fault``: the one seen before).
+    """
+    batch: list[tuple[str, list[StreamChunk], str | None]] = []
+    forwarded = 0
+    while (most is None or len(batch) < most) and (found := _EVENT_END.search(pending, forwarded)):
+        text = pending[forwarded : found.end()].decode("utf-8", errors="replace")
+        forwarded = found.end()
+        error = None
+        for data in _data(text):
+            try:
+                assembly.add(None if data == assembly.end_marker else orjson.loads(data))
+            except StreamFault as exc:
+                fault, error = exc, exc.summary
+            except (WireError, orjson.JSONDecodeError) as exc:
+                error = f"unreadable stream event: {exc}"
+        batch.append((text, assembly.take_pieces(), error))
+    if batch:
+        await call.chunks(batch)
+        await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
+    return len(batch), pending[forwarded:], fault
+
+
+class _Reads:
+    """An upstream answer's body, read by a task of its own, handed over one socket read at a time.
+
+    httpx yields a chunked body one chunk at a time, so a read that brought twenty events would
+    be twenty pieces, each recorded in its own commit. The reading task does not stop between
+    the pieces of one read (only a read of the socket suspends it), so ``next`` hands over every
+    piece that read brought, joined: one commit per read of the upstream, as many events as it
+    brought, and while a commit runs the next events wait in the socket to be read together.
+    """
+
+    def __init__(self, response: UpstreamAnswer) -> None:
+        self.response = response
+        self.pieces: list[bytes] = []
+        self.ready = anyio.Event()
+        self.done = False
+        self.error: httpx.RequestError | None = None
+
+    async def run(self) -> None:
+        """Read the body to its end (a broken answer's error is raised by ``next``)."""
+        try:
+            async for piece in self.response.aiter_raw():
+                self.pieces.append(piece)
+                self.ready.set()
+        except httpx.RequestError as exc:
+            self.error = exc
+        finally:
+            self.done = True
+            self.ready.set()
+
+    async def next(self) -> bytes | None:
+        """What arrived since the last call (waiting for something); None at the end of the body.
+
+        Raises:
+            httpx.RequestError: the answer broke off (after every piece read before was handed over).
+        """
+        await self.ready.wait()
+        if self.pieces:
+            piece = b"".join(self.pieces)
+            self.pieces.clear()
+            if not self.done:
+                self.ready = anyio.Event()
+            return piece
+        if self.error is not None:
+            raise self.error
+        return None
+
+
+async def _whole(response: UpstreamAnswer, call: RecordedCall, send: Send, upstream: dict[str, Any]) -> bytes:
     """Forward and record an answer that is not an event stream; return its last piece, unsent.
 
     The last piece goes out with the end of the answer once the call is closed in the log: with
@@ -455,9 +472,9 @@ def _data(event: str) -> list[str]:
     return ["\n".join(lines)] if lines else []
 
 
-async def _start(send: Send, response: httpx.Response) -> None:
+async def _start(send: Send, response: UpstreamAnswer) -> None:
     headers = [
-        (k.lower(), v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP
+        (k.lower(), v) for k, v in response.raw_headers if k.decode("latin-1").lower() not in HOP_BY_HOP
     ]
     if "content-length" in response.headers and "content-encoding" not in response.headers:
         headers.append((b"content-length", response.headers["content-length"].encode("latin-1")))
@@ -530,8 +547,27 @@ def _secrets(headers: list[tuple[str, str]], query: str) -> list[str]:
     return [s for s in found if len(s) >= 8]
 
 
-def _unreachable(request: httpx.Request, exc: httpx.RequestError) -> tuple[int, str]:
-    where = f"{request.url.scheme}://{request.url.host}:{request.url.port or ''}"
+def _forwarded(headers: list[tuple[bytes, bytes]], *, identity: bool) -> list[tuple[bytes, bytes]]:
+    """The client's headers that go upstream: all but hop-by-hop and turnlog's own.
+
+    ``identity``: ``accept-encoding: identity`` in place of the client's (a recorded answer is
+    recorded as it comes, so it must come uncompressed).
+    """
+    out = []
+    for key, value in headers:
+        name = key.decode("latin-1").lower()
+        if name in HOP_BY_HOP or name.startswith("x-turnlog-"):
+            continue
+        if identity and name == "accept-encoding":
+            continue
+        out.append((key, value))
+    if identity:
+        out.append((b"accept-encoding", b"identity"))
+    return out
+
+
+def _unreachable(request: UpstreamRequest, exc: httpx.RequestError) -> tuple[int, str]:
+    where = request.where
     if isinstance(exc, httpx.TimeoutException):
         return 504, f"turnlog proxy: the upstream {where} timed out ({type(exc).__name__})"
     return 502, f"turnlog proxy: the upstream {where} is unreachable ({type(exc).__name__}: {exc})"

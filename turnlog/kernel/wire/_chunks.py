@@ -1,12 +1,13 @@
 """One batch of upstream SSE events as chunk events: shared by ``turnlog proxy`` and ``run()``.
 
 Every chunk that crosses the wire passes here, so it does the least it can: one JSON round
-trip per piece (to plain JSON), one scrub, one model copy to number it.
+trip per piece (to plain JSON), a search of that JSON text for the secrets (the piece is
+scrubbed, rebuilt, only when one is there), one model copy to number it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -26,6 +27,26 @@ def plain_json(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value, default=str))
 
 
+#: What JSON text escapes (orjson): a secret holding one of these is not found verbatim in it.
+_ESCAPED = frozenset('"\\') | frozenset(chr(c) for c in range(0x20))
+
+
+def _plain_scrubbed(scrub: Scrubber, needles: tuple[bytes, ...] | None) -> Callable[[Any], Any]:
+    """``plain_json`` then ``scrub``, rebuilding a piece only when its JSON text holds a secret.
+
+    ``needles``: the secrets as they appear in JSON text (None: some secret would be escaped
+    there, so every piece is scrubbed).
+    """
+
+    def plain(value: Any) -> Any:
+        text = orjson.dumps(value, default=str)
+        if needles is not None and not any(needle in text for needle in needles):
+            return orjson.loads(text)  # no secret in it: nothing to replace (most pieces)
+        return scrub(orjson.loads(text))
+
+    return plain
+
+
 def wire_chunks(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[ChunkReceived], bool]:
     """The chunks of ``batch``, numbered from ``after + 1``, and whether any event had a piece.
 
@@ -34,13 +55,15 @@ def wire_chunks(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[Chun
     """
     chunks: list[ChunkReceived] = []
     answered = False
+    escaped = any(_ESCAPED.intersection(secret) for secret in scrub.secrets)
+    plain = _plain_scrubbed(scrub, None if escaped else tuple(s.encode() for s in scrub.secrets))
     for raw, pieces, error in batch:
         answered = answered or bool(pieces)
         payloads: list[ChunkReceived] = []
         if error is not None:
             payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
         for piece in pieces:
-            payloads.append(ChunkReceived(seq=1, **scrub(plain_json(piece.to_dict()))))
+            payloads.append(ChunkReceived(seq=1, **plain(piece.to_dict())))
         if not payloads:
             payloads.append(ChunkReceived(seq=1, type="system"))
         sse = scrub(raw)

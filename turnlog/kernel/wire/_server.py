@@ -133,6 +133,7 @@ class _Connection:
         self.started = False
         self.head = b""
         self.waits_100 = False
+        self.addresses: tuple[Any, Any] | None = None
 
     async def run(self) -> None:
         try:
@@ -172,8 +173,13 @@ class _Connection:
         self.waits_100 = self.h11.they_are_waiting_for_100_continue
         target = event.target.decode("latin-1")
         path, _, query = target.partition("?")
-        sockname = self.stream.extra(SocketAttribute.local_address, None)
-        peer = self.stream.extra(SocketAttribute.remote_address, None)
+        if self.addresses is None:  # the same for every request of the connection
+            sockname = self.stream.extra(SocketAttribute.local_address, None)
+            peer = self.stream.extra(SocketAttribute.remote_address, None)
+            self.addresses = (
+                peer[:2] if isinstance(peer, tuple) else None,
+                sockname[:2] if isinstance(sockname, tuple) else None,
+            )
         scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -185,8 +191,8 @@ class _Connection:
             "query_string": query.encode("latin-1"),
             "root_path": "",
             "headers": list(event.headers),
-            "client": peer[:2] if isinstance(peer, tuple) else None,
-            "server": sockname[:2] if isinstance(sockname, tuple) else None,
+            "client": self.addresses[0],
+            "server": self.addresses[1],
         }
         try:
             await self.app(scope, self._receive, self._send)
