@@ -240,6 +240,38 @@ async def test_policy_writes_every_n_and_at_run_end(store) -> None:
         SnapshotPolicy(every=0)
 
 
+async def test_events_the_caller_holds_spare_reading_them_back_and_change_nothing(store, monkeypatch) -> None:
+    events = await new_branch(store, "b")
+    events += await append(store, "b", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(3)])
+    policy = SnapshotPolicy(every=3)
+    assert await maybe_snapshot(store, fold(events), policy)
+    events += await append(store, "b", [MessageAdded(message=Instruction.create(f"r{i}")) for i in range(3)])
+    reads: list[tuple[str, int]] = []
+    real = store.read_stream
+
+    def counting(stream, *args, **kwargs):
+        reads.append((stream, args[0] if args else kwargs.get("from_version", 1)))
+        return real(stream, *args, **kwargs)
+
+    monkeypatch.setattr(store, "read_stream", counting)
+    # every version since the last snapshot in hand: nothing is read back
+    assert await maybe_snapshot(store, fold(events), policy, run_ended=True, events=events[-4:])
+    assert reads == []
+    held = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    # a gap in what the caller holds: the events are read from the store, the same head is written
+    await store.delete_snapshots()
+    monkeypatch.setattr(store, "read_stream", real)
+    assert await maybe_snapshot(store, fold(events[:4]), policy)
+    monkeypatch.setattr(store, "read_stream", counting)
+    assert await maybe_snapshot(store, fold(events), policy, run_ended=True, events=[events[-1]])
+    assert reads == [("branch-b", 5)]
+    read_back = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    assert held is not None and read_back is not None
+    assert (held.version, held.data) == (read_back.version, read_back.data)
+    assert held.data["maps"] == "delta"
+    assert await rebuild(store, "b") == fold(events)
+
+
 async def test_large_deltas_are_split_into_parts(store, monkeypatch) -> None:
     from turnlog.projections import _snapshots
 

@@ -90,6 +90,9 @@ class LiveBranch:
     outbox: deque[tuple[RecordedEvent, EventData | None, Mapping[str, Any]]] = field(default_factory=deque)
     delivering: bool = False
     events_since_snapshot: int = 0
+    # the events appended here since the last snapshot: the snapshot writer takes what changed
+    # from them instead of reading them back (at most policy.every plus one command's worth)
+    recent: list[RecordedEvent] = field(default_factory=list)
 
     @property
     def stream(self) -> str:
@@ -193,6 +196,7 @@ class Kernel:
         async with live.lock:
             recorded, payloads = await self._append(live, command, clean_meta)
             live.events_since_snapshot += len(recorded)
+            live.recent.extend(recorded)
             if live.listeners():
                 for event, payload in zip(recorded, payloads, strict=True):
                     if event.type in _SIGNALLED:
@@ -288,8 +292,9 @@ class Kernel:
 
     async def _snapshot(self, live: LiveBranch, *, run_ended: bool) -> None:
         live.events_since_snapshot = 0
+        recent, live.recent = live.recent, []
         if live.state is not None:
-            await maybe_snapshot(self.store, live.state, self.policy, run_ended=run_ended)
+            await maybe_snapshot(self.store, live.state, self.policy, run_ended=run_ended, events=recent)
 
     # ------------------------------------------------------------------------------ observers
 
