@@ -283,6 +283,18 @@ async def test_snapshots_follow_the_policy_and_never_change_a_result(store: Even
     assert past.state == (await Branch.load(store, branch.id, at_version=7)).state
 
 
+async def test_the_default_kernel_snapshots_a_short_conversation_every_few_turns(store: EventStore) -> None:
+    """A run end after 100 events writes a snapshot, so reading a past turn folds at most ~100 events."""
+    branch = Branch(store=store, system="s", chat_model=ScriptedModel(*[f"answer {i}" for i in range(22)]))
+    for i in range(22):
+        await branch.communicate(f"question {i}")
+    snapshot = await store.load_snapshot(branch.stream, type="branch_state")
+    assert snapshot is not None and branch.version - snapshot.version < 100
+    middle = await Branch.load(store, branch.id, at_version=snapshot.version + 3)
+    await store.delete_snapshots()
+    assert middle.state == (await Branch.load(store, branch.id, at_version=snapshot.version + 3)).state
+
+
 @pytest.mark.parametrize("name", ["", "  ", "a\x00b", "line\nbreak", "x" * 201])
 def test_names_nobody_can_type_back_are_refused(name: str) -> None:
     from turnlog.kernel import UsageError

@@ -57,10 +57,13 @@ def test_incremental_equals_rebuild_from_scratch_and_through_any_snapshots(op_li
             tip = states[-1]
             assert await rebuild(store, "b", snapshots=False) == tip
             assert fold(events) == tip
-            # snapshots at arbitrary versions (delta chains), then every rebuild still agrees
+            # snapshots at arbitrary versions (delta chains), then every rebuild still agrees;
+            # each writer holds some slice of the events (all it needs, part of it, or none)
             versions = sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=4)))
             for v in versions:
-                await maybe_snapshot(store, states[v], SnapshotPolicy(every=1))
+                low = data.draw(st.integers(0, len(events)))
+                held = events[low : data.draw(st.integers(low, len(events)))]
+                await maybe_snapshot(store, states[v], SnapshotPolicy(every=1), events=held)
             assert await rebuild(store, "b") == tip
             for v in range(1, len(events) + 1):
                 assert_same_view(await rebuild(store, "b", at_version=v), states[v])
@@ -238,6 +241,38 @@ async def test_policy_writes_every_n_and_at_run_end(store) -> None:
     )
     with pytest.raises(ValueError, match="every"):
         SnapshotPolicy(every=0)
+
+
+async def test_events_the_caller_holds_spare_reading_them_back_and_change_nothing(store, monkeypatch) -> None:
+    events = await new_branch(store, "b")
+    events += await append(store, "b", [MessageAdded(message=Instruction.create(f"q{i}")) for i in range(3)])
+    policy = SnapshotPolicy(every=3)
+    assert await maybe_snapshot(store, fold(events), policy)
+    events += await append(store, "b", [MessageAdded(message=Instruction.create(f"r{i}")) for i in range(3)])
+    reads: list[tuple[str, int]] = []
+    real = store.read_stream
+
+    def counting(stream, *args, **kwargs):
+        reads.append((stream, args[0] if args else kwargs.get("from_version", 1)))
+        return real(stream, *args, **kwargs)
+
+    monkeypatch.setattr(store, "read_stream", counting)
+    # every version since the last snapshot in hand: nothing is read back
+    assert await maybe_snapshot(store, fold(events), policy, run_ended=True, events=events[-4:])
+    assert reads == []
+    held = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    # a gap in what the caller holds: the events are read from the store, the same head is written
+    await store.delete_snapshots()
+    monkeypatch.setattr(store, "read_stream", real)
+    assert await maybe_snapshot(store, fold(events[:4]), policy)
+    monkeypatch.setattr(store, "read_stream", counting)
+    assert await maybe_snapshot(store, fold(events), policy, run_ended=True, events=[events[-1]])
+    assert reads == [("branch-b", 5)]
+    read_back = await store.load_snapshot("branch-b", type=SNAPSHOT_TYPE)
+    assert held is not None and read_back is not None
+    assert (held.version, held.data) == (read_back.version, read_back.data)
+    assert held.data["maps"] == "delta"
+    assert await rebuild(store, "b") == fold(events)
 
 
 async def test_large_deltas_are_split_into_parts(store, monkeypatch) -> None:

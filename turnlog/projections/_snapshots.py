@@ -155,12 +155,18 @@ async def maybe_snapshot(
     policy: SnapshotPolicy | None = None,
     *,
     run_ended: bool = False,
+    events: Sequence[RecordedEvent] = (),
 ) -> bool:
     """Write a snapshot of ``state`` when ``policy`` says one is due; return whether it did.
 
     Call it after folding new events (the kernel does after each command, with
     ``run_ended=True`` after a run's terminal event). It reads the newest snapshot of the
     stream to decide, and writes only the messages recorded since that one.
+
+    ``events`` are events of the state's stream the caller holds already (the kernel passes
+    those it appended since its last snapshot): when they hold every version after the last
+    snapshot up to the state's, what changed is taken from them; otherwise those events are
+    read from the store. Either way the snapshot written is the same.
     """
     policy = policy or SnapshotPolicy()
     if state.version < 1:
@@ -182,7 +188,9 @@ async def maybe_snapshot(
         and base_head is not None
         and base_head.extends_to_delta(policy.keyframe_every, _MAX_DELTAS)
     ):
-        since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
+        since = [e for e in events if e.stream == stream and base.version < e.version <= state.version]
+        if [e.version for e in since] != list(range(base.version + 1, state.version + 1)):
+            since = [e async for e in store.read_stream(stream, base.version + 1, state.version)]
         changed = delta_changes(base, state, since, policy.keyframe_every)
     # extra parts first, the head last: a head is only ever visible with all its parts
     for record in snapshot_records(state, base, changed):
