@@ -61,7 +61,7 @@ from ._postgres_pool import PgPool, close_quietly
 from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
 from ._postgres_read import bound_snapshots, check_bound, live_query, range_query, raw_events_of, verify_on
 from ._postgres_redact import redact_postgres
-from ._postgres_sql import FORMAT_VERSION, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked
+from ._postgres_sql import FORMAT_VERSION, ONE_KEYS, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked, one_trip_query
 from ._postgres_write import (
     RACE_ATTEMPTS,
     Plan,
@@ -146,6 +146,12 @@ class PostgresEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self._db = PgPool(url, create=create)
         self._pg = self._db.pg
+        from psycopg.generators import execute  # psycopg is there: PgPool imported it
+
+        self._execute = execute
+        self._fatal_error = int(self._pg.pq.ExecStatus.FATAL_ERROR)
+        self._tuples_ok = int(self._pg.pq.ExecStatus.TUPLES_OK)
+        self._in_error = int(self._pg.pq.TransactionStatus.INERROR)
         self.url = url
         self.schema = self._db.schema
         self._sql = self._db.sql
@@ -305,6 +311,8 @@ class PostgresEventStore(EventStore):
         try:
             if notify:
                 return await self._insert_notified(conn, params)
+            if query is self._sql.insert_one:
+                params = dict(zip(ONE_KEYS, params, strict=True))
             return await self._insert(conn, query, params)
         except errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "events_pkey":
@@ -345,47 +353,48 @@ class PostgresEventStore(EventStore):
         """
         return type(self)._insert is PostgresEventStore._insert
 
-    async def _insert_notified(self, conn: Any, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    async def _insert_notified(self, conn: Any, values: Sequence[Any]) -> tuple[Any, ...] | None:
         """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
 
-        Returns the statement's row, None if its gate was shut.
+        Returns the statement's row (transaction id, last position), None if its gate was shut.
+        The query goes straight to libpq (``one_trip_query``) under the connection's lock: a
+        lone append spends most of its client time in the driver otherwise.
 
         Raises:
             _Raced: the insert committed but the notification failed after it (its row is
                 lost with the error): the units go again and find their events stored.
         """
         pg = self._pg
+        pgconn = conn.pgconn
+        query = one_trip_query(self._sql, values, pg.pq.Escaping(pgconn).escape_literal)
         for attempt in range(2):
-            cursor = pg.AsyncClientCursor(conn)
-            try:
-                # prepare=False: psycopg's own cache of statements to prepare would key it by
-                # its text, which holds the values (and it is prepared already).
-                await cursor.execute(self._sql.insert_one_notified, params, prepare=False)
+            async with conn.lock:
+                pgconn.send_query(query)
+                results = await conn.wait(self._execute(pgconn))
+            failed = next((n for n, res in enumerate(results) if res.status == self._fatal_error), None)
+            if failed is None:
                 break
-            except pg.errors.InvalidSqlStatementName:
-                # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
-                # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
-                await conn.rollback()
-                await conn.execute(self._sql.prepare_one)
-                if attempt:
-                    raise
-            except pg.Error as exc:
-                await self._after_failed_trip(conn, exc)
-                raise
-        cursor.nextset()  # past BEGIN's result, to the insert's
-        row = await cursor.fetchone()
-        return None if row is None else tuple(row)
+            exc = pg.errors.error_from_result(results[failed], encoding="utf-8")
+            if failed >= 3:  # the insert is committed (the results: BEGIN, insert, COMMIT, NOTIFY)
+                await self._after_failed_notify(conn, exc)
+            if pgconn.transaction_status == self._in_error:
+                await conn.rollback()  # the insert failed inside BEGIN: end that transaction
+            if attempt or not isinstance(exc, pg.errors.InvalidSqlStatementName):
+                raise exc
+            # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
+            # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
+            await conn.execute(self._sql.prepare_one)
+        res = results[1]
+        if res.status != self._tuples_ok or len(results) != 4:
+            raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
+        if not res.ntuples:
+            return None
+        return res.get_value(0, 0).decode(), int(res.get_value(0, 1))
 
-    async def _after_failed_trip(self, conn: Any, exc: BaseException) -> None:
-        """Leave ``conn`` idle after ``_insert_notified`` failed; ``_Raced`` if its insert committed."""
-        status = conn.info.transaction_status
-        if status == self._pg.pq.TransactionStatus.INERROR:
-            await conn.rollback()  # the insert failed inside BEGIN: end that transaction
-            return
-        if status != self._pg.pq.TransactionStatus.IDLE or isinstance(exc, self._pg.OperationalError):
-            return
-        # The insert committed (no transaction is left open) and NOTIFY failed. Global reads
-        # must still wait for it: take every transaction id handed out so far as this one's.
+    async def _after_failed_notify(self, conn: Any, exc: BaseException) -> None:
+        """The insert of ``_insert_notified`` committed and its notification failed: ``_Raced``."""
+        # Global reads must still wait for it: take every transaction id handed out so far as
+        # this one's.
         query = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
         xmax = await (await conn.execute(query)).fetchone()
         self._own_xid = max(self._own_xid, int(xmax[0]) - 1)

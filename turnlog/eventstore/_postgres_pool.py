@@ -114,9 +114,10 @@ class PgPool:
         return self._pool
 
     async def _configure(self, conn: Any) -> None:
-        """Set up a new pooled connection: the lock timeout, the prepared single-event append."""
-        # A statement waiting this long for a lock gives up with StoreUnavailable.
-        await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        """Set up a new pooled connection: the lock timeout, UTF-8, the prepared single-event append."""
+        # A statement waiting this long for a lock gives up with StoreUnavailable. UTF-8: the
+        # store writes some queries' text itself (``one_trip_query``).
+        await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET client_encoding = 'UTF8'")
         await conn.execute(self.sql.prepare_one)
 
     async def _create_schema(self, conn: Any) -> None:

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, IdempotencyError, InvalidEventError
-from ._postgres_sql import ONE_KEYS, Sql
+from ._postgres_sql import Sql
 from ._raw import RawEvent, RawSnapshot, check_continuation
 from ._records import ANY, NO_STREAM
 from ._results import match_resent
@@ -76,12 +76,7 @@ def plan_from_heads(
     if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
         return None
     if plan.rows == 1:
-        return (
-            plan,
-            tips,
-            sql.insert_one,
-            dict(zip(ONE_KEYS, (c[0] for c in plan.columns), strict=True)),
-        )
+        return plan, tips, sql.insert_one, tuple(column[0] for column in plan.columns)
     params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
               [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
     return plan, tips, sql.insert_checked, params
@@ -105,12 +100,7 @@ def _plan_one(
               now, prev, digest)  # fmt: skip
     # The same plan as plan_group's for this unit: one row, one span.
     plan = Plan([None], [(0, [(0, 1, version + 1)])], [], [[value] for value in values], 1)
-    return (
-        plan,
-        {entry.stream: (version + 1, digest)},
-        sql.insert_one,
-        dict(zip(ONE_KEYS, values, strict=True)),
-    )
+    return plan, {entry.stream: (version + 1, digest)}, sql.insert_one, values
 
 
 async def plan_from_lookup(
