@@ -256,27 +256,45 @@ class PostgresEventStore(EventStore):
         """
         now = to_micros(datetime.now(UTC))
         guess = plan_from_heads(self._heads, self._sql, units, now)
-        async with self._connection("append") as conn:
-            reserved = None
+        db = self._db
+        if self._store_id is None:
+            await self._ensure_open()
+        # The pool's context managers cost a lone append more than the rest of its checkout.
+        conn = await db.acquire("append")
+        try:
+            return await self._commit_on(conn, units, now, guess)
+        except BaseException as exc:
+            error = db.failed("append", exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            await db.release(conn)
+
+    async def _commit_on(
+        self, conn: Any, units: list[list[PreparedAppend]], now: int, guess: Any
+    ) -> tuple[list[Any], list[int]]:
+        """``_commit_once`` on a pooled connection."""
+        reserved = None
+        notified = False
+        if guess is not None:
+            plan, tips, query, params = guess
+            # One event: insert, commit and notify in one round trip (the notification of a
+            # shut gate wakes subscribers for nothing; they find nothing new).
+            notified = query is self._sql.insert_one and self._one_trip
+            reserved = await self._store(conn, query, params, tips, notify=notified)
+        if reserved is None:
             notified = False
-            if guess is not None:
-                plan, tips, query, params = guess
-                # One event: insert, commit and notify in one round trip (the notification of a
-                # shut gate wakes subscribers for nothing; they find nothing new).
-                notified = query is self._sql.insert_one and self._one_trip
-                reserved = await self._store(conn, query, params, tips, notify=notified)
+            plan, tips = await plan_from_lookup(conn, self._sql, units, now)
+            if not plan.rows:
+                self._remember(tips)
+                return plan.outcomes, plan.deferred
+            params = [plan.rows, plan.rows, *plan.columns]
+            reserved = await self._store(conn, self._sql.insert, params, tips)
             if reserved is None:
-                notified = False
-                plan, tips = await plan_from_lookup(conn, self._sql, units, now)
-                if not plan.rows:
-                    self._remember(tips)
-                    return plan.outcomes, plan.deferred
-                params = [plan.rows, plan.rows, *plan.columns]
-                reserved = await self._store(conn, self._sql.insert, params, tips)
-                if reserved is None:
-                    raise StoreError("PostgreSQL: the append statement returned no row")
-            if not notified:
-                await self._notify(conn, reserved[1])
+                raise StoreError("PostgreSQL: the append statement returned no row")
+        if not notified:
+            await self._notify(conn, reserved[1])
         return self._committed(plan, tips, reserved), plan.deferred
 
     def _committed(
