@@ -92,12 +92,14 @@ from ._upcasting import Upcasters
 from ._validation import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
+    check_expected_version,
     check_read_range,
     check_stream_name,
     check_stream_prefix,
     check_tracking,
     check_type_filter,
     prepare_batch,
+    prepare_events,
 )
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
@@ -191,7 +193,11 @@ class PostgresEventStore(EventStore):
     async def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
-        (result,) = await self.append_batch([(stream, events, expected_version)])
+        # append_batch's checks for one entry (the ids of one entry are checked for repeats by
+        # prepare_events), without its loop over entries.
+        name, encoded = prepare_events(stream, events, self.max_event_bytes)
+        entry = PreparedAppend(name, encoded, check_expected_version(name, expected_version))
+        (result,) = await self._append_prepared([entry])
         return result
 
     async def append_encoded(
