@@ -306,14 +306,15 @@ def one_trip_query(sql: Sql, values: Sequence[Any], literal: Callable[[bytes], b
     """``Sql.one_trip`` with the values of one event (``ONE_KEYS`` order) written in: UTF-8 query text.
 
     ``literal`` quotes a UTF-8 string as libpq does (``PQescapeLiteral``, which knows the
-    session's settings); the payloads go in hex, which needs no escaping. Binding the ten
-    values here, rather than through psycopg's client-side binding, costs a few calls instead
-    of a few dozen per append.
+    session's settings); the payloads go in hex, and the event's hash (SHA-256 hex, computed
+    by the store) as it is: neither needs escaping.
+    Binding the ten values here, rather than through psycopg's client-side binding, costs a
+    few calls instead of a few dozen per append.
     """
     stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
-    arguments = b"%b, %d, %b, %b, %d, E'\\\\x%b', E'\\\\x%b', %d, %b, %b" % (
+    arguments = b"%b, %d, %b, %b, %d, E'\\\\x%b', E'\\\\x%b', %d, %b, '%b'" % (
         literal(stream.encode()), version, literal(event_id.encode()), literal(type_.encode()), schema,
-        hexlify(data), hexlify(meta), recorded_at, literal(prev_hash.encode()), literal(digest.encode()),
+        hexlify(data), hexlify(meta), recorded_at, literal(prev_hash.encode()), digest.encode(),
     )  # fmt: skip
     return sql.one_trip % arguments
 
