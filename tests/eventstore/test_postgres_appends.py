@@ -144,3 +144,28 @@ async def test_a_single_append_after_a_rollback_on_its_connection(pg_dsn: str, p
         await store.append("s", [event(3)], 2)
         assert store.one_trip == 3
         assert [e.version async for e in store.read_stream("s")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"client_encoding": "LATIN1", "options": "-c standard_conforming_strings=off"}],
+    ids=["defaults", "latin1-no-standard-strings"],
+)
+async def test_one_trip_appends_keep_every_value_as_sent(
+    pg_dsn: str, pg_schema: str, settings: dict[str, str]
+) -> None:
+    """The one-trip query's text is written by the store: quotes, backslashes and non-ASCII survive it."""
+    url = pg_url_for(pg_dsn, schema=pg_schema, **settings)
+    streams = ["it's", "back\\slash", "naïve-流", "x'); DROP TABLE events; --"]
+    data = {"text": "quote ' backslash \\ nul-free \u00e9 \U0001f600", "n": [1, 2.5, None]}
+    async with CountingStore(url) as store:
+        for stream in streams:
+            for version in range(2):
+                await store.append(stream, [NewEvent("test.appended", data, {"who": "o'neil \\"})], version)
+        assert store.one_trip == 2 * len(streams)
+        for stream in streams:
+            events = [e async for e in store.read_stream(stream)]
+            assert [(e.stream, e.version, e.data, e.meta) for e in events] == [
+                (stream, v, data, {"who": "o'neil \\"}) for v in (1, 2)
+            ]
+        assert (await store.verify()).ok

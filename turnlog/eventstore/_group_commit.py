@@ -78,25 +78,46 @@ class GroupCommit(Generic[U, R]):
 
     async def submit(self, unit: U) -> R:
         """Store ``unit`` with whatever else is queued; return its own result or raise its own error."""
+        if not self._busy:
+            return await self._lead_alone(unit)
         waiter: _Waiter[U] = _Waiter(unit)
         self._queue.append(waiter)
-        if self._busy:
-            try:
-                await waiter.woken.wait()
-            except BaseException:
-                if not waiter.taken:
-                    self._queue.remove(waiter)
-                    if waiter.lead:
-                        self._hand_over()
-                raise
-            if waiter.taken:
-                return self._unwrap(waiter)
-        self._busy = True
+        try:
+            await waiter.woken.wait()
+        except BaseException:
+            if not waiter.taken:
+                self._queue.remove(waiter)
+                if waiter.lead:
+                    self._hand_over()
+            raise
+        if waiter.taken:
+            return self._unwrap(waiter)
         try:
             await self._run_group()
         finally:
             self._hand_over()
         return self._unwrap(waiter)
+
+    async def _lead_alone(self, unit: U) -> R:
+        """``submit`` when no commit runs (so nothing is queued): a group of one, with no waiter to wake."""
+        # Callers arriving meanwhile queue up, and the first of them leads next (_hand_over).
+        self._busy = True
+        outcomes: Sequence[Any]
+        try:
+            with anyio.CancelScope(shield=True):
+                outcomes = await self._commit([unit])
+            if len(outcomes) != 1:
+                raise StoreError(f"group commit: {len(outcomes)} outcomes for 1 append")
+        except Exception as exc:
+            outcomes = [exc]
+        finally:
+            self._hand_over()
+        self.groups += 1
+        self.units += 1
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return cast(R, outcome)
 
     async def _run_group(self) -> None:
         group = self._queue[: self._max_units]

@@ -42,6 +42,7 @@ URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC, datetime
@@ -70,7 +71,7 @@ from ._postgres_read import (
     verify_on,
 )
 from ._postgres_redact import redact_postgres
-from ._postgres_sql import FORMAT_VERSION, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked
+from ._postgres_sql import FORMAT_VERSION, ONE_KEYS, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked, one_trip_query
 from ._postgres_write import (
     RACE_ATTEMPTS,
     Plan,
@@ -101,12 +102,14 @@ from ._upcasting import Upcasters
 from ._validation import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
+    check_expected_version,
     check_read_range,
     check_stream_name,
     check_stream_prefix,
     check_tracking,
     check_type_filter,
     prepare_batch,
+    prepare_events,
 )
 
 __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
@@ -155,6 +158,12 @@ class PostgresEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self._db = PgPool(url, create=create)
         self._pg = self._db.pg
+        from psycopg.generators import execute  # psycopg is there: PgPool imported it
+
+        self._execute = execute
+        self._fatal_error = int(self._pg.pq.ExecStatus.FATAL_ERROR)
+        self._tuples_ok = int(self._pg.pq.ExecStatus.TUPLES_OK)
+        self._in_error = int(self._pg.pq.TransactionStatus.INERROR)
         self.url = url
         self.schema = self._db.schema
         self._sql = self._db.sql
@@ -194,7 +203,11 @@ class PostgresEventStore(EventStore):
     async def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
     ) -> AppendResult:
-        (result,) = await self.append_batch([(stream, events, expected_version)])
+        # append_batch's checks for one entry (the ids of one entry are checked for repeats by
+        # prepare_events), without its loop over entries.
+        name, encoded = prepare_events(stream, events, self.max_event_bytes)
+        entry = PreparedAppend(name, encoded, check_expected_version(name, expected_version))
+        (result,) = await self._append_prepared([entry])
         return result
 
     async def append_encoded(
@@ -257,29 +270,47 @@ class PostgresEventStore(EventStore):
         Raises:
             _Raced: a unique constraint on (stream, version) or the id failed at the insert.
         """
-        now = to_micros(datetime.now(UTC))
+        now = time.time_ns() // 1000  # to_micros(datetime.now(UTC)), in one call
         guess = plan_from_heads(self._heads, self._sql, units, now)
-        async with self._connection("append") as conn:
-            reserved = None
+        db = self._db
+        if self._store_id is None:
+            await self._ensure_open()
+        # The pool's context managers cost a lone append more than the rest of its checkout.
+        conn = await db.acquire("append")
+        try:
+            return await self._commit_on(conn, units, now, guess)
+        except BaseException as exc:
+            error = db.failed("append", exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            await db.release(conn)
+
+    async def _commit_on(
+        self, conn: Any, units: list[list[PreparedAppend]], now: int, guess: Any
+    ) -> tuple[list[Any], list[int]]:
+        """``_commit_once`` on a pooled connection."""
+        reserved = None
+        notified = False
+        if guess is not None:
+            plan, tips, query, params = guess
+            # One event: insert, commit and notify in one round trip (the notification of a
+            # shut gate wakes subscribers for nothing; they find nothing new).
+            notified = query is self._sql.insert_one and self._one_trip
+            reserved = await self._store(conn, query, params, tips, notify=notified)
+        if reserved is None:
             notified = False
-            if guess is not None:
-                plan, tips, query, params = guess
-                # One event: insert, commit and notify in one round trip (the notification of a
-                # shut gate wakes subscribers for nothing; they find nothing new).
-                notified = query is self._sql.insert_one and self._one_trip
-                reserved = await self._store(conn, query, params, tips, notify=notified)
+            plan, tips = await plan_from_lookup(conn, self._sql, units, now)
+            if not plan.rows:
+                self._remember(tips)
+                return plan.outcomes, plan.deferred
+            params = [plan.rows, plan.rows, *plan.columns]
+            reserved = await self._store(conn, self._sql.insert, params, tips)
             if reserved is None:
-                notified = False
-                plan, tips = await plan_from_lookup(conn, self._sql, units, now)
-                if not plan.rows:
-                    self._remember(tips)
-                    return plan.outcomes, plan.deferred
-                params = [plan.rows, plan.rows, *plan.columns]
-                reserved = await self._store(conn, self._sql.insert, params, tips)
-                if reserved is None:
-                    raise StoreError("PostgreSQL: the append statement returned no row")
-            if not notified:
-                await self._notify(conn, reserved[1])
+                raise StoreError("PostgreSQL: the append statement returned no row")
+        if not notified:
+            await self._notify(conn, reserved[1])
         return self._committed(plan, tips, reserved), plan.deferred
 
     def _committed(
@@ -314,6 +345,8 @@ class PostgresEventStore(EventStore):
         try:
             if notify:
                 return await self._insert_notified(conn, params)
+            if query is self._sql.insert_one:
+                params = dict(zip(ONE_KEYS, params, strict=True))
             return await self._insert(conn, query, params)
         except errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "events_pkey":
@@ -354,47 +387,48 @@ class PostgresEventStore(EventStore):
         """
         return type(self)._insert is PostgresEventStore._insert
 
-    async def _insert_notified(self, conn: Any, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    async def _insert_notified(self, conn: Any, values: Sequence[Any]) -> tuple[Any, ...] | None:
         """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
 
-        Returns the statement's row, None if its gate was shut.
+        Returns the statement's row (transaction id, last position), None if its gate was shut.
+        The query goes straight to libpq (``one_trip_query``) under the connection's lock: a
+        lone append spends most of its client time in the driver otherwise.
 
         Raises:
             _Raced: the insert committed but the notification failed after it (its row is
                 lost with the error): the units go again and find their events stored.
         """
         pg = self._pg
+        pgconn = conn.pgconn
+        query = one_trip_query(self._sql, values, pg.pq.Escaping(pgconn).escape_literal)
         for attempt in range(2):
-            cursor = pg.AsyncClientCursor(conn)
-            try:
-                # prepare=False: psycopg's own cache of statements to prepare would key it by
-                # its text, which holds the values (and it is prepared already).
-                await cursor.execute(self._sql.insert_one_notified, params, prepare=False)
+            async with conn.lock:
+                pgconn.send_query(query)
+                results = await conn.wait(self._execute(pgconn))
+            failed = next((n for n, res in enumerate(results) if res.status == self._fatal_error), None)
+            if failed is None:
                 break
-            except pg.errors.InvalidSqlStatementName:
-                # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
-                # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
-                await conn.rollback()
-                await conn.execute(self._sql.prepare_one)
-                if attempt:
-                    raise
-            except pg.Error as exc:
-                await self._after_failed_trip(conn, exc)
-                raise
-        cursor.nextset()  # past BEGIN's result, to the insert's
-        row = await cursor.fetchone()
-        return None if row is None else tuple(row)
+            exc = pg.errors.error_from_result(results[failed], encoding="utf-8")
+            if failed >= 3:  # the insert is committed (the results: BEGIN, insert, COMMIT, NOTIFY)
+                await self._after_failed_notify(conn, exc)
+            if pgconn.transaction_status == self._in_error:
+                await conn.rollback()  # the insert failed inside BEGIN: end that transaction
+            if attempt or not isinstance(exc, pg.errors.InvalidSqlStatementName):
+                raise exc
+            # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
+            # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
+            await conn.execute(self._sql.prepare_one)
+        res = results[1]
+        if res.status != self._tuples_ok or len(results) != 4:
+            raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
+        if not res.ntuples:
+            return None
+        return res.get_value(0, 0).decode(), int(res.get_value(0, 1))
 
-    async def _after_failed_trip(self, conn: Any, exc: BaseException) -> None:
-        """Leave ``conn`` idle after ``_insert_notified`` failed; ``_Raced`` if its insert committed."""
-        status = conn.info.transaction_status
-        if status == self._pg.pq.TransactionStatus.INERROR:
-            await conn.rollback()  # the insert failed inside BEGIN: end that transaction
-            return
-        if status != self._pg.pq.TransactionStatus.IDLE or isinstance(exc, self._pg.OperationalError):
-            return
-        # The insert committed (no transaction is left open) and NOTIFY failed. Global reads
-        # must still wait for it: take every transaction id handed out so far as this one's.
+    async def _after_failed_notify(self, conn: Any, exc: BaseException) -> None:
+        """The insert of ``_insert_notified`` committed and its notification failed: ``_Raced``."""
+        # Global reads must still wait for it: take every transaction id handed out so far as
+        # this one's.
         query = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
         xmax = await (await conn.execute(query)).fetchone()
         self._own_xid = max(self._own_xid, int(xmax[0]) - 1)

@@ -58,24 +58,28 @@ class PgPool:
     @contextmanager
     def errors(self, action: str) -> Iterator[None]:
         """Translate psycopg's exceptions, once, into the store's errors."""
-        pg = self.pg
         try:
             yield
-        except pg.errors.LockNotAvailable as exc:
-            raise StoreUnavailable(
-                f"PostgreSQL: {action} timed out after {LOCK_TIMEOUT} waiting for a lock"
-            ) from exc
-        except self._pgpool.PoolTimeout as exc:
-            raise StoreUnavailable(
+        except (self.pg.Error, self._pgpool.PoolTimeout) as exc:
+            raise self.translated(action, exc) from exc
+
+    def translated(self, action: str, exc: BaseException) -> BaseException:
+        """The store's error for a psycopg exception raised during ``action`` (others as they are)."""
+        pg = self.pg
+        if isinstance(exc, pg.errors.LockNotAvailable):
+            return StoreUnavailable(f"PostgreSQL: {action} timed out after {LOCK_TIMEOUT} waiting for a lock")
+        if isinstance(exc, self._pgpool.PoolTimeout):
+            return StoreUnavailable(
                 f"PostgreSQL: {action} got no connection from the pool within {POOL_TIMEOUT:g} s "
                 f"({masked(self.conninfo)}): {exc}"
-            ) from exc
-        except (pg.OperationalError, pg.InterfaceError) as exc:
-            raise StoreUnavailable(
+            )
+        if isinstance(exc, pg.OperationalError | pg.InterfaceError):
+            return StoreUnavailable(
                 f"PostgreSQL connection failed during {action} ({masked(self.conninfo)}): {exc}"
-            ) from exc
-        except pg.Error as exc:
-            raise StoreError(f"PostgreSQL error during {action}: {exc}") from exc
+            )
+        if isinstance(exc, pg.Error):
+            return StoreError(f"PostgreSQL error during {action}: {exc}")
+        return exc
 
     async def ensure_open(self) -> Any:
         """The pool, opened on first use (the tables created or checked first)."""
@@ -114,9 +118,10 @@ class PgPool:
         return self._pool
 
     async def _configure(self, conn: Any) -> None:
-        """Set up a new pooled connection: the lock timeout, the prepared single-event append."""
-        # A statement waiting this long for a lock gives up with StoreUnavailable.
-        await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        """Set up a new pooled connection: the lock timeout, UTF-8, the prepared single-event append."""
+        # A statement waiting this long for a lock gives up with StoreUnavailable. UTF-8: the
+        # store writes some queries' text itself (``one_trip_query``).
+        await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET client_encoding = 'UTF8'")
         await conn.execute(self.sql.prepare_one)
 
     async def _create_schema(self, conn: Any) -> None:
@@ -213,6 +218,39 @@ class PgPool:
             except (pg.OperationalError, pg.InterfaceError, self._pgpool.PoolTimeout):
                 self._reachable = False
                 raise
+
+    async def acquire(self, action: str) -> Any:
+        """A sound pooled connection for ``action``, to give back with ``release``.
+
+        ``connection`` without its context managers, for the append path, whose caller
+        translates its own errors with ``failed``. Raises the store's errors.
+        """
+        pool = self._pool
+        if pool is None:
+            pool = await self.ensure_open()
+        if not self._reachable:
+            await self._probe(action)
+        try:
+            return await self._checkout(pool)
+        except BaseException as exc:
+            error = self.failed(action, exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def failed(self, action: str, exc: BaseException) -> BaseException:
+        """What to raise for ``exc`` met on a connection from ``acquire``: the store's error."""
+        if isinstance(exc, self.pg.OperationalError | self.pg.InterfaceError | self._pgpool.PoolTimeout):
+            self._reachable = False
+        return self.translated(action, exc)
+
+    async def release(self, conn: Any) -> None:
+        """Give back a connection from ``acquire`` (a closed or broken one is replaced)."""
+        pool = self._pool
+        if pool is None:  # closed meanwhile
+            await close_quietly(self.pg, conn)
+        else:
+            await pool.putconn(conn)
 
     async def _checkout(self, pool: Any) -> Any:
         """A pooled connection that is still sound, closing the dead ones met on the way.

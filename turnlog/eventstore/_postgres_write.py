@@ -8,14 +8,14 @@ The statements themselves are in ``_postgres_sql``; ``PostgresEventStore`` runs 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import astuple
 from typing import Any, NamedTuple
-from uuid import UUID
 
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, IdempotencyError, InvalidEventError
-from ._postgres_sql import ONE_KEYS, Sql
+from ._postgres_sql import Sql
 from ._raw import RawEvent, RawSnapshot, check_continuation
 from ._records import ANY, NO_STREAM
 from ._results import match_resent
@@ -31,6 +31,8 @@ __all__ = [
     "plan_from_lookup",
     "plan_group",
 ]
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 RACE_ATTEMPTS = 10
 """How often an append that keeps losing the race for its stream version is retried (``ANY``)."""
@@ -76,12 +78,7 @@ def plan_from_heads(
     if plan.deferred or any(outcome is not None for outcome in plan.outcomes):
         return None
     if plan.rows == 1:
-        return (
-            plan,
-            tips,
-            sql.insert_one,
-            dict(zip(ONE_KEYS, (c[0] for c in plan.columns), strict=True)),
-        )
+        return plan, tips, sql.insert_one, tuple(column[0] for column in plan.columns)
     params = [plan.rows, plan.columns[2], [stream for stream, _ in heads],
               [digest for _, (_, digest) in heads], plan.rows, *plan.columns]  # fmt: skip
     return plan, tips, sql.insert_checked, params
@@ -105,12 +102,7 @@ def _plan_one(
               now, prev, digest)  # fmt: skip
     # The same plan as plan_group's for this unit: one row, one span.
     plan = Plan([None], [(0, [(0, 1, version + 1)])], [], [[value] for value in values], 1)
-    return (
-        plan,
-        {entry.stream: (version + 1, digest)},
-        sql.insert_one,
-        dict(zip(ONE_KEYS, values, strict=True)),
-    )
+    return plan, {entry.stream: (version + 1, digest)}, sql.insert_one, values
 
 
 async def plan_from_lookup(
@@ -189,12 +181,8 @@ def plan_group(
 def check_uuid(event_id: str, stream: str, index: int) -> None:
     """Refuse an event id that is not a UUID in canonical form."""
     # The id column is a uuid: anything but the canonical spelling would come back spelled
-    # differently from what was hashed.
-    try:
-        canonical = str(UUID(event_id))
-    except ValueError:
-        canonical = None
-    if canonical != event_id:
+    # differently from what was hashed. (The pattern is the spelling str(UUID(...)) gives.)
+    if not _CANONICAL_UUID.fullmatch(event_id):
         raise InvalidEventError(
             f"event id {event_id!r} is not a UUID in canonical form (e.g. str(uuid7()))",
             stream=stream,
