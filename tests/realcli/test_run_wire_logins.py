@@ -1,0 +1,212 @@
+"""``run()`` records the CLIs signed in with their subscriptions at the wire (issue 25).
+
+Codex signed in with a ChatGPT account talks to the ChatGPT backend's Responses API
+(``/backend-api/codex/responses``, its bearer token and ``chatgpt-account-id``, zstd-compressed
+bodies); Gemini CLI signed in with Google talks to Code Assist (``/v1internal:...``, the Gemini
+API in an envelope, its Google access token). Each real CLI runs offline under ``Branch.run``
+against the fake upstream, which also answers what the logins ask first (the ChatGPT account
+check, ``loadCodeAssist``). Every model call is recorded in the run's wire streams, no credential
+reaches the log, the upstream still got the CLI's own credentials, and the answer is the one the
+CLI gives without the recorder.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from turnlog.eventstore import EventStore, open_store
+from turnlog.kernel import Branch
+from turnlog.kernel.wire import read_wire_calls
+from turnlog.projections import catalogue_upcasters
+from turnlog.testing import FakeUpstreamServer, UpstreamThread
+
+from . import branchkit as kit
+from .conftest import RealCLI, _base_env, _dirs
+
+ACCOUNT_ID = "acct-fake-login-4242"
+REFRESH_TOKEN = "rt-fake-refresh-token-0042"
+GOOGLE_TOKEN = "ya29.fake-google-access-token-0042"
+ANSWER = "Hello from the subscription backend."
+
+
+def _jwt(claims: dict[str, Any]) -> str:
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.unsigned"
+
+
+def chatgpt_tokens() -> dict[str, str]:
+    """A ChatGPT login Codex accepts offline: unexpired JWTs naming the account and the plan."""
+    now = int(time.time())
+    auth = {"chatgpt_account_id": ACCOUNT_ID, "chatgpt_plan_type": "plus", "chatgpt_user_id": "user-fake"}
+    claims = {"exp": now + 30 * 86400, "iat": now, "https://api.openai.com/auth": auth}
+    return {
+        "id_token": _jwt({**claims, "email": "someone@example.test"}),
+        "access_token": _jwt(claims),
+        "refresh_token": REFRESH_TOKEN,
+        "account_id": ACCOUNT_ID,
+    }
+
+
+@pytest.fixture
+def login_upstream() -> Iterator[FakeUpstreamServer]:
+    """A fake upstream that takes any credential (the logins' tokens are not API keys)."""
+    with UpstreamThread(FakeUpstreamServer()) as server:
+        yield server
+
+
+@pytest.fixture
+def chatgpt_accounts() -> Iterator[FakeUpstreamServer]:
+    """The ChatGPT backend's account check, on a host of its own.
+
+    Not the model calls' host: Codex sends a call whose host is its ``chatgpt_base_url``'s to
+    the backend origin the account check names (``https://chatgpt.com``), out of reach offline.
+    """
+    with UpstreamThread(FakeUpstreamServer()) as server:
+        yield server
+
+
+@pytest.fixture
+def codex_chatgpt(
+    realcli_prefix: Path,
+    login_upstream: FakeUpstreamServer,
+    chatgpt_accounts: FakeUpstreamServer,
+    tmp_path: Path,
+) -> RealCLI:
+    """Codex signed in with ChatGPT (``auth.json`` with tokens, no API key), its backend the fake.
+
+    ``chatgpt_base_url`` (the account check) and ``openai_base_url`` (the model calls, the
+    ChatGPT backend's ``/backend-api/codex``) name fake upstreams instead of chatgpt.com.
+    """
+    home, work = _dirs(tmp_path, "codex")
+    codex_home = home / ".codex"
+    codex_home.mkdir()
+    tokens = chatgpt_tokens()
+    last_refresh = datetime.now(UTC).isoformat().replace("+00:00", "Z")  # no refresh is attempted
+    auth = {"auth_mode": "chatgpt", "OPENAI_API_KEY": None, "tokens": tokens, "last_refresh": last_refresh}
+    (codex_home / "auth.json").write_text(json.dumps(auth), encoding="utf-8")
+    (codex_home / "config.toml").write_text(
+        f'model = "gpt-5.5"\nchatgpt_base_url = "{chatgpt_accounts.base_url}/backend-api/"\n'
+        f'openai_base_url = "{login_upstream.base_url}/backend-api/codex"\n',
+        encoding="utf-8",
+    )
+    env = _base_env(home) | {"CODEX_HOME": str(codex_home)}
+    return RealCLI("codex", realcli_prefix / "node_modules" / ".bin" / "codex", env, home, work)
+
+
+@pytest.fixture
+def gemini_google(realcli_prefix: Path, login_upstream: FakeUpstreamServer, tmp_path: Path) -> RealCLI:
+    """Gemini CLI signed in with Google (``oauth-personal``): Code Assist at the fake upstream.
+
+    The access token comes from ``GOOGLE_CLOUD_ACCESS_TOKEN`` (with ``GOOGLE_GENAI_USE_GCA``):
+    a token cached in ``oauth_creds.json`` is first checked at oauth2.googleapis.com, which an
+    offline test cannot reach.
+    """
+    home, work = _dirs(tmp_path, "gemini")
+    settings = home / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "oauth-personal"}},
+                "general": {"maxAttempts": 1},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        ),
+        encoding="utf-8",
+    )
+    env = _base_env(home) | {
+        "CODE_ASSIST_ENDPOINT": login_upstream.base_url,
+        "GOOGLE_GENAI_USE_GCA": "true",
+        "GOOGLE_CLOUD_ACCESS_TOKEN": GOOGLE_TOKEN,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+    return RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    opened = open_store(f"sqlite:///{tmp_path / 'turnlog.db'}", upcasters=catalogue_upcasters())
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _everything(store: EventStore) -> bytes:
+    return b"\n".join([orjson.dumps([e.stream, e.data, e.meta]) async for e in store.read_all()])
+
+
+def _sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+async def _recorded_login_run(
+    store: EventStore, cli: RealCLI, provider: str, upstream: FakeUpstreamServer, path: str
+) -> tuple[Branch, list[Any]]:
+    # without the recorder first: the answer the CLI gives, and no wire call
+    upstream.set_script([{"text": ANSWER}])
+    plain = Branch(store=store)
+    text = await plain.run_and_collect("say hello", chat_model=kit.model_of(cli, provider), record_wire=False)
+    assert text == ANSWER
+    assert await read_wire_calls(store, kit.last_run(plain).run_id) == []
+    upstream.requests.clear()
+    upstream.set_script([{"text": ANSWER}])
+    branch = Branch(store=store)
+    answer = await branch.run_and_collect("say hello", chat_model=kit.model_of(cli, provider))
+    assert answer == text
+    run = kit.last_run(branch)
+    calls = await read_wire_calls(store, run.run_id)
+    model_calls = [r for r in list(upstream.requests) if r["entry"] is not None]
+    assert [r["path"].split("?")[0] for r in model_calls] == [path]
+    assert calls and all(call.stream.startswith(f"run-{run.run_id}-wire-") for call in calls)
+    assert calls[-1].status == "ok" and ANSWER in calls[-1].text, calls
+    return branch, calls
+
+
+async def test_codex_signed_in_with_chatgpt_is_recorded_at_the_wire(
+    store: EventStore, codex_chatgpt: RealCLI, login_upstream: FakeUpstreamServer
+) -> None:
+    await _recorded_login_run(store, codex_chatgpt, "codex", login_upstream, "/backend-api/codex/responses")
+    # the ChatGPT backend got Codex's own credentials through the recorder
+    tokens = chatgpt_tokens()
+    sent = next(r for r in list(login_upstream.requests) if r["entry"] is not None)
+    assert sent["credentials"]["authorization"]["present"]
+    assert sent["credentials"]["chatgpt-account-id"]["sha256"] == _sha(ACCOUNT_ID)
+    assert sent["headers"].get("content-encoding") == "zstd"  # recorded from the decompressed body
+    # and no credential reached the log
+    logged = await _everything(store)
+    bearer = tokens["access_token"]
+    for secret in (bearer, bearer.split(".")[1], ACCOUNT_ID, REFRESH_TOKEN, tokens["id_token"]):
+        assert secret.encode() not in logged
+
+
+async def test_gemini_signed_in_with_google_is_recorded_at_the_wire(
+    store: EventStore, gemini_google: RealCLI, login_upstream: FakeUpstreamServer
+) -> None:
+    _branch, calls = await _recorded_login_run(
+        store, gemini_google, "gemini", login_upstream, "/v1internal:streamGenerateContent"
+    )
+    sent = next(r for r in list(login_upstream.requests) if r["entry"] is not None)
+    assert sent["credentials"]["authorization"]["sha256"] == _sha(f"Bearer {GOOGLE_TOKEN}")
+    assert sent["body"]["project"] and sent["body"]["request"]["contents"]
+    # the recorded call is Gemini's, unwrapped: its model, usage and the text of the stream
+    events = [e async for e in store.read_stream(calls[-1].stream)]
+    closing = events[-1].data
+    assert closing["provider"] == "code_assist" and closing["model"] == sent["body"]["model"]
+    assert closing["usage"]["output_tokens"] and closing["stream"]
+    assert "user_prompt_id" in closing["params"]
+    assert GOOGLE_TOKEN.encode() not in await _everything(store)
