@@ -58,9 +58,10 @@ DEFAULT_UPSTREAMS: dict[Api, str] = {
 }
 
 _GEMINI = re.compile(r"^/(v1|v1beta|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
-#: Gemini on Vertex AI: the same body and answer under a project's publisher model path.
+#: Gemini on Vertex AI: the same body and answer under a publisher model path (a project's,
+#: or without one for an express-mode key).
 _VERTEX = re.compile(
-    r"^/(v1|v1beta1)/projects/[^/]+/locations/[^/]+/publishers/google/models/([^/:]+)"
+    r"^/(v1|v1beta1)/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/([^/:]+)"
     r":(generateContent|streamGenerateContent)$"
 )
 #: Code Assist: ``/v1internal:streamGenerateContent`` (the version can be changed by the CLI).
