@@ -8,11 +8,18 @@ module that speaks its wire format:
 - ``POST /v1/messages[?beta=true]`` and ``/v1/messages/count_tokens``: ``_fake_anthropic``;
   a model request the real API would refuse is answered as it would (``_fake_anthropic_checks``,
   ``_fake_gemini_checks``: 400 with the real error shape) before the script is consulted;
-- ``POST /v1/responses``: ``_fake_responses``;
+- ``POST /v1/responses`` and the ChatGPT backend's ``/backend-api/codex/responses`` (Codex signed
+  in with ChatGPT; its zstd-compressed bodies are read): ``_fake_responses``; ``GET
+  /backend-api/wham/accounts/check`` answers the signed-in account without a routing constraint;
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` / ``:generateContent`` /
   ``:countTokens``: ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
   ``model_choice``; unless a script entry with a ``match`` claims it, the server answers it
-  itself (``flash``) without using up an entry.
+  itself (``flash``) without using up an entry;
+- Code Assist (Gemini CLI signed in with Google): ``POST /v1internal:streamGenerateContent`` /
+  ``:generateContent`` / ``:countTokens`` are the Gemini API in an envelope (the ``request`` of the
+  body is answered, each answer and event wrapped in ``{"response", "traceId"}``);
+  ``:loadCodeAssist`` names a user on the standard tier with a project, the other methods answer
+  ``{}``.
 
 For each model request the server takes the first unused entry whose ``match`` fits; when none
 does, the first unused entry without ``match``; when none is left, a 400 error in the API's shape
@@ -205,7 +212,8 @@ class FakeUpstreamServer(LoopbackServer):
         number = next(self._ids)
         if bare.startswith("/v1internal:"):
             answer, entry = self._answer(api, operation, _code_assist_inner(request), number, record)
-            answer = _code_assist_envelope(answer, number)
+            if operation != "countTokens":  # Code Assist answers a count as it is
+                answer = _code_assist_envelope(answer, number)
         else:
             answer, entry = self._answer(api, operation, request, number, record)
         record["response_status"] = answer.status
