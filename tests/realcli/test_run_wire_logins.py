@@ -15,12 +15,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 
@@ -210,3 +214,62 @@ async def test_gemini_signed_in_with_google_is_recorded_at_the_wire(
     assert closing["usage"]["output_tokens"] and closing["stream"]
     assert "user_prompt_id" in closing["params"]
     assert GOOGLE_TOKEN.encode() not in await _everything(store)
+
+
+@pytest.fixture
+def login_proxy(login_upstream: FakeUpstreamServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``turnlog proxy`` in front of the fake upstream (every API, the logins' included)."""
+    db = tmp_path / "proxied.db"
+    argv = [sys.executable, "-m", "turnlog", "proxy", "--store", str(db), "--port", "0"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with subprocess.Popen(
+        [*argv, "--upstream", login_upstream.base_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("turnlog proxy listening on http://127.0.0.1:"), line
+        try:
+            yield line.rsplit(" ", 1)[1], db
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+async def _proxied_calls(db: Path) -> list[dict[str, Any]]:
+    async with open_store(f"sqlite:///{db}", upcasters=catalogue_upcasters()) as opened:
+        return [dict(e.data) async for e in opened.read_all(types=["model.called"])]
+
+
+@pytest.mark.parametrize("login", ["codex_chatgpt", "gemini_google"])
+async def test_turnlog_proxy_records_the_logins(
+    login: str,
+    login_proxy: tuple[str, Path],
+    login_upstream: FakeUpstreamServer,
+    request: pytest.FixtureRequest,
+) -> None:
+    cli: RealCLI = request.getfixturevalue(login)
+    url, db = login_proxy
+    login_upstream.set_script([{"text": ANSWER}])
+    if login == "codex_chatgpt":
+        args = ["exec", "--json", "--skip-git-repo-check"]
+        args += ["-c", f'openai_base_url="{url}/backend-api/codex"', "say hello"]
+        done = await anyio.to_thread.run_sync(lambda: cli.run(args))
+    else:
+        env = {"CODE_ASSIST_ENDPOINT": url}
+        done = await anyio.to_thread.run_sync(
+            lambda: cli.run(["-p", "say hello", "-o", "stream-json"], env=env)
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = "".join(
+        str(line.get("content", "")) for line in done.of_type("message") if line.get("role") == "assistant"
+    )
+    assert ANSWER in (done.stdout if login == "codex_chatgpt" else said)
+    provider = "chatgpt" if login == "codex_chatgpt" else "code_assist"
+    calls = [c for c in await _proxied_calls(db) if c["provider"] == provider]
+    assert [c["status"] for c in calls][-1:] == ["ok"], calls
+    logged = orjson.dumps(calls)
+    assert ACCOUNT_ID.encode() not in logged and GOOGLE_TOKEN.encode() not in logged
