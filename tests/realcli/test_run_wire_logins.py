@@ -273,3 +273,24 @@ async def test_turnlog_proxy_records_the_logins(
     assert [c["status"] for c in calls][-1:] == ["ok"], calls
     logged = orjson.dumps(calls)
     assert ACCOUNT_ID.encode() not in logged and GOOGLE_TOKEN.encode() not in logged
+
+
+@pytest.fixture
+def codex_api_key(realcli_prefix: Path, login_upstream: FakeUpstreamServer, tmp_path: Path) -> RealCLI:
+    """Codex on its built-in ``openai`` provider with an API key, ``openai_base_url`` the fake."""
+    home, work = _dirs(tmp_path, "codex")
+    codex_home = home / ".codex"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        f'model = "gpt-5.5"\nopenai_base_url = "{login_upstream.base_url}/v1"\n', encoding="utf-8"
+    )
+    env = _base_env(home) | {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "sk-built-in-provider-key"}
+    return RealCLI("codex", realcli_prefix / "node_modules" / ".bin" / "codex", env, home, work)
+
+
+async def test_codex_built_in_provider_is_recorded_through_openai_base_url(
+    store: EventStore, codex_api_key: RealCLI, login_upstream: FakeUpstreamServer
+) -> None:
+    """The pinned Codex reads ``openai_base_url`` only (not ``OPENAI_BASE_URL``): the recorder sets it."""
+    await _recorded_login_run(store, codex_api_key, "codex", login_upstream, "/v1/responses")
+    assert b"sk-built-in-provider-key" not in await _everything(store)
