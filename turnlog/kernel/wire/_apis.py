@@ -6,9 +6,9 @@ everything else, which passes through unrecorded. Two subscription backends spea
 under another path: the ChatGPT backend of Codex signed in with ChatGPT
 (``/backend-api/codex/responses``, the Responses API) and Google's Code Assist of Gemini CLI
 signed in with Google (``/v1internal:streamGenerateContent``, the Gemini API wrapped in an
-envelope, ``_code_assist``). ``conversation`` turns a request body into
-the provider-neutral turns the threading rule compares (``Turn``), ``answer_turn`` does the same
-for an answer, ``error_body`` writes an error in the API's own shape, and ``fingerprint`` is
+envelope, ``_code_assist``); Gemini on Vertex AI is the Gemini API under a publisher model
+path. ``conversation`` turns a request body into the provider-neutral turns the threading rule
+compares (``Turn``), ``answer_turn`` does the same for an answer, ``error_body`` writes an error in the API's own shape, and ``fingerprint`` is
 the digest replay looks calls up by.
 """
 
