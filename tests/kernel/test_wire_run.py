@@ -16,8 +16,13 @@ import pytest
 
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel.wire import (
+    Route,
+    conversation,
     read_wire_calls,
     recording_wire,
+    request_params,
+    route,
+    tool_names,
     wire_remainder,
     wire_target,
 )
@@ -68,9 +73,117 @@ def test_each_cli_is_pointed_at_the_recorder_and_forwards_where_it_would_have_go
     assert builtin is not None and builtin.options("http://h", {})["env"] == {
         "OPENAI_BASE_URL": "http://h/v1"
     }
-    (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
-    assert wire_target("codex", {"CODEX_HOME": str(home)}) is None
+    assert builtin.options("http://h", {})["extra_args"] == ["-c", 'openai_base_url="http://h/v1"']
     assert wire_target("openai", {}) is None
+
+
+def test_the_subscription_logins_are_pointed_at_the_recorder(tmp_path: Path) -> None:
+    # Codex signed in with ChatGPT: openai_base_url, the ChatGPT backend's Responses API
+    home = tmp_path / "codex"
+    home.mkdir()
+    (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
+    chatgpt = wire_target("codex", {"CODEX_HOME": str(home)})
+    assert chatgpt is not None and (chatgpt.api, chatgpt.upstream) == ("chatgpt", "https://chatgpt.com")
+    assert chatgpt.options("http://127.0.0.1:9", {})["extra_args"] == [
+        "-c",
+        'openai_base_url="http://127.0.0.1:9/backend-api/codex"',
+    ]
+    (home / "config.toml").write_text('openai_base_url = "http://127.0.0.1:5/backend-api/codex/"\n')
+    configured = wire_target("codex", {"CODEX_HOME": str(home)})
+    assert configured is not None and configured.upstream == "http://127.0.0.1:5"
+    (home / "config.toml").write_text('openai_base_url = "http://127.0.0.1:5/elsewhere"\n')
+    assert wire_target("codex", {"CODEX_HOME": str(home)}) is None  # no API the recorder knows
+    # Gemini CLI signed in with Google: Code Assist; on Vertex AI: the location's host
+    settings = tmp_path / "g" / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}}))
+    google = wire_target("gemini", {"HOME": str(tmp_path / "g")})
+    assert google is not None and (google.api, google.upstream) == (
+        "code_assist",
+        "https://cloudcode-pa.googleapis.com",
+    )
+    assert google.options("http://h", {})["env"] == {"CODE_ASSIST_ENDPOINT": "http://h"}
+    by_env = {"HOME": str(tmp_path), "GOOGLE_GENAI_USE_GCA": "true", "CODE_ASSIST_ENDPOINT": "http://x:1/"}
+    assert (wire_target("gemini", by_env) or google).upstream == "http://x:1"
+    vertex_env = {
+        "HOME": str(tmp_path),
+        "GOOGLE_GENAI_USE_VERTEXAI": "true",
+        "GOOGLE_CLOUD_LOCATION": "europe-west4",
+    }
+    vertex = wire_target("gemini", vertex_env)
+    assert vertex is not None and vertex.upstream == "https://europe-west4-aiplatform.googleapis.com"
+    assert vertex.options("http://h", {})["env"] == {"GOOGLE_VERTEX_BASE_URL": "http://h"}
+
+
+def test_the_subscription_backends_are_routed_as_their_apis() -> None:
+    body = {"model": "gpt-5.5", "stream": True, "input": []}
+    assert route("POST", "/backend-api/codex/responses", "", body) == Route(
+        "chatgpt", "responses", "gpt-5.5", True
+    )
+    assert route("POST", "/backend-api/codex/models", "", body) is None
+    wrapped = {"model": "gemini-2.5-pro", "project": "p", "request": {"contents": []}}
+    assert route("POST", "/v1internal:streamGenerateContent", "alt=sse", wrapped) == Route(
+        "code_assist", "code_assist", "gemini-2.5-pro", True
+    )
+    assert route("POST", "/v1internal:loadCodeAssist", "", wrapped) is None
+    vertex = (
+        "/v1beta1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent"
+    )
+    assert route("POST", vertex, "", {"contents": []}) == Route("gemini", "gemini", "gemini-2.5-pro", False)
+    express = "/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent"
+    assert route("POST", express, "alt=sse", {"contents": []}) == Route(
+        "gemini", "gemini", "gemini-2.5-flash", True
+    )
+    # Code Assist's envelope is taken off: the turns, the tools and the parameters of the request
+    inner = {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "tools": [{"functionDeclarations": [{"name": "read_file"}]}],
+        "generationConfig": {"temperature": 0},
+    }
+    wrapped = {"model": "m", "project": "p", "user_prompt_id": "u1", "request": inner}
+    assert [(t.role, t.text) for t in conversation("code_assist", wrapped)] == [("user", "hi")]
+    assert tool_names("code_assist", wrapped) == ["read_file"]
+    assert request_params(wrapped) == {
+        "project": "p",
+        "user_prompt_id": "u1",
+        "generationConfig": {"temperature": 0},
+    }
+
+
+async def test_codex_chatgpt_calls_are_read_from_their_zstd_body_and_forwarded_as_sent(
+    store: EventStore, tmp_path: Path
+) -> None:
+    import zstandard
+
+    with UpstreamThread(FakeUpstreamServer([{"text": "Hello, subscriber."}])) as server:
+        home = tmp_path / "codex"
+        home.mkdir()
+        (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
+        (home / "config.toml").write_text(f'openai_base_url = "{server.base_url}/backend-api/codex"\n')
+        target = wire_target("codex", {"CODEX_HOME": str(home)})
+        assert target is not None
+        body = {"model": "gpt-5.5", "stream": True, "input": [{"role": "user", "content": "hi"}]}
+        packed = zstandard.ZstdCompressor().compress(json.dumps(body).encode())
+        headers = {
+            "authorization": "Bearer chatgpt-access-token-123",
+            "chatgpt-account-id": "account-id-4567",
+            "content-encoding": "zstd",
+            "content-type": "application/json",
+        }
+        async with recording_wire(store, "b1", "r9", target) as (_wire, url):
+            async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+                answer = await client.post(
+                    f"{url}/backend-api/codex/responses", content=packed, headers=headers
+                )
+        assert answer.status_code == 200 and "Hello, subscriber." in answer.text
+        [sent] = [r for r in server.requests if r["entry"] is not None]
+        assert sent["body"] == body and sent["headers"]["content-encoding"] == "zstd"
+    [call] = await read_wire_calls(store, "r9")
+    assert (call.status, call.text) == ("ok", "Hello, subscriber.")
+    events = [e async for e in store.read_stream(call.stream)]
+    assert events[-1].data["provider"] == "chatgpt" and events[-1].data["model"] == "gpt-5.5"
+    logged = json.dumps([e.data for e in events])
+    assert "chatgpt-access-token-123" not in logged and "account-id-4567" not in logged
 
 
 def test_the_unprinted_rest_of_the_wire_text() -> None:

@@ -8,11 +8,18 @@ module that speaks its wire format:
 - ``POST /v1/messages[?beta=true]`` and ``/v1/messages/count_tokens``: ``_fake_anthropic``;
   a model request the real API would refuse is answered as it would (``_fake_anthropic_checks``,
   ``_fake_gemini_checks``: 400 with the real error shape) before the script is consulted;
-- ``POST /v1/responses``: ``_fake_responses``;
+- ``POST /v1/responses`` and the ChatGPT backend's ``/backend-api/codex/responses`` (Codex signed
+  in with ChatGPT; its zstd-compressed bodies are read): ``_fake_responses``; ``GET
+  /backend-api/wham/accounts/check`` answers the signed-in account without a routing constraint;
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` / ``:generateContent`` /
   ``:countTokens``: ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
   ``model_choice``; unless a script entry with a ``match`` claims it, the server answers it
-  itself (``flash``) without using up an entry.
+  itself (``flash``) without using up an entry;
+- Code Assist (Gemini CLI signed in with Google): ``POST /v1internal:streamGenerateContent`` /
+  ``:generateContent`` / ``:countTokens`` are the Gemini API in an envelope (the ``request`` of the
+  body is answered, each answer and event wrapped in ``{"response", "traceId"}``);
+  ``:loadCodeAssist`` names a user on the standard tier with a project, the other methods answer
+  ``{}``.
 
 For each model request the server takes the first unused entry whose ``match`` fits; when none
 does, the first unused entry without ``match``; when none is left, a 400 error in the API's shape
@@ -32,6 +39,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -58,13 +66,20 @@ from ._loopback import (
     request_fields,
     response_head,
     send,
+    sse,
     write_frames,
 )
 from ._loopback_script import ScriptSlots, coerce_entries
 
 __all__ = ["FakeUpstreamServer", "UpstreamThread"]
 
-_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key", "chatgpt-account-id")
+#: The ChatGPT backend's Responses API (Codex signed in with ChatGPT).
+CHATGPT_RESPONSES = "/backend-api/codex/responses"
+#: Code Assist's model methods (Gemini CLI signed in with Google): the Gemini API in an envelope.
+_CODE_ASSIST = re.compile(r"^/v1internal:(streamGenerateContent|generateContent|countTokens)$")
+#: The project Code Assist's ``loadCodeAssist`` names for the signed-in user.
+CODE_ASSIST_PROJECT = "fake-code-assist-project"
 
 
 def _route(method: str, path: str) -> tuple[Api, str] | None:
@@ -76,8 +91,11 @@ def _route(method: str, path: str) -> tuple[Api, str] | None:
         return ("anthropic", "messages")
     if bare == "/v1/messages/count_tokens":
         return ("anthropic", "count_tokens")
-    if bare.endswith("/responses") and bare.startswith("/v1"):
+    if (bare.endswith("/responses") and bare.startswith("/v1")) or bare == CHATGPT_RESPONSES:
         return ("responses", "responses")
+    assist = _CODE_ASSIST.match(bare)
+    if assist is not None:
+        return ("gemini", assist.group(1))
     gemini = _fake_gemini.operation(bare)
     if gemini is not None:
         return ("gemini", gemini)
@@ -192,7 +210,12 @@ class FakeUpstreamServer(LoopbackServer):
             return keep_alive
         api, operation = route
         number = next(self._ids)
-        answer, entry = self._answer(api, operation, request, number, record)
+        if bare.startswith("/v1internal:"):
+            answer, entry = self._answer(api, operation, _code_assist_inner(request), number, record)
+            if operation != "countTokens":  # Code Assist answers a count as it is
+                answer = _code_assist_envelope(answer, number)
+        else:
+            answer, entry = self._answer(api, operation, request, number, record)
         record["response_status"] = answer.status
         self._persist(record)
         if entry is not None and entry.delay_ms:
@@ -203,9 +226,24 @@ class FakeUpstreamServer(LoopbackServer):
         return await _stream(writer, answer, entry, keep_alive)
 
     def _other(self, request: HTTPRequest) -> tuple[int, Any]:
-        """Requests that are not model calls: the root check, model lists, unknown paths."""
+        """Requests that are not model calls: the root check, model lists, unknown paths.
+
+        Also what a subscription login asks first: the ChatGPT backend's account check (the
+        signed-in account, without a routing constraint) and Code Assist's ``loadCodeAssist``
+        (a user on the standard tier with a project); Code Assist's other ``v1internal``
+        methods answer an empty object.
+        """
         bare = request.bare_path
         if request.method in ("HEAD", "GET") and bare == "":
+            return 200, {}
+        if request.method == "GET" and bare.endswith("/wham/accounts/check"):
+            account = request.headers.get("chatgpt-account-id", "")
+            entry = {"id": account, "workspace_backend_origin": "https://chatgpt.com"}
+            return 200, {"accounts": [{**entry, "account_routing_override": "NO_CONSTRAINT"}]}
+        if request.method == "POST" and bare == "/v1internal:loadCodeAssist":
+            tier = {"id": "standard-tier", "name": "Gemini Code Assist", "hasOnboardedPreviously": True}
+            return 200, {"currentTier": tier, "cloudaicompanionProject": CODE_ASSIST_PROJECT}
+        if request.method == "POST" and bare.startswith("/v1internal:"):
             return 200, {}
         if request.method == "GET" and bare in ("/v1/models", "/v1beta/models"):
             return 200, {"object": "list", "data": [], "models": []}
@@ -314,6 +352,36 @@ def _refusal(api: Api, request: HTTPRequest, view: RequestView) -> UpstreamError
     if api == "gemini":
         return _fake_gemini_checks.problem(request.json, view.model)
     return None
+
+
+def _code_assist_inner(request: HTTPRequest) -> HTTPRequest:
+    """The Gemini request inside a Code Assist request (its ``request``, under a Gemini path)."""
+    body = request.json if isinstance(request.json, dict) else {}
+    inner = dict(body["request"]) if isinstance(body.get("request"), dict) else {}
+    inner.pop("session_id", None)  # Code Assist's own field of the wrapped request
+    query = request.path.partition("?")[2]
+    path = f"/v1beta/models/{body.get('model') or ''}:{request.bare_path.partition(':')[2]}"
+    headers = {k: v for k, v in request.headers.items() if k != "content-encoding"}
+    return HTTPRequest(
+        request.method, path + (f"?{query}" if query else ""), headers, json.dumps(inner).encode()
+    )
+
+
+def _code_assist_envelope(answer: Reply, number: int) -> Reply:
+    """A Gemini answer as Code Assist sends it: each answer and stream event in ``response``."""
+    if answer.status != 200:
+        return answer  # errors are Google's error objects, without the envelope
+    trace = f"fake-trace-{number}"
+    if answer.frames is None:
+        answer.body = {"response": answer.body, "traceId": trace}
+        return answer
+    frames = []
+    for frame in answer.frames:
+        text = frame.data.decode()
+        payload = json.loads(text.partition("data: ")[2])
+        frames.append(sse({"response": payload, "traceId": trace}, crlf=True, paced=frame.paced))
+    answer.frames = frames
+    return answer
 
 
 def _exhausted(seq: int) -> UpstreamError:

@@ -77,6 +77,14 @@ class HTTPRequest:
         self.headers = headers
         """Header names in lower case."""
         self.raw_body = body
+        if headers.get("content-encoding", "").strip().lower() == "zstd" and body:
+            # Codex signed in with ChatGPT compresses its request bodies
+            import zstandard
+
+            try:
+                body = zstandard.ZstdDecompressor().decompress(body, max_output_size=64 * 1024 * 1024)
+            except zstandard.ZstdError:
+                pass
         self.text = body.decode("utf-8", errors="replace")
         # JSON from the wire: any shape a client sends.
         self.json: Any

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMAND", "parse_upstreams"]
 
-_APIS: tuple[Api, ...] = ("openai", "anthropic", "gemini")
+_APIS: tuple[Api, ...] = ("openai", "anthropic", "gemini", "chatgpt", "code_assist")
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +32,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="URL | API=URL",
-        help="where calls go: one URL for every API, or openai=URL, anthropic=URL, gemini=URL "
-        "(repeatable; default: the real hosts)",
+        help="where calls go: one URL for every API, or openai=URL, anthropic=URL, gemini=URL, "
+        "chatgpt=URL (Codex signed in with ChatGPT), code_assist=URL (Gemini CLI signed in with "
+        "Google) (repeatable; default: the real hosts)",
     )
     parser.add_argument(
         "--token",

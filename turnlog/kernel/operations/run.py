@@ -235,7 +235,8 @@ async def _wire(state: RunState, record: bool) -> AsyncIterator[None]:
     """The recorder at the wire for this run's CLI (``kernel/wire/_run.py``), while it streams.
 
     Off with ``record_wire=False``, and for a model that is not one of the CLI providers or
-    whose upstream cannot be redirected (Codex signed in with a ChatGPT account).
+    whose upstream cannot be redirected (``wire_target``: e.g. Codex signed in with ChatGPT but
+    with an ``openai_base_url`` of no API the recorder knows).
     """
     cli = cli_agent_of(state.model) if record else None
     target = None

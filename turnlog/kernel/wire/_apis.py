@@ -2,9 +2,13 @@
 
 Pure functions, no I/O. ``route`` tells a recorded model call (OpenAI Chat Completions and
 Responses, Anthropic Messages, Gemini ``generateContent`` / ``streamGenerateContent``) from
-everything else, which passes through unrecorded. ``conversation`` turns a request body into
-the provider-neutral turns the threading rule compares (``Turn``), ``answer_turn`` does the same
-for an answer, ``error_body`` writes an error in the API's own shape, and ``fingerprint`` is
+everything else, which passes through unrecorded. Two subscription backends speak these APIs
+under another path: the ChatGPT backend of Codex signed in with ChatGPT
+(``/backend-api/codex/responses``, the Responses API) and Google's Code Assist of Gemini CLI
+signed in with Google (``/v1internal:streamGenerateContent``, the Gemini API wrapped in an
+envelope, ``_code_assist``); Gemini on Vertex AI is the Gemini API under a publisher model
+path. ``conversation`` turns a request body into the provider-neutral turns the threading rule
+compares (``Turn``), ``answer_turn`` does the same for an answer, ``error_body`` writes an error in the API's own shape, and ``fingerprint`` is
 the digest replay looks calls up by.
 """
 
@@ -24,6 +28,8 @@ from turnlog.kernel.models._codec_gemini import GeminiCodec
 from turnlog.kernel.models._codec_openai import ChatCompletionsCodec
 from turnlog.kernel.models._codec_responses import ResponsesCodec
 
+from ._code_assist import CodeAssistCodec, unwrap_request
+
 __all__ = [
     "DEFAULT_UPSTREAMS",
     "Api",
@@ -38,21 +44,36 @@ __all__ = [
     "tool_names",
 ]
 
-Api = Literal["openai", "anthropic", "gemini"]
+Api = Literal["openai", "anthropic", "gemini", "chatgpt", "code_assist"]
 
 #: Where each API goes unless ``--upstream`` names another host.
 DEFAULT_UPSTREAMS: dict[Api, str] = {
     "openai": "https://api.openai.com",
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
+    # Codex signed in with ChatGPT: the Responses API under /backend-api/codex
+    "chatgpt": "https://chatgpt.com",
+    # Gemini CLI signed in with Google: Code Assist (CODE_ASSIST_ENDPOINT)
+    "code_assist": "https://cloudcode-pa.googleapis.com",
 }
 
 _GEMINI = re.compile(r"^/(v1|v1beta|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
+#: Gemini on Vertex AI: the same body and answer under a publisher model path (a project's,
+#: or without one for an express-mode key).
+_VERTEX = re.compile(
+    r"^/(v1|v1beta1)/(?:projects/[^/]+/locations/[^/]+/)?publishers/google/models/([^/:]+)"
+    r":(generateContent|streamGenerateContent)$"
+)
+#: Code Assist: ``/v1internal:streamGenerateContent`` (the version can be changed by the CLI).
+_CODE_ASSIST = re.compile(r"^/v1[a-z0-9]*:(generateContent|streamGenerateContent)$")
+#: The ChatGPT backend's Responses API (Codex signed in with a ChatGPT account).
+CHATGPT_RESPONSES = "/backend-api/codex/responses"
 _CODECS: dict[str, Codec] = {
     "chat_completions": ChatCompletionsCodec(),
     "responses": ResponsesCodec(),
     "anthropic_messages": AnthropicCodec(),
     "gemini": GeminiCodec(),
+    "code_assist": CodeAssistCodec(),
 }
 #: Body keys that hold the conversation or the tools, not parameters.
 _NOT_PARAMS = frozenset(
@@ -66,9 +87,10 @@ class Route:
 
     Attributes:
         api: The API family, which also picks the upstream (``openai`` covers Chat
-            Completions and Responses).
+            Completions and Responses; ``chatgpt`` is the Responses API of the ChatGPT
+            backend; ``code_assist`` is Gemini in Code Assist's envelope).
         codec: The codec of the wire format (``chat_completions``, ``responses``,
-            ``anthropic_messages``, ``gemini``).
+            ``anthropic_messages``, ``gemini``, ``code_assist``).
         model: The model asked for (from the body, or from the path for Gemini).
         stream: The answer streams (SSE).
     """
@@ -91,13 +113,18 @@ def route(method: str, path: str, query: str, body: Any) -> Route | None:
     bare = path.rstrip("/")
     model = str(body.get("model") or "")
     stream = body.get("stream") is True
+    if bare == CHATGPT_RESPONSES:
+        return Route("chatgpt", "responses", model, stream)
+    assist = _CODE_ASSIST.match(bare)
+    if assist is not None:
+        return Route("code_assist", "code_assist", model, assist.group(1) == "streamGenerateContent")
     if bare.endswith("/chat/completions"):
         return Route("openai", "chat_completions", model, stream)
     if bare.endswith("/responses") and bare.startswith("/v1"):
         return Route("openai", "responses", model, stream)
     if bare == "/v1/messages":
         return Route("anthropic", "anthropic_messages", model, stream)
-    found = _GEMINI.match(bare)
+    found = _GEMINI.match(bare) or _VERTEX.match(bare)
     if found is not None:
         streamed = found.group(3) == "streamGenerateContent"
         return Route("gemini", "gemini", found.group(2), streamed)
@@ -183,6 +210,7 @@ def conversation(codec: str, body: dict[str, Any]) -> list[Turn]:
         "responses": _responses_turns,
         "anthropic_messages": _anthropic_turns,
         "gemini": _gemini_turns,
+        "code_assist": _code_assist_turns,
     }[codec]
     return _merge(reader(body))
 
@@ -302,6 +330,10 @@ def _gemini_turns(body: dict[str, Any]) -> list[Turn]:
     return turns
 
 
+def _code_assist_turns(body: dict[str, Any]) -> list[Turn]:
+    return _gemini_turns(unwrap_request(body))
+
+
 def _parts_text(parts: Any) -> str:
     if not isinstance(parts, list):
         return ""
@@ -317,17 +349,27 @@ def answer_turn(answer: ModelResponse) -> Turn:
 
 
 def request_params(body: dict[str, Any]) -> dict[str, Any]:
-    """The request parameters of a body: everything but the conversation, the tools and the model."""
+    """The request parameters of a body: everything but the conversation, the tools and the model.
+
+    Code Assist's envelope keeps its own fields (``project``, ``user_prompt_id``) beside the
+    parameters of the request it wraps.
+    """
+    inner = body.get("request")
+    if isinstance(inner, dict) and "contents" in inner:
+        outer = {k: v for k, v in body.items() if k not in _NOT_PARAMS and k != "request"}
+        return {**outer, **request_params(inner)}
     return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
 
 
 def tool_names(codec: str, body: dict[str, Any]) -> list[str]:
     """The names of the tools a request offers."""
     names: list[str] = []
+    if codec == "code_assist":
+        body = unwrap_request(body)
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict):
             continue
-        if codec == "gemini":
+        if codec in ("gemini", "code_assist"):
             names += [
                 str(d.get("name")) for d in tool.get("functionDeclarations") or [] if isinstance(d, dict)
             ]
@@ -351,7 +393,7 @@ def error_body(api: Api, status: int, message: str, kind: str = "api_error") -> 
     """An error answer in the API's own shape (what its SDK parses into its error class)."""
     if api == "anthropic":
         shape: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-    elif api == "gemini":
+    elif api in ("gemini", "code_assist"):
         statuses = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
         shape = {"error": {"code": status, "message": message, "status": statuses.get(status, "INTERNAL")}}
     else:

@@ -58,7 +58,7 @@ HOP_BY_HOP = frozenset(
 )
 #: Upstream response headers recorded with each call (``model.called.params._upstream``).
 RECORDED_HEADERS = ("content-type", "request-id", "x-request-id", "retry-after", "openai-processing-ms")
-_CREDENTIALS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+_CREDENTIALS = ("authorization", "x-api-key", "x-goog-api-key", "api-key", "chatgpt-account-id")
 _BRANCH_PREFIX = re.compile(r"^/b/([^/]+)(/.*)$")
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
@@ -169,7 +169,7 @@ class ProxyApp:
             return
         base = self.config.upstreams[api]
         target = path + (f"?{query}" if query else "")
-        parsed = _json(body) if body else None
+        parsed = _json(_decoded(body, headers)) if body else None
         call_route = route(scope["method"], path, query, parsed)
         if call_route is None or not isinstance(parsed, dict):
             forwarded = _forwarded(scope["headers"], identity=False)
@@ -513,6 +513,23 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+def _decoded(body: bytes, headers: list[tuple[str, str]]) -> bytes:
+    """The request body as JSON text: Codex signed in with ChatGPT compresses it with zstd.
+
+    The body goes upstream as it came; only what is read and recorded is decompressed. A body
+    that does not decompress is read as it is (and, not being JSON, passes through unrecorded).
+    """
+    encoding = next((v.strip().lower() for k, v in headers if k == "content-encoding"), "")
+    if encoding == "zstd":
+        import zstandard  # only Codex's ChatGPT calls need it: imported when one comes
+
+        try:
+            return zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_BODY)
+        except zstandard.ZstdError:
+            return body
+    return body
+
+
 def _json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
@@ -524,8 +541,14 @@ def _api_of(path: str, headers: set[str]) -> Api:
     """Which API (and so which upstream) a request is for: its path, else its headers.
 
     Paths shared by several APIs (``/v1/models``) go where the client's headers point: the
-    Anthropic SDKs always send ``anthropic-version``, Google's send ``x-goog-api-key``.
+    Anthropic SDKs always send ``anthropic-version``, Google's send ``x-goog-api-key``. The
+    ChatGPT backend is everything under ``/backend-api/``, Code Assist every ``/v1internal:``
+    method.
     """
+    if path.startswith("/backend-api/"):
+        return "chatgpt"
+    if path.startswith("/v1internal:"):
+        return "code_assist"
     if path.startswith("/v1/messages") or path == "/v1/complete":
         return "anthropic"
     if path.startswith(("/v1beta/", "/v1alpha/")) or ("/models/" in path and ":" in path):

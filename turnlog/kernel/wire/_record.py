@@ -59,7 +59,13 @@ __all__ = ["MARKER", "WireCall", "WireRecorder"]
 #: ``branch.created`` metadata of the branches the proxy starts.
 MARKER = {"recorded_by": "turnlog proxy"}
 VERB = "proxy"
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gemini"}
+_PROVIDERS = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+    "chatgpt": "chatgpt",
+    "code_assist": "code_assist",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,10 @@
 
 ``run()`` with the Claude Code, Codex or Gemini CLI starts ``RunWire``: the recording proxy
 (``ProxyApp``) served on 127.0.0.1, port 0, in the run's task group (``_server``), and the
-CLI pointed at it (``wire_target``: ``ANTHROPIC_BASE_URL``, Codex's provider ``base_url``,
-``GOOGLE_GEMINI_BASE_URL``), forwarding to the upstream the CLI would have used.
+CLI pointed at it (``wire_target``: ``ANTHROPIC_BASE_URL``, Codex's provider ``base_url`` or,
+signed in with ChatGPT, its ``openai_base_url``; ``GOOGLE_GEMINI_BASE_URL``, or signed in with
+Google ``CODE_ASSIST_ENDPOINT``, on Vertex AI ``GOOGLE_VERTEX_BASE_URL``), forwarding to the
+upstream the CLI would have used, with the CLI's own credentials.
 
 Each upstream call the CLI makes is one stream, ``run-<run_id>-wire-<n>`` (n from 1): every
 stream event is a ``stream.chunk`` appended *before* it is forwarded to the CLI (its exact
@@ -120,18 +122,66 @@ def _split_v1(url: str) -> tuple[str, str]:
 def wire_target(provider: str, env: Mapping[str, str]) -> WireTarget | None:
     """Where the CLI of ``provider``, started with ``env``, sends its calls, and how to redirect it.
 
-    None when the CLI cannot be pointed at the recorder (another provider; Codex signed in
-    with a ChatGPT account, whose backend is not one of the recorded APIs).
+    The CLIs' subscription logins are recorded too: Codex signed in with ChatGPT (the ChatGPT
+    backend's Responses API), Gemini CLI signed in with Google (Code Assist) or on Vertex AI.
+    None when the CLI cannot be pointed at the recorder (another provider; a Codex provider
+    without a ``base_url`` of its own config; Codex's ChatGPT login with an ``openai_base_url``
+    that is neither an OpenAI ``/v1`` nor a ChatGPT ``/backend-api/codex`` base).
     """
     if provider == "claude_code":
         upstream = env.get("ANTHROPIC_BASE_URL") or DEFAULT_UPSTREAMS["anthropic"]
         return WireTarget("anthropic", upstream.rstrip("/"), env={"ANTHROPIC_BASE_URL": ""})
     if provider == "gemini":
-        upstream = env.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_UPSTREAMS["gemini"]
-        return WireTarget("gemini", upstream.rstrip("/"), env={"GOOGLE_GEMINI_BASE_URL": ""})
+        return _gemini_target(env)
     if provider == "codex":
         return _codex_target(env)
     return None
+
+
+def _gemini_target(env: Mapping[str, str]) -> WireTarget:
+    auth = _gemini_auth(env)
+    if auth == "oauth-personal":
+        # Code Assist: the CLI sends its calls to CODE_ASSIST_ENDPOINT with its Google token
+        upstream = env.get("CODE_ASSIST_ENDPOINT") or DEFAULT_UPSTREAMS["code_assist"]
+        return WireTarget("code_assist", upstream.rstrip("/"), env={"CODE_ASSIST_ENDPOINT": ""})
+    if auth == "vertex-ai":
+        return WireTarget("gemini", _vertex_upstream(env), env={"GOOGLE_VERTEX_BASE_URL": ""})
+    upstream = env.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_UPSTREAMS["gemini"]
+    return WireTarget("gemini", upstream.rstrip("/"), env={"GOOGLE_GEMINI_BASE_URL": ""})
+
+
+def _gemini_auth(env: Mapping[str, str]) -> str:
+    """The auth type Gemini CLI will use: its settings' choice, else what its environment says."""
+    home = Path(env.get("HOME") or Path.home())
+    try:
+        settings = orjson.loads((home / ".gemini" / "settings.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        settings = {}
+    auth = ((settings.get("security") or {}).get("auth") or {}) if isinstance(settings, dict) else {}
+    chosen = auth.get("selectedType") if isinstance(auth, dict) else None
+    if isinstance(settings, dict) and not chosen:
+        chosen = settings.get("selectedAuthType")  # the settings layout before "security"
+    if isinstance(chosen, str) and chosen:
+        return chosen
+    if env.get("GOOGLE_GENAI_USE_GCA", "").lower() == "true":
+        return "oauth-personal"
+    if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() == "true":
+        return "vertex-ai"
+    return "gemini-api-key"
+
+
+def _vertex_upstream(env: Mapping[str, str]) -> str:
+    """Vertex AI's host for the CLI's location (as the google-genai SDK picks it)."""
+    if env.get("GOOGLE_VERTEX_BASE_URL"):
+        return env["GOOGLE_VERTEX_BASE_URL"].rstrip("/")
+    location = env.get("GOOGLE_CLOUD_LOCATION") or ""
+    if not location or location == "global":
+        return "https://aiplatform.googleapis.com"
+    return f"https://{location}-aiplatform.googleapis.com"
+
+
+#: The ChatGPT backend's base of the Responses API (``openai_base_url`` of a ChatGPT login).
+_CHATGPT_BASE = "/backend-api/codex"
 
 
 def _codex_target(env: Mapping[str, str]) -> WireTarget | None:
@@ -148,12 +198,30 @@ def _codex_target(env: Mapping[str, str]) -> WireTarget | None:
         return WireTarget("openai", root, config={f"model_providers.{chosen}.base_url": suffix})
     if chosen != "openai":
         return None
-    if env.get("OPENAI_BASE_URL"):
-        root, suffix = _split_v1(env["OPENAI_BASE_URL"])
-        return WireTarget("openai", root, env={"OPENAI_BASE_URL": suffix})
+    # The built-in provider's base: ``openai_base_url`` of the config (the pinned Codex reads
+    # only that), else the older OPENAI_BASE_URL; the recorder sets both.
+    configured = config.get("openai_base_url")
+    base = configured if isinstance(configured, str) and configured else env.get("OPENAI_BASE_URL", "")
     if not env.get("OPENAI_API_KEY") and _chatgpt_login(home):
-        return None
-    return WireTarget("openai", DEFAULT_UPSTREAMS["openai"], env={"OPENAI_BASE_URL": "/v1"})
+        return _chatgpt_target(base.rstrip("/"))
+    root, suffix = _split_v1(base) if base else (DEFAULT_UPSTREAMS["openai"], "/v1")
+    return WireTarget("openai", root, env={"OPENAI_BASE_URL": suffix}, config={"openai_base_url": suffix})
+
+
+def _chatgpt_target(base: str) -> WireTarget | None:
+    """Codex signed in with ChatGPT: its ``openai_base_url`` goes through the recorder.
+
+    Codex keeps its ChatGPT bearer token and ``chatgpt-account-id`` header for that base (the
+    recorder forwards them and records neither); its other ChatGPT traffic (the account and
+    plugin calls under ``chatgpt_base_url``) does not pass the recorder.
+    """
+    if not base:
+        return WireTarget("chatgpt", DEFAULT_UPSTREAMS["chatgpt"], config={"openai_base_url": _CHATGPT_BASE})
+    if base.endswith(_CHATGPT_BASE):
+        return WireTarget("chatgpt", base[: -len(_CHATGPT_BASE)], config={"openai_base_url": _CHATGPT_BASE})
+    if base.endswith("/v1"):
+        return WireTarget("openai", base[: -len("/v1")], config={"openai_base_url": "/v1"})
+    return None
 
 
 def _chatgpt_login(home: Path) -> bool:
