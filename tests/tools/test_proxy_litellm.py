@@ -47,7 +47,7 @@ PARTIAL = "part of it"
 LITELLM_ATTEMPTS = 3
 #: The prompts that fail ``LITELLM_ATTEMPTS`` times, then get ``ANSWER``: one per SDK and side,
 #: as the direct and the proxied run each need their own failures.
-FLAKY = [f"flaky {sdk} {side}" for sdk in ("openai", "anthropic") for side in ("direct", "proxied")]
+FLAKY = [f"flaky {sdk} {side}" for sdk in ("openai", "anthropic", "gemini") for side in ("direct", "proxied")]
 TOOL_SAYS = "The sum is {tool_result}."
 
 _SCRIPT: list[dict[str, Any]] = [
@@ -409,8 +409,22 @@ async def _anthropic_retried(base_url: str, prompt: str) -> Any:
     return (answer.content[0].text, answer.stop_reason)
 
 
+async def _gemini_retried(base_url: str, prompt: str) -> Any:
+    # the SDK retries the 5xx codes it names, 500 among them (what LiteLLM answers here)
+    retry = genai_types.HttpRetryOptions(attempts=2, initial_delay=0.1)
+    options = genai_types.HttpOptions(base_url=base_url, api_version="v1beta", retry_options=retry)
+    async with genai.Client(api_key=MASTER_KEY, http_options=options).aio as aio:
+        answer = await aio.models.generate_content(model=MODEL, contents=prompt)
+    return (answer.text, answer.candidates[0].finish_reason)
+
+
 @pytest.mark.parametrize(
-    ("api", "path", "run"), [("openai", "/v1", _openai_retried), ("anthropic", "", _anthropic_retried)]
+    ("api", "path", "run"),
+    [
+        ("openai", "/v1", _openai_retried),
+        ("anthropic", "", _anthropic_retried),
+        ("gemini", "", _gemini_retried),
+    ],
 )
 async def test_an_sdk_retry_after_a_5xx_is_two_calls_of_the_branch_and_the_right_answer(
     litellm: str, tmp_path: Path, api: str, path: str, run: Any
@@ -424,5 +438,126 @@ async def test_an_sdk_retry_after_a_5xx_is_two_calls_of_the_branch_and_the_right
     assert transcript(branch) == [("Instruction", f"flaky {api} proxied"), ("AssistantResponse", ANSWER)]
     calls = branch.calls()
     assert [(c.provider, c.status) for c in calls] == [(api, "error"), (api, "ok")]
-    assert calls[0].params["_upstream"]["status"] >= 500 and calls[1].params["_upstream"]["status"] == 200
+    # LiteLLM answers the upstream 529 it gave up on with 500
+    assert [c.params["_upstream"]["status"] for c in calls] == [500, 200]
     assert [r.status for r in branch.state.runs.values()] == ["failed", "ended"]
+
+
+# -- the SDKs' own view of LiteLLM's 4xx and 5xx -------------------------------------------------
+
+BAD_KEY = "sk-not-a-litellm-key-0123"
+
+
+def _scrub(body: Any) -> str:
+    # the fake upstream numbers its request ids: the one thing that differs between two runs
+    return re.sub(r"req_fake[0-9]+", "req_fake", json.dumps(body, sort_keys=True))
+
+
+async def _openai_refused(base_url: str, key: str, prompt: str) -> Any:
+    async with openai.AsyncOpenAI(api_key=key, base_url=f"{base_url}/v1", max_retries=0) as client:
+        with pytest.raises(openai.APIStatusError) as refused:
+            ask = [{"role": "user", "content": prompt}]
+            await client.chat.completions.create(model=MODEL, messages=ask, max_tokens=50)
+    return (type(refused.value).__name__, refused.value.status_code, _scrub(refused.value.body))
+
+
+async def _anthropic_refused(base_url: str, key: str, prompt: str) -> Any:
+    async with anthropic.AsyncAnthropic(api_key=key, base_url=base_url, max_retries=0) as client:
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            ask = [{"role": "user", "content": prompt}]
+            await client.messages.create(model=MODEL, max_tokens=50, messages=ask)
+    return (type(refused.value).__name__, refused.value.status_code, _scrub(refused.value.body))
+
+
+async def _gemini_refused(base_url: str, key: str, prompt: str) -> Any:
+    options = genai_types.HttpOptions(
+        base_url=base_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)
+    )
+    async with genai.Client(api_key=key, http_options=options).aio as aio:
+        with pytest.raises(genai.errors.APIError) as refused:
+            await aio.models.generate_content(model=MODEL, contents=prompt)
+    return (type(refused.value).__name__, refused.value.code, _scrub(refused.value.details))
+
+
+@pytest.mark.parametrize(
+    ("api", "run"),
+    [("openai", _openai_refused), ("anthropic", _anthropic_refused), ("gemini", _gemini_refused)],
+)
+async def test_each_sdk_sees_litellms_4xx_and_5xx_as_from_litellm_and_calls_are_failed(
+    litellm: str, tmp_path: Path, api: str, run: Any
+) -> None:
+    asks = [(BAD_KEY, "hi"), (MASTER_KEY, OVERLOADED)]
+    expected = [await run(litellm, key, prompt) for key, prompt in asks]
+    assert expected[0][1] in (400, 401) and expected[1][1] >= 500
+    async with running_proxy(tmp_path / "s.db", f"{api}={litellm}") as proxy:
+        got = [await run(f"{proxy.url}/b/refused-{api}", key, prompt) for key, prompt in asks]
+    assert got == expected
+    calls = [c for b in await recorded(tmp_path / "s.db") for c in b.calls()]
+    assert [(c.provider, c.status, c.params["_upstream"]["status"]) for c in calls] == [
+        (api, "error", status) for _, status, _ in expected
+    ]
+    # the second conversation differs from the first: a fork of the named branch
+    assert [c.status for c in _one_branch(await recorded(tmp_path / "s.db"), f"refused-{api}").calls()] == [
+        "error"
+    ]
+
+
+# -- google-genai: tools, an error inside a stream, retries -----------------------------------
+
+ADD_GEMINI = genai_types.Tool(
+    function_declarations=[
+        genai_types.FunctionDeclaration(name="add", description="Add.", parameters_json_schema=ADD_SCHEMA)
+    ]
+)
+
+
+async def _gemini_tool_round(base_url: str) -> list[Any]:
+    config = genai_types.GenerateContentConfig(tools=[ADD_GEMINI])
+    async with _gemini(base_url).aio as aio:
+        ask = genai_types.Content(role="user", parts=[genai_types.Part(text="add 2 and 3")])
+        first = await aio.models.generate_content(model=MODEL, contents=[ask], config=config)
+        (call,) = first.function_calls or []
+        result = genai_types.Part.from_function_response(name="add", response={"result": "5"})
+        follow = [ask, first.candidates[0].content, genai_types.Content(role="user", parts=[result])]
+        second = await aio.models.generate_content(model=MODEL, contents=follow, config=config)
+    return [(call.name, call.args), second.text]
+
+
+async def _gemini_broken_stream(base_url: str) -> list[Any]:
+    texts = []
+    async with _gemini(base_url).aio as aio:
+        with pytest.raises(Exception) as broke:
+            async for chunk in await aio.models.generate_content_stream(model=MODEL, contents=BREAKS):
+                texts.append(chunk.text or "")
+    return ["".join(texts), type(broke.value).__name__, str(broke.value)]
+
+
+async def test_gemini_sdk_tool_round_through_turnlog_proxy_to_litellm(litellm: str, tmp_path: Path) -> None:
+    expected = await _gemini_tool_round(litellm)
+    assert expected[0] == ("add", {"a": 2, "b": 3}) and expected[1].startswith("The sum is ")
+    async with running_proxy(tmp_path / "s.db", f"gemini={litellm}") as proxy:
+        got = await _gemini_tool_round(f"{proxy.url}/b/gemini-tools")
+    assert got == expected
+    branch = _one_branch(await recorded(tmp_path / "s.db"), "gemini-tools")
+    assert transcript(branch) == [*TOOL_TRANSCRIPT[:3], ("AssistantResponse", expected[1])]
+    assert [(c.provider, c.status) for c in branch.calls()] == [("gemini", "ok")] * 2
+
+
+async def test_gemini_sdk_error_inside_a_stream_as_from_litellm_and_the_call_failed(
+    litellm: str, tmp_path: Path
+) -> None:
+    expected = await _gemini_broken_stream(litellm)
+    # LiteLLM sends the error as data: {"error": {..., "code": "500"}}, whose string code the
+    # SDK cannot compare: the client's TypeError is LiteLLM's doing, the same with turnlog between
+    assert expected[0] == PARTIAL
+    async with running_proxy(tmp_path / "s.db", f"gemini={litellm}") as proxy:
+        got = await _gemini_broken_stream(f"{proxy.url}/b/broken-gemini")
+    assert got == expected
+    branch = _one_branch(await recorded(tmp_path / "s.db"), "broken-gemini")
+    (call,) = branch.calls()
+    assert (call.provider, call.status, call.stream) == ("gemini", "error", True)
+    assert call.error_type == "StreamFault" and "Overloaded" in (call.error_message or "")
+    assert [r.status for r in branch.state.runs.values()] == ["failed"]
+    chunks = await events_of(tmp_path / "s.db", f"run-{call.run_id}")
+    assert "".join(c.data["content"] for c in chunks if c.data["type"] == "text") == PARTIAL
+    assert [c.data["type"] for c in chunks if c.data.get("is_error")] == ["error"]
