@@ -347,6 +347,12 @@ class ProxyApp:
                         # a client that leaves once the final event reached it (Codex reads up
                         # to response.completed) got the whole answer: the call succeeded
                         await call.finish(answer, upstream)
+                    elif faults := [h for h in held if isinstance(h, StreamFault)]:
+                        # the upstream's error event reached the client, which left on it (an SDK
+                        # raises there, while LiteLLM keeps the stream open): it failed upstream
+                        await call.fail(
+                            "StreamFault", faults[0].summary, upstream, answer=_partial(call, held)
+                        )
                     else:
                         await call.fail(
                             "ClientDisconnected",
@@ -360,6 +366,17 @@ def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
     """The answer of a stream whose every event arrived, else None."""
     if not held or held[0].missing() is not None:
         return None
+    try:
+        answer: ModelResponse = call.route.wire.parse(
+            held[0].result(), model=call.route.model, provider=call.route.api
+        )
+    except (WireError, StreamFault, KeyError, TypeError, ValueError):
+        return None
+    return answer
+
+
+def _partial(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
+    """What had arrived of a stream that broke off, if the codec can make an answer of it."""
     try:
         answer: ModelResponse = call.route.wire.parse(
             held[0].result(), model=call.route.model, provider=call.route.api
@@ -391,6 +408,7 @@ async def _stream(
                     assembly.add(None if data == assembly.end_marker else orjson.loads(data))
                 except StreamFault as exc:
                     fault, error = exc, exc.summary
+                    held.append(exc)  # for the close, should the client leave before the end
                 except (WireError, orjson.JSONDecodeError) as exc:
                     error = f"unreadable stream event: {exc}"
             batch.append((text, assembly.take_pieces(), error))
