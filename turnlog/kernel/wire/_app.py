@@ -342,17 +342,19 @@ class ProxyApp:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
                 if gone.is_set():
-                    answer = _complete(call, held)
-                    if answer is not None:
-                        # a client that leaves once the final event reached it (Codex reads up
-                        # to response.completed) got the whole answer: the call succeeded
-                        await call.finish(answer, upstream)
-                    elif faults := [h for h in held if isinstance(h, StreamFault)]:
+                    faults = [h for h in held if isinstance(h, StreamFault)]
+                    answer = None if faults else _complete(call, held)
+                    if faults:
                         # the upstream's error event reached the client, which left on it (an SDK
-                        # raises there, while LiteLLM keeps the stream open): it failed upstream
+                        # raises there, while LiteLLM keeps the stream open): it failed upstream,
+                        # as it does when the stream ends after that event (``_stream``)
                         await call.fail(
                             "StreamFault", faults[0].summary, upstream, answer=_partial(call, held)
                         )
+                    elif answer is not None:
+                        # a client that leaves once the final event reached it (Codex reads up
+                        # to response.completed) got the whole answer: the call succeeded
+                        await call.finish(answer, upstream)
                     else:
                         await call.fail(
                             "ClientDisconnected",
