@@ -1,9 +1,13 @@
 """``turnlog proxy`` in front of the LiteLLM proxy, itself in front of the loopback fake upstream.
 
-The official openai and anthropic SDKs get the same answers through ``turnlog proxy`` as
-straight from LiteLLM, plain and streamed, and each call is recorded on the branch its base URL
-names. LiteLLM serves both ``/v1/chat/completions`` (translated to Anthropic Messages for the
-fake) and ``/v1/messages``.
+The official openai, anthropic and google-genai SDKs get the same results through ``turnlog
+proxy`` as straight from LiteLLM: plain and streamed, a tool call and its result round,
+LiteLLM's 4xx and 5xx, an error inside a stream, and the SDK's own retry after a 5xx; each call
+is recorded on the branch its base URL names, with its status. LiteLLM serves
+``/v1/chat/completions`` (translated to Anthropic Messages for the fake), ``/v1/messages`` and
+Gemini's ``/v1beta/models/M:generateContent`` / ``:streamGenerateContent`` (also translated).
+Where LiteLLM reshapes an answer (an in-stream error; an upstream 529 it retried twice becomes
+its 500) the expectation is what the SDK gets from LiteLLM directly.
 
 LiteLLM lives in a venv of its own (``benchmarks/_litellm.py``); without it the tests skip
 with the reason, and with ``TURNLOG_REQUIRE_LITELLM=1`` (set by ``.ci/run``) they fail. It
