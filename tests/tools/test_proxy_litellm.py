@@ -122,13 +122,13 @@ async def _anthropic_calls(base_url: str) -> list[Any]:
     ]
 
 
-def _gemini(base_url: str) -> Any:
+def _gemini(base_url: str, key: str = MASTER_KEY) -> Any:
     # LiteLLM serves Gemini's API under v1beta only (its GET /v1/models/{id} answers the SDK's
     # default /v1/models/M:generateContent with 405); no retries: a failed attempt is a call too
     options = genai_types.HttpOptions(
         base_url=base_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)
     )
-    return genai.Client(api_key=MASTER_KEY, http_options=options)
+    return genai.Client(api_key=key, http_options=options)
 
 
 async def _gemini_calls(base_url: str) -> list[Any]:
@@ -474,10 +474,7 @@ async def _anthropic_refused(base_url: str, key: str, prompt: str) -> Any:
 
 
 async def _gemini_refused(base_url: str, key: str, prompt: str) -> Any:
-    options = genai_types.HttpOptions(
-        base_url=base_url, api_version="v1beta", retry_options=genai_types.HttpRetryOptions(attempts=1)
-    )
-    async with genai.Client(api_key=key, http_options=options).aio as aio:
+    async with _gemini(base_url, key).aio as aio:
         with pytest.raises(genai.errors.APIError) as refused:
             await aio.models.generate_content(model=MODEL, contents=prompt)
     return (type(refused.value).__name__, refused.value.code, _scrub(refused.value.details))
@@ -501,9 +498,8 @@ async def test_each_sdk_sees_litellms_4xx_and_5xx_as_from_litellm_and_calls_are_
         (api, "error", status) for _, status, _ in expected
     ]
     # the second conversation differs from the first: a fork of the named branch
-    assert [c.status for c in _one_branch(await recorded(tmp_path / "s.db"), f"refused-{api}").calls()] == [
-        "error"
-    ]
+    named = _one_branch(await recorded(tmp_path / "s.db"), f"refused-{api}")
+    assert [c.status for c in named.calls()] == ["error"]
 
 
 # -- google-genai: tools, an error inside a stream, retries -----------------------------------
