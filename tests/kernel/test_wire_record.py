@@ -167,3 +167,60 @@ async def test_the_events_of_one_upstream_read_are_recorded_in_one_append(tmp_pa
         e.decode() for e in events
     ]
     assert types[-2:] == ["model.called", "run.ended"]
+
+
+_BROKEN_STREAM = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+    '"role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,'
+    '"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+    'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    '"content_block":{"type":"text","text":""}}\n\n'
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    '"delta":{"type":"text_delta","text":"part of it"}}\n\n'
+    'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n',
+)
+
+
+async def test_a_client_leaving_after_the_streams_error_event_leaves_a_failed_call(tmp_path: Path) -> None:
+    # An upstream (LiteLLM) may keep the stream open after its error event, and the client, which
+    # raises on that event, leaves: the call failed upstream (StreamFault), it was not abandoned.
+    head, events = _BROKEN_STREAM
+    upstream_done = anyio.Event()
+
+    async def serve(stream: Any) -> None:
+        async with stream:
+            await stream.receive()  # the request (small: one read)
+            data = events.encode()
+            await stream.send(head + f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await upstream_done.wait()  # and never ends the stream
+
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        open_store(f"sqlite:///{tmp_path / 's.db'}") as store,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(listener.serve, serve)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        recorder = await WireRecorder.load(store)
+        app = ProxyApp(ProxyConfig(upstreams={"anthropic": f"http://127.0.0.1:{port}"}), recorder)
+        server = await serve_loopback(app, tg)
+        async with httpx.AsyncClient() as client:
+            ask = {**BODY, "stream": True}
+            async with client.stream(
+                "POST", f"{server.base_url}/v1/messages", json=ask, headers=HEADERS
+            ) as got:
+                seen = b""
+                async for piece in got.aiter_raw():
+                    seen += piece
+                    if b"event: error" in seen:
+                        break
+        with anyio.fail_after(10):
+            async for event in store.subscribe(types=["model.called"]):
+                called = event
+                break
+        upstream_done.set()
+        tg.cancel_scope.cancel()
+    await app.aclose()
+    assert (called.data["status"], called.data["error_type"]) == ("error", "StreamFault")
+    assert "Overloaded" in called.data["error_message"]

@@ -7,6 +7,7 @@ included), and every model call is recorded on the right branch.
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +327,113 @@ async def test_sdk_retries_are_calls_of_the_same_branch(tmp_path: Path) -> None:
     assert transcript(branch) == [("Instruction", "hi"), ("AssistantResponse", "finally")]
     assert [r.status for r in branch.state.runs.values()] == ["failed", "failed", "ended"]
     assert [c.params["_upstream"]["status"] for c in branch.calls()] == [429, 529, 200]
+
+
+# -- openai and gemini: 5xx, an error inside a stream, the SDK's retry ----------------------------
+
+
+def _scrubbed(text: str) -> str:
+    # answer and request ids come from counters and the clock: they differ between two servers
+    return re.sub(r"(req|chatcmpl|resp|msg)[-_][A-Za-z0-9]+", r"\1-ID", text)
+
+
+async def _gpt_failures(base: str) -> list[Any]:
+    async with gpt(base) as sdk:
+        with pytest.raises(openai.InternalServerError) as failed:
+            await sdk.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "a"}]
+            )
+        texts = []
+        with pytest.raises(openai.APIError) as broke:
+            stream = await sdk.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "s"}], stream=True
+            )
+            async for chunk in stream:
+                texts.extend(c.delta.content or "" for c in chunk.choices)
+    async with openai.AsyncOpenAI(api_key=KEY, base_url=base, max_retries=1) as retrying:
+        retried = await retrying.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "r"}]
+        )
+    return [
+        (failed.value.status_code, failed.value.body),
+        ("".join(texts), type(broke.value).__name__, broke.value.message, broke.value.body),
+        retried.choices[0].message.content,
+    ]
+
+
+async def test_openai_chat_5xx_a_broken_stream_and_a_retry_through_the_proxy(tmp_path: Path) -> None:
+    script = [
+        {"status": 500},
+        {"text": "partial answer", "stream_error": {"message": "Overloaded", "type": "server_error"}},
+        {"status": 503},
+        {"text": "finally"},
+    ]
+    async with FakeOpenAIServer(script, api_key=KEY) as direct:
+        expected = await _gpt_failures(direct.base_url)
+    async with FakeOpenAIServer(script, api_key=KEY) as upstream:
+        root = upstream.base_url.removesuffix("/v1")
+        async with running_proxy(tmp_path / "s.db", f"openai={root}") as proxy:
+            got = await _gpt_failures(proxy.url + "/v1")
+    assert got == expected
+    assert expected[1][0] == "partial answer" and expected[2] == "finally"
+    branches = await recorded(tmp_path / "s.db")
+    assert [
+        [(c.status, c.error_type, c.params["_upstream"]["status"]) for c in b.calls()] for b in branches
+    ] == [
+        [("error", "HTTP 500", 500)],
+        [("error", "StreamFault", 200)],
+        [("error", "HTTP 503", 503), ("ok", None, 200)],
+    ]
+    chunks = await events_of(tmp_path / "s.db", f"run-{branches[1].calls()[0].run_id}")
+    assert "".join(c.data["content"] for c in chunks if c.data["type"] == "text") == "partial answer"
+    assert transcript(branches[2]) == [("Instruction", "r"), ("AssistantResponse", "finally")]
+
+
+async def _gemini_failures(base: str) -> list[Any]:
+    out: list[Any] = []
+    async with gemini(base).aio as aio:
+        for prompt in ("a", "b"):
+            with pytest.raises(genai.errors.APIError) as failed:
+                await aio.models.generate_content(model="gemini-2.5-flash", contents=prompt)
+            out.append((type(failed.value).__name__, failed.value.code, failed.value.details))
+        texts = []
+        with pytest.raises(Exception) as broke:
+            async for c in await aio.models.generate_content_stream(model="gemini-2.5-flash", contents="s"):
+                texts.append(c.text or "")
+        out.append(("".join(texts), type(broke.value).__name__, _scrubbed(str(broke.value))))
+    retry = genai_types.HttpRetryOptions(attempts=2, initial_delay=0.05)
+    options = genai_types.HttpOptions(base_url=base, retry_options=retry)
+    async with genai.Client(api_key=KEY, http_options=options).aio as aio:
+        out.append((await aio.models.generate_content(model="gemini-2.5-flash", contents="r")).text)
+    return out
+
+
+async def test_gemini_4xx_5xx_a_broken_stream_and_a_retry_through_the_proxy(tmp_path: Path) -> None:
+    script = [
+        {"status": 400},
+        {"status": 500},
+        {"text": "partial answer", "stream_error": {"message": "Overloaded"}},
+        {"status": 503},
+        {"text": "finally"},
+    ]
+    async with FakeUpstreamServer(script, api_key=KEY) as direct:
+        expected = await _gemini_failures(deterministic(direct).base_url)
+    async with FakeUpstreamServer(script, api_key=KEY) as upstream:
+        async with running_proxy(tmp_path / "s.db", deterministic(upstream).base_url) as proxy:
+            got = await _gemini_failures(proxy.url)
+    assert got == expected
+    # the fake's Gemini stream sends its error after the first piece of text
+    assert [e[1] for e in expected[:2]] == [400, 500] and expected[2][0] == "partial "
+    assert expected[3] == "finally"
+    branches = await recorded(tmp_path / "s.db")
+    assert [
+        [(c.status, c.error_type, c.params["_upstream"]["status"]) for c in b.calls()] for b in branches
+    ] == [
+        [("error", "HTTP 400", 400)],
+        [("error", "HTTP 500", 500)],
+        [("error", "StreamFault", 200)],
+        [("error", "HTTP 503", 503), ("ok", None, 200)],
+    ]
+    chunks = await events_of(tmp_path / "s.db", f"run-{branches[2].calls()[0].run_id}")
+    assert "".join(c.data["content"] for c in chunks if c.data["type"] == "text") == "partial "
+    assert transcript(branches[3]) == [("Instruction", "r"), ("AssistantResponse", "finally")]

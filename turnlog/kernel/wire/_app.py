@@ -284,8 +284,16 @@ class ProxyApp:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
                 if gone.is_set():
-                    answer = _complete(call, held)
-                    if answer is not None:
+                    faults = [h for h in held if isinstance(h, StreamFault)]
+                    answer = None if faults else _complete(call, held)
+                    if faults:
+                        # the upstream's error event reached the client, which left on it (an SDK
+                        # raises there, while LiteLLM keeps the stream open): it failed upstream,
+                        # as it does when the stream ends after that event (``_stream``)
+                        await call.fail(
+                            "StreamFault", faults[0].summary, upstream, answer=_partial(call, held)
+                        )
+                    elif answer is not None:
                         # a client that leaves once the final event reached it (Codex reads up
                         # to response.completed) got the whole answer: the call succeeded
                         await call.finish(answer, upstream)
@@ -302,6 +310,17 @@ def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
     """The answer of a stream whose every event arrived, else None."""
     if not held or held[0].missing() is not None:
         return None
+    try:
+        answer: ModelResponse = call.route.wire.parse(
+            held[0].result(), model=call.route.model, provider=call.route.api
+        )
+    except (WireError, StreamFault, KeyError, TypeError, ValueError):
+        return None
+    return answer
+
+
+def _partial(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
+    """What had arrived of a stream that broke off, if the codec can make an answer of it."""
     try:
         answer: ModelResponse = call.route.wire.parse(
             held[0].result(), model=call.route.model, provider=call.route.api
@@ -332,9 +351,9 @@ async def _stream(
         if waiting:
             # the first event goes alone, not after the whole burst a fast upstream sent
             # with it: the client's time to first byte pays for one event's commit
-            sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, 1)
+            sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, held, 1)
             waiting = not sent
-        _, pending, fault = await _forward_events(pending, assembly, call, send, fault)
+        _, pending, fault = await _forward_events(pending, assembly, call, send, fault, held)
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = None
@@ -358,12 +377,13 @@ async def _forward_events(
     call: RecordedCall,
     send: Send,
     fault: StreamFault | None,
+    held: list[Any],
     most: int | None = None,
 ) -> tuple[int, bytes, StreamFault | None]:
     """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
 
     Returns how many were, the bytes left, and the stream's fault if an event carried one
-    (``fault``: the one seen before).
+    (``fault``: the one seen before; a new one is also put in ``held``, for the close).
     """
     batch: list[tuple[str, list[StreamChunk], str | None]] = []
     forwarded = 0
@@ -376,6 +396,7 @@ async def _forward_events(
                 assembly.add(None if data == assembly.end_marker else orjson.loads(data))
             except StreamFault as exc:
                 fault, error = exc, exc.summary
+                held.append(exc)  # for the close, should the client leave before the end
             except (WireError, orjson.JSONDecodeError) as exc:
                 error = f"unreadable stream event: {exc}"
         batch.append((text, assembly.take_pieces(), error))
