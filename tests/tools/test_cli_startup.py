@@ -145,6 +145,7 @@ NOT_FOR_A_READ = [
     "turnlog.eventstore._migrate",
     "turnlog.eventstore._group_commit",
     "turnlog.eventstore._postgres",
+    "difflib",  # the "did you mean" of a branch name that matched nothing
 ]
 
 
