@@ -135,6 +135,40 @@ def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> No
     assert "turnlog.projections" in modules
 
 
+# Modules that ``show --at`` must not import: the HTTP client and the model wiring (kernel
+# only), the memory backend, the store copier and the append batcher (writes only).
+NOT_FOR_A_READ = [
+    "httpx",
+    "sqlite_utils",
+    "turnlog.kernel",
+    "turnlog.eventstore._memory",
+    "turnlog.eventstore._migrate",
+    "turnlog.eventstore._group_commit",
+    "turnlog.eventstore._postgres",
+    "difflib",  # the "did you mean" of a branch name that matched nothing
+]
+
+
+def test_show_at_imports_nothing_a_read_does_not_need(tmp_path: Path) -> None:
+    """``show NAME --at N`` on a SQLite store loads none of ``NOT_FOR_A_READ`` (start-up time)."""
+    store = tmp_path / "s.db"
+    _filled_store(store)
+    probe = PROBE.replace('if m.startswith("turnlog")', "")
+    env = {**os.environ, "PYTHONPATH": str(TOOLS.parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "show", "demo", "--at", "2", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["status"] == 0, done.stdout + done.stderr
+    loaded = [m for m in report["modules"] if m.startswith(tuple(NOT_FOR_A_READ))]
+    assert loaded == []
+
+
 # The commands that read a store: none of them needs the kernel (about 0.8 s of CPU to import)
 READ_COMMANDS = [
     ["show", "demo", "--at", "2"],

@@ -3,6 +3,8 @@
 ``PostgresEventStore`` is loaded on first use (``turnlog.eventstore.PostgresEventStore``), so
 that the package imports without the PostgreSQL driver; without it, that name raises
 ``ImportError`` naming the extra to install (``pip install 'turnlog[postgres]'``).
+``MemoryEventStore``, ``migrate`` and ``MigrateReport`` are loaded on first use too: a command
+that only reads a SQLite store (``turnlog show``) needs neither.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -32,8 +34,6 @@ from ._errors import (
 )
 from ._ids import uuid7
 from ._leases import Lease, acquire_lease, held_leases
-from ._memory import MemoryEventStore
-from ._migrate import MigrateReport, migrate
 from ._open import open_store
 from ._problem import Problem
 from ._raw import RawCopy, RawEvent, RawSnapshot, StoredRow
@@ -67,6 +67,8 @@ from ._upgrade import UPGRADES_STREAM
 from ._url import StoreURL, parse_store_url
 
 if _TYPE_CHECKING:
+    from ._memory import MemoryEventStore
+    from ._migrate import MigrateReport, migrate
     from ._postgres import PostgresEventStore
 
 __all__ = [
@@ -143,4 +145,13 @@ def __getattr__(name: str) -> object:
         from ._open import postgres_store_class
 
         return postgres_store_class()
+    # Loaded on first use: the read path of the command line imports neither module.
+    if name == "MemoryEventStore":
+        from ._memory import MemoryEventStore
+
+        return MemoryEventStore
+    if name in ("migrate", "MigrateReport"):
+        from . import _migrate
+
+        return getattr(_migrate, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

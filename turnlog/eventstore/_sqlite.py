@@ -57,7 +57,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -73,7 +73,6 @@ from ._errors import (
     StoreUnavailable,
 )
 from ._follow import follow_log
-from ._group_commit import GroupCommit
 from ._leases import remove_lease_dir
 from ._paging import read_pages
 from ._raw import (
@@ -135,6 +134,9 @@ from ._validation import (
     prepare_events,
 )
 from ._worker import Worker
+
+if TYPE_CHECKING:
+    from ._group_commit import GroupCommit
 
 __all__ = ["FORMAT_VERSION", "SQLiteEventStore"]
 
@@ -357,6 +359,9 @@ class SQLiteEventStore(EventStore):
             # A write that goes to the worker thread waits there anyway (under "full" for its
             # fsync): the appends queued meanwhile share one transaction and one commit.
             if self._group is None:
+                # imported here: a store that is only read (``turnlog show``) never needs it
+                from ._group_commit import GroupCommit
+
                 self._group = GroupCommit(self._commit_group)
             results = await self._group.submit(entries)
         self._written(count, size)

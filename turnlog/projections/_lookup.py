@@ -8,7 +8,6 @@ importing the kernel; the kernel turns a miss into its own errors.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from turnlog.eventstore import EventStore
@@ -67,6 +66,8 @@ async def match_ref(store: EventStore, kind: str, ref: str) -> RefMatch:
     if len(matches) > 1 or len(by_prefix) > 1:
         several = tuple(sorted({*matches, *by_prefix}))
         return RefMatch(None, ambiguous=several, message=_several(ref, several, kind))
+    import difflib  # only a miss needs it: a found branch (``show NAME``) skips the import
+
     close = difflib.get_close_matches(ref, list(names), n=5, cutoff=0.6)
     candidates = tuple(f"{n} ({', '.join(names[n])})" for n in close)
     hint = f"; did you mean: {', '.join(candidates)}" if candidates else ""

@@ -45,7 +45,9 @@ class HeadLink(BaseModel):
     validated only for the heads whose state or maps are read.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Built on first use: only a read that meets a snapshot validates a head, and a store
+    # without snapshots (or ``show --at`` a version before the first) never does.
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     branch_id: str
     """The branch."""
@@ -98,7 +100,7 @@ class HeadLink(BaseModel):
 class SnapshotHead(HeadLink):
     """The head record of a branch state snapshot (type ``branch_state``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     SCHEMA: ClassVar[int] = 3
     """The schema written (``Snapshot.schema``)."""
