@@ -59,6 +59,7 @@ from turnlog.projections import (
     fold,
     maybe_snapshot,
     new_event,
+    new_events,
     rebuild,
 )
 
@@ -215,7 +216,7 @@ class Kernel:
             payloads = command.build(live.state)
             if not payloads:
                 return [], []
-            events = [new_event(p, meta=meta) for p in payloads]
+            events = new_events(payloads, meta=meta)  # one meta object: the append encodes it once
             if isinstance(command, CreateBranch) and "run_id" in meta:
                 # a branch created with its first run's events belongs to no run itself
                 events[0] = new_event(payloads[0], meta={k: v for k, v in meta.items() if k != "run_id"})
