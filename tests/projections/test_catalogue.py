@@ -49,6 +49,7 @@ from turnlog.projections import (
     decode_event,
     holds_content,
     new_event,
+    new_events,
     redaction_keep,
     without_content,
 )
@@ -194,6 +195,25 @@ def test_new_event_rejects_unregistered_types() -> None:
 def test_new_event_rejects_non_string_known_meta() -> None:
     with pytest.raises(InvalidEventDataError, match="run_id"):
         new_event(MessagesCleared(), meta={"run_id": 5})
+
+
+def test_new_events_share_one_checked_copy_of_the_meta() -> None:
+    """A batch's events hold one copy of the meta, so an append encodes it once; the caller's dict stays its own."""
+    meta = {"run_id": "r1"}
+    first, second = new_events([MessagesCleared(), RunStarted(run_id="r1", verb="run")], meta=meta)
+    assert first.meta is second.meta
+    assert first.meta == meta and first.meta is not meta
+    assert (first.type, second.type) == ("messages.cleared", "run.started")
+    assert first.id != second.id
+
+
+def test_new_events_reject_what_new_event_rejects() -> None:
+    """Every payload of a batch is validated again, and the meta checked, as by ``new_event``."""
+    sneaky = RunStarted.model_construct(run_id=123, verb="run")
+    with pytest.raises(InvalidEventDataError, match="run_id"):
+        new_events([MessagesCleared(), sneaky])
+    with pytest.raises(InvalidEventDataError, match="run_id"):
+        new_events([MessagesCleared()], meta={"run_id": 5})
 
 
 def test_schemas_reject_bad_input_on_construction() -> None:

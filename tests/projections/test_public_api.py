@@ -88,6 +88,7 @@ def test_public_api() -> None:
         "message_from_dict",
         "message_summary",
         "new_event",
+        "new_events",
         "rebuild",
         "redaction_keep",
         "redaction_of",

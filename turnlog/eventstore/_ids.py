@@ -52,6 +52,10 @@ _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
 
+_VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
+"""The fixed bits of a UUIDv7: version 7, variant ``10``."""
+_urandom, _from_bytes, _time_ns = os.urandom, int.from_bytes, time.time_ns
+
 
 def uuid7() -> UUID:
     """Return a new UUIDv7: 48-bit Unix milliseconds, then a 12-bit counter and random bits.
@@ -60,11 +64,14 @@ def uuid7() -> UUID:
     sort in creation order.
     """
     global _last_ms, _counter
+    # One read of the OS's randomness per id (it is most of an id's cost): 62 random bits for
+    # the id's tail, and the top 10 seed the counter when a new millisecond starts.
+    bits = _from_bytes(_urandom(10), "big")
     with _lock:
-        ms = time.time_ns() // 1_000_000
+        ms = _time_ns() // 1_000_000
         if ms > _last_ms:
             _last_ms = ms
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF  # leave room to count up
+            _counter = bits >> 70  # below 0x400: leaves room to count up
         else:
             _counter += 1
             if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
@@ -72,10 +79,5 @@ def uuid7() -> UUID:
                 _counter = 0
             ms = _last_ms
         counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF
-    value = (ms & 0xFFFF_FFFF_FFFF) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return UUID(int=value)
+    tail = bits & 0x3FFF_FFFF_FFFF_FFFF
+    return UUID(int=((ms & 0xFFFF_FFFF_FFFF) << 80) | _VERSION_AND_VARIANT | (counter << 64) | tail)

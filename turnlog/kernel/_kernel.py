@@ -59,6 +59,7 @@ from turnlog.projections import (
     fold,
     maybe_snapshot,
     new_event,
+    new_events,
     rebuild,
 )
 
@@ -215,10 +216,12 @@ class Kernel:
             payloads = command.build(live.state)
             if not payloads:
                 return [], []
-            events = [new_event(p, meta=meta) for p in payloads]
             if isinstance(command, CreateBranch) and "run_id" in meta:
                 # a branch created with its first run's events belongs to no run itself
-                events[0] = new_event(payloads[0], meta={k: v for k, v in meta.items() if k != "run_id"})
+                creation = new_event(payloads[0], meta={k: v for k, v in meta.items() if k != "run_id"})
+                events = [creation, *new_events(payloads[1:], meta=meta)]
+            else:
+                events = new_events(payloads, meta=meta)  # one meta object: the append encodes it once
             expected = live.version if live.state is not None else NO_STREAM
             name = command.data.name if isinstance(command, CreateBranch) else None
             try:

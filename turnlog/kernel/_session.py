@@ -48,7 +48,7 @@ from turnlog.projections import (
     EventData,
     SessionCreated,
     decode_event,
-    new_event,
+    new_events,
 )
 
 __all__ = ["OperationManager", "Session"]  # OperationManager lives in _registry
@@ -197,12 +197,9 @@ class Session:
     async def _record(self, *items: EventData) -> None:
         items = (*await self._lazy_inclusions(), *items)
         async with self._lock:
-            events = []
             if not self._created:
-                events.append(
-                    new_event(SessionCreated(session_id=self.id, name=self.name), meta=self._meta())
-                )
-            events.extend(new_event(item, meta=self._meta()) for item in items)
+                items = (SessionCreated(session_id=self.id, name=self.name), *items)
+            events = new_events(items, meta=self._meta())
             if not events:
                 return  # another task recorded it first
             await self.store.append(self.stream, events)

@@ -32,6 +32,7 @@ from ._catalogue import (
     catalogue_upcasters,
     decode_event,
     new_event,
+    new_events,
 )
 from ._content import content_fields, holds_content, redaction_keep, without_content
 from ._errors import (
@@ -165,6 +166,7 @@ __all__ = [
     "message_from_dict",
     "message_summary",
     "new_event",
+    "new_events",
     "rebuild",
     "redaction_keep",
     "redaction_of",

@@ -47,7 +47,7 @@ from turnlog.projections import (
     RunStarted,
     System,
     SystemContent,
-    new_event,
+    new_events,
 )
 
 from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
@@ -383,7 +383,7 @@ class WireCall:
         if self.ttft_ms is None and answered:
             self.ttft_ms = self.elapsed_ms
         self.seq += len(chunks)
-        events = [new_event(chunk, meta=meta) for chunk in chunks]
+        events = new_events(chunks, meta=meta)
         await self.recorder.store.append(f"run-{self.run_id}", events, expected_version=expected)
 
     def _called(

@@ -43,6 +43,7 @@ from turnlog.projections import (
     ChunkReceived,
     ModelCalled,
     new_event,
+    new_events,
 )
 
 from ._apis import DEFAULT_UPSTREAMS, Api, Route, conversation, fingerprint, request_params, tool_names
@@ -270,7 +271,7 @@ class RunWireCall:
             chunks, answered = wire_chunks(batch, self.scrub, self.seq)
             if self.ttft_ms is None and answered:
                 self.ttft_ms = self.elapsed_ms
-            events = [new_event(chunk, meta=meta) for chunk in chunks]
+            events = new_events(chunks, meta=meta)
             seq = self.seq + len(chunks)
             texts = [c.content for c in chunks if c.type == "text" and c.content]
             await self.wire.store.append(self.stream, events, expected_version=expected)
@@ -285,16 +286,17 @@ class RunWireCall:
         """
         meta = {"branch_id": self.wire.branch_id, "run_id": self.wire.run_id, "wire_call": self.call_id}
         async with self.lock:
-            events = []
-            for i, (key, output) in enumerate(results, start=self.seq + 1):
-                data = ChunkReceived(
+            datas = [
+                ChunkReceived(
                     seq=i,
                     type="tool_result",
                     tool_id=self.scrub(key),
                     tool_output=self.scrub(plain_json(output)),
                     metadata={"wire": True, "source": "request"},
                 )
-                events.append(new_event(data, meta=meta))
+                for i, (key, output) in enumerate(results, start=self.seq + 1)
+            ]
+            events = new_events(datas, meta=meta)
             await self.wire.store.append(self.stream, events, expected_version=self.seq or NO_STREAM)
             self.seq += len(events)
 
