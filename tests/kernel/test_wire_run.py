@@ -186,6 +186,31 @@ async def test_codex_chatgpt_calls_are_read_from_their_zstd_body_and_forwarded_a
     assert "chatgpt-access-token-123" not in logged and "account-id-4567" not in logged
 
 
+async def test_a_zstd_body_that_does_not_decompress_is_forwarded_as_sent_and_said_so(
+    store: EventStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with UpstreamThread(FakeUpstreamServer([{"text": "Hello, subscriber."}])) as server:
+        home = tmp_path / "codex"
+        home.mkdir()
+        (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
+        (home / "config.toml").write_text(f'openai_base_url = "{server.base_url}/backend-api/codex"\n')
+        target = wire_target("codex", {"CODEX_HOME": str(home)})
+        assert target is not None
+        garbled = b"\x28\xb5\x2f\xfd" + b"not a zstd frame, secret-prompt-text"
+        headers = {"content-encoding": "zstd", "content-type": "application/json"}
+        with caplog.at_level("WARNING", logger="turnlog.kernel.wire"):
+            async with recording_wire(store, "b1", "r8", target) as (_wire, url):
+                async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+                    await client.post(f"{url}/backend-api/codex/responses", content=garbled, headers=headers)
+        [sent] = [r for r in server.requests if "/responses" in r["path"]]
+        # the upstream judges it, as it came
+        assert sent["headers"]["content-encoding"] == "zstd"
+        assert sent["body_text"] == garbled.decode("utf-8", errors="replace")
+    assert await read_wire_calls(store, "r8") == []  # nothing recorded: it is not JSON
+    [said] = [r.getMessage() for r in caplog.records if "does not decompress" in r.getMessage()]
+    assert "forwarded as sent, not recorded" in said and "secret-prompt-text" not in said
+
+
 def test_the_unprinted_rest_of_the_wire_text() -> None:
     assert wire_remainder("", "Hello there") == "Hello there"  # Codex printed nothing
     assert wire_remainder("I read it. Hello th", "Hello there") == "ere"  # printed the start

@@ -12,6 +12,7 @@ recorded as cancelled with what had arrived. See ``docs/proxy.md``.
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -33,6 +34,8 @@ from ._replay import MISS_STATUS, ReplayIndex, miss_body
 from ._upstream import Upstream, UpstreamAnswer, UpstreamRequest
 
 __all__ = ["MAX_BODY", "CallRecorder", "ProxyApp", "ProxyConfig", "RecordedCall"]
+
+_log = logging.getLogger("turnlog.kernel.wire")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -538,7 +541,8 @@ def _decoded(body: bytes, headers: list[tuple[str, str]]) -> bytes:
     """The request body as JSON text: Codex signed in with ChatGPT compresses it with zstd.
 
     The body goes upstream as it came; only what is read and recorded is decompressed. A body
-    that does not decompress is read as it is (and, not being JSON, passes through unrecorded).
+    that does not decompress goes upstream as it came, unrecorded (it is not JSON), and the
+    recorder says so on its log (``turnlog.kernel.wire``; the body itself is never logged).
     """
     encoding = next((v.strip().lower() for k, v in headers if k == "content-encoding"), "")
     if encoding == "zstd":
@@ -546,7 +550,13 @@ def _decoded(body: bytes, headers: list[tuple[str, str]]) -> bytes:
 
         try:
             return zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_BODY)
-        except zstandard.ZstdError:
+        except zstandard.ZstdError as exc:
+            _log.warning(
+                "wire recorder: a zstd request body of %d bytes does not decompress (%s): "
+                "forwarded as sent, not recorded",
+                len(body),
+                exc,
+            )
             return body
     return body
 
