@@ -17,6 +17,7 @@ import pytest
 from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel.wire import (
     Route,
+    WireTarget,
     conversation,
     read_wire_calls,
     recording_wire,
@@ -150,18 +151,24 @@ def test_the_subscription_backends_are_routed_as_their_apis() -> None:
     }
 
 
+def _chatgpt_codex(tmp_path: Path, backend: str) -> WireTarget:
+    """The wire target of Codex signed in with ChatGPT, its backend at ``backend``."""
+    home = tmp_path / "codex"
+    home.mkdir()
+    (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
+    (home / "config.toml").write_text(f'openai_base_url = "{backend}/backend-api/codex"\n')
+    target = wire_target("codex", {"CODEX_HOME": str(home)})
+    assert target is not None
+    return target
+
+
 async def test_codex_chatgpt_calls_are_read_from_their_zstd_body_and_forwarded_as_sent(
     store: EventStore, tmp_path: Path
 ) -> None:
     import zstandard
 
     with UpstreamThread(FakeUpstreamServer([{"text": "Hello, subscriber."}])) as server:
-        home = tmp_path / "codex"
-        home.mkdir()
-        (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
-        (home / "config.toml").write_text(f'openai_base_url = "{server.base_url}/backend-api/codex"\n')
-        target = wire_target("codex", {"CODEX_HOME": str(home)})
-        assert target is not None
+        target = _chatgpt_codex(tmp_path, server.base_url)
         body = {"model": "gpt-5.5", "stream": True, "input": [{"role": "user", "content": "hi"}]}
         packed = zstandard.ZstdCompressor().compress(json.dumps(body).encode())
         headers = {
@@ -190,12 +197,7 @@ async def test_a_zstd_body_that_does_not_decompress_is_forwarded_as_sent_and_sai
     store: EventStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with UpstreamThread(FakeUpstreamServer([{"text": "Hello, subscriber."}])) as server:
-        home = tmp_path / "codex"
-        home.mkdir()
-        (home / "auth.json").write_text(json.dumps({"tokens": {"access_token": "t"}}))
-        (home / "config.toml").write_text(f'openai_base_url = "{server.base_url}/backend-api/codex"\n')
-        target = wire_target("codex", {"CODEX_HOME": str(home)})
-        assert target is not None
+        target = _chatgpt_codex(tmp_path, server.base_url)
         garbled = b"\x28\xb5\x2f\xfd" + b"not a zstd frame, secret-prompt-text"
         headers = {"content-encoding": "zstd", "content-type": "application/json"}
         with caplog.at_level("WARNING", logger="turnlog.kernel.wire"):

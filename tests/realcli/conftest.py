@@ -36,7 +36,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
@@ -44,6 +44,8 @@ from typing import Any
 
 import pytest
 
+from turnlog.eventstore import EventStore, open_store
+from turnlog.projections import catalogue_upcasters
 from turnlog.testing import FakeUpstreamServer, UpstreamThread
 
 HERE = Path(__file__).parent
@@ -309,3 +311,13 @@ def gemini_cli(realcli_prefix: Path, upstream: FakeUpstreamServer, tmp_path: Pat
         "GEMINI_CLI_NO_RELAUNCH": "true",
     }
     return RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
+    """A fresh SQLite store (with the catalogue's upcasters) for one test, closed after it."""
+    opened = open_store(f"sqlite:///{tmp_path / 'turnlog.db'}", upcasters=catalogue_upcasters())
+    try:
+        yield opened
+    finally:
+        await opened.close()

@@ -7,14 +7,12 @@ conftest fixture that installs and configures that CLI (``claude_cli``, ``codex_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from turnlog.eventstore import EventStore, open_store
-from turnlog.projections import catalogue_upcasters
+from turnlog.eventstore import EventStore
 
 from . import branchkit as kit
 
@@ -31,15 +29,6 @@ def provider(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def cli(provider: str, request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(CLI_FIXTURES[provider])
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    opened = open_store(f"sqlite:///{tmp_path / 'turnlog.db'}", upcasters=catalogue_upcasters())
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_plain_reply_usage_and_session_binding(

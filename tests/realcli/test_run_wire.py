@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +41,6 @@ def provider(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def cli(provider: str, request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(CLI_FIXTURES[provider])
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    opened = open_store(f"sqlite:///{tmp_path / 'turnlog.db'}", upcasters=catalogue_upcasters())
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def _run_called(store: EventStore, branch: Branch, run_id: str) -> dict[str, Any]:

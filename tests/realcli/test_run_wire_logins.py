@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -139,15 +139,6 @@ def gemini_google(realcli_prefix: Path, login_upstream: FakeUpstreamServer, tmp_
         "GEMINI_CLI_NO_RELAUNCH": "true",
     }
     return RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[EventStore]:
-    opened = open_store(f"sqlite:///{tmp_path / 'turnlog.db'}", upcasters=catalogue_upcasters())
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def _everything(store: EventStore) -> bytes:

@@ -109,8 +109,8 @@ def _filled_store(path: Path) -> None:
     anyio.run(fill)
 
 
-def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> None:
-    """``show NAME --at N`` resolves the name and reads the state with the lower layers only."""
+def _show_at_in_a_fresh_process(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """``show demo --at 2`` on a small store in a fresh interpreter: its lines and every module it loaded."""
     store = tmp_path / "s.db"
     _filled_store(store)
     probe = PROBE.replace('if m.startswith("turnlog")', "")  # every module, sqlite_utils too
@@ -125,10 +125,14 @@ def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> No
     )
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["status"] == 0, done.stdout + done.stderr
-    shown = done.stdout.splitlines()[:-1]
+    return done.stdout.splitlines()[:-1], report["modules"]
+
+
+def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> None:
+    """``show NAME --at N`` resolves the name and reads the state with the lower layers only."""
+    shown, modules = _show_at_in_a_fresh_process(tmp_path)
     assert "(demo) at version 2" in shown[0]
     assert [line.split(".", 1)[1].strip() for line in shown[1:]] == ["user: hello"]  # not the answer
-    modules = report["modules"]
     assert [m for m in modules if m.startswith("turnlog.kernel")] == []
     # opening an existing store needs no sqlite-utils (about 70 ms of import): only creating one does
     assert "sqlite_utils" not in modules
@@ -151,21 +155,8 @@ NOT_FOR_A_READ = [
 
 def test_show_at_imports_nothing_a_read_does_not_need(tmp_path: Path) -> None:
     """``show NAME --at N`` on a SQLite store loads none of ``NOT_FOR_A_READ`` (start-up time)."""
-    store = tmp_path / "s.db"
-    _filled_store(store)
-    probe = PROBE.replace('if m.startswith("turnlog")', "")
-    env = {**os.environ, "PYTHONPATH": str(TOOLS.parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", probe, "show", "demo", "--at", "2", "--store", str(store)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    report = json.loads(done.stdout.splitlines()[-1])
-    assert report["status"] == 0, done.stdout + done.stderr
-    loaded = [m for m in report["modules"] if m.startswith(tuple(NOT_FOR_A_READ))]
+    _, modules = _show_at_in_a_fresh_process(tmp_path)
+    loaded = [m for m in modules if m.startswith(tuple(NOT_FOR_A_READ))]
     assert loaded == []
 
 

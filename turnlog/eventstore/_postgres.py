@@ -653,18 +653,8 @@ class PostgresEventStore(EventStore):
     ) -> list[RawEvent]:
         """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
         check_raw_range(after_position, to_position, limit)
-        where: list[str] = ["position > %s", self._sql.settled]
-        params: list[Any] = [after_position]
-        if to_position is not None:
-            where.append("position <= %s")
-            params.append(to_position)
-        type_list = check_type_filter(types)
-        if type_list is not None:
-            where.append("type = ANY(%s::text[])")
-            params.append(type_list)
-        query = (
-            f"SELECT {ROW_COLUMNS} FROM {self._sql.events} WHERE {' AND '.join(where)} "
-            "ORDER BY position LIMIT %s"
+        query, params = stored_rows_query(
+            self._sql, after_position, to_position, check_type_filter(types), ROW_COLUMNS
         )
         rows = await self._fetch_global("raw_events", query, [*params, limit])
         return raw_events_of(rows)

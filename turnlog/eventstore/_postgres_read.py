@@ -100,9 +100,16 @@ def raw_events_of(rows: list[tuple[Any, ...]]) -> list[RawEvent]:
 
 
 def stored_rows_query(
-    sql: Sql, after_position: int, to_position: int | None, types: list[str] | None
+    sql: Sql,
+    after_position: int,
+    to_position: int | None,
+    types: list[str] | None,
+    columns: str = _STORED_COLUMNS,
 ) -> tuple[str, list[Any]]:
-    """The query of a ``read_rows`` page (its ``LIMIT`` the last parameter) and its parameters."""
+    """The query of a ``read_rows`` page (its ``LIMIT`` the last parameter) and its parameters.
+
+    ``raw_events`` pages the same way, with the columns of a whole row (``ROW_COLUMNS``).
+    """
     where: list[str] = ["position > %s", sql.settled]
     params: list[Any] = [after_position]
     if to_position is not None:
@@ -111,9 +118,7 @@ def stored_rows_query(
     if types is not None:
         where.append("type = ANY(%s::text[])")
         params.append(types)
-    query = (
-        f"SELECT {_STORED_COLUMNS} FROM {sql.events} WHERE {' AND '.join(where)} ORDER BY position LIMIT %s"
-    )
+    query = f"SELECT {columns} FROM {sql.events} WHERE {' AND '.join(where)} ORDER BY position LIMIT %s"
     return query, params
 
 

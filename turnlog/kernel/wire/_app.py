@@ -259,7 +259,7 @@ class ProxyApp:
             "headers": {k: response.headers[k] for k in RECORDED_HEADERS if k in response.headers},
         }
         gone = anyio.Event()
-        held: list[Any] = []  # the stream's assembly, once it streams
+        streamed = _Streamed()  # the stream's assembly and fault, once it streams
         try:
             async with anyio.create_task_group() as tg:
 
@@ -275,7 +275,7 @@ class ProxyApp:
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream, held, tg)
+                        await _stream(response, call, send, upstream, streamed, tg)
                     else:
                         tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
@@ -287,16 +287,13 @@ class ProxyApp:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
                 if gone.is_set():
-                    faults = [h for h in held if isinstance(h, StreamFault)]
-                    answer = None if faults else _complete(call, held)
-                    if faults:
+                    answer = streamed.answer(call)
+                    if streamed.fault is not None:
                         # the upstream's error event reached the client, which left on it (an SDK
                         # raises there, while LiteLLM keeps the stream open): it failed upstream,
                         # as it does when the stream ends after that event (``_stream``)
-                        await call.fail(
-                            "StreamFault", faults[0].summary, upstream, answer=_partial(call, held)
-                        )
-                    elif answer is not None:
+                        await call.fail("StreamFault", streamed.fault.summary, upstream, answer=answer)
+                    elif answer is not None and streamed.complete:
                         # a client that leaves once the final event reached it (Codex reads up
                         # to response.completed) got the whole answer: the call succeeded
                         await call.finish(answer, upstream)
@@ -309,28 +306,31 @@ class ProxyApp:
                         )
 
 
-def _complete(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
-    """The answer of a stream whose every event arrived, else None."""
-    if not held or held[0].missing() is not None:
-        return None
-    try:
-        answer: ModelResponse = call.route.wire.parse(
-            held[0].result(), model=call.route.model, provider=call.route.api
-        )
-    except (WireError, StreamFault, KeyError, TypeError, ValueError):
-        return None
-    return answer
+@dataclass
+class _Streamed:
+    """What a streamed call's close needs of its stream, should the client leave before the end."""
 
+    assembly: Any = None
+    """The codec's assembly of the stream's events (None until the stream starts)."""
+    fault: StreamFault | None = None
+    """The error an event of the stream carried (the last one, should there be several)."""
 
-def _partial(call: RecordedCall, held: list[Any]) -> ModelResponse | None:
-    """What had arrived of a stream that broke off, if the codec can make an answer of it."""
-    try:
-        answer: ModelResponse = call.route.wire.parse(
-            held[0].result(), model=call.route.model, provider=call.route.api
-        )
-    except (WireError, StreamFault, KeyError, TypeError, ValueError):
-        return None
-    return answer
+    @property
+    def complete(self) -> bool:
+        """Every event of the answer arrived."""
+        return self.assembly is not None and self.assembly.missing() is None
+
+    def answer(self, call: RecordedCall) -> ModelResponse | None:
+        """What arrived of the answer, if the codec can make one of it."""
+        if self.assembly is None:
+            return None
+        try:
+            answer: ModelResponse = call.route.wire.parse(
+                self.assembly.result(), model=call.route.model, provider=call.route.api
+            )
+        except (WireError, StreamFault, KeyError, TypeError, ValueError):
+            return None
+        return answer
 
 
 async def _stream(
@@ -338,14 +338,12 @@ async def _stream(
     call: RecordedCall,
     send: Send,
     upstream: dict[str, Any],
-    held: list[Any],
+    streamed: _Streamed,
     tg: TaskGroup,
 ) -> None:
     """Record and forward an event stream, one read of the upstream at a time (read in ``tg``)."""
-    assembly = call.route.wire.assembly(call.route.model)
-    held.append(assembly)
+    assembly = streamed.assembly = call.route.wire.assembly(call.route.model)
     pending = b""
-    fault: StreamFault | None = None
     reads = _Reads(response)
     waiting = True  # for the stream's first event
     tg.start_soon(reads.run)
@@ -354,19 +352,15 @@ async def _stream(
         if waiting:
             # the first event goes alone, not after the whole burst a fast upstream sent
             # with it: the client's time to first byte pays for one event's commit
-            sent, pending, fault = await _forward_events(pending, assembly, call, send, fault, held, 1)
+            sent, pending = await _forward_events(pending, streamed, call, send, 1)
             waiting = not sent
-        _, pending, fault = await _forward_events(pending, assembly, call, send, fault, held)
+        _, pending = await _forward_events(pending, streamed, call, send)
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
-    answer = None
-    try:
-        answer = call.route.wire.parse(assembly.result(), model=call.route.model, provider=call.route.api)
-    except (WireError, KeyError, TypeError, ValueError):
-        answer = None
-    if fault is not None:
-        await call.fail("StreamFault", fault.summary, upstream, answer=answer)
-    elif answer is None or assembly.missing() is not None:
+    answer = streamed.answer(call)
+    if streamed.fault is not None:
+        await call.fail("StreamFault", streamed.fault.summary, upstream, answer=answer)
+    elif answer is None or not streamed.complete:
         await call.fail(
             "IncompleteStream", f"the stream ended without {assembly.missing()}", upstream, answer=answer
         )
@@ -376,18 +370,16 @@ async def _stream(
 
 async def _forward_events(
     pending: bytes,
-    assembly: Any,
+    streamed: _Streamed,
     call: RecordedCall,
     send: Send,
-    fault: StreamFault | None,
-    held: list[Any],
     most: int | None = None,
-) -> tuple[int, bytes, StreamFault | None]:
+) -> tuple[int, bytes]:
     """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
 
-    Returns how many were, the bytes left, and the stream's fault if an event carried one
-    (``fault``: the one seen before; a new one is also put in ``held``, for the close).
+    Returns how many were and the bytes left; an event that carries an error sets ``streamed.fault``.
     """
+    assembly = streamed.assembly
     batch: list[tuple[str, list[StreamChunk], str | None]] = []
     forwarded = 0
     while (most is None or len(batch) < most) and (found := _EVENT_END.search(pending, forwarded)):
@@ -398,15 +390,14 @@ async def _forward_events(
             try:
                 assembly.add(None if data == assembly.end_marker else orjson.loads(data))
             except StreamFault as exc:
-                fault, error = exc, exc.summary
-                held.append(exc)  # for the close, should the client leave before the end
+                streamed.fault, error = exc, exc.summary
             except (WireError, orjson.JSONDecodeError) as exc:
                 error = f"unreadable stream event: {exc}"
         batch.append((text, assembly.take_pieces(), error))
     if batch:
         await call.chunks(batch)
         await send({"type": "http.response.body", "body": pending[:forwarded], "more_body": True})
-    return len(batch), pending[forwarded:], fault
+    return len(batch), pending[forwarded:]
 
 
 class _Reads:
