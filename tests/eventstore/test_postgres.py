@@ -255,6 +255,49 @@ class TestPostgresServer:
             assert result.version == 2
             assert [e.data["n"] async for e in store.read_stream("s")] == [1, 3]
 
+    async def test_a_lone_caller_keeps_one_spare_connection_and_close_returns_it(self, pg_url: str) -> None:
+        """Appends one after another reuse the spare connection; close gives it back and ends it."""
+        app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
+        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
+            for n in range(5):
+                await store.append("s", [NewEvent("a.b", {"n": n})])
+            assert store._db._spare is not None
+            spare = store._db._spare
+            await store.append("s", [NewEvent("a.b", {"n": 5})])
+            assert store._db._spare is spare
+        assert store._db._spare is None and spare.closed
+        assert await raw_sql(query, [app]) == [(0,)]
+
+    async def test_the_spare_connection_is_never_held_back_from_a_waiting_caller(self, pg_url: str) -> None:
+        """With one pooled connection, callers that wait for it get it: the spare is not kept then."""
+        async with PostgresEventStore(with_params(pg_url, pool_size="1")) as store:
+
+            async def work(n: int) -> None:
+                for i in range(20):
+                    await store.append(f"s-{n}", [NewEvent("a.b", {"i": i})])
+                    await store.stream_version(f"s-{n}")
+
+            with anyio.fail_after(20):  # the pool's own timeout (5 s) would fail a call first
+                async with anyio.create_task_group() as tg:
+                    for n in range(4):
+                        tg.start_soon(work, n)
+            assert [await store.stream_version(f"s-{n}") for n in range(4)] == [20] * 4
+            assert (await store.verify()).ok
+
+    async def test_a_spare_connection_killed_while_idle_is_replaced(self, pg_url: str) -> None:
+        """The spare is checked like any pooled connection: a terminated one is never used."""
+        app = f"turnlog-test-{uuid.uuid4().hex[:8]}"
+        async with PostgresEventStore(with_params(pg_url, application_name=app)) as store:
+            await store.append("s", [NewEvent("a.b", {"n": 1})])
+            assert store._db._spare is not None
+            await raw_sql(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = %s",
+                [app],
+            )
+            result = await store.append("s", [NewEvent("a.b", {"n": 2})])
+            assert result.version == 2
+
     async def test_terminated_backends_fail_only_their_calls_and_quickly(self, pg_url: str) -> None:
         """Backends killed under 4 busy writers: each failure is quick, nothing acknowledged is lost."""
         app = f"turnlog-test-{uuid.uuid4().hex[:8]}"

@@ -24,6 +24,8 @@ __all__ = ["POOL_TIMEOUT", "PgPool", "close_quietly"]
 
 POOL_TIMEOUT = 5.0
 """How long a call waits for a pooled connection before ``StoreUnavailable``."""
+SPARE_USES = 1000
+"""How many checkouts in a row the spare connection serves before it goes back through the pool."""
 
 
 class PgPool:
@@ -49,6 +51,14 @@ class PgPool:
         self._open_lock = anyio.Lock()
         self._closed = False
         self._reachable = True  # False after a connection failure, until a probe connects
+        # The last connection given back, kept out of the pool for the next checkout: a lone
+        # caller (one append after another) skips the pool's lock, queue and bookkeeping.
+        # Kept only while nobody waits for the pool, and given back to it every SPARE_USES
+        # checkouts, so that the pool's own checks (its max_lifetime) still see it.
+        self._spare: Any = None
+        self._spare_uses = 0
+        self._waiting = 0  # checkouts waiting in pool.getconn
+        self._idle = int(self.pg.pq.TransactionStatus.IDLE)
 
     @property
     def closed(self) -> bool:
@@ -214,7 +224,7 @@ class PgPool:
                     async with conn:
                         yield conn
                 finally:
-                    await pool.putconn(conn)
+                    await self.release(conn)
             except (pg.OperationalError, pg.InterfaceError, self._pgpool.PoolTimeout):
                 self._reachable = False
                 raise
@@ -249,7 +259,18 @@ class PgPool:
         pool = self._pool
         if pool is None:  # closed meanwhile
             await close_quietly(self.pg, conn)
+        elif (
+            self._spare is None
+            and not self._waiting
+            and self._spare_uses < SPARE_USES
+            and conn.pgconn.transaction_status == self._idle
+        ):
+            # Idle (no transaction left open, not broken): what the pool's putconn checks
+            # before it keeps a connection. Nobody waits for one, so none is held back.
+            self._spare = conn
+            self._spare_uses += 1
         else:
+            self._spare_uses = 0
             await pool.putconn(conn)
 
     async def _checkout(self, pool: Any) -> Any:
@@ -259,13 +280,24 @@ class PgPool:
         already running when it broke can fail. (The pool's own ``check`` would send an empty
         query on every checkout, and wait between attempts when several connections are dead.)
         """
-        for _ in range(self._pool_size + 1):
-            conn = await pool.getconn()
+        conn = self._spare
+        if conn is not None:
+            self._spare = None
             if not _is_dead(conn):
                 return conn
             await close_quietly(self.pg, conn)
             await pool.putconn(conn)  # a closed connection is discarded and replaced
-        return await pool.getconn()
+        self._waiting += 1
+        try:
+            for _ in range(self._pool_size + 1):
+                conn = await pool.getconn()
+                if not _is_dead(conn):
+                    return conn
+                await close_quietly(self.pg, conn)
+                await pool.putconn(conn)  # a closed connection is discarded and replaced
+            return await pool.getconn()
+        finally:
+            self._waiting -= 1
 
     async def _probe(self, action: str) -> None:
         """After a connection failure: one direct connection attempt before using the pool.
@@ -286,7 +318,10 @@ class PgPool:
         """Close the pool; later calls raise ``StoreError``."""
         self._closed = True
         pool, self._pool = self._pool, None
+        spare, self._spare = self._spare, None
         if pool is not None:
+            if spare is not None:
+                await pool.putconn(spare)
             await pool.close()
 
 
