@@ -405,9 +405,10 @@ class PostgresEventStore(EventStore):
             async with conn.lock:
                 pgconn.send_query(query)
                 results = await conn.wait(self._execute(pgconn))
-            failed = next((n for n, res in enumerate(results) if res.status == self._fatal_error), None)
-            if failed is None:
+            statuses = [res.status for res in results]
+            if self._fatal_error not in statuses:
                 break
+            failed = statuses.index(self._fatal_error)
             exc = pg.errors.error_from_result(results[failed], encoding="utf-8")
             if failed >= 3:  # the insert is committed (the results: BEGIN, insert, COMMIT, NOTIFY)
                 await self._after_failed_notify(conn, exc)
