@@ -493,9 +493,20 @@ class ChunkLog:
         Raises:
             EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
         """
+        return self.add_data(chunk_payload(chunk, self.seq + 1))
+
+    def add_data(self, data: dict[str, Any]) -> EncodedEvent:
+        """``add`` for a ``stream.chunk`` payload made already (``data["seq"]`` the next seq).
+
+        Raises:
+            UsageError: ``data["seq"]`` is not the next seq (nothing is written).
+            EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
+        """
         seq = self.seq + 1
+        if data.get("seq") != seq:
+            raise UsageError(f"chunk seq {data.get('seq')!r} is not the next one ({seq})")
         ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
-        event = self._encode(chunk_payload(chunk, seq), self._ids(ms))
+        event = self._encode(data, self._ids(ms))
         self.seq = seq  # counted once it is an event: seq k stays stream version k
         if self.buffer is not None:
             if ms != self._stamp_ms:
