@@ -241,7 +241,7 @@ async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_impo
     from turnlog.kernel.models._secrets import Scrubber
     from turnlog.kernel.wire._apis import route
 
-    head, events = _BROKEN_STREAM
+    events = _BROKEN_STREAM[1]
     texts = [e + "\n\n" for e in events.split("\n\n") if e][:3]  # up to the text delta, no error
     async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
         body = {**BODY, "stream": True}

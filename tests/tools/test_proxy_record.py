@@ -170,7 +170,9 @@ async def test_no_credential_reaches_the_log(tmp_path: Path) -> None:
                     json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
                 )
     assert KEY in plain.text and KEY in streamed.text  # the client gets the answer as it was
-    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+    # the store's files and the run buffers beside it (``s.db.runs/``, emptied by the closes)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*") if p.is_file())
+    stored += b"".join(p.read_bytes() for p in tmp_path.glob("s.db.runs/*"))
     assert stored.count(b"your key is <redacted>") and stored.count(b"echo <redacted>")
     assert KEY.encode() not in stored
     assert len(await recorded(store)) == 2

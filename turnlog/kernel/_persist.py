@@ -416,7 +416,8 @@ class _ChunkIds:
             ms = self._ms
         pos = self._pos
         if pos >= len(self._pool):
-            self._pool = _RANDOM(os.urandom(8 * 4096))
+            # a run of a dozen chunks (a proxied call) draws 512 bytes, a long one 32 KiB at a time
+            self._pool = _RANDOM(os.urandom(8 * 4096)) if self._pool else _FIRST(os.urandom(8 * 64))
             pos = 0
         self._pos = pos + 1
         return (
@@ -429,6 +430,7 @@ class _ChunkIds:
 
 
 _RANDOM = struct.Struct(">4096Q").unpack
+_FIRST = struct.Struct(">64Q").unpack
 
 
 class ChunkLog:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -31,7 +32,7 @@ from turnlog.kernel._branch import Branch
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UnknownBranch
 from turnlog.kernel._persist import ChunkLog
-from turnlog.kernel._run_buffer import RunBuffer, buffer_path, default_persist_dir
+from turnlog.kernel._run_buffer import RunBuffer, buffer_name, default_persist_dir
 from turnlog.kernel.models import ModelResponse, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
@@ -52,12 +53,11 @@ from turnlog.projections import (
     RunStarted,
     System,
     SystemContent,
-    new_events,
 )
 
 from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
 from ._apis import conversation as conversation_of
-from ._chunks import SSEBatch, plain_json, wire_chunks
+from ._chunks import SSEBatch, plain_json, wire_payloads
 
 __all__ = ["MARKER", "WireCall", "WireRecorder"]
 
@@ -93,6 +93,18 @@ class WireRecorder:
     #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
     #: fork or a branch's first load).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _persist_dir: Path | None = None
+
+    def buffer_path(self, branch_id: str, run_id: str) -> Path:
+        """Where a streamed call's run buffer goes: ``recover``'s default directory of the store.
+
+        The directory is resolved once (``buffer_path`` resolves two paths on every call, some
+        0.2 ms); a name of two canonical UUIDs stays in it, and ``RunBuffer`` opens the file
+        with ``O_EXCL | O_NOFOLLOW``, so nothing planted at the path is followed.
+        """
+        if self._persist_dir is None:
+            self._persist_dir = default_persist_dir(self.store).resolve()
+        return self._persist_dir / buffer_name(branch_id, run_id)
 
     @classmethod
     async def load(cls, store: EventStore) -> WireRecorder:
@@ -372,7 +384,7 @@ class WireCall:
             store = self.recorder.store
             buffer = None
             if not isinstance(store, MemoryEventStore):
-                buffer = RunBuffer(buffer_path(default_persist_dir(store), self.branch.id, self.run_id))
+                buffer = RunBuffer(self.recorder.buffer_path(self.branch.id, self.run_id))
             meta = {"branch_id": self.branch.id, "run_id": self.run_id}
             self.log = ChunkLog(store, self.run_id, meta, buffer=buffer)
         return self.log
@@ -398,13 +410,20 @@ class WireCall:
 
     @staticmethod
     async def _settle(log: ChunkLog) -> None:
-        """Commit every journaled chunk and remove the buffer (closed, kept, if a commit fails)."""
+        """Commit every journaled chunk and remove the buffer (closed, kept, if a commit fails).
+
+        ``ChunkLog.finish`` removes a buffer in a worker thread; one unlink of a file that held
+        a dozen lines does not block the loop as long as a thread hop costs (0.1 to 0.5 ms).
+        """
+        buffer = log.buffer
         try:
-            await log.finish()
+            await log.commit()
         except BaseException:
-            if log.buffer is not None:
-                log.buffer.close()  # its lock dropped: ``recover`` imports it
+            if buffer is not None:
+                buffer.close()  # its lock dropped: ``recover`` imports it
             raise
+        if buffer is not None:
+            buffer.remove()
 
     async def chunks(self, batch: SSEBatch) -> None:
         """Journal stream events in the run buffer (one write each), before they are forwarded.
@@ -415,17 +434,25 @@ class WireCall:
         """
         await self.open()  # an answer that streams although the request did not ask it to
         log = self._journal()
-        chunks, answered = wire_chunks(batch, self.scrub, self.seq)
+        payloads, answered = wire_payloads(batch, self.scrub, self.seq)
         if self.ttft_ms is None and answered:
             self.ttft_ms = self.elapsed_ms
-        for event in new_events(chunks):  # each payload validated as the store would
-            log.add_data(event.data)
+        for data in payloads:
+            log.add_data(data)
         self.seq = log.seq
 
     async def flush(self) -> None:
         """Commit the journaled chunks to the store (one append), after they were forwarded."""
-        if self.log is not None and self.log.pending:
-            await self.log.commit()
+        log = self.log
+        if log is not None and log.pending:
+            try:
+                await log.commit()
+            except Exception:
+                # the store failed (not a cancellation, after which the close commits): the
+                # buffer's lock is dropped so that ``recover`` can import what was forwarded
+                if log.buffer is not None:
+                    log.buffer.close()
+                raise
 
     def _called(
         self,
