@@ -385,7 +385,7 @@ async def _forward_events(
     send: Send,
     most: int | None = None,
 ) -> tuple[int, bytes]:
-    """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
+    """Record the complete events of ``pending`` (``most`` of them) in one go, then forward them.
 
     Returns how many were and the bytes left; an event that carries an error sets ``streamed.fault``.
     """
