@@ -238,8 +238,10 @@ async def test_sigkill_mid_stream_keeps_what_the_client_got_and_recover_closes_t
     assert failed[0].reason == "crashed"
     interrupted = branch.messages[-1]
     assert interrupted.kind == "AssistantResponse" and interrupted.metadata.get("interrupted") is True
-    # every chunk the client held was in the log before it was forwarded
+    # every chunk the client held was journaled before it was forwarded: in the log after recover,
+    # which imported the call's run buffer (what the store lacked of it) and removed it
     assert interrupted.content.text.startswith(received) and full.startswith(interrupted.content.text)
+    assert list((tmp_path / "s.db.runs").iterdir()) == []
 
 
 async def test_a_restarted_proxy_threads_into_the_conversations_it_recorded_before(tmp_path: Path) -> None:
