@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import httpx
+import orjson
 
 from turnlog.eventstore import open_store
 from turnlog.kernel.wire import ProxyApp, ProxyConfig, WireRecorder, serve_loopback
@@ -110,12 +111,13 @@ async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path:
     assert [h[b"user-agent"] for h in seen] == [b"a-client", b"a-client"]
 
 
-async def test_the_events_of_one_upstream_read_are_recorded_in_one_append(tmp_path: Path) -> None:
-    """A burst of stream events that one read brings costs two appends, not one per event.
+async def test_the_events_of_one_upstream_read_are_committed_in_one_append(tmp_path: Path) -> None:
+    """A burst of stream events that one read brings costs one append, not one per event.
 
-    The first event goes alone (the client's first byte waits for one event's commit), the
-    rest of the read together; each is recorded before it is forwarded, and the client gets
-    the events as the upstream sent them.
+    Each event is journaled in the call's run buffer before it is forwarded (the first alone,
+    so the client's first byte waits for one line's write, the rest of the read together),
+    the read's events are committed after, in one append, and the buffer is removed at the
+    close; the client gets the events as the upstream sent them.
     """
     async with FakeUpstreamServer([{"text": "one two three four five six", "chunk_chars": 4}]) as fake:
         async with httpx.AsyncClient() as client:
@@ -139,14 +141,14 @@ async def test_the_events_of_one_upstream_read_are_recorded_in_one_append(tmp_pa
         await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
         anyio.create_task_group() as tg,
     ):
-        append = store.append
+        append = store.append_encoded
 
         async def counted(stream: str, events: Any, *args: Any, **kwargs: Any) -> Any:
             if stream.startswith("run-"):
                 appends.append(len(events))
             return await append(stream, events, *args, **kwargs)
 
-        store.append = counted  # type: ignore[method-assign]
+        store.append_encoded = counted  # type: ignore[method-assign]
         tg.start_soon(listener.serve, upstream)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         app = ProxyApp(
@@ -162,7 +164,8 @@ async def test_the_events_of_one_upstream_read_are_recorded_in_one_append(tmp_pa
         tg.cancel_scope.cancel()
         await app.aclose()
     assert answer.content == b"".join(events)
-    assert len(appends) == 2 and appends[0] == 1
+    assert appends == [len(chunks)]
+    assert list((tmp_path / "s.db.runs").iterdir()) == []  # the run buffer, removed at the close
     assert [c.data["metadata"]["sse"] for c in chunks if "sse" in c.data["metadata"]] == [
         e.decode() for e in events
     ]
@@ -224,3 +227,45 @@ async def test_a_client_leaving_after_the_streams_error_event_leaves_a_failed_ca
     await app.aclose()
     assert (called.data["status"], called.data["error_type"]) == ("error", "StreamFault")
     assert "Overloaded" in called.data["error_message"]
+
+
+async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_imports_them(
+    tmp_path: Path,
+) -> None:
+    """A crash between an event's forward and its commit: ``recover`` puts it in the log.
+
+    The call journals its events (``chunks``) and, as the proxy would have forwarded them, dies
+    before ``flush``: its buffer's lock is dropped with the process (here: the buffer closed).
+    """
+    from turnlog.kernel import recover
+    from turnlog.kernel.models._secrets import Scrubber
+    from turnlog.kernel.wire._apis import route
+
+    events = _BROKEN_STREAM[1]
+    texts = [e + "\n\n" for e in events.split("\n\n") if e][:3]  # up to the text delta, no error
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        body = {**BODY, "stream": True}
+        call_route = route("POST", "/v1/messages", "", body)
+        assert call_route is not None
+        call = await (await WireRecorder.load(store)).open_call(call_route, body, None, Scrubber([]))
+        assembly = call.route.wire.assembly(call.route.model)
+        batch = []
+        for text in texts:
+            assembly.add(orjson.loads(text.split("data: ", 1)[1]))
+            batch.append((text, assembly.take_pieces(), None))
+        await call.chunks(batch)
+        assert [e async for e in store.read_all() if e.type == "stream.chunk"] == []  # not committed
+        assert call.log is not None and call.log.buffer is not None
+        call.log.buffer.close()  # the crash: nothing more is written, the lock is gone
+        report = await recover(store)
+        chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
+        types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        texts_added = [
+            e.data["message"]["content"].get("text")
+            async for e in store.read_all(stream_prefix="branch-")
+            if e.type == "message.added"
+        ]
+    assert report.imported == len(chunks) == call.seq > 0
+    assert [c.data["metadata"].get("sse") for c in chunks if "sse" in c.data["metadata"]] == texts
+    assert types[-1] == "run.failed" and texts_added[-1] == "part of it"
+    assert list((tmp_path / "s.db.runs").iterdir()) == []

@@ -170,7 +170,9 @@ async def test_no_credential_reaches_the_log(tmp_path: Path) -> None:
                     json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
                 )
     assert KEY in plain.text and KEY in streamed.text  # the client gets the answer as it was
-    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+    # the store's files and the run buffers beside it (``s.db.runs/``, emptied by the closes)
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*") if p.is_file())
+    stored += b"".join(p.read_bytes() for p in tmp_path.glob("s.db.runs/*"))
     assert stored.count(b"your key is <redacted>") and stored.count(b"echo <redacted>")
     assert KEY.encode() not in stored
     assert len(await recorded(store)) == 2
@@ -236,8 +238,10 @@ async def test_sigkill_mid_stream_keeps_what_the_client_got_and_recover_closes_t
     assert failed[0].reason == "crashed"
     interrupted = branch.messages[-1]
     assert interrupted.kind == "AssistantResponse" and interrupted.metadata.get("interrupted") is True
-    # every chunk the client held was in the log before it was forwarded
+    # every chunk the client held was journaled before it was forwarded: in the log after recover,
+    # which imported the call's run buffer (what the store lacked of it) and removed it
     assert interrupted.content.text.startswith(received) and full.startswith(interrupted.content.text)
+    assert list((tmp_path / "s.db.runs").iterdir()) == []
 
 
 async def test_a_restarted_proxy_threads_into_the_conversations_it_recorded_before(tmp_path: Path) -> None:

@@ -416,7 +416,8 @@ class _ChunkIds:
             ms = self._ms
         pos = self._pos
         if pos >= len(self._pool):
-            self._pool = _RANDOM(os.urandom(8 * 4096))
+            # a run of a dozen chunks (a proxied call) draws 512 bytes, a long one 32 KiB at a time
+            self._pool = _RANDOM(os.urandom(8 * 4096)) if self._pool else _FIRST(os.urandom(8 * 64))
             pos = 0
         self._pos = pos + 1
         return (
@@ -429,6 +430,7 @@ class _ChunkIds:
 
 
 _RANDOM = struct.Struct(">4096Q").unpack
+_FIRST = struct.Struct(">64Q").unpack
 
 
 class ChunkLog:
@@ -493,9 +495,20 @@ class ChunkLog:
         Raises:
             EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
         """
+        return self.add_data(chunk_payload(chunk, self.seq + 1))
+
+    def add_data(self, data: dict[str, Any]) -> EncodedEvent:
+        """``add`` for a ``stream.chunk`` payload made already (``data["seq"]`` the next seq).
+
+        Raises:
+            UsageError: ``data["seq"]`` is not the next seq (nothing is written).
+            EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
+        """
         seq = self.seq + 1
+        if data.get("seq") != seq:
+            raise UsageError(f"chunk seq {data.get('seq')!r} is not the next one ({seq})")
         ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
-        event = self._encode(chunk_payload(chunk, seq), self._ids(ms))
+        event = self._encode(data, self._ids(ms))
         self.seq = seq  # counted once it is an event: seq k stays stream version k
         if self.buffer is not None:
             if ms != self._stamp_ms:

@@ -51,6 +51,7 @@ __all__ = [
     "ChunkLine",
     "RunBuffer",
     "UnsafePathError",
+    "buffer_name",
     "buffer_path",
     "check_file_id",
     "default_persist_dir",
@@ -102,10 +103,14 @@ def path_inside(directory: str | os.PathLike[str], name: str) -> Path:
     return target
 
 
+def buffer_name(branch_id: str, run_id: str) -> str:
+    """``<branch_id>.<run_id>.jsonl``; both ids must be canonical UUIDs (``UnsafePathError``)."""
+    return f"{check_file_id(branch_id, 'branch id')}.{check_file_id(run_id, 'run id')}.jsonl"
+
+
 def buffer_path(persist_dir: str | os.PathLike[str], branch_id: str, run_id: str) -> Path:
     """``<persist_dir>/<branch_id>.<run_id>.jsonl``; both ids must be canonical UUIDs."""
-    name = f"{check_file_id(branch_id, 'branch id')}.{check_file_id(run_id, 'run id')}.jsonl"
-    return path_inside(persist_dir, name)
+    return path_inside(persist_dir, buffer_name(branch_id, run_id))
 
 
 def snapshot_path(snapshot_dir: str | os.PathLike[str], branch_id: str) -> Path:

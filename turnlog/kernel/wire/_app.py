@@ -3,9 +3,9 @@
 ``ProxyApp`` serves every path. A model call (``_apis.route``) is forwarded with httpx
 and recorded by a ``CallRecorder`` (``WireRecorder`` for ``turnlog proxy``, ``RunWire`` under
 ``run()``); anything else passes through unrecorded. Streams go on
-event by event: each complete SSE event of the upstream is recorded, then forwarded with its
-exact bytes, so nothing is buffered beyond one event and a client never holds an event the
-log lacks. A client that goes away mid-stream cancels the upstream request and the call is
+event by event: each complete SSE event of the upstream is recorded (``RecordedCall.chunks``:
+committed, or journaled for ``recover``), then forwarded with its exact bytes, so nothing is
+buffered beyond one event and a client never holds an event the log cannot have. A client that goes away mid-stream cancels the upstream request and the call is
 recorded as cancelled with what had arrived. See ``docs/proxy.md``.
 """
 
@@ -98,7 +98,14 @@ class RecordedCall(Protocol):
     scrub: Scrubber
 
     async def chunks(self, batch: Sequence[tuple[str, Sequence[StreamChunk], str | None]]) -> None:
-        """Record stream events (exact SSE text, the codec's pieces, an error), before forwarding."""
+        """Record stream events (exact SSE text, the codec's pieces, an error), before forwarding.
+
+        Recorded means in the log after ``recover`` should the process die the next instant:
+        committed, or written to a journal that ``recover`` imports.
+        """
+
+    async def flush(self) -> None:
+        """Commit what ``chunks`` journaled, after it was forwarded (a no-op if it committed)."""
 
     async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
         """Close the call with its answer."""
@@ -351,10 +358,13 @@ async def _stream(
         pending += piece
         if waiting:
             # the first event goes alone, not after the whole burst a fast upstream sent
-            # with it: the client's time to first byte pays for one event's commit
+            # with it: the client's time to first byte pays for one event's recording
             sent, pending = await _forward_events(pending, streamed, call, send, 1)
             waiting = not sent
         _, pending = await _forward_events(pending, streamed, call, send)
+        # what was journaled and forwarded is committed now, while the next events gather in
+        # the socket: they are read, recorded and forwarded together after
+        await call.flush()
     if pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     answer = streamed.answer(call)
@@ -375,7 +385,7 @@ async def _forward_events(
     send: Send,
     most: int | None = None,
 ) -> tuple[int, bytes]:
-    """Record the complete events of ``pending`` (``most`` of them) in one append, then forward them.
+    """Record the complete events of ``pending`` (``most`` of them) in one go, then forward them.
 
     Returns how many were and the bytes left; an event that carries an error sets ``streamed.fault``.
     """

@@ -16,7 +16,7 @@ from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import ChunkReceived
 
-__all__ = ["SSEBatch", "plain_json", "wire_chunks"]
+__all__ = ["SSEBatch", "plain_json", "wire_chunks", "wire_payloads"]
 
 #: Each SSE event of a batch: its exact text, the pieces the codec made of it, its error if any.
 SSEBatch = Sequence[tuple[str, Sequence[StreamChunk], str | None]]
@@ -59,15 +59,31 @@ def wire_chunks(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[Chun
     plain = _plain_scrubbed(scrub, None if escaped else tuple(s.encode() for s in scrub.secrets))
     for raw, pieces, error in batch:
         answered = answered or bool(pieces)
-        payloads: list[ChunkReceived] = []
+        fields: list[dict[str, Any]] = []
         if error is not None:
-            payloads.append(ChunkReceived(seq=1, type="error", content=error, is_error=True))
+            fields.append({"type": "error", "content": error, "is_error": True})
         for piece in pieces:
-            payloads.append(ChunkReceived(seq=1, **plain(piece.to_dict())))
-        if not payloads:
-            payloads.append(ChunkReceived(seq=1, type="system"))
+            fields.append(plain(piece.to_dict()))
+        if not fields:
+            fields.append({"type": "system"})
         sse = scrub(raw)
-        for i, payload in enumerate(payloads):
-            metadata = {**payload.metadata, "wire": True, **({"sse": sse} if i == 0 else {})}
-            chunks.append(payload.model_copy(update={"seq": after + len(chunks) + 1, "metadata": metadata}))
+        for i, field in enumerate(fields):
+            metadata = {
+                **(field.pop("metadata", None) or {}),
+                "wire": True,
+                **({"sse": sse} if i == 0 else {}),
+            }
+            # built once, with its final seq and metadata: validated as it is made
+            chunks.append(ChunkReceived(**field, seq=after + len(chunks) + 1, metadata=metadata))
     return chunks, answered
+
+
+def wire_payloads(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[dict[str, Any]], bool]:
+    """``wire_chunks`` as the ``stream.chunk`` payloads the store keeps (``new_event``'s dump).
+
+    Each chunk is built, hence validated, with its final seq and metadata (never copied with
+    new values), so its payload needs no second validation.
+    """
+    chunks, answered = wire_chunks(batch, scrub, after)
+    exclude = not ChunkReceived.stores_defaults
+    return [c.model_dump(mode="json", warnings=False, exclude_defaults=exclude) for c in chunks], answered

@@ -2,10 +2,13 @@
 
 ``WireRecorder.open_call`` picks the branch (named, or threaded: see ``docs/proxy.md``) and
 makes the request's new turns into messages and ``run.started``; the returned ``WireCall``
-records each stream event as a ``stream.chunk`` of the run (``chunk``, awaited *before* the
-event is forwarded, so a client never holds a chunk the log lacks) and closes the call with the
-answer's messages, ``model.called`` and ``run.ended`` in one append (``finish``), or with
-``model.called`` and ``run.failed`` (``fail``). A streamed call's turns and ``run.started`` are
+records each stream event as a ``stream.chunk`` of the run: ``chunks`` writes its line to the
+call's run buffer (the write-ahead journal of ``stream_persist``, one ``write`` per upstream
+read) *before* the event is forwarded, so a client never holds a chunk that ``recover`` cannot
+put in the log, and ``flush``, after the forward, commits the journaled chunks to the store. It
+closes the call with the answer's messages, ``model.called`` and ``run.ended`` in one append
+(``finish``), or with ``model.called`` and ``run.failed`` (``fail``), once every chunk is
+committed (the buffer is then removed). A streamed call's turns and ``run.started`` are
 appended when it opens; a non-streamed call's go in its closing append (its client receives
 the answer only after that commit), so such a call costs one commit, a new branch included.
 
@@ -19,14 +22,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 
-from turnlog.eventstore import NO_STREAM, EventStore, RecordedEvent, uuid7
+from turnlog.eventstore import EventStore, MemoryEventStore, RecordedEvent, uuid7
 from turnlog.kernel._branch import Branch
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UnknownBranch
+from turnlog.kernel._persist import ChunkLog
+from turnlog.kernel._run_buffer import RunBuffer, buffer_name, default_persist_dir
 from turnlog.kernel.models import ModelResponse, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
@@ -47,12 +53,11 @@ from turnlog.projections import (
     RunStarted,
     System,
     SystemContent,
-    new_events,
 )
 
 from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
 from ._apis import conversation as conversation_of
-from ._chunks import SSEBatch, plain_json, wire_chunks
+from ._chunks import SSEBatch, plain_json, wire_payloads
 
 __all__ = ["MARKER", "WireCall", "WireRecorder"]
 
@@ -88,6 +93,18 @@ class WireRecorder:
     #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
     #: fork or a branch's first load).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _persist_dir: Path | None = None
+
+    def buffer_path(self, branch_id: str, run_id: str) -> Path:
+        """Where a streamed call's run buffer goes: ``recover``'s default directory of the store.
+
+        The directory is resolved once (``buffer_path`` resolves two paths on every call, some
+        0.2 ms); a name of two canonical UUIDs stays in it, and ``RunBuffer`` opens the file
+        with ``O_EXCL | O_NOFOLLOW``, so nothing planted at the path is followed.
+        """
+        if self._persist_dir is None:
+            self._persist_dir = default_persist_dir(self.store).resolve()
+        return self._persist_dir / buffer_name(branch_id, run_id)
 
     @classmethod
     async def load(cls, store: EventStore) -> WireRecorder:
@@ -319,10 +336,12 @@ class _Opening:
 class WireCall:
     """One recorded call in flight: its chunks as they pass, then its end.
 
-    A streamed call is opened (``open``: its new turns and ``run.started``, one commit) before
-    its first chunk. A non-streamed call's client receives nothing before the call is closed,
-    so it is recorded whole in the one append that closes it: a crash before that leaves no
-    trace of it, and the client had received nothing of it.
+    A streamed call is opened (``open``: its new turns and ``run.started``, one commit, then its
+    run buffer) before its first chunk; its chunks are journaled in the buffer before they are
+    forwarded (``chunks``) and committed after (``flush``). A non-streamed call's client
+    receives nothing before the call is closed, so it is recorded whole in the one append that
+    closes it: a crash before that leaves no trace of it, and the client had received nothing
+    of it.
     """
 
     recorder: WireRecorder
@@ -339,6 +358,7 @@ class WireCall:
     ttft_ms: float | None = None
     seq: int = 0
     closed: bool = False
+    log: ChunkLog | None = None
 
     async def open(self) -> None:
         """Record the call's new turns and ``run.started`` (a no-op once done)."""
@@ -352,6 +372,22 @@ class WireCall:
             opening.lost()
             raise
         opening.landed(events, self.branch.id)
+        if self.route.stream:
+            self._journal()  # while the request is on its way upstream, off the first byte's path
+
+    def _journal(self) -> ChunkLog:
+        """The call's chunk log: its run buffer made (once the branch and run are in the store).
+
+        A memory store does not outlive the process, so its calls have no buffer.
+        """
+        if self.log is None:
+            store = self.recorder.store
+            buffer = None
+            if not isinstance(store, MemoryEventStore):
+                buffer = RunBuffer(self.recorder.buffer_path(self.branch.id, self.run_id))
+            meta = {"branch_id": self.branch.id, "run_id": self.run_id}
+            self.log = ChunkLog(store, self.run_id, meta, buffer=buffer)
+        return self.log
 
     async def _close(self, items: list[EventData]) -> list[RecordedEvent]:
         """Append the call's closing events, after its opening ones if they are not recorded yet."""
@@ -359,6 +395,8 @@ class WireCall:
         first = list(opening.items) if opening is not None else []
         try:
             with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
+                if self.log is not None:
+                    await self._settle(self.log)
                 events = await self.branch.execute(
                     AddMessages((*first, *items)), run_id=self.run_id, terminal=True
                 )
@@ -370,21 +408,51 @@ class WireCall:
             opening.landed(events, self.branch.id)
         return events[len(first) :]
 
+    @staticmethod
+    async def _settle(log: ChunkLog) -> None:
+        """Commit every journaled chunk and remove the buffer (closed, kept, if a commit fails).
+
+        ``ChunkLog.finish`` removes a buffer in a worker thread; one unlink of a file that held
+        a dozen lines does not block the loop as long as a thread hop costs (0.1 to 0.5 ms).
+        """
+        buffer = log.buffer
+        try:
+            await log.commit()
+        except BaseException:
+            if buffer is not None:
+                buffer.close()  # its lock dropped: ``recover`` imports it
+            raise
+        if buffer is not None:
+            buffer.remove()
+
     async def chunks(self, batch: SSEBatch) -> None:
-        """Record stream events, in one append, before they are forwarded.
+        """Journal stream events in the run buffer (one write each), before they are forwarded.
 
         Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
-        chunk), the pieces the codec made of it, and the error it carried, if any.
+        chunk), the pieces the codec made of it, and the error it carried, if any. The lines
+        hold the very event ids and bytes the store receives at the next ``flush``.
         """
         await self.open()  # an answer that streams although the request did not ask it to
-        meta = {"branch_id": self.branch.id, "run_id": self.run_id}
-        expected = self.seq if self.seq else NO_STREAM
-        chunks, answered = wire_chunks(batch, self.scrub, self.seq)
+        log = self._journal()
+        payloads, answered = wire_payloads(batch, self.scrub, self.seq)
         if self.ttft_ms is None and answered:
             self.ttft_ms = self.elapsed_ms
-        self.seq += len(chunks)
-        events = new_events(chunks, meta=meta)
-        await self.recorder.store.append(f"run-{self.run_id}", events, expected_version=expected)
+        for data in payloads:
+            log.add_data(data)
+        self.seq = log.seq
+
+    async def flush(self) -> None:
+        """Commit the journaled chunks to the store (one append), after they were forwarded."""
+        log = self.log
+        if log is not None and log.pending:
+            try:
+                await log.commit()
+            except Exception:
+                # the store failed (not a cancellation, after which the close commits): the
+                # buffer's lock is dropped so that ``recover`` can import what was forwarded
+                if log.buffer is not None:
+                    log.buffer.close()
+                raise
 
     def _called(
         self,

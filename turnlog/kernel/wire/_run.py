@@ -278,6 +278,9 @@ class RunWireCall:
             self.seq = seq
             self.text += texts
 
+    async def flush(self) -> None:
+        """Nothing to do: ``chunks`` commits before the events are forwarded."""
+
     async def request_results(self, results: Sequence[tuple[str, Any]]) -> None:
         """Record the tool results the request sends upstream (``tool_result`` chunks first).
 
