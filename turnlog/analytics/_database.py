@@ -19,7 +19,7 @@ from typing import Any
 
 from ._batch import Batch
 from ._errors import AnalyticsDatabaseError
-from ._facts import RunEnd, RunStart, priced
+from ._facts import RUN_WIDTH, priced
 from ._pricing import Price, PriceTable
 from ._rollup import (
     BUILD_INDEXES,
@@ -264,8 +264,8 @@ class AnalyticsDatabase:
     ) -> tuple[int, int, int]:
         runs: dict[str, list[Any]] = {}
         for item in batch.runs:
-            if isinstance(item, RunStart):
-                runs[item.run_id] = list(item.row)
+            if len(item) == RUN_WIDTH:  # a start; an end has its reported cost after the row
+                runs[item[0]] = list(item)
             else:
                 _close_run(conn, runs, item, prices)
         model_rows, tool_rows, branches = batch.model_rows, batch.tool_rows, batch.branches
@@ -365,15 +365,18 @@ class AnalyticsDatabase:
         return self.conn().execute(query, params).fetchall()
 
 
-def _close_run(conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd, prices: PriceTable) -> None:
-    row = runs.get(end.run_id)
+def _close_run(
+    conn: sqlite3.Connection, runs: dict[str, list[Any]], closing: tuple[Any, ...], prices: PriceTable
+) -> None:
+    # ``closing`` is a run_end_fact: a RUNS row, then the cost its usage reported.
+    run_id = closing[0]
+    row = runs.get(run_id)
     if row is None:
         found = conn.execute(
-            f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (end.run_id,)
+            f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (run_id,)
         ).fetchone()
-        row = list(found) if found is not None else list(end.row)
-        runs[end.run_id] = row
-    closing = end.row
+        row = list(found) if found is not None else list(closing[:RUN_WIDTH])
+        runs[run_id] = row
     row[_RUN_ENDED] = closing[_RUN_ENDED]
     row[_RUN_VERB] = row[_RUN_VERB] or closing[_RUN_VERB]
     # The closing facts (status .. output tokens) sit side by side in RUNS.
@@ -385,7 +388,7 @@ def _close_run(conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd
         row[_RUN_MODEL],
         row[_RUN_TOKENS_IN],
         row[_RUN_TOKENS_IN + 1],
-        end.reported_cost,
+        closing[RUN_WIDTH],
         started,
         cache=(row[_RUN_TOKENS_IN + 2], row[_RUN_TOKENS_IN + 3]),
     )
