@@ -46,9 +46,9 @@ def test_integer_and_float_payloads_give_the_same_facts() -> None:
         _event("run.ended", {**_END, "duration_ms": 1500, "usage": {**_END["usage"], "cost_usd": 0}}),
         _no_session,
     )
-    assert ended.row[14] == ended_int.row[14] == 1.5 and type(ended_int.row[14]) is float
-    assert (ended.reported_cost, ended_int.reported_cost) == (0.25, 0.0)
-    assert type(ended_int.reported_cost) is float
+    assert ended[14] == ended_int[14] == 1.5 and type(ended_int[14]) is float
+    assert (ended[-1], ended_int[-1]) == (0.25, 0.0)
+    assert type(ended_int[-1]) is float
 
 
 @pytest.mark.parametrize(

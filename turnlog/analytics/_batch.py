@@ -20,7 +20,7 @@ from orjson import loads as _loads
 from turnlog.eventstore import RawEvent, RecordedEvent, StoredRow, Upcaster, Upcasters
 from turnlog.projections import CATALOGUE, decode_event, visible_data
 
-from ._facts import FactEvent, RunEnd, RunStart, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
+from ._facts import FactEvent, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
 from ._pricing import PriceTable
 from ._tables import RELEVANT_TYPES
 
@@ -32,9 +32,9 @@ class Batch:
 
     Extraction is pure: it reads the events, the price table and the projection's committed
     branch-to-session map, and keeps the branches it learns in ``branches`` (newer than the
-    map) until the batch commits. Run starts and ends are kept in log order, as ``RunStart``
-    and ``RunEnd``, because an end may close a run started in an earlier batch (found in the
-    database when the batch is written).
+    map) until the batch commits. Run starts and ends are kept in log order, as the rows of
+    ``run_start_fact`` and ``run_end_fact``, because an end may close a run started in an
+    earlier batch (found in the database when the batch is written).
     """
 
     __slots__ = (
@@ -63,7 +63,7 @@ class Batch:
         self.events = 0
         self.model_rows: list[tuple[Any, ...]] = []
         self.tool_rows: list[tuple[Any, ...]] = []
-        self.runs: list[RunStart | RunEnd] = []
+        self.runs: list[tuple[Any, ...]] = []
         self.branches: dict[str, str | None] = {}
         # None when the store has none: decode then skips the upcasting step entirely
         self._upcasters: Upcasters | None = upcasters or None

@@ -19,7 +19,7 @@ from typing import Any
 
 from ._batch import Batch
 from ._errors import AnalyticsDatabaseError
-from ._facts import RunEnd, RunStart, priced
+from ._facts import RUN_WIDTH, priced
 from ._pricing import Price, PriceTable
 from ._rollup import (
     BUILD_INDEXES,
@@ -262,10 +262,13 @@ class AnalyticsDatabase:
     def _write_facts(
         self, conn: sqlite3.Connection, batch: Batch, prices: PriceTable
     ) -> tuple[int, int, int]:
-        runs: dict[str, list[Any]] = {}
+        # Rows stay tuples: a closed run is a new tuple. Lists would be kept for the whole
+        # batch, and the collector never untracks a list, so it would walk them again and
+        # again while the batch is written.
+        runs: dict[str, tuple[Any, ...]] = {}
         for item in batch.runs:
-            if isinstance(item, RunStart):
-                runs[item.run_id] = list(item.row)
+            if len(item) == RUN_WIDTH:  # a start; an end has its reported cost after the row
+                runs[item[0]] = item
             else:
                 _close_run(conn, runs, item, prices)
         model_rows, tool_rows, branches = batch.model_rows, batch.tool_rows, batch.branches
@@ -365,30 +368,29 @@ class AnalyticsDatabase:
         return self.conn().execute(query, params).fetchall()
 
 
-def _close_run(conn: sqlite3.Connection, runs: dict[str, list[Any]], end: RunEnd, prices: PriceTable) -> None:
-    row = runs.get(end.run_id)
+def _close_run(
+    conn: sqlite3.Connection, runs: dict[str, tuple[Any, ...]], closing: tuple[Any, ...], prices: PriceTable
+) -> None:
+    # ``closing`` is a run_end_fact: a RUNS row, then the cost its usage reported.
+    run_id = closing[0]
+    row = runs.get(run_id)
     if row is None:
         found = conn.execute(
-            f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (end.run_id,)
+            f"SELECT * FROM {RUNS.name} WHERE {RUNS.columns[0].sql} = ?", (run_id,)
         ).fetchone()
-        row = list(found) if found is not None else list(end.row)
-        runs[end.run_id] = row
-    closing = end.row
-    row[_RUN_ENDED] = closing[_RUN_ENDED]
-    row[_RUN_VERB] = row[_RUN_VERB] or closing[_RUN_VERB]
+        row = tuple(found) if found is not None else closing[:RUN_WIDTH]
+    model = row[_RUN_MODEL]
+    tokens_in, tokens_out, read, write = closing[_RUN_TOKENS_IN : _RUN_TOKENS_IN + 4]
+    # Priced at the price in force when the run started (its recorded_at, ISO 8601 UTC): the
+    # day matters only to a model whose price changed, so only then is it parsed.
+    started = row[_RUN_RECORDED]
+    at = datetime.fromisoformat(started) if started and len(prices.history(model)) > 1 else None
+    cost = priced(prices, model, tokens_in, tokens_out, closing[RUN_WIDTH], at, cache=(read, write))
     # The closing facts (status .. output tokens) sit side by side in RUNS.
-    row[_RUN_STATUS:_RUN_COST] = closing[_RUN_STATUS:_RUN_COST]
-    # Priced at the price in force when the run started (its recorded_at, ISO 8601 UTC).
-    started = datetime.fromisoformat(row[_RUN_RECORDED]) if row[_RUN_RECORDED] else None
-    row[_RUN_COST : _RUN_COST + 2] = priced(
-        prices,
-        row[_RUN_MODEL],
-        row[_RUN_TOKENS_IN],
-        row[_RUN_TOKENS_IN + 1],
-        end.reported_cost,
-        started,
-        cache=(row[_RUN_TOKENS_IN + 2], row[_RUN_TOKENS_IN + 3]),
-    )
+    runs[run_id] = (
+        *row[:_RUN_ENDED], closing[_RUN_ENDED], row[_RUN_VERB] or closing[_RUN_VERB],
+        *row[_RUN_VERB + 1 : _RUN_STATUS], *closing[_RUN_STATUS:_RUN_COST], *cost,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ SQLite chores

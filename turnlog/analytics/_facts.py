@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from turnlog.projections import EventDecodeError
 
 from ._pricing import PriceTable
+from ._tables import RUNS
 
 __all__ = [
     "FactEvent",
-    "RunEnd",
-    "RunStart",
+    "RUN_WIDTH",
     "SessionOf",
     "branch_of",
     "model_call_fact",
@@ -318,33 +318,13 @@ def tool_call_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...] |
     )
 
 
-class RunStart(NamedTuple):
-    """What ``run.started`` says about a run, in ``RUNS`` column order from ``position``.
+RUN_WIDTH = len(RUNS.columns)
+"""Values in a ``RUNS`` row; a closing row (``run_end_fact``) has one more, the reported cost.
 
-    A named tuple, not a dataclass: a rebuild makes one per run and keeps it until its batch
-    is written, and a tuple of plain values is cheaper to build and is left alone by the
-    garbage collector once it has seen it.
-    """
-
-    run_id: str
-    row: tuple[Any, ...]
-
-
-class RunEnd(NamedTuple):
-    """What ``run.ended`` / ``run.failed`` say about a run.
-
-    Attributes:
-        run_id: The run.
-        row: A whole ``RUNS`` row from this event alone: its closing columns (``ended_at``,
-            status through output tokens) update the run's row, and all of it stands in for
-            a run whose start is not in the log. Cost columns are None: the projection
-            prices the run with the model its start named.
-        reported_cost: The cost reported in the run's usage, if any.
-    """
-
-    run_id: str
-    row: tuple[Any, ...]
-    reported_cost: float | None
+Run facts are plain tuples, not objects wrapping them: a rebuild keeps one per run start
+and one per run end until its batch is written, and each object kept is one more that the
+garbage collector walks (a third of what a rebuild keeps were such wrappers).
+"""
 
 
 def _run_id(event: FactEvent) -> str:
@@ -354,8 +334,8 @@ def _run_id(event: FactEvent) -> str:
     return run_id
 
 
-def run_start_fact(event: FactEvent, session_of: SessionOf) -> RunStart:
-    """The ``RUNS`` row a ``run.started`` event opens (status ``running``)."""
+def run_start_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...]:
+    """The ``RUNS`` row a ``run.started`` event opens (status ``running``), ``RUN_WIDTH`` values."""
     data = event.data
     run_id = _run_id(event)
     when, day = _when(event)
@@ -391,11 +371,18 @@ def run_start_fact(event: FactEvent, session_of: SessionOf) -> RunStart:
         None,
         None,
     )
-    return RunStart(run_id, row)
+    return row
 
 
-def run_end_fact(event: FactEvent, session_of: SessionOf) -> RunEnd:
-    """What a ``run.ended`` or ``run.failed`` event closes."""
+def run_end_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...]:
+    """What a ``run.ended`` or ``run.failed`` event closes: a ``RUNS`` row, then the reported cost.
+
+    The row (its first ``RUN_WIDTH`` values) is a whole ``RUNS`` row from this event alone:
+    its closing columns (``ended_at``, status through output tokens) update the run's row,
+    and all of it stands in for a run whose start is not in the log. Its cost columns are
+    None: the projection prices the run with the model its start named. The last value is
+    the cost reported in the run's usage (None when not reported).
+    """
     data = event.data
     run_id = _run_id(event)
     when, day = _when(event)
@@ -421,5 +408,6 @@ def run_end_fact(event: FactEvent, session_of: SessionOf) -> RunEnd:
     row = (
         run_id, event.position, when, day, when, verb, None, None, None, branch, session,
         status, reason, error_type, duration, chunks, tokens_in, tokens_out, read, write, None, None,
+        reported,
     )  # fmt: skip
-    return RunEnd(run_id, row, reported)
+    return row
