@@ -149,29 +149,40 @@ def _link_fields(data: Any, keys: frozenset[str], required: frozenset[str]) -> d
     return out
 
 
-def _run(data: Any) -> RunInfo:
-    if type(data) is not dict or not _RUN_REQUIRED <= data.keys() or not data.keys() <= _RUN_FIELDS.keys():
+def _run(data: Any, usages: dict[Any, Usage]) -> RunInfo:
+    """One stored run; ``usages`` holds the usages already read in this head, by their items."""
+    if type(data) is not dict or not _RUN_REQUIRED <= data.keys():
         raise _Refused
-    fields: dict[str, Any] = {}
-    _scalars(data, _RUN_SCALARS, fields)
-    for name in _RUN_TIMES:
-        if name in data:
-            fields[name] = _time(data[name])
-    if "status" in data:
-        status = data["status"]
-        if type(status) is not str or status not in _STATUSES:
+    fields = dict(data)
+    for name, value in data.items():  # one pass: a run is read for every run of every head
+        allowed = _RUN_SCALARS.get(name)
+        if allowed is not None:
+            if type(value) not in allowed:
+                raise _Refused
+        elif name in _RUN_TIMES:
+            fields[name] = _time(value)
+        elif name == "status":
+            if type(value) is not str or value not in _STATUSES:
+                raise _Refused
+        elif name == "usage":
+            if type(value) is not dict:
+                raise _Refused
+            try:
+                key = tuple(value.items())
+                usage = usages.get(key)
+            except TypeError:  # an unhashable value: not a count
+                raise _Refused from None
+            if usage is None:
+                # pydantic's own validator (built at import); what it refuses is refused here.
+                # Runs of one head share a frozen Usage of equal counts, as equal values may.
+                usage = usages[key] = _validate_usage(value)
+            fields[name] = usage
+        elif name == "recovered":
+            if type(value) not in _OPT_DICT:
+                raise _Refused
+            fields[name] = dict(value) if value is not None else None
+        else:
             raise _Refused
-        fields["status"] = status
-    if "usage" in data:
-        usage = data["usage"]
-        if type(usage) is not dict:
-            raise _Refused
-        fields["usage"] = _validate_usage(usage)  # pydantic's own (built at import), errors refused
-    if "recovered" in data:
-        recovered = data["recovered"]
-        if type(recovered) not in _OPT_DICT:
-            raise _Refused
-        fields["recovered"] = dict(recovered) if recovered is not None else None
     return RunInfo(**fields)
 
 
@@ -193,7 +204,8 @@ def _head_fields(data: Any) -> dict[str, Any]:
     runs = data["runs"]
     if type(runs) is not list:
         raise _Refused
-    out["runs"] = [_run(r) for r in runs]
+    usages: dict[Any, Usage] = {}
+    out["runs"] = [_run(r, usages) for r in runs]
     sessions = data["provider_sessions"]
     if type(sessions) is not list:
         raise _Refused
