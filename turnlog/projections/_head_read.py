@@ -100,8 +100,6 @@ ENABLED = (
 )
 """Whether the models have exactly the fields this path checks (else pydantic validates all)."""
 
-_validate_usage = Usage.__pydantic_validator__.validate_python
-
 
 class _Refused(Exception):
     """The stored head is not of the exact shape: validate it the general way."""
@@ -173,9 +171,10 @@ def _run(data: Any, usages: dict[Any, Usage]) -> RunInfo:
             except TypeError:  # an unhashable value: not a count
                 raise _Refused from None
             if usage is None:
-                # pydantic's own validator (built at import); what it refuses is refused here.
-                # Runs of one head share a frozen Usage of equal counts, as equal values may.
-                usage = usages[key] = _validate_usage(value)
+                # pydantic's own validator, looked up here rather than at import so that a
+                # deferred build stays deferred; what it refuses is refused here. Runs of one
+                # head share a frozen Usage of equal counts, as equal values may.
+                usage = usages[key] = Usage.model_validate(value)
             fields[name] = usage
         elif name == "recovered":
             if type(value) not in _OPT_DICT:
