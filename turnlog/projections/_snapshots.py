@@ -50,6 +50,7 @@ from ._catalogue import CATALOGUE
 from ._decode import decode_messages
 from ._errors import ProjectionError
 from ._fold import gc_paused
+from ._head_read import head_of, link_of
 from ._messages import AnyMessage, System
 from ._snapshot_head import READABLE_SCHEMAS, HeadLink, HeadMaps, HeadMapsMemo, SnapshotHead
 from ._state import BranchState
@@ -125,14 +126,14 @@ class _Head:
 
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
-        self.link = HeadLink.model_validate(snap.data)
+        self.link = link_of(snap.data)
         self._head: SnapshotHead | None = None
 
     @property
     def head(self) -> SnapshotHead:
         """The validated head (validated once, on first use)."""
         if self._head is None:
-            self._head = SnapshotHead.model_validate(self.snap.data)
+            self._head = head_of(self.snap.data)
         return self._head
 
 
@@ -144,7 +145,7 @@ def _link_or_none(snap: Snapshot | None) -> HeadLink | None:
     if snap is None or not _usable(snap):
         return None
     try:
-        return HeadLink.model_validate(snap.data)
+        return link_of(snap.data)
     except ValidationError:
         return None
 
