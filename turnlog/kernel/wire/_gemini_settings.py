@@ -18,10 +18,13 @@ what the CLI's ``loadSettings`` and ``loadEnvironment`` do, in the same order:
    Files may hold comments; ``$VAR``, ``${VAR}`` and ``${VAR:-default}`` in their strings are
    expanded from the environment.
 2. The workspace's trust (``checkPathTrust``): ``GEMINI_RESTRICTED_MODE=true`` or
-   ``GEMINI_CLI_TRUST_WORKSPACE=false`` distrust it, ``GEMINI_CLI_TRUST_WORKSPACE=true`` (or
-   ``--skip-trust``) trusts it, so does ``security.folderTrust.enabled: false`` in the
-   settings other than the workspace's, else the longest matching rule of
-   ``trustedFolders.json`` (``GEMINI_CLI_TRUSTED_FOLDERS_PATH``) decides; no rule: untrusted.
+   ``GEMINI_CLI_TRUST_WORKSPACE=false`` distrust it, ``GEMINI_CLI_TRUST_WORKSPACE=true`` trusts
+   it, so does ``security.folderTrust.enabled: false`` in the settings other than the
+   workspace's, else the longest matching rule of ``trustedFolders.json``
+   (``GEMINI_CLI_TRUSTED_FOLDERS_PATH``) decides; no rule: untrusted. ``--skip-trust`` does
+   not count here: the CLI loads its settings before it reads its arguments (checked with
+   the pinned CLI: with ``--skip-trust`` alone the run goes ahead without the workspace's
+   settings).
 3. The ``.env`` file (``findEnvFile``): from the working directory upwards, ``.gemini/.env``
    (trusted workspaces only) then ``.env``, else the home directory's; its variables fill in
    those the environment lacks (untrusted: only the four auth variables, sanitised; a
@@ -81,8 +84,6 @@ def gemini_start(env: Mapping[str, str], cwd: str | None = None, args: Sequence[
     """
     workdir = os.path.abspath(cwd or os.getcwd())
     env = dict(env)
-    if _skip_trust(args):
-        env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
     home = env.get("GEMINI_CLI_HOME") or env.get("HOME") or str(Path.home())
     system_path = env.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or _system_settings_path()
     defaults_path = env.get("GEMINI_CLI_SYSTEM_DEFAULTS_PATH") or os.path.join(
@@ -115,10 +116,6 @@ def _auth_from_env(env: Mapping[str, str]) -> str | None:
     if env.get("CLOUD_SHELL") == "true" or env.get("GEMINI_CLI_USE_COMPUTE_ADC") == "true":
         return "compute-default-credentials"
     return None
-
-
-def _skip_trust(args: Sequence[str]) -> bool:
-    return any(a in ("--skip-trust", "--skipTrust", "--skip-trust=true") for a in _before_dashes(args))
 
 
 def _before_dashes(args: Sequence[str]) -> list[str]:

@@ -130,8 +130,8 @@ def wire_target(
     backend's Responses API), Gemini CLI signed in with Google (Code Assist) or on Vertex AI.
     Gemini CLI's auth type comes from its settings files (system, workspace of ``cwd``, user,
     system defaults), its ``.env`` file and ``env``, as the CLI merges them
-    (``_gemini_settings``); ``args`` are the CLI's extra arguments (``--skip-trust``,
-    ``--ignore-env`` bear on that). None when the CLI cannot be pointed at the recorder
+    (``_gemini_settings``); ``args`` are the CLI's extra arguments (``--ignore-env``
+    bears on that). None when the CLI cannot be pointed at the recorder
     (another provider; a Codex provider without a ``base_url`` of its own config; Codex's
     ChatGPT login with an ``openai_base_url`` that is neither an OpenAI ``/v1`` nor a ChatGPT
     ``/backend-api/codex`` base).
