@@ -17,20 +17,24 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import httpx
 
-__all__ = ["LITELLM_VERSION", "MASTER_KEY", "MODEL", "find_litellm", "running_litellm"]
+__all__ = ["LITELLM_VERSION", "MASTER_KEY", "MODEL", "RETRY_BACKOFF_OFF", "find_litellm", "running_litellm"]
 
 LITELLM_VERSION = "1.106.12"
 #: The key clients send to the LiteLLM proxy (it is its master key; offline, loopback only).
 MASTER_KEY = "sk-turnlog-litellm-0123456789"
 #: The model name clients ask for; LiteLLM maps it to ``anthropic/MODEL`` on the upstream.
 MODEL = "claude-sonnet-4-5"
+#: LiteLLM's retry back-off set to nothing (its constants read these variables): a failing
+#: upstream is still tried 1 + ``num_retries`` (2) times, without the 0.5 s * 2^n + up to
+#: 0.75 s of jitter between the tries (about 2.5 s per failed request).
+RETRY_BACKOFF_OFF = {"INITIAL_RETRY_DELAY": "0", "JITTER": "0"}
 
 
 def find_litellm() -> Path | None:
@@ -66,11 +70,17 @@ def _free_port() -> int:
 
 @asynccontextmanager
 async def running_litellm(
-    executable: Path, upstream: str, workdir: Path, *, upstream_key: str = "sk-upstream-0123456789"
+    executable: Path,
+    upstream: str,
+    workdir: Path,
+    *,
+    upstream_key: str = "sk-upstream-0123456789",
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[str]:
     """The LiteLLM proxy in front of ``upstream``, yielding its base URL once it answers.
 
-    It starts slowly (some seconds of imports), hence the generous wait.
+    It starts slowly (some seconds of imports), hence the generous wait. ``env`` adds
+    variables of its process (e.g. ``RETRY_BACKOFF_OFF``: its retries without their waits).
     """
     config = workdir / "litellm.yaml"
     config.write_text(_config(upstream, upstream_key))
@@ -82,6 +92,7 @@ async def running_litellm(
         "LITELLM_LOG": "ERROR",
         "LITELLM_TELEMETRY": "False",
         "NO_DOCS": "True",
+        **(env or {}),
     }
     argv = [str(executable), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     log = (workdir / "litellm.log").open("wb")

@@ -109,6 +109,7 @@ def test_the_subscription_logins_are_pointed_at_the_recorder(tmp_path: Path) -> 
     vertex_env = {
         "HOME": str(tmp_path),
         "GOOGLE_GENAI_USE_VERTEXAI": "true",
+        "GOOGLE_CLOUD_PROJECT": "p",
         "GOOGLE_CLOUD_LOCATION": "europe-west4",
     }
     vertex = wire_target("gemini", vertex_env)

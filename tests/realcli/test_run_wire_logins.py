@@ -285,3 +285,83 @@ async def test_codex_built_in_provider_is_recorded_through_openai_base_url(
     """The pinned Codex reads ``openai_base_url`` only (not ``OPENAI_BASE_URL``): the recorder sets it."""
     await _recorded_login_run(store, codex_api_key, "codex", login_upstream, "/v1/responses")
     assert b"sk-built-in-provider-key" not in await _everything(store)
+
+
+VERTEX_KEY = "AIza-fake-vertex-express-key-0042"
+DECOY_KEY = "AIza-fake-gemini-api-key-never-used"
+
+
+@pytest.fixture
+def vertex_upstream() -> Iterator[FakeUpstreamServer]:
+    """A fake upstream that takes only the Vertex AI express key (``x-goog-api-key``)."""
+    with UpstreamThread(FakeUpstreamServer(api_key=VERTEX_KEY)) as server:
+        yield server
+
+
+def _gemini_vertex(prefix: Path, upstream: FakeUpstreamServer, tmp_path: Path, chosen_by: str) -> RealCLI:
+    """Gemini CLI on Vertex AI in express mode (``GOOGLE_API_KEY``), Vertex AI at the fake.
+
+    ``chosen_by`` says what selects Vertex AI: ``env`` (``GOOGLE_GENAI_USE_VERTEXAI``, no auth
+    type in the settings) or ``workspace`` (the run directory's ``.gemini/settings.json`` says
+    ``vertex-ai`` over the user's ``gemini-api-key``, with a Gemini API key at hand too).
+    """
+    home, work = _dirs(tmp_path, "gemini")
+    user: dict[str, Any] = {
+        "general": {"maxAttempts": 1},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    env = _base_env(home) | {
+        "GOOGLE_API_KEY": VERTEX_KEY,
+        "GOOGLE_VERTEX_BASE_URL": upstream.base_url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+    if chosen_by == "env":
+        env["GOOGLE_GENAI_USE_VERTEXAI"] = "true"
+    else:
+        user["security"] = {"auth": {"selectedType": "gemini-api-key"}}
+        env["GEMINI_API_KEY"] = DECOY_KEY
+        workspace = work / ".gemini" / "settings.json"
+        workspace.parent.mkdir()
+        workspace.write_text(
+            json.dumps({"security": {"auth": {"selectedType": "vertex-ai"}}}), encoding="utf-8"
+        )
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps(user), encoding="utf-8")
+    return RealCLI("gemini", prefix / "node_modules" / ".bin" / "gemini", env, home, work)
+
+
+@pytest.mark.parametrize("chosen_by", ["env", "workspace"])
+async def test_gemini_on_vertex_ai_is_recorded_at_the_wire(
+    store: EventStore,
+    realcli_prefix: Path,
+    vertex_upstream: FakeUpstreamServer,
+    tmp_path: Path,
+    chosen_by: str,
+) -> None:
+    """Vertex AI (express mode), chosen by the environment or by the workspace's settings file."""
+    cli = _gemini_vertex(realcli_prefix, vertex_upstream, tmp_path, chosen_by)
+    vertex_upstream.set_script([{"text": ANSWER}])
+    branch = Branch(store=store)
+    answer = await branch.run_and_collect("say hello", chat_model=kit.model_of(cli, "gemini"))
+    assert answer == ANSWER
+    run = kit.last_run(branch)
+    calls = await read_wire_calls(store, run.run_id)
+    model_calls = [r for r in list(vertex_upstream.requests) if r["entry"] is not None]
+    assert [r["path"].split("?")[0].rsplit("/", 1)[0] for r in model_calls] == [
+        "/v1beta1/publishers/google/models"
+    ]
+    # every call the CLI made went through the recorder: the routing call and the answer
+    assert len(calls) == len(vertex_upstream.requests) >= 1, (calls, list(vertex_upstream.requests))
+    assert all(call.stream.startswith(f"run-{run.run_id}-wire-") for call in calls)
+    assert calls[-1].status == "ok" and ANSWER in calls[-1].text, calls
+    # the upstream got the CLI's own Vertex credentials, and the log none
+    sent = model_calls[0]
+    assert sent["credentials"]["x-goog-api-key"]["sha256"] == _sha(VERTEX_KEY)
+    events = [e async for e in store.read_stream(calls[-1].stream)]
+    closing = events[-1].data
+    assert closing["provider"] == "gemini" and closing["status"] == "ok" and closing["stream"]
+    assert closing["model"] == sent["path"].split("/models/")[1].split(":")[0]
+    logged = await _everything(store)
+    assert VERTEX_KEY.encode() not in logged and DECOY_KEY.encode() not in logged

@@ -274,6 +274,22 @@ def test_gemini_generate_content_count_tokens_and_routing(upstream: FakeUpstream
     assert [r["builtin"] for r in upstream.requests] == ["routing", None, None]
 
 
+def test_vertex_ai_publisher_model_paths_are_the_gemini_api(upstream: FakeUpstreamServer) -> None:
+    upstream.set_script([{"text": "Regional."}, {"text": "Express."}])
+    regional = "/v1beta1/projects/p/locations/europe-west4/publishers/google/models/gemini-2.5-pro"
+    answer = post(f"{upstream.base_url}{regional}:generateContent", gemini_body(), GOOGLE).json()
+    assert answer["candidates"][0]["content"]["parts"] == [{"text": "Regional."}]
+    express = "/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    streamed = post(f"{upstream.base_url}{express}", gemini_body(), GOOGLE).text
+    assert "".join(p["text"] for _, d in sse(streamed) for p in d["candidates"][0]["content"]["parts"]) == (
+        "Express."
+    )
+    assert [(r["api"], r["model"]) for r in upstream.requests] == [
+        ("gemini", "gemini-2.5-pro"),
+        ("gemini", "gemini-2.5-flash"),
+    ]
+
+
 def test_gemini_errors_have_google_shape(upstream: FakeUpstreamServer) -> None:
     url = f"{upstream.base_url}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     denied = post(url, gemini_body(), {"x-goog-api-key": "wrong"})

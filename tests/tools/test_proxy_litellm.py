@@ -11,7 +11,9 @@ its 500) the expectation is what the SDK gets from LiteLLM directly.
 
 LiteLLM lives in a venv of its own (``benchmarks/_litellm.py``); without it the tests skip
 with the reason, and with ``TURNLOG_REQUIRE_LITELLM=1`` (set by ``.ci/run``) they fail. It
-starts slowly, so one server serves the whole module (one xdist worker runs them all).
+starts slowly, so one server serves the whole module (one xdist worker runs them all). Its
+retries keep their number but lose their back-off (``RETRY_BACKOFF_OFF``): each 5xx took
+about 2.5 s of waiting inside LiteLLM.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import httpx
 import pytest
 from anyio.from_thread import start_blocking_portal
 
-from benchmarks._litellm import MASTER_KEY, MODEL, find_litellm, running_litellm
+from benchmarks._litellm import MASTER_KEY, MODEL, RETRY_BACKOFF_OFF, find_litellm, running_litellm
 from turnlog.testing import FakeUpstreamServer, UpstreamThread
 
 from .proxykit import events_of, recorded, running_proxy, transcript
@@ -83,7 +85,9 @@ def litellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     fake = FakeUpstreamServer([*_SCRIPT, {"text": ANSWER, "times": None}])
     workdir = tmp_path_factory.mktemp("litellm")
     with UpstreamThread(fake) as upstream, start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(running_litellm(program, upstream.base_url, workdir)) as base:
+        # LiteLLM still retries a failing upstream twice, without waiting between the tries
+        running = running_litellm(program, upstream.base_url, workdir, env=RETRY_BACKOFF_OFF)
+        with portal.wrap_async_context_manager(running) as base:
             yield base
 
 

@@ -1,6 +1,7 @@
 """The Gemini API (Generative Language) of the fake upstream: requests read, entries rendered.
 
-``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` answers an SSE stream of
+``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` (on Vertex AI
+``/v1beta1/[projects/{p}/locations/{l}/]publishers/google/models/{model}:...``) answers an SSE stream of
 ``GenerateContentResponse`` chunks (``data:`` lines only, CRLF CRLF framing): each chunk a
 ``candidates[0].content`` with ``role: "model"`` and ``parts`` (``{"text"}``, ``{"text", "thought":
 true}``, ``{"functionCall": {"name", "args"}}``), ``usageMetadata`` on every chunk and
@@ -37,8 +38,10 @@ __all__ = [
     "view",
 ]
 
+#: The Gemini API's model paths, and Vertex AI's (``/v1beta1/[projects/P/locations/L/]publishers/google/models/M``).
 _PATH = re.compile(
-    r"^/v1(?:beta|alpha)?/models/([^/:]+):(streamGenerateContent|generateContent|countTokens)$"
+    r"^/v1(?:beta1?|alpha)?/(?:(?:projects/[^/]+/locations/[^/]+/)?publishers/google/)?models/([^/:]+)"
+    r":(streamGenerateContent|generateContent|countTokens)$"
 )
 _STATUS = {
     400: ("INVALID_ARGUMENT", "Request contains an invalid argument."),

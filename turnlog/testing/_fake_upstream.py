@@ -12,7 +12,8 @@ module that speaks its wire format:
   in with ChatGPT; its zstd-compressed bodies are read): ``_fake_responses``; ``GET
   /backend-api/wham/accounts/check`` answers the signed-in account without a routing constraint;
 - ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse`` / ``:generateContent`` /
-  ``:countTokens``: ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
+  ``:countTokens`` (and Vertex AI's ``/v1beta1/[projects/{p}/locations/{l}/]publishers/google/
+  models/{model}:...``): ``_fake_gemini``. Gemini CLI's model router asks ``generateContent`` for a
   ``model_choice``; unless a script entry with a ``match`` claims it, the server answers it
   itself (``flash``) without using up an entry;
 - Code Assist (Gemini CLI signed in with Google): ``POST /v1internal:streamGenerateContent`` /

@@ -261,7 +261,7 @@ class CLIAgentModel(BaseChatModel):
             self.env_var, self.default_executable, provider=self.provider, override=self.executable
         )
         model = str(opts.get("model") or self.model)
-        extra = [*self.extra_args, *[str(a) for a in opts.get("extra_args", ())]]
+        extra = self.child_extra_args(opts)
         return [
             *exe,
             *self.build_args(prompt, resume=resume, model=model, options={**opts, "extra_args": extra}),
@@ -290,6 +290,14 @@ class CLIAgentModel(BaseChatModel):
         env.update({str(k): str(v) for k, v in (opts.get("env") or {}).items()})
         return env
 
+    def child_cwd(self, opts: Mapping[str, Any]) -> str:
+        """The directory the CLI starts in: the call's ``cwd``, else the model's (absolute)."""
+        return _absolute(opts.get("cwd") or self.cwd)
+
+    def child_extra_args(self, opts: Mapping[str, Any]) -> list[str]:
+        """The extra arguments the CLI gets: the model's, then the call's ``extra_args``."""
+        return [*self.extra_args, *[str(a) for a in opts.get("extra_args", ())]]
+
     async def stream(
         self, prompt: str, *, resume: str | None = None, options: Mapping[str, Any] | None = None
     ) -> AsyncIterator[StreamChunk]:
@@ -313,7 +321,7 @@ class CLIAgentModel(BaseChatModel):
         # The CLI's environment holds its credentials (ANTHROPIC_API_KEY, ...): a CLI that echoes
         # one in its output or an error must not put it into the append-only log.
         scrub = Scrubber(value for name, value in env.items() if _env_secret(name, value))
-        cwd = _absolute(opts.get("cwd") or self.cwd)
+        cwd = self.child_cwd(opts)
         home = cli_home(self.provider, env)
         started = time.monotonic()
         parser = self.new_parser(started)

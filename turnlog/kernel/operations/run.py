@@ -243,7 +243,10 @@ async def _wire(state: RunState, record: bool) -> AsyncIterator[None]:
     if cli is not None:
         from turnlog.kernel.wire._run import wire_target
 
-        target = wire_target(state.provider, cli.child_env(state.stream_options()))
+        opts = state.stream_options()
+        target = wire_target(
+            state.provider, cli.child_env(opts), cli.child_cwd(opts), cli.child_extra_args(opts)
+        )
     if target is None:
         yield
         return

@@ -49,6 +49,7 @@ from turnlog.projections import (
 from ._apis import DEFAULT_UPSTREAMS, Api, Route, conversation, fingerprint, request_params, tool_names
 from ._app import ProxyApp, ProxyConfig, RecordedCall
 from ._chunks import SSEBatch, plain_json, wire_chunks
+from ._gemini_settings import gemini_start
 from ._server import serve_loopback
 
 __all__ = [
@@ -120,65 +121,65 @@ def _split_v1(url: str) -> tuple[str, str]:
     return bare, ""
 
 
-def wire_target(provider: str, env: Mapping[str, str]) -> WireTarget | None:
-    """Where the CLI of ``provider``, started with ``env``, sends its calls, and how to redirect it.
+def wire_target(
+    provider: str, env: Mapping[str, str], cwd: str | None = None, args: Sequence[str] = ()
+) -> WireTarget | None:
+    """Where the CLI of ``provider``, started with ``env`` in ``cwd``, sends its calls, and how to redirect it.
 
     The CLIs' subscription logins are recorded too: Codex signed in with ChatGPT (the ChatGPT
     backend's Responses API), Gemini CLI signed in with Google (Code Assist) or on Vertex AI.
-    None when the CLI cannot be pointed at the recorder (another provider; a Codex provider
-    without a ``base_url`` of its own config; Codex's ChatGPT login with an ``openai_base_url``
-    that is neither an OpenAI ``/v1`` nor a ChatGPT ``/backend-api/codex`` base).
+    Gemini CLI's auth type comes from its settings files (system, workspace of ``cwd``, user,
+    system defaults), its ``.env`` file and ``env``, as the CLI merges them
+    (``_gemini_settings``); ``args`` are the CLI's extra arguments (``--ignore-env``
+    bears on that). None when the CLI cannot be pointed at the recorder
+    (another provider; a Codex provider without a ``base_url`` of its own config; Codex's
+    ChatGPT login with an ``openai_base_url`` that is neither an OpenAI ``/v1`` nor a ChatGPT
+    ``/backend-api/codex`` base).
     """
     if provider == "claude_code":
         upstream = env.get("ANTHROPIC_BASE_URL") or DEFAULT_UPSTREAMS["anthropic"]
         return WireTarget("anthropic", upstream.rstrip("/"), env={"ANTHROPIC_BASE_URL": ""})
     if provider == "gemini":
-        return _gemini_target(env)
+        return _gemini_target(env, cwd, args)
     if provider == "codex":
         return _codex_target(env)
     return None
 
 
-def _gemini_target(env: Mapping[str, str]) -> WireTarget:
-    auth = _gemini_auth(env)
-    if auth == "oauth-personal":
+def _gemini_target(env: Mapping[str, str], cwd: str | None, args: Sequence[str]) -> WireTarget:
+    start = gemini_start(env, cwd, args)
+    env = start.env  # with what the CLI's .env file adds (an upstream, a location)
+    if start.auth in ("oauth-personal", "compute-default-credentials"):
         # Code Assist: the CLI sends its calls to CODE_ASSIST_ENDPOINT with its Google token
         upstream = env.get("CODE_ASSIST_ENDPOINT") or DEFAULT_UPSTREAMS["code_assist"]
         return WireTarget("code_assist", upstream.rstrip("/"), env={"CODE_ASSIST_ENDPOINT": ""})
-    if auth == "vertex-ai":
+    if start.auth == "vertex-ai":
         return WireTarget("gemini", _vertex_upstream(env), env={"GOOGLE_VERTEX_BASE_URL": ""})
     upstream = env.get("GOOGLE_GEMINI_BASE_URL") or DEFAULT_UPSTREAMS["gemini"]
     return WireTarget("gemini", upstream.rstrip("/"), env={"GOOGLE_GEMINI_BASE_URL": ""})
 
 
-def _gemini_auth(env: Mapping[str, str]) -> str:
-    """The auth type Gemini CLI will use: its settings' choice, else what its environment says."""
-    home = Path(env.get("HOME") or Path.home())
-    try:
-        settings = orjson.loads((home / ".gemini" / "settings.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        settings = {}
-    auth = ((settings.get("security") or {}).get("auth") or {}) if isinstance(settings, dict) else {}
-    chosen = auth.get("selectedType") if isinstance(auth, dict) else None
-    if isinstance(settings, dict) and not chosen:
-        chosen = settings.get("selectedAuthType")  # the settings layout before "security"
-    if isinstance(chosen, str) and chosen:
-        return chosen
-    if env.get("GOOGLE_GENAI_USE_GCA", "").lower() == "true":
-        return "oauth-personal"
-    if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() == "true":
-        return "vertex-ai"
-    return "gemini-api-key"
-
-
 def _vertex_upstream(env: Mapping[str, str]) -> str:
-    """Vertex AI's host for the CLI's location (as the google-genai SDK picks it)."""
+    """Vertex AI's host for the CLI's location (as the CLI, then the google-genai SDK, picks it).
+
+    The CLI maps the multi-regions ``us`` and ``eu`` to their REP endpoints. The SDK takes a
+    region's host only for a project and a location (not ``global``) without an API key: with
+    ``GOOGLE_API_KEY`` (express mode, which the CLI hands the SDK) it drops both and takes
+    ``aiplatform.googleapis.com``, as for no location.
+    """
     if env.get("GOOGLE_VERTEX_BASE_URL"):
         return env["GOOGLE_VERTEX_BASE_URL"].rstrip("/")
     location = env.get("GOOGLE_CLOUD_LOCATION") or ""
-    if not location or location == "global":
-        return "https://aiplatform.googleapis.com"
-    return f"https://{location}-aiplatform.googleapis.com"
+    if location in ("us", "eu"):
+        return f"https://aiplatform.{location}.rep.googleapis.com"
+    if (
+        location
+        and location != "global"
+        and env.get("GOOGLE_CLOUD_PROJECT")
+        and not env.get("GOOGLE_API_KEY")
+    ):
+        return f"https://{location}-aiplatform.googleapis.com"
+    return "https://aiplatform.googleapis.com"
 
 
 #: The ChatGPT backend's base of the Responses API (``openai_base_url`` of a ChatGPT login).
