@@ -70,6 +70,7 @@ PUBLIC = [
     "open_store",
     "parse_store_url",
     "redacted_marker",
+    "run_inline",
     "uuid7",
     "verify_raw_events",
 ]

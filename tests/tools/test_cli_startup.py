@@ -140,8 +140,12 @@ def test_show_at_a_version_by_name_runs_without_the_kernel(tmp_path: Path) -> No
 
 
 # Modules that ``show --at`` must not import: the HTTP client and the model wiring (kernel
-# only), the memory backend, the store copier and the append batcher (writes only).
+# only), the memory backend, the store copier and the append batcher (writes only), and the
+# event loop (a SQLite store is read by ``run_inline``: about a quarter of the process).
 NOT_FOR_A_READ = [
+    "asyncio",
+    "anyio",
+    "sniffio",
     "httpx",
     "sqlite_utils",
     "turnlog.kernel",

@@ -33,6 +33,7 @@ from ._errors import (
     UsageError,
 )
 from ._ids import uuid7
+from ._inline import run_inline
 from ._leases import Lease, acquire_lease, held_leases
 from ._open import open_store
 from ._problem import Problem
@@ -134,6 +135,7 @@ __all__ = [
     "open_store",
     "parse_store_url",
     "redacted_marker",
+    "run_inline",
     "uuid7",
     "verify_raw_events",
 ]

@@ -7,11 +7,13 @@ own appends) or, for a store other processes write to as well, for a poll interv
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-
-import anyio
+from typing import TYPE_CHECKING
 
 from ._base import EventStore
 from ._records import RecordedEvent
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ["follow_log"]
 
@@ -36,6 +38,8 @@ async def follow_log(
         poll_interval: Also look again after this many seconds (None: only when woken),
             for appends of other processes, which no event of this one announces.
     """
+    import anyio  # here: the stores import this module, and a read that starts no loop needs no anyio
+
     position = from_position
     while True:
         # Take the wake-up before looking at the head, so an append in between is not missed.

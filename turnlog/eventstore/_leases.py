@@ -42,10 +42,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from ._base import EventStore
 from ._errors import StoreError, StoreUnavailable
+
+# anyio is imported where it is used: the store's read path (``turnlog show``) imports this
+# module (``remove_lease_dir``) and starts no event loop, so it never needs anyio.
 
 try:
     import fcntl
@@ -131,6 +132,8 @@ async def held_leases(store: EventStore, keys: Iterable[str]) -> frozenset[str]:
     if path is None:
         held = _MEMORY.get(store, set())
         return frozenset(key for key in wanted if key in held)
+    import anyio.to_thread
+
     directory = _lease_dir(path)
     return frozenset(
         [key for key in wanted if await anyio.to_thread.run_sync(_file_held, directory / f"{key}.lock")]
@@ -253,6 +256,8 @@ class _PgLeases:
         self.store = store
         self.conn: Any = None
         self.held: set[int] = set()
+        import anyio
+
         self.lock = anyio.Lock()
 
     @classmethod
@@ -279,6 +284,8 @@ class _PgLeases:
             self.held.add(number)
 
         async def release() -> None:
+            import anyio
+
             with anyio.CancelScope(shield=True):
                 await self.release(number)
 

@@ -6,8 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from operator import attrgetter
 from typing import Any, TypeVar
 
-import anyio.lowlevel
-
+from ._inline import checkpoint
 from ._records import RecordedEvent
 
 __all__ = ["BY_POSITION", "BY_VERSION", "PageFetch", "read_pages"]
@@ -57,4 +56,4 @@ async def read_pages(
             high = key(events[-1]) - 1
         else:
             low = key(events[-1]) + 1
-        await anyio.lowlevel.checkpoint()
+        await checkpoint()

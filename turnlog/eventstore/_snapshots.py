@@ -9,7 +9,6 @@ other (``snapshot_problem``).
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,8 +103,6 @@ def decode_snapshot(upcasters: Upcasters, row: Sequence[Any]) -> Snapshot:
 SNAPSHOT_BINDING = "turnlog_chain"
 """The key of a stored snapshot's ``meta`` that binds it to the log (``event_hash``, ``digest``)."""
 
-log = logging.getLogger("turnlog.eventstore")
-
 
 def snapshot_digest(
     stream: str, type_: str, version: int, schema: int, data: bytes, meta: bytes, event_hash: str
@@ -177,8 +174,11 @@ def first_intact(upcasters: Upcasters, rows: Iterable[Sequence[Any]]) -> Snapsho
         if problem is None:
             return decode_snapshot(upcasters, row)
         # A snapshot of an older turnlog is expected after an upgrade: it is replaced by the
-        # next one written, so it is not worth a warning on every load until then.
-        log.log(
+        # next one written, so it is not worth a warning on every load until then. logging is
+        # imported here, when there is something to say: a read that finds none never needs it.
+        import logging
+
+        logging.getLogger("turnlog.eventstore").log(
             logging.INFO if problem is _UNBOUND else logging.WARNING,
             "ignoring snapshot %r of stream %r at version %s: %s; the state is folded from the events",
             row[1],

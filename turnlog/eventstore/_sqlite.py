@@ -59,9 +59,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import anyio
-import anyio.lowlevel
-
 from turnlog._errors import UsageError
 
 from ._base import EventStore
@@ -136,6 +133,8 @@ from ._validation import (
 from ._worker import Worker
 
 if TYPE_CHECKING:
+    import anyio
+
     from ._group_commit import GroupCommit
 
 __all__ = ["FORMAT_VERSION", "SQLiteEventStore"]
@@ -582,6 +581,8 @@ class SQLiteEventStore(EventStore):
     def _next_wake(self) -> anyio.Event:
         """The event the next append of this object sets."""
         if self._wake is None:
+            import anyio  # here: a store that is only read (``run_inline``) never imports it
+
             self._wake = anyio.Event()
         return self._wake
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-import anyio
-import anyio.to_thread
+from ._inline import running_inline
 
 __all__ = ["Worker"]
 
@@ -69,8 +67,17 @@ class Worker:
 
         The wait is shielded: once a job is handed over it runs to its end (a write is then
         either committed or not, never abandoned mid-way); a cancellation is delivered at
-        the caller's next checkpoint.
+        the caller's next checkpoint. Under ``run_inline`` there is no loop to keep free: the
+        calling thread waits for the job.
         """
+        if running_inline():
+            return self._blocking_call(fn, last)
+        # imported here: a process that only reads inline never imports asyncio or anyio
+        import asyncio
+
+        import anyio
+        import anyio.to_thread
+
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the generic path

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-import anyio
-
 from turnlog.projections import AnyMessage, BranchDiff, StateCache, diff, rebuild
 
-from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json, run_on_store
 from ._inspect import (
     add_branch_argument,
     branch_id_of,
@@ -50,7 +48,7 @@ async def _diff(args: argparse.Namespace) -> tuple[BranchDiff, Damage]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    d, damage = anyio.run(_diff, args)
+    d, damage = run_on_store(_diff, args)
     status = EXIT_FAILED if damage else EXIT_OK
 
     def mark(message: AnyMessage) -> str:

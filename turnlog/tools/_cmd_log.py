@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 
-import anyio
-
 from turnlog.eventstore import Problem, check_stream
 from turnlog.projections import HistoryRow, history
 
-from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json, run_on_store
 from ._inspect import add_branch_argument, branch_id_of, check_version, opened_store
 from ._output import print_table
 from ._shown import TAMPERED, damage_view, warn_damage
@@ -49,7 +47,7 @@ def _stamp(moment: datetime) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    branch_id, rows, damaged = anyio.run(_log, args)
+    branch_id, rows, damaged = run_on_store(_log, args)
     marks = {p.version: p.what for p in damaged}
     if args.json:
         emit_json(

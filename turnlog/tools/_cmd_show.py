@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-import anyio
-
 from turnlog.projections import BranchState, rebuild
 
-from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json
+from ._command import EXIT_FAILED, EXIT_OK, Command, UserError, add_store_argument, emit_json, run_on_store
 from ._inspect import (
     add_branch_argument,
     branch_id_of,
@@ -73,7 +71,7 @@ def print_state(state: BranchState, damage: Damage | None = None) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    state, damage = anyio.run(_show, args)
+    state, damage = run_on_store(_show, args)
     if args.json:
         view = state_view(state)
         view["tampered"] = [damage_view(p) for p in damage.problems]
