@@ -40,3 +40,36 @@ def test_uuid7_borrows_the_next_millisecond_when_the_counter_runs_out(
     assert (last_of_ms.int >> 80, (last_of_ms.int >> 64) & 0xFFF) == (far, 0xFFF)
     assert (borrowed.int >> 80, (borrowed.int >> 64) & 0xFFF) == (far + 1, 0)
     assert last_of_ms < borrowed
+
+
+def test_uuid7_is_a_plain_uuid_that_compares_hashes_and_pickles_like_one() -> None:
+    """An id built without ``UUID.__init__`` equals, hashes and round-trips as the parsed one."""
+    import copy
+    import pickle
+
+    eid = uuid7()
+    parsed = uuid.UUID(str(eid))
+    assert eid == parsed and hash(eid) == hash(parsed) and eid.is_safe == parsed.is_safe
+    assert pickle.loads(pickle.dumps(eid)) == eid == copy.deepcopy(eid)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_draws_fresh_randomness_not_its_parents_pool() -> None:
+    """Ids are cut from a pool of OS randomness; a child must not reuse what its parent will."""
+    import os
+    import warnings
+
+    uuid7()  # the pool is filled
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a process with threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, b"".join(uuid7().bytes[8:] for _ in range(8)))
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64)
+    os.close(read)
+    mine = b"".join(uuid7().bytes[8:] for _ in range(8))
+    assert len(child) == 64 and child != mine

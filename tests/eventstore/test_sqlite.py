@@ -171,12 +171,39 @@ async def test_durability_sets_synchronous(sqlite_url: str, durability: str, lev
         assert (await store.verify()).ok
 
 
-async def test_positions_are_never_reused(sqlite_path: Path, sqlite_url: str) -> None:
-    """Deleting the newest row does not make its position available again."""
+async def test_the_database_refuses_to_delete_an_event(sqlite_path: Path, sqlite_url: str) -> None:
+    """No row can be deleted, so the newest position never becomes available again."""
     async with open_store(sqlite_url) as store:
         await store.append("s-1", [ev(), ev()])
-    with raw(sqlite_path) as conn:
+    conn = raw(sqlite_path)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="never deletes events"):
+            conn.execute("DELETE FROM events WHERE position = 2")
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() == (0,)
+    finally:
+        conn.close()
+    async with open_store(sqlite_url) as store:
+        assert (await store.append("s-2", [ev()])).positions == (3,)
+        assert (await store.verify()).ok
+
+
+async def test_a_store_made_with_autoincrement_never_reuses_positions(
+    sqlite_path: Path, sqlite_url: str
+) -> None:
+    """A store whose events table has AUTOINCREMENT (made before the trigger) keeps it and works."""
+    async with open_store(sqlite_url) as store:
+        await store.append("s-1", [ev(), ev()])
+    conn = raw(sqlite_path)
+    try:
+        (ddl,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
+        conn.executescript(
+            "BEGIN; DROP TRIGGER events_no_delete; ALTER TABLE events RENAME TO old_events;"
+            + ddl.replace("INTEGER PRIMARY KEY", "INTEGER PRIMARY KEY AUTOINCREMENT")
+            + "; INSERT INTO events SELECT * FROM old_events; DROP TABLE old_events; COMMIT;"
+        )
         conn.execute("DELETE FROM events WHERE position = 2")
+    finally:
+        conn.close()
     async with open_store(sqlite_url) as store:
         assert (await store.append("s-2", [ev()])).positions == (3,)
 

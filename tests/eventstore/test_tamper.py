@@ -97,7 +97,11 @@ async def test_reordered_versions_are_detected(db: Path) -> None:
 
 
 async def test_deleted_row_is_detected(db: Path) -> None:
-    _edit(db, lambda c: c.execute("DELETE FROM events WHERE stream = ? AND version = 2", (A,)))
+    def delete(conn: sqlite3.Connection) -> None:
+        conn.execute("DROP TRIGGER events_no_delete")  # the store's guard against deletes
+        conn.execute("DELETE FROM events WHERE stream = ? AND version = 2", (A,))
+
+    _edit(db, delete)
     report = await _verify(db)
     assert not report.ok
     assert (A, 3) in _named(report)  # the gap and the broken chain show at the next version

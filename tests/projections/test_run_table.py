@@ -31,6 +31,16 @@ def test_a_table_is_a_dict_in_start_order_and_each_version_keeps_its_entries(
         assert old == expected
 
 
+@given(st.lists(st.tuples(_IDS, st.integers()), max_size=400), st.sets(_IDS, max_size=6))
+def test_values_of_gives_the_held_runs_of_some_ids_in_table_order(
+    changes: list[tuple[str, int]], wanted: set[str]
+) -> None:
+    table: RunTable[int] = RunTable()
+    for key, value in changes:
+        table = table.set(key, value)
+    assert table.values_of(wanted) == [v for k, v in table.items() if k in wanted]
+
+
 def test_states_of_a_fold_share_the_table_and_never_see_later_runs() -> None:
     builder = StateBuilder(BranchState("b"))
     states = []

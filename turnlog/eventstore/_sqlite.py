@@ -9,8 +9,9 @@ opening connections and SQLite's errors (``_sqlite_connect``), what a write tran
 chain upgrade (``_sqlite_redact``). Splitting the class itself would split the port.
 
 The tables are described (and created) in ``_sqlite_schema``. SQLite has one writer at a time,
-so positions are given in commit order and, with AUTOINCREMENT, are gapless and never reused. Every write is one ``BEGIN IMMEDIATE``
-transaction that checks ``expected_version`` before inserting.
+so positions are given in commit order and are gapless; they are never reused, as no event is
+ever deleted (a trigger refuses deletes; stores made before it have AUTOINCREMENT). Every write
+is one ``BEGIN IMMEDIATE`` transaction that checks ``expected_version`` before inserting.
 
 Keeping the event loop free without losing SQLite's speed. Single-event appends of the
 same rows on a 2-core machine (Python 3.11, SQLite 3.40, WAL, ``synchronous=NORMAL``):
@@ -147,7 +148,7 @@ _INLINE_MAX_EVENTS = 64
 _INLINE_MAX_BYTES = 256 * 1024
 _CHECKPOINT_WAL_BYTES = 8 * 1024 * 1024
 _COMMIT_PAGES = 4
-"""WAL pages a commit writes at the least (see ``_written``)."""
+"""WAL pages a commit writes at the least in a store with AUTOINCREMENT (see ``_written``)."""
 _POLL_INTERVAL = 0.025
 _NO_BOUND = 2**62
 _ROW_POSITION: Callable[[tuple[Any, ...]], int] = itemgetter(0)
@@ -254,7 +255,11 @@ class SQLiteEventStore(EventStore):
             self._conn.close()
             raise
         self._worker = Worker(f"turnlog-sqlite:{os.path.basename(target)}")
-        self._commit_bytes = _COMMIT_PAGES * int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+        # A store without AUTOINCREMENT (text stores made since the delete trigger) has no
+        # ``sqlite_sequence`` page for a commit to write.
+        counter = self._conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'")
+        pages = _COMMIT_PAGES - 1 + int(counter.fetchone()[0] > 0)
+        self._commit_bytes = pages * int(self._conn.execute("PRAGMA page_size").fetchone()[0])
 
     # ------------------------------------------------------------------ running jobs
 
@@ -396,7 +401,7 @@ class SQLiteEventStore(EventStore):
         self._notify()
         if not self._in_memory and self.durability == "normal":
             # WAL frames are whole pages: a commit writes at least one page of each b-tree it
-            # touches (the events table, its two indexes, the AUTOINCREMENT counter), however
+            # touches (the events table, its two indexes, the AUTOINCREMENT counter if any), however
             # small its rows. Counting payload bytes alone under-ran the WAL's real growth by
             # about 30x for single-event appends (57 MB of WAL for 3,000 appends of 1.6 MB).
             self._wal_bytes += size + 200 * count + self._commit_bytes

@@ -3,9 +3,13 @@
 Tables (created with sqlite-utils; the format version is kept in ``meta``). Formats 1 and 2
 (the text layout; 1 differs by the hash chain of its events only)::
 
-    events(position INTEGER PRIMARY KEY AUTOINCREMENT, id UNIQUE, stream, version, type,
+    events(position INTEGER PRIMARY KEY, id UNIQUE, stream, version, type,
            schema, data BLOB, meta BLOB, recorded_at INTEGER (UTC µs), prev_hash, hash,
            UNIQUE(stream, version))
+    TRIGGER events_no_delete BEFORE DELETE ON events  -- refuses every delete
+
+(stores created before the trigger have ``AUTOINCREMENT`` instead, and keep it: see
+``_create_text_events``)
 
 Format 3 (the compact layout, what new stores get; see ``_sqlite_layout``)::
 
@@ -207,12 +211,18 @@ def _create(db: sqlite_utils.Database, new_format: int) -> None:
 
 
 def _create_text_events(db: sqlite_utils.Database) -> None:
-    # sqlite-utils has no public switch for AUTOINCREMENT, which keeps positions from
-    # being reused after a delete, so the events table is spelled out.
+    # Positions must never be reused. A rowid is one more than the largest one, so only a
+    # delete of the newest row could make its position available again, and the store never
+    # deletes an event: the trigger refuses every delete, so the database keeps that promise.
+    # AUTOINCREMENT kept it before (stores made so keep it), at the price of a fourth b-tree,
+    # ``sqlite_sequence``, written by every commit: one more WAL page per single-event append,
+    # 5-6 µs of its 35-40 µs in SQLite (measured, same rows, best of 7 runs of 3,000 appends).
+    # Neither resists a deliberate edit of the file (the trigger can be dropped as
+    # ``sqlite_sequence`` can be rewritten); ``verify`` is what detects those.
     db.execute(
         """
         CREATE TABLE events (
-            position INTEGER PRIMARY KEY AUTOINCREMENT,
+            position INTEGER PRIMARY KEY,
             id TEXT NOT NULL UNIQUE,
             stream TEXT NOT NULL,
             version INTEGER NOT NULL,
@@ -226,6 +236,10 @@ def _create_text_events(db: sqlite_utils.Database) -> None:
             UNIQUE (stream, version)
         )
         """
+    )
+    db.execute(
+        "CREATE TRIGGER events_no_delete BEFORE DELETE ON events "
+        "BEGIN SELECT RAISE(ABORT, 'turnlog never deletes events'); END"
     )
 
 

@@ -12,7 +12,8 @@ microseconds at thousands of runs. Neither dict is ever written to after a table
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from itertools import chain
 from typing import Any, TypeVar
 
 __all__ = ["RunTable"]
@@ -78,6 +79,29 @@ class RunTable(Mapping[str, _V]):
         yield from base
         if top:
             yield from (k for k in top if k not in base)
+
+    def values_of(self, run_ids: Collection[str]) -> list[_V]:
+        """The runs of ``run_ids`` that the table holds, in table order (ids it lacks are skipped).
+
+        Walks the table from its end and stops once every held id is found: the runs changed
+        since a recent snapshot are mostly the latest ones, so a snapshot's delta costs about
+        what it holds rather than O(runs) (a walk over all 2,000 runs was most of the growth
+        of a turn's cost between 0 and 2,000 turns).
+        """
+        base, top = self._base, self._top
+        wanted = sum(1 for run_id in run_ids if run_id in top or run_id in base)
+        found: list[_V] = []
+        if wanted:
+            # newest first: top's new entries (after base), then base backwards; an id of top
+            # that base holds keeps base's place
+            newest = (k for k in reversed(top) if k not in base)
+            for run_id in chain(newest, reversed(base)):
+                if run_id in run_ids:
+                    found.append(self[run_id])
+                    if len(found) == wanted:
+                        break
+        found.reverse()
+        return found
 
     def __repr__(self) -> str:
         return f"RunTable({dict(self.items())!r})"

@@ -52,6 +52,7 @@ from ._errors import ProjectionError
 from ._fold import gc_paused
 from ._head_read import head_of, link_of
 from ._messages import AnyMessage, System
+from ._runs import RunTable
 from ._snapshot_head import READABLE_SCHEMAS, HeadLink, HeadMaps, HeadMapsMemo, SnapshotHead
 from ._state import BranchState
 
@@ -304,7 +305,11 @@ def snapshot_records(
         links = dict(state.action_links)
         over = list(overrides.items())
     else:
-        runs = [r for r in state.runs.values() if r.run_id in changed.runs]
+        table = state.runs
+        if isinstance(table, RunTable):
+            runs = table.values_of(changed.runs)
+        else:
+            runs = [r for r in table.values() if r.run_id in changed.runs]
         links = {k: state.action_links[k] for k in changed.links if k in state.action_links}
         over = [(slot, overrides[slot]) for slot in sorted(changed.slots) if slot in overrides]
     entries = len(runs) + len(links) + len(over)
