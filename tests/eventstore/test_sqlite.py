@@ -179,7 +179,9 @@ async def test_the_database_refuses_to_delete_an_event(sqlite_path: Path, sqlite
     try:
         with pytest.raises(sqlite3.IntegrityError, match="never deletes events"):
             conn.execute("DELETE FROM events WHERE position = 2")
-        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"
+        ).fetchone() == (0,)
     finally:
         conn.close()
     async with open_store(sqlite_url) as store:
