@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import strategies as st
 
@@ -11,7 +11,9 @@ from turnlog.projections import (
     ActionResponse,
     AssistantResponse,
     Instruction,
+    RunInfo,
     System,
+    Usage,
 )
 
 text = st.text(max_size=20)
@@ -69,3 +71,36 @@ action_responses = st.builds(
     **common,
 )
 messages = systems | instructions | responses | requests | action_responses
+
+
+# Stored run and head fields: optional times in two zones, texts and counts, as a head stores them.
+optional_times = st.one_of(
+    st.none(), st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=2))]))
+)
+optional_texts = st.one_of(st.none(), st.text(max_size=8))
+optional_counts = st.one_of(st.none(), st.integers(0, 10**9))
+run_infos = st.builds(
+    RunInfo,
+    run_id=st.text(min_size=1, max_size=8),
+    verb=st.text(max_size=8),
+    status=st.sampled_from(["running", "ended", "failed"]),
+    started_at=optional_times,
+    ended_at=optional_times,
+    duration_ms=st.one_of(st.none(), st.floats(0, 1e9)),
+    usage=st.builds(
+        Usage,
+        input_tokens=optional_counts,
+        output_tokens=optional_counts,
+        cost_usd=st.one_of(st.none(), st.floats(0, 10)),
+        cache_read_tokens=optional_counts,
+        cache_write_tokens=optional_counts,
+    ),
+    parent_run_id=optional_texts,
+    provider=optional_texts,
+    model=optional_texts,
+    chunks=optional_counts,
+    error_type=optional_texts,
+    error_message=optional_texts,
+    reason=optional_texts,
+    recovered=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
+)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -11,40 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from turnlog.projections import ForkOrigin, RunInfo, Usage
+from turnlog.projections import ForkOrigin, RunInfo
 from turnlog.projections._head_read import ENABLED, _head_fields, head_of, link_of
 from turnlog.projections._snapshot_head import HeadLink, SnapshotHead
 
-from .strategies import json_values, messages
+from .strategies import json_values, messages, optional_texts, optional_times, run_infos
 
-_times = st.one_of(st.none(), st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=2))])))
-_texts = st.one_of(st.none(), st.text(max_size=8))
-_counts = st.one_of(st.none(), st.integers(0, 10**9))
-_runs = st.builds(
-    RunInfo,
-    run_id=st.text(min_size=1, max_size=8),
-    verb=st.text(max_size=8),
-    status=st.sampled_from(["running", "ended", "failed"]),
-    started_at=_times,
-    ended_at=_times,
-    duration_ms=st.one_of(st.none(), st.floats(0, 1e9)),
-    usage=st.builds(
-        Usage,
-        input_tokens=_counts,
-        output_tokens=_counts,
-        cost_usd=st.one_of(st.none(), st.floats(0, 10)),
-        cache_read_tokens=_counts,
-        cache_write_tokens=_counts,
-    ),
-    parent_run_id=_texts,
-    provider=_texts,
-    model=_texts,
-    chunks=_counts,
-    error_type=_texts,
-    error_message=_texts,
-    reason=_texts,
-    recovered=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
-)
 _stored_message = messages.map(lambda m: m.to_dict())
 _small_dicts = st.one_of(st.none(), st.dictionaries(st.text(max_size=4), json_values, max_size=2))
 _session = st.one_of(
@@ -60,19 +31,19 @@ _heads = st.builds(
     depth=st.integers(0, 50),
     base_version=st.one_of(st.none(), st.integers(0, 10**6)),
     base_n=st.integers(0, 100),
-    last_id=_texts,
+    last_id=optional_texts,
     messages=st.lists(st.one_of(st.none(), _stored_message), max_size=2),
     parts=st.integers(1, 4),
     keyframe_entries=st.integers(0, 100),
     delta_entries=st.integers(0, 100),
-    name=_texts,
-    user=_texts,
-    session_id=_texts,
+    name=optional_texts,
+    user=optional_texts,
+    session_id=optional_texts,
     system=st.one_of(st.none(), _stored_message),
     chat_model=_small_dicts,
     parse_model=_small_dicts,
     metadata=st.dictionaries(st.text(max_size=4), json_values, max_size=2),
-    runs=st.lists(_runs, max_size=3),
+    runs=st.lists(run_infos, max_size=3),
     provider_sessions=st.lists(_session, max_size=2),
     action_links=st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
     forked_from=st.one_of(
@@ -80,8 +51,8 @@ _heads = st.builds(
     ),
     version=st.integers(0, 10**6),
     position=st.integers(0, 10**6),
-    created_at=_times,
-    updated_at=_times,
+    created_at=optional_times,
+    updated_at=optional_times,
     model_calls=st.integers(0, 100),
     over=st.lists(st.tuples(st.integers(0, 100), _stored_message), max_size=2),
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,11 @@ from turnlog.projections import (
     SNAPSHOT_TYPE,
     BranchState,
     RunInfo,
-    Usage,
     load_snapshot_state,
 )
 from turnlog.projections._snapshot_head import SnapshotHead
+
+from .strategies import run_infos
 
 DATA = Path(__file__).parent / "data"
 
@@ -127,41 +127,9 @@ _HEAD: dict[str, Any] = {
     "model_calls": 0, "over": [],
 }  # fmt: skip
 
-_times = st.one_of(
-    st.none(),
-    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=2))])),
-)
-_texts = st.one_of(st.none(), st.text(max_size=8))
-_counts = st.one_of(st.none(), st.integers(0, 10**9))
-_runs = st.builds(
-    RunInfo,
-    run_id=st.text(min_size=1, max_size=8),
-    verb=st.text(max_size=8),
-    status=st.sampled_from(["running", "ended", "failed"]),
-    started_at=_times,
-    ended_at=_times,
-    duration_ms=st.one_of(st.none(), st.floats(0, 1e9)),
-    usage=st.builds(
-        Usage,
-        input_tokens=_counts,
-        output_tokens=_counts,
-        cost_usd=st.one_of(st.none(), st.floats(0, 10)),
-        cache_read_tokens=_counts,
-        cache_write_tokens=_counts,
-    ),
-    parent_run_id=_texts,
-    provider=_texts,
-    model=_texts,
-    chunks=_counts,
-    error_type=_texts,
-    error_message=_texts,
-    reason=_texts,
-    recovered=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)),
-)
-
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_runs, max_size=4))
+@given(st.lists(run_infos, max_size=4))
 def test_a_head_stores_runs_without_their_unset_fields_and_reads_them_back_equal(runs: list[RunInfo]) -> None:
     """Schema 3: whatever a run holds, the stored head gives it back; no null is stored for it."""
     head = SnapshotHead.model_construct(**{**_HEAD, "runs": runs})
