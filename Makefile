@@ -9,12 +9,6 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint typecheck install bench clean realcli
 
-# The tests start the CLI in hundreds of child processes, each importing turnlog afresh: where
-# the environment turns bytecode writes off (PYTHONDONTWRITEBYTECODE), every one of them would
-# compile the whole package again (about a third of a short command's CPU). The recipes here
-# let Python keep its bytecode in __pycache__ (ignored by git), as an installed package has it.
-unexport PYTHONDONTWRITEBYTECODE
-
 # The venv's own pip installs the package (a PEP 660 editable install; the build backend comes
 # from pip's cache through build isolation), so no pip/setuptools upgrade is paid for first.
 $(BIN)/python:
