@@ -721,15 +721,8 @@ class SQLiteEventStore(EventStore):
         to_position: int | None = None,
     ) -> list[RawEvent]:
         """Up to ``limit`` stored events after ``after_position``, as stored (see ``RawCopy.raw_events``)."""
-        self._check_open()
-        check_raw_range(after_position, to_position, limit)
+        sql, params = self._position_page(after_position, limit, types, to_position, stored=False)
         layout = self._conn.layout
-        filters, params = read_filters(types, None, layout)
-        position = layout.position_col
-        sql = layout.page_select(
-            f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?"
-        )
-        params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
         convert = layout.row if layout.compact else None
 
         def run(blocking: bool) -> list[RawEvent]:
@@ -749,20 +742,35 @@ class SQLiteEventStore(EventStore):
         to_position: int | None = None,
     ) -> list[StoredRow]:
         """Up to ``limit`` stored events after ``after_position``, as tuples (see ``EventStore.read_rows``)."""
-        self._check_open()
-        check_raw_range(after_position, to_position, limit)
+        sql, params = self._position_page(after_position, limit, types, to_position, stored=True)
         layout = self._conn.layout
-        filters, params = read_filters(types, None, layout)
-        position = layout.position_col
-        sql = layout.stored_select(
-            f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?"
-        )
-        params = [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
 
         def run(blocking: bool) -> list[StoredRow]:
             return layout.stored_rows(self._conn.execute(sql, params).fetchall())
 
         return await self._run(run, inline=limit <= _PAGE)
+
+    def _position_page(
+        self,
+        after_position: int,
+        limit: int,
+        types: Iterable[str] | None,
+        to_position: int | None,
+        *,
+        stored: bool,
+    ) -> tuple[str, list[Any]]:
+        """The SQL and parameters of one page of the log by position (``raw_events``, ``read_rows``).
+
+        ``stored``: the columns of a ``StoredRow`` (``read_rows``), else those of a ``RawEvent``.
+        """
+        self._check_open()
+        check_raw_range(after_position, to_position, limit)
+        layout = self._conn.layout
+        filters, params = read_filters(types, None, layout)
+        position = layout.position_col
+        select = layout.stored_select if stored else layout.page_select
+        sql = select(f"{position} > ? AND {position} <= ?{filters}", f"ORDER BY {position} LIMIT ?")
+        return sql, [after_position, _NO_BOUND if to_position is None else to_position, *params, limit]
 
     async def raw_snapshots(self) -> list[RawSnapshot]:
         """Every stored snapshot, ordered by stream, type and version."""

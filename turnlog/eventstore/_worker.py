@@ -76,11 +76,12 @@ class Worker:
         import asyncio
 
         import anyio
-        import anyio.to_thread
 
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the generic path
+            import anyio.to_thread
+
             return await anyio.to_thread.run_sync(self._blocking_call, fn, last)
         future: asyncio.Future[T] = loop.create_future()
 

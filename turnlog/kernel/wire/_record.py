@@ -3,8 +3,8 @@
 ``WireRecorder.open_call`` picks the branch (named, or threaded: see ``docs/proxy.md``) and
 makes the request's new turns into messages and ``run.started``; the returned ``WireCall``
 records each stream event as a ``stream.chunk`` of the run: ``chunks`` writes its line to the
-call's run buffer (the write-ahead journal of ``stream_persist``, one ``write`` per upstream
-read) *before* the event is forwarded, so a client never holds a chunk that ``recover`` cannot
+call's run buffer (the write-ahead journal of ``stream_persist``, one ``write`` per
+chunk) *before* the event is forwarded, so a client never holds a chunk that ``recover`` cannot
 put in the log, and ``flush``, after the forward, commits the journaled chunks to the store. It
 closes the call with the answer's messages, ``model.called`` and ``run.ended`` in one append
 (``finish``), or with ``model.called`` and ``run.failed`` (``fail``), once every chunk is
