@@ -18,11 +18,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import orjson
@@ -365,3 +367,129 @@ async def test_gemini_on_vertex_ai_is_recorded_at_the_wire(
     assert closing["model"] == sent["path"].split("/models/")[1].split(":")[0]
     logged = await _everything(store)
     assert VERTEX_KEY.encode() not in logged and DECOY_KEY.encode() not in logged
+
+
+ADC_TOKEN = "ya29.fake-metadata-server-token-0042"
+PROJECT = "turnlog-fake-project"
+LOCATION = "us-central1"
+
+
+class _MetadataHandler(BaseHTTPRequestHandler):
+    """The GCE metadata server's answers Application Default Credentials ask for.
+
+    google-auth-library (inside the CLI) finds no credentials file, so it asks the metadata
+    server: the project id and the default service account's access token, each request
+    carrying ``Metadata-Flavor: Google``, the answers too.
+    """
+
+    answers: ClassVar[dict[str, tuple[bytes, bytes]]] = {
+        "/computeMetadata/v1/project/project-id": (b"text/plain", PROJECT.encode()),
+        "/computeMetadata/v1/instance/service-accounts/default/token": (
+            b"application/json",
+            json.dumps({"access_token": ADC_TOKEN, "expires_in": 3599, "token_type": "Bearer"}).encode(),
+        ),
+    }
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.server.asked.append(path)  # type: ignore[attr-defined]
+        known = self.answers.get(path.rstrip("/"))
+        if path.rstrip("/") == "/computeMetadata/v1/instance":  # the library's "on GCE?" ping
+            known = (b"text/plain", b"")
+        if known is None or self.headers.get("metadata-flavor") != "Google":
+            self.send_response(404)
+            self.end_headers()
+            return
+        kind, body = known
+        self.send_response(200)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Type", kind.decode())
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def metadata_server() -> Iterator[ThreadingHTTPServer]:
+    """A loopback stand-in for the GCE metadata server (``GCE_METADATA_HOST``)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MetadataHandler)
+    server.asked = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def adc_upstream() -> Iterator[FakeUpstreamServer]:
+    """A fake Vertex AI that takes only the metadata server's access token (a bearer token)."""
+    with UpstreamThread(FakeUpstreamServer(api_key=ADC_TOKEN)) as server:
+        yield server
+
+
+async def test_gemini_on_vertex_ai_with_a_project_and_adc_is_recorded_at_the_wire(
+    store: EventStore,
+    realcli_prefix: Path,
+    adc_upstream: FakeUpstreamServer,
+    metadata_server: ThreadingHTTPServer,
+    tmp_path: Path,
+) -> None:
+    """Vertex AI with a project and a location, signed in by Application Default Credentials.
+
+    The CLI's google-auth-library gets its token from the (fake) metadata server, calls the
+    project's regional path with it as a bearer token, and the recorder forwards both as the
+    CLI sent them: the path with its project and location, the token to the upstream only.
+    """
+    home, work = _dirs(tmp_path, "gemini")
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "vertex-ai"}},
+                "general": {"maxAttempts": 1},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        ),
+        encoding="utf-8",
+    )
+    host, port = metadata_server.server_address[:2]
+    env = _base_env(home) | {
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "GOOGLE_CLOUD_LOCATION": LOCATION,
+        "GOOGLE_VERTEX_BASE_URL": adc_upstream.base_url,
+        "GCE_METADATA_HOST": f"{host}:{port}",
+        "METADATA_SERVER_DETECTION": "ping-only",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"):
+        assert name not in env
+    cli = RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
+    adc_upstream.set_script([{"text": ANSWER}])
+    branch = Branch(store=store)
+    answer = await branch.run_and_collect("say hello", chat_model=kit.model_of(cli, "gemini"))
+    assert answer == ANSWER
+    # the token came from the metadata server, as on a Google Cloud machine
+    assert "/computeMetadata/v1/instance/service-accounts/default/token" in metadata_server.asked  # type: ignore[attr-defined]
+    run = kit.last_run(branch)
+    calls = await read_wire_calls(store, run.run_id)
+    model_calls = [r for r in list(adc_upstream.requests) if r["entry"] is not None]
+    assert [r["path"].split("?")[0].rsplit("/", 1)[0] for r in model_calls] == [
+        f"/v1beta1/projects/{PROJECT}/locations/{LOCATION}/publishers/google/models"
+    ]
+    assert len(calls) == len(adc_upstream.requests) >= 1, (calls, list(adc_upstream.requests))
+    assert all(call.stream.startswith(f"run-{run.run_id}-wire-") for call in calls)
+    assert calls[-1].status == "ok" and ANSWER in calls[-1].text, calls
+    sent = model_calls[0]
+    assert sent["credentials"]["authorization"]["sha256"] == _sha(f"Bearer {ADC_TOKEN}")
+    closing = [e async for e in store.read_stream(calls[-1].stream)][-1].data
+    assert closing["provider"] == "gemini" and closing["status"] == "ok"
+    assert ADC_TOKEN.encode() not in await _everything(store)
