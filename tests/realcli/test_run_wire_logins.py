@@ -434,19 +434,14 @@ def adc_upstream() -> Iterator[FakeUpstreamServer]:
         yield server
 
 
-async def test_gemini_on_vertex_ai_with_a_project_and_adc_is_recorded_at_the_wire(
-    store: EventStore,
+@pytest.fixture
+def gemini_adc(
     realcli_prefix: Path,
     adc_upstream: FakeUpstreamServer,
     metadata_server: ThreadingHTTPServer,
     tmp_path: Path,
-) -> None:
-    """Vertex AI with a project and a location, signed in by Application Default Credentials.
-
-    The CLI's google-auth-library gets its token from the (fake) metadata server, calls the
-    project's regional path with it as a bearer token, and the recorder forwards both as the
-    CLI sent them: the path with its project and location, the token to the upstream only.
-    """
+) -> RealCLI:
+    """Gemini CLI on Vertex AI with a project and a location, signed in by ADC (no key, no file)."""
     home, work = _dirs(tmp_path, "gemini")
     (home / ".gemini").mkdir()
     (home / ".gemini" / "settings.json").write_text(
@@ -465,31 +460,96 @@ async def test_gemini_on_vertex_ai_with_a_project_and_adc_is_recorded_at_the_wir
         "GOOGLE_CLOUD_PROJECT": PROJECT,
         "GOOGLE_CLOUD_LOCATION": LOCATION,
         "GOOGLE_VERTEX_BASE_URL": adc_upstream.base_url,
-        "GCE_METADATA_HOST": f"{host}:{port}",
+        "GCE_METADATA_HOST": f"{host!s}:{port}",
         "METADATA_SERVER_DETECTION": "ping-only",
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
         "GEMINI_CLI_NO_RELAUNCH": "true",
     }
-    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"):
-        assert name not in env
-    cli = RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
-    adc_upstream.set_script([{"text": ANSWER}])
-    branch = Branch(store=store)
-    answer = await branch.run_and_collect("say hello", chat_model=kit.model_of(cli, "gemini"))
-    assert answer == ANSWER
+    return RealCLI("gemini", realcli_prefix / "node_modules" / ".bin" / "gemini", env, home, work)
+
+
+def _adc_model_calls(
+    upstream: FakeUpstreamServer, metadata_server: ThreadingHTTPServer
+) -> list[dict[str, Any]]:
+    """The upstream's scripted calls, checked: the project's path, the metadata server's token."""
     # the token came from the metadata server, as on a Google Cloud machine
-    assert "/computeMetadata/v1/instance/service-accounts/default/token" in metadata_server.asked  # type: ignore[attr-defined]
-    run = kit.last_run(branch)
-    calls = await read_wire_calls(store, run.run_id)
-    model_calls = [r for r in list(adc_upstream.requests) if r["entry"] is not None]
+    asked: list[str] = metadata_server.asked  # type: ignore[attr-defined]
+    assert "/computeMetadata/v1/instance/service-accounts/default/token" in asked
+    model_calls = [r for r in list(upstream.requests) if r["entry"] is not None]
     assert [r["path"].split("?")[0].rsplit("/", 1)[0] for r in model_calls] == [
         f"/v1beta1/projects/{PROJECT}/locations/{LOCATION}/publishers/google/models"
     ]
+    assert model_calls[0]["credentials"]["authorization"]["sha256"] == _sha(f"Bearer {ADC_TOKEN}")
+    return model_calls
+
+
+async def test_gemini_on_vertex_ai_with_a_project_and_adc_is_recorded_at_the_wire(
+    store: EventStore,
+    gemini_adc: RealCLI,
+    adc_upstream: FakeUpstreamServer,
+    metadata_server: ThreadingHTTPServer,
+) -> None:
+    """Vertex AI with a project and a location, signed in by Application Default Credentials.
+
+    The CLI's google-auth-library gets its token from the (fake) metadata server, calls the
+    project's regional path with it as a bearer token, and the recorder forwards both as the
+    CLI sent them: the path with its project and location, the token to the upstream only.
+    """
+    adc_upstream.set_script([{"text": ANSWER}])
+    branch = Branch(store=store)
+    answer = await branch.run_and_collect("say hello", chat_model=kit.model_of(gemini_adc, "gemini"))
+    assert answer == ANSWER
+    _adc_model_calls(adc_upstream, metadata_server)
+    run = kit.last_run(branch)
+    calls = await read_wire_calls(store, run.run_id)
     assert len(calls) == len(adc_upstream.requests) >= 1, (calls, list(adc_upstream.requests))
     assert all(call.stream.startswith(f"run-{run.run_id}-wire-") for call in calls)
     assert calls[-1].status == "ok" and ANSWER in calls[-1].text, calls
-    sent = model_calls[0]
-    assert sent["credentials"]["authorization"]["sha256"] == _sha(f"Bearer {ADC_TOKEN}")
     closing = [e async for e in store.read_stream(calls[-1].stream)][-1].data
     assert closing["provider"] == "gemini" and closing["status"] == "ok"
     assert ADC_TOKEN.encode() not in await _everything(store)
+
+
+@pytest.fixture
+def adc_proxy(adc_upstream: FakeUpstreamServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``turnlog proxy`` whose ``gemini`` upstream is the fake Vertex AI."""
+    db = tmp_path / "proxied.db"
+    argv = [sys.executable, "-m", "turnlog", "proxy", "--store", str(db), "--port", "0"]
+    argv += ["--upstream", f"gemini={adc_upstream.base_url}"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    ) as process:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("turnlog proxy listening on http://127.0.0.1:"), line
+        try:
+            yield line.rsplit(" ", 1)[1], db
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+async def test_turnlog_proxy_records_gemini_on_vertex_ai_with_adc(
+    gemini_adc: RealCLI,
+    adc_proxy: tuple[str, Path],
+    adc_upstream: FakeUpstreamServer,
+    metadata_server: ThreadingHTTPServer,
+) -> None:
+    """The same CLI pointed at ``turnlog proxy`` by ``GOOGLE_VERTEX_BASE_URL`` (docs/proxy.md)."""
+    url, db = adc_proxy
+    adc_upstream.set_script([{"text": ANSWER}])
+    args = ["-p", "say hello", "-o", "stream-json"]
+    done = await anyio.to_thread.run_sync(lambda: gemini_adc.run(args, env={"GOOGLE_VERTEX_BASE_URL": url}))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = "".join(
+        str(line.get("content", "")) for line in done.of_type("message") if line.get("role") == "assistant"
+    )
+    assert ANSWER in said
+    _adc_model_calls(adc_upstream, metadata_server)
+    calls = [c for c in await _proxied_calls(db) if c["provider"] == "gemini"]
+    assert len(calls) == len(adc_upstream.requests), (calls, list(adc_upstream.requests))
+    assert calls[-1]["status"] == "ok", calls
+    async with open_store(f"sqlite:///{db}") as opened:
+        logged = b"\n".join([orjson.dumps([e.stream, e.data, e.meta]) async for e in opened.read_all()])
+    assert ADC_TOKEN.encode() not in logged
