@@ -62,6 +62,29 @@ class Stale(Exception):
     """The checkpoint moved under us (another process applied the batch first)."""
 
 
+def bind_plainly() -> None:
+    """Let ``sqlite3`` bind ``None`` and ``bool`` without its failed adapter lookups.
+
+    CPython's ``sqlite3`` (3.11) binds an int, float or str directly, but sends every other
+    value through its adapter protocol first: with no adapter registered for ``None`` it
+    asks the protocol type for ``__adapt__`` and the value for ``__conform__``, and each miss
+    formats an ``AttributeError`` and throws it away, about 0.3 µs per NULL. A fact row holds
+    several NULLs (unknown costs, cache counts, time to first chunk, a run's closing columns
+    at its start): a 200,000-event build binds some 300,000 of them. Registered adapters
+    are found by one dict lookup instead, and give what the fallback gave: ``None`` stays
+    None (NULL), a ``bool`` binds as the integer it is (0 or 1). An adapter the application
+    registered for either type is kept. Process-wide, as ``sqlite3``'s adapters are, and
+    without any effect on what is stored.
+    """
+    for kind, adapter in ((type(None), _NO_ADAPTATION.get), (bool, int)):
+        if (kind, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+            sqlite3.register_adapter(kind, adapter)
+
+
+_NO_ADAPTATION: dict[Any, Any] = {}
+"""Its ``get`` is an adapter in C that returns None for None (no Python frame per NULL)."""
+
+
 def _create_sql(table: FactTable) -> str:
     types = {"int": "INTEGER", "float": "REAL", "text": "TEXT", "bool": "INTEGER"}
     cols = []
@@ -137,6 +160,7 @@ class AnalyticsDatabase:
             # grows only as pages are used, and only this connection's.
             conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
             register_functions(conn)
+            bind_plainly()
             self._conn = conn
             self._migrate()
             present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
