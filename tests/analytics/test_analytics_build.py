@@ -18,7 +18,7 @@ import pytest
 from turnlog.analytics import AnalyticsProjection
 from turnlog.analytics._database import bind_plainly
 from turnlog.analytics._rollup import ROLLUPS, rebuild_rollups, register_functions
-from turnlog.eventstore import ANY, CorruptEventError, open_store, uuid7
+from turnlog.eventstore import CorruptEventError, open_store, uuid7
 
 from .synthlog import SyntheticLog
 

@@ -78,9 +78,10 @@ def bind_plainly() -> None:
     registered for either type is kept. Process-wide, as ``sqlite3``'s adapters are, and
     without any effect on what is stored.
     """
-    for kind, adapter in ((type(None), _NO_ADAPTATION.get), (bool, int)):
-        if (kind, sqlite3.PrepareProtocol) not in sqlite3.adapters:
-            sqlite3.register_adapter(kind, adapter)
+    if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(type(None), _NO_ADAPTATION.get)
+    if (bool, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(bool, int)
 
 
 _NO_ADAPTATION: dict[Any, Any] = {}

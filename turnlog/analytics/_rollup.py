@@ -171,7 +171,9 @@ assert [m for m, _ in MODEL_ROLLUP.measures] == [
 assert [m for m, _ in TOOL_ROLLUP.measures] == ["calls", "ok", "errors", "denied", "timed"]
 
 
-def _model_sums(rows: Iterable[Sequence[Any]], sums: dict[Any, list[int]] | None = None) -> dict[Any, list[int]]:
+def _model_sums(
+    rows: Iterable[Sequence[Any]], sums: dict[Any, list[int]] | None = None
+) -> dict[Any, list[int]]:
     # The measures of MODEL_ROLLUP, in its order, as exact integers (added to ``sums`` when given).
     if sums is None:
         sums = {}
@@ -212,7 +214,9 @@ def _model_sums(rows: Iterable[Sequence[Any]], sums: dict[Any, list[int]] | None
     return sums
 
 
-def _tool_sums(rows: Iterable[Sequence[Any]], sums: dict[Any, list[int]] | None = None) -> dict[Any, list[int]]:
+def _tool_sums(
+    rows: Iterable[Sequence[Any]], sums: dict[Any, list[int]] | None = None
+) -> dict[Any, list[int]]:
     # The measures of TOOL_ROLLUP, in its order (added to ``sums`` when given).
     if sums is None:
         sums = {}
