@@ -261,9 +261,10 @@ class RollupSums:
     """The rollups of a build from scratch, summed in memory batch by batch (see ``insert_rollups``).
 
     A build writes no rollup until its end; summing its facts here as each batch is written
-    costs about a quarter of the ``GROUP BY`` over all the facts that ``rebuild_rollups``
-    runs at the end (which sorts every fact by seven columns and calls ``turnlog_nanos`` per
-    row). The sums are those of ``Rollup.add_sql`` (``add_facts_to_rollups`` says why).
+    spares the end the ``GROUP BY`` over all the facts that ``rebuild_rollups`` runs (a sort
+    of every fact by seven columns and a ``turnlog_nanos`` call per row), which costs more
+    than this pass over tuples already in memory. The sums are those of ``Rollup.add_sql``
+    (``add_facts_to_rollups`` says why).
     """
 
     __slots__ = ("model", "tool")
