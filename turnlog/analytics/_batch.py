@@ -38,8 +38,8 @@ class Batch:
     """
 
     __slots__ = (
-        "_lifts", "_moment", "_prices", "_sessions", "_upcasters", "_us", "_versions",
-        "branches", "events", "model_rows", "runs", "tool_rows",
+        "_lifts", "_message_schema", "_meta", "_meta_bytes", "_moment", "_prices", "_sessions",
+        "_upcasters", "_us", "_versions", "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
     def __init__(
@@ -68,6 +68,13 @@ class Batch:
         # None when the store has none: decode then skips the upcasting step entirely
         self._upcasters: Upcasters | None = upcasters or None
         self._versions = _versions()
+        # Messages of this schema that are no tool call are skipped unparsed (see add_row);
+        # with upcasters (which may rewrite a message) every message is parsed.
+        self._message_schema = self._versions.get("message.added", -1) if self._upcasters is None else -1
+        # The events of one run share their meta (branch and run ids), and a run's events
+        # of the types read sit side by side in the log: the last meta parsed is reused.
+        self._meta_bytes = b"{}"
+        self._meta: dict[str, Any] = {}
         # The catalogue's upcasting steps from each older (type, schema) met, found once.
         self._lifts: dict[tuple[str, int], tuple[Upcaster, ...] | None] = {}
         # The events of one append share their time: decode it once per append.
@@ -84,6 +91,19 @@ class Batch:
         the event) and applies the store's upcasters, when it has any.
         """
         position, stream, version, kind, schema, data_bytes, meta_bytes, us = row
+        if (
+            kind == "message.added"
+            and schema == self._message_schema
+            and b"ActionResponse" not in data_bytes
+            and data_bytes[:1] == b"{"
+        ):
+            # Most events read are messages that are no tool call (two in five): without the
+            # word anywhere in its bytes, a message cannot be an ActionResponse (nor a
+            # redacted one keep that kind), so it makes no fact and is not parsed at all.
+            # Only the facts' payloads are checked: a malformed message of another kind
+            # costs nothing here (read_all and verify still refuse it).
+            self.events += 1
+            return
         if self._upcasters is None:
             # The common case inline (no upcasters): the same parse and the same checks as
             # ``RawEvent.decode``, without building one and its two calls per event.
@@ -92,7 +112,12 @@ class Batch:
             meta: Any
             try:
                 data = _loads(data_bytes)
-                meta = {} if meta_bytes == b"{}" else _loads(meta_bytes)
+                if meta_bytes == self._meta_bytes:
+                    meta = self._meta  # read, never written, by the facts
+                else:
+                    meta = _loads(meta_bytes)
+                    if meta.__class__ is dict:
+                        self._meta_bytes, self._meta = meta_bytes, meta
             except (JSONDecodeError, TypeError):
                 data = meta = None
             if data.__class__ is not dict or meta.__class__ is not dict:
