@@ -497,7 +497,7 @@ class SQLiteEventStore(EventStore):
             fetch, from_version, to_version, key=_ROW_VERSION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
-        convert = layout.row if layout.compact else None
+        convert = layout.event_row if layout.compact else None
         async for page in pages:
             for row in page:
                 yield decode_event(upcasters, row if convert is None else convert(row))
@@ -531,7 +531,7 @@ class SQLiteEventStore(EventStore):
             fetch, from_position, to_position, key=_ROW_POSITION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
-        convert = layout.row if layout.compact else None
+        convert = layout.event_row if layout.compact else None
         async for page in pages:
             for row in page:
                 yield decode_event(upcasters, row if convert is None else convert(row))

@@ -90,6 +90,10 @@ class Layout:
         """The logical row (``RawEvent`` order) of a selected one."""
         return tuple(row)
 
+    def event_row(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """``row`` for ``decode_event``, which also takes the id as a ``UUID``."""
+        return self.row(row)
+
     def id_param(self, event_id: str) -> Any:
         """An id as stored, to look it up."""
         return event_id

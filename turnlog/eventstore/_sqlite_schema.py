@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
 from ._records import EncodedEvent
-from ._sqlite_compact import COMPACT_FORMAT, add_snapshot_codec, create_compact
+from ._sqlite_compact import COMPACT_FORMAT, ZSTD_FORMAT, add_snapshot_codec, create_compact
 from ._sqlite_layout import Layout, layout_of
 
 if TYPE_CHECKING:
@@ -56,12 +56,13 @@ __all__ = [
     "write_transaction",
 ]
 
-FORMAT_VERSION = COMPACT_FORMAT
-"""The newest store layout this code writes and reads, and the one of new stores.
+FORMAT_VERSION = ZSTD_FORMAT
+"""The newest store layout this code writes and reads.
 
 2: events are hashed by the digest chain (format 1 stores hold legacy-chain events, read as
 they are; their first write by this turnlog records format 2). 3: the compact layout
-(``_sqlite_layout``); a format 2 store stays format 2 until ``turnlog migrate`` copies it."""
+(``_sqlite_compact``), payloads compressed with zlib. 4: the same with zstd. A store keeps
+its format (so the turnlog that made it can still open it) until ``turnlog migrate`` copies it."""
 TEXT_FORMAT = 2
 """The newest format of the text layout (what a format 1 store becomes on its first write)."""
 NEW_STORE_FORMAT = TEXT_FORMAT
@@ -199,11 +200,12 @@ def _check(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _create(db: sqlite_utils.Database, new_format: int) -> None:
-    if new_format not in (TEXT_FORMAT, COMPACT_FORMAT):
+    if new_format not in (TEXT_FORMAT, COMPACT_FORMAT, ZSTD_FORMAT):
         raise ValueError(
-            f"turnlog creates stores of format {TEXT_FORMAT} or {COMPACT_FORMAT}, not {new_format}"
+            f"turnlog creates stores of format {TEXT_FORMAT}, {COMPACT_FORMAT} or {ZSTD_FORMAT}, "
+            f"not {new_format}"
         )
-    if new_format == COMPACT_FORMAT:
+    if new_format >= COMPACT_FORMAT:
         create_compact(db.conn)
     else:
         _create_text_events(db)
@@ -257,7 +259,7 @@ def _create_common(db: sqlite_utils.Database, new_format: int) -> None:
         pk=("stream", "type", "version"),
         not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
     )
-    if new_format == COMPACT_FORMAT:
+    if new_format >= COMPACT_FORMAT:
         add_snapshot_codec(db.conn)
     db.table("tracking").create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
     db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})
