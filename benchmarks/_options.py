@@ -59,9 +59,9 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format",
         type=int,
-        choices=(2, 3),
+        choices=(2, 3, 4),
         default=None,
-        help="SQLite store format to create: 2 (text layout) or 3 (compact); default: a new store's default",
+        help="SQLite store format to create: 2 (text layout), 3 or 4 (compact: zlib, zstd); default: a new store's default",
     )
 
 

@@ -81,6 +81,9 @@ async def test_new_store_of_format_3_stores_bytes_and_numbers(tmp_path: Path, co
         assert conn.execute("SELECT count(*) FROM metas").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM streams").fetchone() == (3,)
         assert conn.execute("PRAGMA page_size").fetchone() == (COMPACT_PAGE_SIZE,)
+        if compact >= 4:  # positions are never reused: deletes are refused, as in format 2
+            with pytest.raises(sqlite3.DatabaseError, match="never deletes"):
+                conn.execute("DELETE FROM events WHERE position = 1")
     async with open_store(f"sqlite:///{db}") as store:
         events = await collect(store.read_stream("branch-1"))
         assert [e.meta for e in events] == [{"branch_id": "b-1", "run_id": "run-0"}] * 2
@@ -300,6 +303,7 @@ async def test_prev_hash_is_not_stored_and_reads_as_the_previous_versions_hash(
         assert [e.prev_hash for e in one_by_one] == [by_hash[e.hash].prev_hash for e in one_by_one]
         assert (await store.verify()).ok
     with raw(db) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS events_no_delete")  # format 4's guard against deletes
         conn.execute("DELETE FROM events WHERE stream_id = 2 AND version = 4")
     async with open_store(f"sqlite:///{db}") as store:
         after = await collect(store.read_stream("branch-1", 3, 6))
@@ -337,6 +341,7 @@ async def test_verify_names_a_deleted_or_altered_row_without_a_stored_prev_hash(
     await fill(f"sqlite:///{db}?format={compact}", 15)
     with raw(db) as conn:
         assert conn.execute("SELECT name FROM streams WHERE stream_id = 2").fetchone() == ("branch-1",)
+        conn.execute("DROP TRIGGER IF EXISTS events_no_delete")  # format 4's guard against deletes
         conn.execute(edit)
     async with open_store(f"sqlite:///{db}") as store:
         report = await store.verify()

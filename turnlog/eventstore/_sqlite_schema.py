@@ -206,7 +206,7 @@ def _create(db: sqlite_utils.Database, new_format: int) -> None:
             f"not {new_format}"
         )
     if new_format >= COMPACT_FORMAT:
-        create_compact(db.conn)
+        create_compact(db.conn, new_format)
     else:
         _create_text_events(db)
     _create_common(db, new_format)
