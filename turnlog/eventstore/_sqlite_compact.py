@@ -489,7 +489,14 @@ class CompactLayout(Layout):
         if stream is None or type_ is None or meta is None:
             self._dangling(position)
         if codec:
-            data = self._payload(codec, data, position)
+            inflater = self._inflaters.get(codec)  # ``_payload``'s zstd case, inline: once per event read
+            if inflater is None:
+                data = self._payload(codec, data, position)
+            else:
+                try:
+                    data = inflater.decompress(data, _ZSTD_MAX_OUTPUT, False, False)
+                except Exception:  # zstd's error type is imported lazily; the slow path says what it is
+                    data = self.inflate(codec, data, position)
         if type(eid) is bytes and len(eid) == 16:
             eid = _uuid_of(eid)
         if type(prev) is bytes:
