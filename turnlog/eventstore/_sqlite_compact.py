@@ -312,6 +312,9 @@ class CompactLayout(Layout):
             return (*values[:4], packed, *values[5:7], codec)
         return (*values[:7], 0)
 
+    _snapshot_zstd: Any
+    """The zstd compressor of snapshots (format 4), made on first use."""
+
     def _snapshot_packer(self) -> Any:
         if self._snapshot_zstd is None:
             self._snapshot_zstd = _zstd().ZstdCompressor(level=_ZSTD_SNAPSHOT_LEVEL, write_checksum=True)
@@ -348,7 +351,7 @@ class CompactLayout(Layout):
         """zstd decompressors by dictionary (``-codec``), each with its dictionary digested once."""
         self._deflater: tuple[bytes, Any] | None = None
         """The dictionary new payloads use and its zstd compressor (that digested it once)."""
-        self._snapshot_zstd: Any = None
+        self._snapshot_zstd = None
         self._known: dict[Any, int] = {}
         """Committed ``("type", name)`` and ``("meta", bytes)`` keys and their integers."""
         self._fresh: dict[Any, int] = {}
@@ -716,10 +719,10 @@ class CompactLayout(Layout):
                 return 0, data
         dict_id, zdict = writing
         if self.zstd:
-            deflater = self._deflater
-            if deflater is None or deflater[0] is not zdict:  # a new dictionary (or one rolled back)
-                deflater = self._deflater = (zdict, self._zstd_deflater(zdict))
-            out = deflater[1].compress(data)
+            packer = self._deflater
+            if packer is None or packer[0] is not zdict:  # a new dictionary (or one rolled back)
+                packer = self._deflater = (zdict, self._zstd_deflater(zdict))
+            out = packer[1].compress(data)
             return (-dict_id, out) if len(out) < len(data) else (0, data)
         deflater = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, zdict)
         out = deflater.compress(data) + deflater.flush()
