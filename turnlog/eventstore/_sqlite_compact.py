@@ -270,7 +270,7 @@ def _skeleton(value: Any) -> Any:
 
 
 class CompactLayout(Layout):
-    """The compact layout (format 3) of one connection, with its caches of interned values."""
+    """The compact layout (formats 3 and 4) of one connection, with its caches of interned values."""
 
     compact = True
     events_from = (

@@ -68,8 +68,9 @@ TEXT_FORMAT = 2
 NEW_STORE_FORMAT = TEXT_FORMAT
 """The format of a store created without asking for one (``new_format``, ``?format=`` in a URL).
 
-Still the text layout: tests and tools outside the store that edit rows by hand with SQL (to
-forge damage) know only it. ``turnlog migrate`` writes format 3 unless told otherwise."""
+Still the text layout: the compact one (formats 3 and 4) reads, appends and opens at a
+higher CPU cost (measured in docs/performance.md, section Storage). ``turnlog migrate``
+writes format 4 unless told otherwise."""
 
 
 def rollback(conn: sqlite3.Connection) -> None:
