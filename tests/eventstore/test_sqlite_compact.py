@@ -437,3 +437,26 @@ async def test_a_damaged_zstd_snapshot_is_ignored_and_reported(tmp_path: Path) -
         assert await store.load_snapshot("branch-0") is None
         report = await store.verify()
         assert not report.ok and report.problems
+
+
+async def test_each_thread_inflates_zstd_rows_with_its_own_decompressor(tmp_path: Path) -> None:
+    """A zstd decompressor is never shared between the event loop's thread and the worker's."""
+    import threading
+
+    db = tmp_path / "s.db"
+    await fill(f"sqlite:///{db}?format=4", TRAIN_AFTER)
+    async with open_store(f"sqlite:///{db}") as store:
+        assert isinstance(store, SQLiteEventStore)
+        layout = store._conn.layout
+        here = await collect(store.read_all())  # decoded on this thread
+        seen: list[object] = []
+
+        def other() -> None:
+            seen.append(layout._threads.by_codec.get(-1))  # type: ignore[attr-defined]
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert layout._threads.by_codec.get(-1) is not None  # type: ignore[attr-defined]
+        assert seen == [None]
+        assert len(here) == 2 * TRAIN_AFTER

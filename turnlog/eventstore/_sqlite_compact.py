@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -269,6 +270,18 @@ def _skeleton(value: Any) -> Any:
     return 0
 
 
+class _Inflaters(threading.local):
+    """The zstd decompressors of one thread.
+
+    A ``ZstdDecompressor`` must not be shared: it lets go of the GIL while it works, and a
+    store's reads run on the event loop's thread (``read_stream``) and its worker's
+    (``read_rows``) at once.
+    """
+
+    def __init__(self) -> None:
+        self.by_codec: dict[int, Any] = {}
+
+
 class CompactLayout(Layout):
     """The compact layout (formats 3 and 4) of one connection, with its caches of interned values."""
 
@@ -347,8 +360,8 @@ class CompactLayout(Layout):
         self.location = location
         self.zstd = format_version >= ZSTD_FORMAT
         """Whether new payloads and snapshots are compressed with zstd (format 4), else zlib."""
-        self._inflaters: dict[int, Any] = {}
-        """zstd decompressors by dictionary (``-codec``), each with its dictionary digested once."""
+        self._threads = _Inflaters()
+        """zstd decompressors by ``codec``, each with its dictionary digested once, per thread."""
         self._deflater: tuple[bytes, Any] | None = None
         """The dictionary new payloads use and its zstd compressor (that digested it once)."""
         self._snapshot_zstd = None
@@ -492,7 +505,7 @@ class CompactLayout(Layout):
         if stream is None or type_ is None or meta is None:
             self._dangling(position)
         if codec:
-            inflater = self._inflaters.get(codec)  # ``_payload``'s zstd case, inline: once per event read
+            inflater = self._threads.by_codec.get(codec)  # ``_payload``'s zstd case, inline: once per event
             if inflater is None:
                 data = self._payload(codec, data, position)
             else:
@@ -526,7 +539,7 @@ class CompactLayout(Layout):
 
     def _payload(self, codec: Any, data: Any, position: Any) -> bytes:
         # The common cases inline, with the dictionary already loaded: zstd (format 4), zlib.
-        inflater = self._inflaters.get(codec)
+        inflater = self._threads.by_codec.get(codec)
         if inflater is not None:
             try:
                 # Positional: keyword arguments cost this call a quarter of its 1.5 µs.
@@ -591,7 +604,7 @@ class CompactLayout(Layout):
 
     def _inflate_zstd(self, codec: int, data: Any, position: Any) -> bytes:
         zstd = _zstd()
-        inflater = self._inflaters.get(codec)
+        inflater = self._threads.by_codec.get(codec)
         if inflater is None:
             zdict = self._dictionary(-codec, position)
             inflater = zstd.ZstdDecompressor(
@@ -608,7 +621,7 @@ class CompactLayout(Layout):
                 position=position,
             ) from exc
         if -codec in self._zdicts:  # a committed dictionary: its decompressor is kept
-            self._inflaters[codec] = inflater
+            self._threads.by_codec[codec] = inflater
         return out  # type: ignore[no-any-return]
 
     def _dictionary(self, codec: Any, position: Any) -> bytes:
