@@ -49,7 +49,7 @@ from turnlog.eventstore._encoding import encode_json, event_hash
 from turnlog.tools._command import emit_json
 
 from . import _append_pg as _pg
-from ._options import Durability, at_least
+from ._options import Durability, add_format, at_least, sqlite_url
 
 __all__ = ["add_arguments", "run"]
 
@@ -89,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeat", type=at_least(1), default=5, help="runs per peer; the best is reported (default 5)"
     )
+    add_format(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -138,7 +139,7 @@ _META = {"actor": "bench", "session_id": "session-bench"}
 def _our_url(args: argparse.Namespace, workdir: Path, run_id: str) -> str:
     if args.store:
         return str(args.store)
-    return f"sqlite:///{workdir / f'ours-{run_id}.db'}"
+    return sqlite_url(workdir / f"ours-{run_id}.db", args.format)
 
 
 def _open_ours(url: str, durability: Durability) -> EventStore:

@@ -40,7 +40,7 @@ from turnlog.kernel.models import ModelRequest, ModelResponse, Usage
 from turnlog.projections import catalogue_upcasters
 from turnlog.tools._command import emit_json
 
-from ._options import Durability, at_least
+from ._options import Durability, add_format, at_least, sqlite_url
 
 __all__ = ["add_arguments", "run"]
 
@@ -103,6 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="normal",
         help="SQLite durability (default normal)",
     )
+    add_format(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -145,9 +146,14 @@ async def _time_turns(
 
 
 async def _turnlog(
-    history: int, turns: int, blocks: int, directory: Path, durability: Durability
+    history: int,
+    turns: int,
+    blocks: int,
+    directory: Path,
+    durability: Durability,
+    format_version: int | None = None,
 ) -> dict[str, float]:
-    url = f"sqlite:///{directory / f'kernel-{history}.db'}"
+    url = sqlite_url(directory / f"kernel-{history}.db", format_version)
     async with open_store(url, upcasters=catalogue_upcasters(), durability=durability) as store:
         branch = Branch(store=store, system="You are a benchmark.", chat_model=InstantModel())
         await branch.save()
@@ -190,7 +196,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         directory = Path(tmp)
         for history in args.histories:
             rows[history] = {
-                "turnlog": await _turnlog(history, args.turns, args.blocks, directory, args.durability)
+                "turnlog": await _turnlog(
+                    history, args.turns, args.blocks, directory, args.durability, args.format
+                )
             }
             if with_lionagi and history <= args.lionagi_max_history:
                 with warnings.catch_warnings(), _quiet(), _cwd(directory):

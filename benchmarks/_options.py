@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Literal
 
-__all__ = ["Durability", "at_least", "positive_float", "sizes"]
+__all__ = ["Durability", "add_format", "at_least", "positive_float", "sizes", "sqlite_url"]
 
 Durability = Literal["normal", "full"]
 """The values of ``--durability``: SQLite's ``synchronous`` level for every SQLite peer."""
@@ -52,3 +52,19 @@ def sizes(text: str) -> str:
         if not part.isdigit() or int(part) < 2:
             raise argparse.ArgumentTypeError(f"{part!r} is not a size (a whole number of 2 or more)")
     return text
+
+
+def add_format(parser: argparse.ArgumentParser) -> None:
+    """``--format``: the layout of the SQLite stores the benchmark creates (default: the store's own)."""
+    parser.add_argument(
+        "--format",
+        type=int,
+        choices=(2, 3, 4),
+        default=None,
+        help="SQLite store format to create: 2 (text layout), 3 or 4 (compact: zlib, zstd); default: a new store's default",
+    )
+
+
+def sqlite_url(path: object, format_version: int | None) -> str:
+    """The URL of a SQLite store at ``path``, created in ``format_version`` when one is given."""
+    return f"sqlite:///{path}" + ("" if format_version is None else f"?format={format_version}")

@@ -148,11 +148,11 @@ def _vacuumed(path: Path) -> int:
 
 
 def _turnlog_sqlite(directory: Path, turns: int, size: int, *, compact: bool = False) -> dict[str, Any]:
-    """Write the conversation into a SQLite store, default layout (format 2) or compact (format 3)."""
+    """Write the conversation into a SQLite store, default layout (format 2) or compact (format 4)."""
     directory = directory / ("turnlog-compact" if compact else "turnlog")
     directory.mkdir()
     path = directory / "turnlog.db"
-    url = f"sqlite:///{path}" + ("?format=3" if compact else "")
+    url = f"sqlite:///{path}" + ("?format=4" if compact else "")
     _, messages = anyio.run(_write_turnlog, url, turns, size)
     # anything the store keeps beside its database (snapshot files, buffers) counts too
     beside = sum(
@@ -303,7 +303,7 @@ def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "ratios": ratios,
         "targets": {
             f"turnlog <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": ours <= TARGET_BYTES_PER_TURN,
-            f"turnlog compact (format 3) <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": compact
+            f"turnlog compact (format 4) <= {TARGET_BYTES_PER_TURN} B/turn at {turns} turns": compact
             <= TARGET_BYTES_PER_TURN,
         },
     }
@@ -320,7 +320,7 @@ def _print(report: dict[str, Any]) -> None:
         if name == "turnlog":
             ratio = "   (format 2, the default layout)"
         elif name == "turnlog_compact":
-            ratio = f"   (format 3: sqlite:///FILE?format=3) {report['ratios']['compact_vs_default']:.2f}x of format 2"
+            ratio = f"   (format 4: sqlite:///FILE?format=4) {report['ratios']['compact_vs_default']:.2f}x of format 2"
             if "compact_vs_langgraph_delta" in report["ratios"]:
                 ratio += f", {report['ratios']['compact_vs_langgraph_delta']:.2f}x of langgraph_delta"
         else:

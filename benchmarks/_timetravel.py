@@ -38,7 +38,7 @@ import anyio
 
 from turnlog.tools._command import emit_json
 
-from ._options import at_least
+from ._options import add_format, at_least, sqlite_url
 
 __all__ = ["add_arguments", "run"]
 
@@ -92,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rounds", type=at_least(2), default=15, help="fresh processes per peer and size (default 15)"
     )
+    add_format(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -119,14 +120,15 @@ def _question(i: int) -> str:
     return f"question {i} ".ljust(_TEXT, "q")
 
 
-async def _write_turnlog(path: Path, turns: int) -> tuple[str, int]:
+async def _write_turnlog(path: Path, turns: int, format_version: int | None = None) -> tuple[str, int]:
     """Write ``turns`` turns; return the branch id and the version after the middle turn."""
     from turnlog.eventstore import open_store
     from turnlog.kernel import Branch
     from turnlog.projections import catalogue_upcasters
 
     middle = 0
-    async with open_store(f"sqlite:///{path}", upcasters=catalogue_upcasters()) as store:
+    url = sqlite_url(path, format_version)
+    async with open_store(url, upcasters=catalogue_upcasters()) as store:
         branch = Branch(store=store, system="You are a benchmark.", chat_model=_InstantModel())
         for i in range(turns):
             await branch.communicate(_question(i))
@@ -185,7 +187,7 @@ def _measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     rows: dict[int, dict[str, Any]] = {}
     for turns in _sizes(args.sizes):
         ours_path, theirs_path = directory / f"turnlog-{turns}.db", directory / f"langgraph-{turns}.db"
-        branch_id, version = anyio.run(_write_turnlog, ours_path, turns)
+        branch_id, version = anyio.run(_write_turnlog, ours_path, turns, args.format)
         checkpoint = _write_langgraph(theirs_path, turns)
         peers = {
             "turnlog": [_TURNLOG_CHILD, f"sqlite:///{ours_path}", branch_id, str(version)],

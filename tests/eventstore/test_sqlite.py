@@ -119,6 +119,16 @@ class TestSQLiteMemoryCompact(TestSQLiteMemory):
             yield store
 
 
+class TestSQLiteFileZstd(TestSQLiteFile):
+    """The conformance suite on a store of format 4 (the compact layout, zstd)."""
+
+    @pytest.fixture
+    async def store(self, sqlite_url: str) -> AsyncIterator[EventStore]:
+        async with open_store(f"{sqlite_url}?format=4") as store:
+            assert isinstance(store, SQLiteEventStore) and store.format_version == 4
+            yield store
+
+
 def file_size(path: Path) -> int:
     return os.path.getsize(path)
 

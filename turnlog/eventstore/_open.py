@@ -61,7 +61,7 @@ def open_store(
       unless ``create=False``);
     - ``sqlite:///:memory:``: a private SQLite database that lives as long as the store;
     - a SQLite URL may end in ``?durability=full`` (or ``normal``), so that a URL alone, as
-      in ``$TURNLOG_STORE`` or ``--store``, can ask for it, and in ``format=3`` (or ``2``,
+      in ``$TURNLOG_STORE`` or ``--store``, can ask for it, and in ``format=4`` (or ``3``, ``2``,
       joined by ``&``): the format of a store it creates (``SQLiteEventStore``'s
       ``new_format``); any other parameter is refused.
       Its path is percent-decoded (``%3F`` for a ``?`` in a file name);

@@ -172,10 +172,11 @@ class SQLiteEventStore(EventStore):
         busy_timeout: Seconds a write waits for another process holding the write lock.
         create: Create the file and the store's tables when missing (the default). When false,
             a missing file or an empty database raises ``StoreNotFound`` and nothing is created.
-        new_format: The format of a store this creates: 3 (the compact layout: about a
-            quarter of the size) or 2 (the default for now; turnlog versions before the compact
-            layout can open it). An existing store keeps its format (``turnlog migrate``
-            copies one into a new store of format 3).
+        new_format: The format of a store this creates: 4 (the compact layout, zstd: about
+            a third of the size), 3 (the same with zlib) or 2 (the default for now: the
+            compact layout still costs CPU on reads and appends, see docs/performance.md;
+            turnlog versions before the compact layout can open it). An existing store keeps
+            its format (``turnlog migrate`` copies one into a new store of format 4).
 
     A file the store creates is readable and writable by its owner only (mode 0600, less if
     the umask says so); SQLite gives its ``-wal`` and ``-shm`` files the same mode. Opening
@@ -497,7 +498,7 @@ class SQLiteEventStore(EventStore):
             fetch, from_version, to_version, key=_ROW_VERSION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
-        convert = layout.row if layout.compact else None
+        convert = layout.event_row if layout.compact else None
         async for page in pages:
             for row in page:
                 yield decode_event(upcasters, row if convert is None else convert(row))
@@ -531,7 +532,7 @@ class SQLiteEventStore(EventStore):
             fetch, from_position, to_position, key=_ROW_POSITION, limit=limit, backwards=backwards
         )
         upcasters = self.upcasters
-        convert = layout.row if layout.compact else None
+        convert = layout.event_row if layout.compact else None
         async for page in pages:
             for row in page:
                 yield decode_event(upcasters, row if convert is None else convert(row))

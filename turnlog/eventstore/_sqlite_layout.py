@@ -4,7 +4,7 @@ Everything that reads or writes event rows asks the connection's ``Layout`` for 
 turns what it selects into logical rows (``RawEvent`` field order: text ids and hex hashes,
 stream and type names, the payload bytes as hashed) with ``Layout.row``, so nothing above
 the SQLite modules knows which format a store has. ``Layout`` itself is the text layout of
-formats 1 and 2, where rows are stored as they read; the compact layout of format 3 is
+formats 1 and 2, where rows are stored as they read; the compact layout of formats 3 and 4 is
 ``_sqlite_compact.CompactLayout``. A store's connections are ``StoreConnection`` s, which
 carry their layout (``_sqlite_compact.attach`` gives it when the store is opened).
 """
@@ -89,6 +89,10 @@ class Layout:
     def row(self, row: Sequence[Any]) -> tuple[Any, ...]:
         """The logical row (``RawEvent`` order) of a selected one."""
         return tuple(row)
+
+    def event_row(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """``row`` for ``decode_event``, which also takes the id as a ``UUID``."""
+        return self.row(row)
 
     def id_param(self, event_id: str) -> Any:
         """An id as stored, to look it up."""

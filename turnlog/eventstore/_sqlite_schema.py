@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
 from ._records import EncodedEvent
-from ._sqlite_compact import COMPACT_FORMAT, add_snapshot_codec, create_compact
+from ._sqlite_compact import COMPACT_FORMAT, ZSTD_FORMAT, add_snapshot_codec, create_compact
 from ._sqlite_layout import Layout, layout_of
 
 if TYPE_CHECKING:
@@ -56,19 +56,21 @@ __all__ = [
     "write_transaction",
 ]
 
-FORMAT_VERSION = COMPACT_FORMAT
-"""The newest store layout this code writes and reads, and the one of new stores.
+FORMAT_VERSION = ZSTD_FORMAT
+"""The newest store layout this code writes and reads.
 
 2: events are hashed by the digest chain (format 1 stores hold legacy-chain events, read as
 they are; their first write by this turnlog records format 2). 3: the compact layout
-(``_sqlite_layout``); a format 2 store stays format 2 until ``turnlog migrate`` copies it."""
+(``_sqlite_compact``), payloads compressed with zlib. 4: the same with zstd. A store keeps
+its format (so the turnlog that made it can still open it) until ``turnlog migrate`` copies it."""
 TEXT_FORMAT = 2
 """The newest format of the text layout (what a format 1 store becomes on its first write)."""
 NEW_STORE_FORMAT = TEXT_FORMAT
 """The format of a store created without asking for one (``new_format``, ``?format=`` in a URL).
 
-Still the text layout: tests and tools outside the store that edit rows by hand with SQL (to
-forge damage) know only it. ``turnlog migrate`` writes format 3 unless told otherwise."""
+Still the text layout: the compact one (formats 3 and 4) reads, appends and opens at a
+higher CPU cost (measured in docs/performance.md, section Storage). ``turnlog migrate``
+writes format 4 unless told otherwise."""
 
 
 def rollback(conn: sqlite3.Connection) -> None:
@@ -199,12 +201,13 @@ def _check(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _create(db: sqlite_utils.Database, new_format: int) -> None:
-    if new_format not in (TEXT_FORMAT, COMPACT_FORMAT):
+    if new_format not in (TEXT_FORMAT, COMPACT_FORMAT, ZSTD_FORMAT):
         raise ValueError(
-            f"turnlog creates stores of format {TEXT_FORMAT} or {COMPACT_FORMAT}, not {new_format}"
+            f"turnlog creates stores of format {TEXT_FORMAT}, {COMPACT_FORMAT} or {ZSTD_FORMAT}, "
+            f"not {new_format}"
         )
-    if new_format == COMPACT_FORMAT:
-        create_compact(db.conn)
+    if new_format >= COMPACT_FORMAT:
+        create_compact(db.conn, new_format)
     else:
         _create_text_events(db)
     _create_common(db, new_format)
@@ -257,7 +260,7 @@ def _create_common(db: sqlite_utils.Database, new_format: int) -> None:
         pk=("stream", "type", "version"),
         not_null={"stream", "type", "version", "schema", "data", "meta", "recorded_at"},
     )
-    if new_format == COMPACT_FORMAT:
+    if new_format >= COMPACT_FORMAT:
         add_snapshot_codec(db.conn)
     db.table("tracking").create({"consumer": str, "position": int}, pk="consumer", not_null={"position"})
     db.table("meta").create({"key": str, "value": str}, pk="key", not_null={"value"})

@@ -103,7 +103,7 @@ def supported_schemes() -> list[str]:
 
 # -- SQLite ------------------------------------------------------------------------------------
 
-_SQLITE_PARAMETERS = {"durability": ("normal", "full"), "format": ("2", "3")}
+_SQLITE_PARAMETERS = {"durability": ("normal", "full"), "format": ("2", "3", "4")}
 
 
 def _parse_sqlite(url: str, rest: str) -> StoreURL:
@@ -118,7 +118,7 @@ def _parse_sqlite(url: str, rest: str) -> StoreURL:
         if allowed is None:
             raise UnsupportedStoreURL(
                 f"{url!r}: unknown SQLite URL parameter {key!r}; the parameters are durability=normal|full "
-                "and format=2|3 (of a store the URL creates)"
+                "and format=2|3|4 (of a store the URL creates)"
             )
         if value not in allowed:
             raise UnsupportedStoreURL(f"{url!r}: {key} must be one of {', '.join(allowed)}, not {value!r}")

@@ -38,13 +38,13 @@ def _check_source_exists(url: str) -> None:
 
 
 def _compact(url: str) -> str:
-    """A SQLite target asks for the compact format (3) unless its URL names a format."""
+    """A SQLite target asks for the newest compact format (4) unless its URL names a format."""
     if not url.startswith("sqlite:") or url == "sqlite:///:memory:":
         return url
     query = url.partition("?")[2]
     if any(part.startswith("format=") for part in query.split("&")):
         return url
-    return f"{url}{'&' if query else '?'}format=3"
+    return f"{url}{'&' if query else '?'}format=4"
 
 
 async def _migrate(source: str, target: str, show_progress: bool) -> MigrateReport:
