@@ -56,6 +56,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -286,8 +287,14 @@ class SQLiteEventStore(EventStore):
         """
         self._check_open()
         if inline and self._lock.acquire(blocking=False):
+            # ``_translate(fn, False)`` written out: this runs once per append.
             try:
-                return self._translate(fn, False)
+                return fn(False)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise damage_or_error(self.path, exc) from exc
+            except sqlite3.DatabaseError as exc:
+                raise damage_or_error(self.path, exc) from exc
             except _WouldBlock:
                 pass
             finally:
@@ -350,15 +357,18 @@ class SQLiteEventStore(EventStore):
     """Combines the appends that go to the worker thread (see ``_write``); made on first use."""
 
     async def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
-        count = 0
-        size = 0
-        for entry in entries:
-            count += len(entry.events)
-            for ev in entry.events:
-                size += len(ev.data) + len(ev.meta)
+        if len(entries) == 1 and len(entries[0][1]) == 1:  # one event: the common case
+            ev = entries[0][1][0]
+            count, size = 1, len(ev[3]) + len(ev[4])
+        else:
+            count = size = 0
+            for entry in entries:
+                events = entry[1]
+                count += len(events)
+                size += sum([len(ev[3]) + len(ev[4]) for ev in events])
         inline = self.durability == "normal" and count <= _INLINE_MAX_EVENTS and size <= _INLINE_MAX_BYTES
         if inline:
-            results = await self._run(lambda blocking: self._write_sync(entries, blocking), inline=True)
+            results = await self._run(partial(self._write_sync, entries), inline=True)
         else:
             # A write that goes to the worker thread waits there anyway (under "full" for its
             # fsync): the appends queued meanwhile share one transaction and one commit.
@@ -409,7 +419,7 @@ class SQLiteEventStore(EventStore):
                 self._wal_bytes = 0
                 self._schedule_checkpoint()
 
-    def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
+    def _write_sync(self, entries: list[PreparedAppend], blocking: bool = False) -> list[AppendResult]:
         with write_transaction(self._conn) as conn:
             self._before_write(conn)
             return insert_entries(conn, entries, self.upcasters, self.path)
