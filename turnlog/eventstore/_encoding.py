@@ -288,6 +288,8 @@ def chain_hashes(
     encoded, digested and length-prefixed once, and the digest of a small meta is remembered
     across calls (most appends carry one of a few correlation objects).
     """
+    if len(events) == 1:  # a single-event append: its own shorter path
+        return [_one_hash(stream, version + 1, prev_hash, events[0], recorded_at_us)]
     sha256, length, lengths = hashlib.sha256, _LEN, _SHORT_LENGTHS
     stream_b = stream.encode()
     time_b = b"%d" % recorded_at_us
@@ -313,11 +315,7 @@ def chain_hashes(
         if meta is not last_meta and meta != last_meta:  # equal metas share one digest
             meta_digest = digests.get(meta)
             if meta_digest is None:
-                meta_digest = sha256(meta).hexdigest().encode()
-                if len(meta) <= _META_CACHE_BYTES:
-                    if len(digests) >= _META_CACHE_SIZE:
-                        digests.clear()
-                    digests[meta] = meta_digest
+                meta_digest = _meta_digest(meta)
             tail = _HASH_LENGTH + meta_digest + time_part
             last_meta = meta
         id_b, version_b = eid.encode(), b"%d" % version
@@ -339,6 +337,54 @@ def chain_hashes(
     return hashes
 
 
+def _one_hash(stream: str, version: int, prev_hash: str, event: EncodedEvent, recorded_at_us: int) -> str:
+    """``event_hash`` of one event at ``version``, its meta digest and type part remembered."""
+    eid, etype, schema, data, meta = event
+    meta_digest = _META_DIGESTS.get(meta)
+    if meta_digest is None:
+        meta_digest = _meta_digest(meta)
+    kind = _KINDS.get((etype, schema))
+    if kind is None:
+        kind = _kind(etype, schema)
+    id_b, stream_b, prev_b = eid.encode(), stream.encode(), prev_hash.encode()
+    version_b, time_b = b"%d" % version, b"%d" % recorded_at_us
+    lengths = _SHORT_LENGTHS
+    if len(id_b) > 255 or len(stream_b) > 255 or len(prev_b) > 255 or len(time_b) > 255:
+        return event_hash(prev_hash, eid, stream, version, etype, schema, data, meta, recorded_at_us)
+    return hashlib.sha256(
+        b"".join(
+            (
+                _TAG_PART, lengths[len(prev_b)], prev_b, lengths[len(id_b)], id_b,
+                lengths[len(stream_b)], stream_b, lengths[len(version_b)], version_b, kind,
+                _HASH_LENGTH, hashlib.sha256(data).hexdigest().encode(),
+                _HASH_LENGTH, meta_digest, lengths[len(time_b)], time_b,
+            )
+        )
+    ).hexdigest()  # fmt: skip
+
+
+def _meta_digest(meta: bytes) -> bytes:
+    """The hex digest of a meta, remembered when the meta is small."""
+    digest = hashlib.sha256(meta).hexdigest().encode()
+    if len(meta) <= _META_CACHE_BYTES:
+        if len(_META_DIGESTS) >= _META_CACHE_SIZE:
+            _META_DIGESTS.clear()
+        _META_DIGESTS[meta] = digest
+    return digest
+
+
+def _kind(etype: str, schema: int) -> bytes:
+    """The hashed type and schema parts of an event, length-prefixed, remembered."""
+    type_b, schema_b = etype.encode(), b"%d" % schema
+    kind = _LEN(len(type_b)) + type_b + _LEN(len(schema_b)) + schema_b
+    if len(_KINDS) >= _META_CACHE_SIZE:
+        _KINDS.clear()
+    _KINDS[(etype, schema)] = kind
+    return kind
+
+
+_KINDS: dict[tuple[str, int], bytes] = {}
+"""The hashed type and schema parts of recently appended kinds of event."""
 _SHORT_LENGTHS = tuple(_LEN(n) for n in range(256))
 """The length prefixes of parts shorter than 256 bytes, made once."""
 _HASH_LENGTH = _LEN(64)
