@@ -52,9 +52,7 @@ class _ChainedRows(Sequence[tuple[Any, ...]]):
 
     __slots__ = ("_args", "_rows")
 
-    def __init__(
-        self, args: tuple[int, str, int, str, Sequence[EncodedEvent], Sequence[str], int]
-    ) -> None:
+    def __init__(self, args: tuple[int, str, int, str, Sequence[EncodedEvent], Sequence[str], int]) -> None:
         self._args: tuple[int, str, int, str, Sequence[EncodedEvent], Sequence[str], int] | None = args
         self._rows: list[tuple[Any, ...]] | None = None
 

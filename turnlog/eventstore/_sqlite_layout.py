@@ -234,7 +234,7 @@ class StoreConnection(sqlite3.Connection):
 
 def writer(conn: sqlite3.Connection) -> sqlite3.Cursor | sqlite3.Connection:
     """What runs the write path's statements on ``conn``: its kept cursor, or ``conn`` itself."""
-    return conn.writer if conn.__class__ is StoreConnection else conn  # type: ignore[attr-defined]
+    return conn.writer if isinstance(conn, StoreConnection) else conn
 
 
 def layout_of(conn: sqlite3.Connection) -> Layout:

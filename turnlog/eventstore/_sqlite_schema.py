@@ -315,7 +315,8 @@ def insert_events(
     if count == 1:  # the common case, one statement with a row of plain parameters
         if layout.compact:
             last = execute(
-                layout.single_insert, layout.single_row(conn, stream, version, prev, events[0], hashes[0], now)
+                layout.single_insert,
+                layout.single_row(conn, stream, version, prev, events[0], hashes[0], now),
             ).lastrowid
             if last is not None:
                 layout.after_write(conn, last)

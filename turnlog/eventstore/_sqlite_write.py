@@ -69,7 +69,9 @@ def insert_entries(
         if key is None:  # a new stream of the compact layout: its number, made now
             key = layout.stream_key(conn, stream)
         hashes = chain_hashes(stream, version, prev, events, now)
-        last = _insert(conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now))
+        last = _insert(
+            conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now)
+        )
         if isinstance(last, list):  # a re-send found by its ids
             return last
         return [chained_result(last - len(events) + 1, stream, version, prev, events, hashes, now, upcasters)]
@@ -89,7 +91,9 @@ def insert_entries(
         heads[stream] = (key, version + len(hashes), hashes[-1])
     results: list[AppendResult] = []
     for stream, key, version, prev, events, hashes in plans:
-        last = _insert(conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now))
+        last = _insert(
+            conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now)
+        )
         if isinstance(last, list):
             return last
         results.append(

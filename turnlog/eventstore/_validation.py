@@ -53,7 +53,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 def check_stream_name(stream: object) -> str:
     """Return ``stream`` if it is a valid stream name, else raise ``InvalidEventError``."""
     if stream.__class__ is str and stream in _valid_streams:
-        return stream  # type: ignore[return-value]  # a str, by the test before
+        return stream
     if not isinstance(stream, str):
         raise InvalidEventError(f"stream name must be a str, not {type(stream).__name__}")
     if not stream:
