@@ -174,7 +174,8 @@ def prepare_events(
 
 def encode_new_events(events: object, max_event_bytes: int, stream: str | None) -> list[EncodedEvent]:
     """Validate and encode a non-empty sequence of ``NewEvent`` s; errors name ``stream`` when given."""
-    if isinstance(events, NewEvent) or not isinstance(events, Sequence):
+    # A list first: the ABC check costs a call into ``abc`` on every append.
+    if events.__class__ is not list and (isinstance(events, NewEvent) or not isinstance(events, Sequence)):
         raise InvalidEventError("events must be a sequence of NewEvent", stream=stream)
     if not events:
         raise InvalidEventError("an append needs at least one event", stream=stream)
