@@ -158,10 +158,6 @@ _ROW_VERSION: Callable[[tuple[Any, ...]], int] = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
 
 
-class _WouldBlock(Exception):
-    """An inline attempt found the database busy; retry on the worker thread."""
-
-
 class SQLiteEventStore(EventStore):
     """The event store in one SQLite file (or a private in-memory database).
 
@@ -282,12 +278,12 @@ class SQLiteEventStore(EventStore):
     async def _run(self, fn: Callable[[bool], T], *, inline: bool = True) -> T:
         """Run ``fn(blocking)`` on the connection: inline when possible, else on the worker.
 
-        ``fn`` raises ``_WouldBlock`` (having changed nothing) when called with
-        ``blocking=False`` and the database is locked.
+        Inline, ``fn(False)`` runs with a zero busy timeout: when it finds the database locked
+        by another connection (it has changed nothing then), it runs again on the worker
+        thread, which waits up to ``busy_timeout``.
         """
         self._check_open()
         if inline and self._lock.acquire(blocking=False):
-            # ``_translate(fn, False)`` written out: this runs once per append.
             try:
                 return fn(False)
             except sqlite3.OperationalError as exc:
@@ -295,8 +291,6 @@ class SQLiteEventStore(EventStore):
                     raise damage_or_error(self.path, exc) from exc
             except sqlite3.DatabaseError as exc:
                 raise damage_or_error(self.path, exc) from exc
-            except _WouldBlock:
-                pass
             finally:
                 self._lock.release()
         return await self._worker.call(lambda: self._locked_blocking(fn))
@@ -305,17 +299,16 @@ class SQLiteEventStore(EventStore):
         with self._lock:
             self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             try:
-                return self._translate(fn, True)
+                return self._translate(fn)
             finally:
                 self._conn.execute("PRAGMA busy_timeout = 0")
 
-    def _translate(self, fn: Callable[[bool], T], blocking: bool) -> T:
+    def _translate(self, fn: Callable[[bool], T]) -> T:
+        """``fn(True)``, SQLite's errors made the store's (a lock held past the timeout: ``StoreUnavailable``)."""
         try:
-            return fn(blocking)
+            return fn(True)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
-                if not blocking:
-                    raise _WouldBlock from exc
                 raise StoreUnavailable(
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
