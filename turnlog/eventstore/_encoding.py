@@ -285,37 +285,44 @@ def chain_hashes(
     The same values as ``event_hash`` called for each event in turn (event k gets version
     ``version + k`` and the previous event's hash), with fewer steps per event: what the events
     share (the stream, the time, and a type, schema or meta equal to the previous event's) is
-    encoded, digested and length-prefixed once.
+    encoded, digested and length-prefixed once, and the digest of a small meta is remembered
+    across calls (most appends carry one of a few correlation objects).
     """
+    if len(events) == 1:  # a single-event append: its own shorter path
+        return [_one_hash(stream, version + 1, prev_hash, events[0], recorded_at_us)]
     sha256, length, lengths = hashlib.sha256, _LEN, _SHORT_LENGTHS
     stream_b = stream.encode()
-    stream_part = length(len(stream_b)) + stream_b
-    time_b = str(recorded_at_us).encode()
-    time_part = length(len(time_b)) + time_b
-    tag_part = length(len(CHAIN_TAG)) + CHAIN_TAG
+    time_b = b"%d" % recorded_at_us
+    # What every event of this call hashes after its data digest: the meta digest and the time
+    # (whose length prefixes are fixed), and before its id: the tag and the previous hash.
+    time_part = (lengths[len(time_b)] if len(time_b) < 256 else length(len(time_b))) + time_b
+    stream_part = (lengths[len(stream_b)] if len(stream_b) < 256 else length(len(stream_b))) + stream_b
     prev_b = prev_hash.encode()
-    prev_length = length(len(prev_b))
+    head = _TAG_PART + (_HASH_LENGTH if len(prev_b) == 64 else length(len(prev_b))) + prev_b
     last_type: str | None = None
     last_schema = last_meta = None
     kind = tail = b""
+    digests = _META_DIGESTS
     hashes: list[str] = []
+    append = hashes.append
+    join = b"".join
     for eid, etype, schema, data, meta in events:
         version += 1
         if etype is not last_type or schema != last_schema:
-            type_b, schema_b = etype.encode(), str(schema).encode()
+            type_b, schema_b = etype.encode(), b"%d" % schema
             kind = length(len(type_b)) + type_b + length(len(schema_b)) + schema_b
             last_type, last_schema = etype, schema
         if meta is not last_meta and meta != last_meta:  # equal metas share one digest
-            tail = _HASH_LENGTH + (
-                _EMPTY_DIGEST if meta == b"{}" else sha256(meta).hexdigest().encode()
-            ) + time_part  # fmt: skip
+            meta_digest = digests.get(meta)
+            if meta_digest is None:
+                meta_digest = _meta_digest(meta)
+            tail = _HASH_LENGTH + meta_digest + time_part
             last_meta = meta
         id_b, version_b = eid.encode(), b"%d" % version
         digest = sha256(
-            b"".join(
+            join(
                 (
-                    tag_part,
-                    prev_length, prev_b,
+                    head,
                     lengths[len(id_b)] if len(id_b) < 256 else length(len(id_b)), id_b,
                     stream_part,
                     lengths[len(version_b)], version_b,
@@ -325,18 +332,73 @@ def chain_hashes(
                 )
             )
         ).hexdigest()  # fmt: skip
-        hashes.append(digest)
-        prev_b = digest.encode()
-        prev_length = _HASH_LENGTH
+        append(digest)
+        head = _TAG_HASH + digest.encode()
     return hashes
 
 
+def _one_hash(stream: str, version: int, prev_hash: str, event: EncodedEvent, recorded_at_us: int) -> str:
+    """``event_hash`` of one event at ``version``, its meta digest and type part remembered."""
+    eid, etype, schema, data, meta = event
+    meta_digest = _META_DIGESTS.get(meta)
+    if meta_digest is None:
+        meta_digest = _meta_digest(meta)
+    kind = _KINDS.get((etype, schema))
+    if kind is None:
+        kind = _kind(etype, schema)
+    id_b, stream_b, prev_b = eid.encode(), stream.encode(), prev_hash.encode()
+    version_b, time_b = b"%d" % version, b"%d" % recorded_at_us
+    lengths = _SHORT_LENGTHS
+    if len(id_b) > 255 or len(stream_b) > 255 or len(prev_b) > 255 or len(time_b) > 255:
+        return event_hash(prev_hash, eid, stream, version, etype, schema, data, meta, recorded_at_us)
+    return hashlib.sha256(
+        b"".join(
+            (
+                _TAG_PART, lengths[len(prev_b)], prev_b, lengths[len(id_b)], id_b,
+                lengths[len(stream_b)], stream_b, lengths[len(version_b)], version_b, kind,
+                _HASH_LENGTH, hashlib.sha256(data).hexdigest().encode(),
+                _HASH_LENGTH, meta_digest, lengths[len(time_b)], time_b,
+            )
+        )
+    ).hexdigest()  # fmt: skip
+
+
+def _meta_digest(meta: bytes) -> bytes:
+    """The hex digest of a meta, remembered when the meta is small."""
+    digest = hashlib.sha256(meta).hexdigest().encode()
+    if len(meta) <= _META_CACHE_BYTES:
+        if len(_META_DIGESTS) >= _META_CACHE_SIZE:
+            _META_DIGESTS.clear()
+        _META_DIGESTS[meta] = digest
+    return digest
+
+
+def _kind(etype: str, schema: int) -> bytes:
+    """The hashed type and schema parts of an event, length-prefixed, remembered."""
+    type_b, schema_b = etype.encode(), b"%d" % schema
+    kind = _LEN(len(type_b)) + type_b + _LEN(len(schema_b)) + schema_b
+    if len(_KINDS) >= _META_CACHE_SIZE:
+        _KINDS.clear()
+    _KINDS[(etype, schema)] = kind
+    return kind
+
+
+_KINDS: dict[tuple[str, int], bytes] = {}
+"""The hashed type and schema parts of recently appended kinds of event."""
 _SHORT_LENGTHS = tuple(_LEN(n) for n in range(256))
 """The length prefixes of parts shorter than 256 bytes, made once."""
-_EMPTY_DIGEST = hashlib.sha256(b"{}").hexdigest().encode()
-"""The digest of the empty meta object, which most events carry."""
 _HASH_LENGTH = _LEN(64)
 """The length prefix of a previous hash (64 hexadecimal digits)."""
+_TAG_PART = _LEN(len(CHAIN_TAG)) + CHAIN_TAG
+"""The chain tag with its length prefix: the first part of every hash."""
+_TAG_HASH = _TAG_PART + _HASH_LENGTH
+"""The chain tag and the length prefix of a previous hash: what precedes it in every hash but a first."""
+_META_DIGESTS: dict[bytes, bytes] = {b"{}": hashlib.sha256(b"{}").hexdigest().encode()}
+"""Hex digests of recently hashed small metas (the empty one to start with)."""
+_META_CACHE_BYTES = 1024
+"""Metas up to this size have their digest remembered."""
+_META_CACHE_SIZE = 256
+"""Distinct metas remembered; the cache starts over when it is full."""
 
 
 def to_micros(moment: datetime) -> int:

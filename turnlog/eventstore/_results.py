@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from ._decoding import decode_event
 from ._errors import IdempotencyError
 from ._raw import RawEvent
-from ._records import AppendResult, EncodedEvent
+from ._records import AppendResult, EncodedEvent, RecordedEvent
 from ._upcasting import Upcasters
 from ._validation import PreparedAppend
 
-__all__ = ["append_result", "chained_rows", "match_resent"]
+__all__ = ["append_result", "chained_result", "chained_rows", "match_resent"]
 
 
 def append_result(rows: Sequence[Iterable[Any]], version: int, upcasters: Upcasters) -> AppendResult:
@@ -22,7 +22,86 @@ def append_result(rows: Sequence[Iterable[Any]], version: int, upcasters: Upcast
     Its ``events`` are decoded from the rows on first access, with the store's ``upcasters``,
     exactly as ``read_stream`` decodes them.
     """
-    return AppendResult(_positions(rows), version, rows=rows, decode=partial(decode_event, upcasters))
+    return AppendResult(_positions(rows), version, rows=rows, decode=_decoder(upcasters))
+
+
+def chained_result(
+    first_position: int,
+    stream: str,
+    version: int,
+    prev_hash: str,
+    events: Sequence[EncodedEvent],
+    hashes: Sequence[str],
+    recorded_at_us: int,
+    upcasters: Upcasters,
+) -> AppendResult:
+    """The result of appending ``events`` to ``stream`` after ``version``, stored from ``first_position`` on.
+
+    The arguments are those of ``chained_rows``; the rows are made when the caller first asks
+    for them (``AppendResult.rows`` or ``events``): a writer that only needs the positions and
+    the version, as most do, pays nothing for 11-field tuples it never reads.
+    """
+    count = len(events)
+    positions = (first_position,) if count == 1 else tuple(range(first_position, first_position + count))
+    rows = _ChainedRows((first_position, stream, version, prev_hash, events, hashes, recorded_at_us))
+    return AppendResult(positions, version + count, rows=rows, decode=_decoder(upcasters))
+
+
+class _ChainedRows(Sequence[tuple[Any, ...]]):
+    """The rows of ``chained_rows``, made on first access (see ``chained_result``)."""
+
+    __slots__ = ("_args", "_rows")
+
+    def __init__(self, args: tuple[int, str, int, str, Sequence[EncodedEvent], Sequence[str], int]) -> None:
+        self._args: tuple[int, str, int, str, Sequence[EncodedEvent], Sequence[str], int] | None = args
+        self._rows: list[tuple[Any, ...]] | None = None
+
+    def _made(self) -> list[tuple[Any, ...]]:
+        rows = self._rows
+        if rows is None:
+            assert self._args is not None
+            rows = self._rows = chained_rows(*self._args)
+            self._args = None
+        return rows
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Any, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | list[tuple[Any, ...]]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        return self._made() == (list(other) if isinstance(other, _ChainedRows) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence of rows, compared like a list
+
+    def __repr__(self) -> str:
+        return repr(self._made())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (self._made(),)
+
+
+_last_decoder: tuple[Upcasters | None, Callable[[Iterable[Any]], RecordedEvent] | None] = (None, None)
+
+
+def _decoder(upcasters: Upcasters) -> Callable[[Iterable[Any]], RecordedEvent]:
+    """``decode_event`` bound to ``upcasters``; the last one is kept (a process has few stores)."""
+    global _last_decoder
+    known, decode = _last_decoder
+    if known is not upcasters or decode is None:
+        decode = partial(decode_event, upcasters)
+        _last_decoder = (upcasters, decode)
+    return decode
 
 
 def _positions(rows: Sequence[Iterable[Any]]) -> tuple[int, ...]:

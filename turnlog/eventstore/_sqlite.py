@@ -56,6 +56,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -155,10 +156,6 @@ _ROW_POSITION: Callable[[tuple[Any, ...]], int] = itemgetter(0)
 """The key of a stored row in ``read_all`` pages (its position)."""
 _ROW_VERSION: Callable[[tuple[Any, ...]], int] = itemgetter(3)
 """The key of a stored row in ``read_stream`` pages (its version)."""
-
-
-class _WouldBlock(Exception):
-    """An inline attempt found the database busy; retry on the worker thread."""
 
 
 class SQLiteEventStore(EventStore):
@@ -282,15 +279,19 @@ class SQLiteEventStore(EventStore):
     async def _run(self, fn: Callable[[bool], T], *, inline: bool = True) -> T:
         """Run ``fn(blocking)`` on the connection: inline when possible, else on the worker.
 
-        ``fn`` raises ``_WouldBlock`` (having changed nothing) when called with
-        ``blocking=False`` and the database is locked.
+        Inline, ``fn(False)`` runs with a zero busy timeout: when it finds the database locked
+        by another connection (it has changed nothing then), it runs again on the worker
+        thread, which waits up to ``busy_timeout``.
         """
         self._check_open()
         if inline and self._lock.acquire(blocking=False):
             try:
-                return self._translate(fn, False)
-            except _WouldBlock:
-                pass
+                return fn(False)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise damage_or_error(self.path, exc) from exc
+            except sqlite3.DatabaseError as exc:
+                raise damage_or_error(self.path, exc) from exc
             finally:
                 self._lock.release()
         return await self._worker.call(lambda: self._locked_blocking(fn))
@@ -299,17 +300,16 @@ class SQLiteEventStore(EventStore):
         with self._lock:
             self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             try:
-                return self._translate(fn, True)
+                return self._translate(fn)
             finally:
                 self._conn.execute("PRAGMA busy_timeout = 0")
 
-    def _translate(self, fn: Callable[[bool], T], blocking: bool) -> T:
+    def _translate(self, fn: Callable[[bool], T]) -> T:
+        """``fn(True)``, SQLite's errors made the store's (a lock held past the timeout: ``StoreUnavailable``)."""
         try:
-            return fn(blocking)
+            return fn(True)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
-                if not blocking:
-                    raise _WouldBlock from exc
                 raise StoreUnavailable(
                     f"{self.path}: the database stayed locked by another connection for "
                     f"{self._busy_ms} ms: {exc}"
@@ -351,15 +351,18 @@ class SQLiteEventStore(EventStore):
     """Combines the appends that go to the worker thread (see ``_write``); made on first use."""
 
     async def _write(self, entries: list[PreparedAppend]) -> list[AppendResult]:
-        count = 0
-        size = 0
-        for entry in entries:
-            count += len(entry.events)
-            for ev in entry.events:
-                size += len(ev.data) + len(ev.meta)
+        if len(entries) == 1 and len(entries[0][1]) == 1:  # one event: the common case
+            ev = entries[0][1][0]
+            count, size = 1, len(ev[3]) + len(ev[4])
+        else:
+            count = size = 0
+            for entry in entries:
+                events = entry[1]
+                count += len(events)
+                size += sum([len(ev[3]) + len(ev[4]) for ev in events])
         inline = self.durability == "normal" and count <= _INLINE_MAX_EVENTS and size <= _INLINE_MAX_BYTES
         if inline:
-            results = await self._run(lambda blocking: self._write_sync(entries, blocking), inline=True)
+            results = await self._run(partial(self._write_sync, entries), inline=True)
         else:
             # A write that goes to the worker thread waits there anyway (under "full" for its
             # fsync): the appends queued meanwhile share one transaction and one commit.
@@ -410,7 +413,7 @@ class SQLiteEventStore(EventStore):
                 self._wal_bytes = 0
                 self._schedule_checkpoint()
 
-    def _write_sync(self, entries: list[PreparedAppend], blocking: bool) -> list[AppendResult]:
+    def _write_sync(self, entries: list[PreparedAppend], blocking: bool = False) -> list[AppendResult]:
         with write_transaction(self._conn) as conn:
             self._before_write(conn)
             return insert_entries(conn, entries, self.upcasters, self.path)

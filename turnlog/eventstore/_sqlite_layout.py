@@ -17,7 +17,7 @@ from typing import Any
 
 from ._records import EncodedEvent
 
-__all__ = ["COLUMNS", "TEXT_LAYOUT", "Layout", "StoreConnection", "layout_of"]
+__all__ = ["COLUMNS", "TEXT_LAYOUT", "Layout", "StoreConnection", "layout_of", "writer"]
 
 COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 """Every column of an event in the text layout, in ``RawEvent`` order."""
@@ -126,9 +126,7 @@ class Layout:
 
     def head(self, conn: sqlite3.Connection, stream: str) -> tuple[Any, int, str]:
         """``(key, version, hash)`` of the stream's last event; key None when the stream is new."""
-        row = conn.execute(
-            "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1", (stream,)
-        ).fetchone()
+        row = writer(conn).execute(_TEXT_HEAD, (stream,)).fetchone()
         return (stream, row[0], row[1]) if row is not None else (stream, 0, "")
 
     def stream_key(self, conn: sqlite3.Connection, stream: str) -> Any:
@@ -217,12 +215,30 @@ class Layout:
 
 
 TEXT_LAYOUT = Layout()
+_TEXT_HEAD = "SELECT version, hash FROM events WHERE stream = ? ORDER BY version DESC LIMIT 1"
 
 
 class StoreConnection(sqlite3.Connection):
-    """A store's connection: knows its store's layout (the text one until told otherwise)."""
+    """A store's connection: knows its store's layout (the text one until told otherwise).
+
+    It keeps one cursor, ``writer``, for the statements of the append path (``BEGIN``, the
+    head, the insert, ``COMMIT``): ``Connection.execute`` makes, registers and frees a new
+    cursor on every call, about 0.7 µs of a 1.5 µs statement. A store's connection has one
+    user at a time (the store's lock), and a cursor's next ``execute`` resets its previous
+    statement, so a statement it ran never outlives the transaction it ran in.
+    """
 
     layout: Layout = TEXT_LAYOUT
+    writer: sqlite3.Cursor
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writer = self.cursor()
+
+
+def writer(conn: sqlite3.Connection) -> sqlite3.Cursor | sqlite3.Connection:
+    """What runs the write path's statements on ``conn``: its kept cursor, or ``conn`` itself."""
+    return conn.writer if isinstance(conn, StoreConnection) else conn
 
 
 def layout_of(conn: sqlite3.Connection) -> Layout:

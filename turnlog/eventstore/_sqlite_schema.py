@@ -37,7 +37,7 @@ from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUn
 from ._ids import uuid7
 from ._records import EncodedEvent
 from ._sqlite_compact import COMPACT_FORMAT, ZSTD_FORMAT, add_snapshot_codec, create_compact
-from ._sqlite_layout import Layout, layout_of
+from ._sqlite_layout import Layout, layout_of, writer
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -87,23 +87,24 @@ class _WriteTransaction:
     and a generator-based manager costs several times more per use.
     """
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_layout")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._layout = layout_of(conn)
 
     def __enter__(self) -> sqlite3.Connection:
-        self._conn.execute("BEGIN IMMEDIATE")
-        layout_of(self._conn).begin()
+        writer(self._conn).execute("BEGIN IMMEDIATE")
+        self._layout.begin()
         return self._conn
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        layout = layout_of(self._conn)
+        layout = self._layout
         if exc_type is None:
             try:
-                self._conn.execute("COMMIT")
+                writer(self._conn).execute("COMMIT")
             except BaseException:
                 layout.end()
                 raise
@@ -312,14 +313,21 @@ def insert_events(
     appends: 3.9 µs per row with ``executemany``, 2.1 µs in blocks of 64).
     """
     layout = layout_of(conn)
+    execute = writer(conn).execute
     count = len(events)
     if count == 1:  # the common case, one statement with a row of plain parameters
-        last = conn.execute(
-            layout.single_insert, layout.single_row(conn, stream, version, prev, events[0], hashes[0], now)
+        if layout.compact:
+            last = execute(
+                layout.single_insert,
+                layout.single_row(conn, stream, version, prev, events[0], hashes[0], now),
+            ).lastrowid
+            if last is not None:
+                layout.after_write(conn, last)
+            return last
+        eid, etype, schema, data, meta = events[0]
+        return execute(
+            layout.single_insert, (eid, stream, version + 1, etype, schema, data, meta, now, prev, hashes[0])
         ).lastrowid
-        if last is not None and layout.compact:
-            layout.after_write(conn, last)
-        return last
     encode, hash_param = layout.encode, layout.hash_param
     last = None
     done = 0
@@ -328,10 +336,15 @@ def insert_events(
         size = _BLOCK if left >= _BLOCK else 1 << (left.bit_length() - 1)
         params: list[Any] = [stream, now, version + done + 1, hash_param(hashes[done - 1] if done else prev)]
         extend, append = params.extend, params.append
-        for ev, digest in zip(events[done : done + size], hashes[done : done + size], strict=True):
-            extend(encode(conn, ev))
-            append(hash_param(digest))
-        last = conn.execute(_block_insert(layout, size), params).lastrowid
+        if layout.compact:
+            for ev, digest in zip(events[done : done + size], hashes[done : done + size], strict=True):
+                extend(encode(conn, ev))
+                append(hash_param(digest))
+        else:  # the text layout stores an event's fields and its hash as they are
+            for ev, digest in zip(events[done : done + size], hashes[done : done + size], strict=True):
+                extend(ev)
+                append(digest)
+        last = execute(_block_insert(layout, size), params).lastrowid
         done += size
     if last is not None:
         layout.after_write(conn, last)

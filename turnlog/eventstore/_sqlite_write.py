@@ -16,9 +16,9 @@ from typing import Any
 from ._encoding import chain_hashes
 from ._errors import ConcurrencyError, StoreError, TrackingError
 from ._raw import RawEvent, RawSnapshot, check_continuation
-from ._records import AppendResult, EncodedEvent, Tracking
-from ._results import append_result, chained_rows, match_resent
-from ._sqlite_layout import layout_of
+from ._records import ANY, STREAM_EXISTS, AppendResult, EncodedEvent, ExpectedVersion, Tracking
+from ._results import chained_result, match_resent
+from ._sqlite_layout import layout_of, writer
 from ._sqlite_schema import insert_events, rollback
 from ._upcasting import Upcasters
 from ._validation import PreparedAppend, version_matches
@@ -61,46 +61,91 @@ def insert_entries(
     """
     now = time.time_ns() // 1000
     layout = layout_of(conn)
+    if len(entries) == 1:  # one stream (every append but append_batch): no plan to keep
+        stream, events, expected = entries[0]
+        key, version, prev = layout.head(conn, stream)
+        if expected is not ANY and expected != version and not (expected is STREAM_EXISTS and version):
+            return _refused(conn, entries, upcasters, stream, expected, version)
+        if key is None:  # a new stream of the compact layout: its number, made now
+            key = layout.stream_key(conn, stream)
+        hashes = chain_hashes(stream, version, prev, events, now)
+        last = _insert(
+            conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now)
+        )
+        if isinstance(last, list):  # a re-send found by its ids
+            return last
+        return [chained_result(last - len(events) + 1, stream, version, prev, events, hashes, now, upcasters)]
     plans: list[tuple[str, Any, int, str, Sequence[EncodedEvent], list[str]]] = []
     heads: dict[str, tuple[Any, int, str]] = {}
-    for entry in entries:
-        stream = entry.stream
+    for stream, events, expected in entries:
         head = heads.get(stream)
         if head is None:
             head = layout.head(conn, stream)
         key, version, prev = head
-        if not version_matches(entry.expected, version):
-            original = find_resent(conn, entries, upcasters)
-            if original is not None:
-                return original
-            raise ConcurrencyError(stream, entry.expected, version)
-        if key is None:  # a new stream of the compact layout: its number, made now
+        if not version_matches(expected, version):
+            return _refused(conn, entries, upcasters, stream, expected, version)
+        if key is None:
             key = layout.stream_key(conn, stream)
-        hashes = chain_hashes(stream, version, prev, entry.events, now)
-        plans.append((stream, key, version, prev, entry.events, hashes))
+        hashes = chain_hashes(stream, version, prev, events, now)
+        plans.append((stream, key, version, prev, events, hashes))
         heads[stream] = (key, version + len(hashes), hashes[-1])
     results: list[AppendResult] = []
+    for stream, key, version, prev, events, hashes in plans:
+        last = _insert(
+            conn, entries, upcasters, location, savepoint, (key, version, prev, events, hashes, now)
+        )
+        if isinstance(last, list):
+            return last
+        results.append(
+            chained_result(last - len(events) + 1, stream, version, prev, events, hashes, now, upcasters)
+        )
+    return results
+
+
+def _refused(
+    conn: sqlite3.Connection,
+    entries: list[PreparedAppend],
+    upcasters: Upcasters,
+    stream: str,
+    expected: ExpectedVersion,
+    version: int,
+) -> list[AppendResult]:
+    """The original results of a re-send whose stream has moved on since; else ``ConcurrencyError``."""
+    original = find_resent(conn, entries, upcasters)
+    if original is not None:
+        return original
+    raise ConcurrencyError(stream, expected, version)
+
+
+def _insert(
+    conn: sqlite3.Connection,
+    entries: list[PreparedAppend],
+    upcasters: Upcasters,
+    location: str,
+    savepoint: str | None,
+    args: tuple[Any, int, str, Sequence[EncodedEvent], list[str], int],
+) -> int | list[AppendResult]:
+    """``insert_events(conn, *args)``: the last position, or the original results of a re-send.
+
+    A stored event id fails the insert: the transaction (or its ``savepoint``) is rolled back
+    and the append is either a re-send of an acknowledged one or a clash.
+    """
     try:
-        for stream, key, version, prev, events, hashes in plans:
-            last = insert_events(conn, key, version, prev, events, hashes, now)
-            if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
-                raise StoreError(f"{location}: the insert reported no position")
-            count = len(events)
-            rows = chained_rows(last - count + 1, stream, version, prev, events, hashes, now)
-            results.append(append_result(rows, version + count, upcasters))
+        last = insert_events(conn, *args)
     except sqlite3.IntegrityError as exc:
-        # A stored event id: either a re-send of an acknowledged append or a clash.
         if savepoint is None:
             rollback(conn)
-            conn.execute("BEGIN IMMEDIATE")
+            writer(conn).execute("BEGIN IMMEDIATE")
         else:
-            layout.discard()
+            layout_of(conn).discard()
             conn.execute(f"ROLLBACK TO {savepoint}")
         original = find_resent(conn, entries, upcasters)
         if original is not None:
             return original
         raise StoreError(f"{location}: unexpected constraint failure: {exc}") from exc
-    return results
+    if last is None:  # sqlite3 reports no rowid only for statements that insert nothing
+        raise StoreError(f"{location}: the insert reported no position")
+    return last
 
 
 def find_resent(

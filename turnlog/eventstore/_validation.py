@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from uuid import UUID
 
-from ._encoding import encode_object
+import orjson
+
+from ._encoding import check_finite, encode_object
 from ._errors import EventTooLarge, InvalidEventError
 from ._ids import check_event_id
-from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, Tracking, sealed_encoded
+from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, Tracking
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -50,6 +52,8 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 def check_stream_name(stream: object) -> str:
     """Return ``stream`` if it is a valid stream name, else raise ``InvalidEventError``."""
+    if stream.__class__ is str and stream in _valid_streams:
+        return stream
     if not isinstance(stream, str):
         raise InvalidEventError(f"stream name must be a str, not {type(stream).__name__}")
     if not stream:
@@ -62,7 +66,17 @@ def check_stream_name(stream: object) -> str:
         raise InvalidEventError(f"stream name {stream!r} contains a control character")
     if not stream.isascii():
         _check_text(stream, "stream name")
+    if stream.__class__ is str:
+        if len(_valid_streams) >= _VALID_STREAMS:
+            _valid_streams.clear()
+        _valid_streams.add(stream)
     return stream
+
+
+_valid_streams: set[str] = set()
+"""Stream names already checked: a writer appends to the same few streams again and again."""
+_VALID_STREAMS = 4096
+"""Names remembered; the set starts over when it is full."""
 
 
 def check_stream_prefix(prefix: object) -> str | None:
@@ -160,46 +174,72 @@ def prepare_events(
 
 def encode_new_events(events: object, max_event_bytes: int, stream: str | None) -> list[EncodedEvent]:
     """Validate and encode a non-empty sequence of ``NewEvent`` s; errors name ``stream`` when given."""
-    if isinstance(events, NewEvent) or not isinstance(events, Sequence):
+    # A list first: the ABC check costs a call into ``abc`` on every append.
+    if events.__class__ is not list and (isinstance(events, NewEvent) or not isinstance(events, Sequence)):
         raise InvalidEventError("events must be a sequence of NewEvent", stream=stream)
     if not events:
         raise InvalidEventError("an append needs at least one event", stream=stream)
     prepared: list[EncodedEvent] = []
+    append = prepared.append
     seen: set[str] = set()
+    add = seen.add
+    types, dumps, options = valid_types, orjson.dumps, _SORTED
     # Callers often give every event of a batch the same meta object (its correlation ids):
     # it is encoded once. Only within this call, where nothing can change it in between.
     last_meta: object = None
     meta = b"{}"
+    # The loop runs once per event of every append: the common case (a plain dict payload,
+    # a known type, a UUID id) is written out, everything else goes the long way round.
     for index, event in enumerate(events):
-        if not isinstance(event, NewEvent):
+        if event.__class__ is not NewEvent and not isinstance(event, NewEvent):
             hint = " (append EncodedEvents with append_encoded)" if isinstance(event, EncodedEvent) else ""
             raise InvalidEventError(
                 f"expected a NewEvent, got {type(event).__name__}{hint}", stream=stream, index=index
             )
-        etype = event.type
-        if type(etype) is not str or etype not in valid_types:
+        etype, schema, value = event.type, event.schema, event.data
+        if etype.__class__ is not str or etype not in types:
             check_event_type(etype, stream, index)
-        if type(event.schema) is not int or event.schema < 1:
-            raise InvalidEventError(
-                f"schema must be an int >= 1, not {event.schema!r}", stream=stream, index=index
-            )
-        data = encode_object(event.data, "data", stream, index)
+        if schema.__class__ is not int or schema < 1:
+            raise InvalidEventError(f"schema must be an int >= 1, not {schema!r}", stream=stream, index=index)
+        if value.__class__ is dict:
+            try:
+                data = dumps(value, option=options)
+            except TypeError:
+                data = encode_object(value, "data", stream, index)  # raises, naming the place
+            # A NaN or an infinity becomes null: when decoding gives back an equal payload,
+            # none was there (``check_finite``'s first test, without its two calls).
+            if data.find(b"null") >= 0 and not _equal_after_round_trip(data, value):
+                check_finite(value, "data", stream, index)
+        else:
+            data = encode_object(value, "data", stream, index)
         given_meta = event.meta
         if given_meta is None:
             meta = b"{}"
         elif given_meta is not last_meta:
             meta = encode_object(given_meta, "meta", stream, index)
         last_meta = given_meta
-        size = len(data) + len(meta)
-        if size > max_event_bytes:
-            raise EventTooLarge(size, max_event_bytes, stream=stream, index=index)
+        if len(data) + len(meta) > max_event_bytes:
+            raise EventTooLarge(len(data) + len(meta), max_event_bytes, stream=stream, index=index)
         given: object = event.id
         eid = str(given) if given.__class__ is UUID else check_event_id(given, stream, index)
         if eid in seen:
             raise InvalidEventError(f"event id {eid} appears twice in one batch", stream=stream, index=index)
-        seen.add(eid)
-        prepared.append(sealed_encoded((eid, etype, event.schema, data, meta)))
+        add(eid)
+        append(_new_tuple(_ENCODED, (eid, etype, schema, data, meta)))
     return prepared
+
+
+def _equal_after_round_trip(raw: bytes, value: object) -> bool:
+    try:
+        return bool(orjson.loads(raw) == value)
+    except Exception:  # a comparison that raises proves nothing: take the walk
+        return False
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+_new_tuple: Any = tuple.__new__
+_ENCODED: Any = EncodedEvent
+"""``sealed_encoded`` written out in ``encode_new_events``, which runs once per appended event."""
 
 
 class PreparedAppend(NamedTuple):
