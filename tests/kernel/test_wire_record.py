@@ -254,10 +254,12 @@ async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_impo
             assembly.add(orjson.loads(text.split("data: ", 1)[1]))
             batch.append((text, assembly.take_pieces(), None))
         await call.chunks(batch)
-        assert [e async for e in store.read_all() if e.type == "stream.chunk"] == []  # not committed
+        # neither the chunks nor the call's opening are committed: the buffer holds both
+        assert [e async for e in store.read_all()] == []
         assert call.log is not None and call.log.buffer is not None
         call.log.buffer.close()  # the crash: nothing more is written, the lock is gone
         report = await recover(store)
+        assert (await recover(store)).changed is False  # idempotent: the opening is not added twice
         chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
         types = [e.type async for e in store.read_all(stream_prefix="branch-")]
         texts_added = [
@@ -268,4 +270,56 @@ async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_impo
     assert report.imported == len(chunks) == call.seq > 0
     assert [c.data["metadata"].get("sse") for c in chunks if "sse" in c.data["metadata"]] == texts
     assert types[-1] == "run.failed" and texts_added[-1] == "part of it"
+    assert types[:3] == ["branch.created", "message.added", "run.started"]
     assert list((tmp_path / "s.db.runs").iterdir()) == []
+
+
+async def test_a_crash_before_a_streamed_calls_opening_is_committed_on_a_recorded_branch(
+    tmp_path: Path,
+) -> None:
+    """A call that extends a recorded conversation, journaled, forwarded, then the crash.
+
+    Its new turn and ``run.started`` are in the buffer's header only: ``recover`` appends them
+    after the branch's recorded events, imports the chunk and closes the run.
+    """
+    from turnlog.kernel import recover
+    from turnlog.kernel.models import ModelResponse
+    from turnlog.kernel.models._secrets import Scrubber
+    from turnlog.kernel.wire._apis import route
+
+    first = {**BODY, "messages": [{"role": "user", "content": "hello"}]}
+    second = {
+        **BODY,
+        "stream": True,
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        recorder = await WireRecorder.load(store)
+        one_route = route("POST", "/v1/messages", "", first)
+        two_route = route("POST", "/v1/messages", "", second)
+        assert one_route is not None and two_route is not None
+        one = await recorder.open_call(one_route, first, None, Scrubber([]))
+        await one.finish(ModelResponse(text="hi", model=BODY["model"]), {"status": 200})
+        before = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        two = await recorder.open_call(two_route, second, None, Scrubber([]))
+        assert two.branch.id == one.branch.id
+        text = _BROKEN_STREAM[1].split("\n\n")[0] + "\n\n"
+        assembly = two.route.wire.assembly(two.route.model)
+        assembly.add(orjson.loads(text.split("data: ", 1)[1]))
+        await two.chunks([(text, assembly.take_pieces(), None)])
+        assert [e.type async for e in store.read_all(stream_prefix="branch-")] == before
+        assert two.log is not None and two.log.buffer is not None
+        two.log.buffer.close()  # the crash
+        report = await recover(store)
+        after = [e async for e in store.read_all(stream_prefix="branch-")]
+        chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
+    assert [e.type for e in after[: len(before)]] == before
+    added = after[len(before) :]
+    assert [e.type for e in added[:2]] == ["message.added", "run.started"]  # the new turn: "more"
+    assert added[0].data["message"]["content"]["instruction"] == "more"
+    assert added[-1].type == "run.failed" and added[-1].data["reason"] == "crashed"
+    assert {e.stream for e in added} == {f"branch-{one.branch.id}"} and report.imported == len(chunks) == 1
