@@ -25,10 +25,12 @@ HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
 BODY = {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded(tmp_path: Path) -> None:
+async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_journaled(tmp_path: Path) -> None:
+    """The answer's last byte leaves once the call is journaled whole; it is committed right after."""
     closing = anyio.Event()
     release = anyio.Event()
     answered = anyio.Event()
+    settled = anyio.Event()
     async with (
         FakeUpstreamServer([{"text": "A plain answer."}], api_key=KEY) as upstream,
         open_store(f"sqlite:///{tmp_path / 's.db'}") as store,
@@ -45,7 +47,14 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
                 await release.wait()
                 await finish(*args)
 
+            settle = call.settle
+
+            async def settling() -> None:
+                await settle()
+                settled.set()
+
             call.finish = held  # type: ignore[method-assign]
+            call.settle = settling  # type: ignore[method-assign]
             return call
 
         recorder.open_call = open_call  # type: ignore[method-assign]
@@ -70,8 +79,11 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
             assert not answered.is_set()
             release.set()
             await answered.wait()
-            # once it has it, the call is in the log
+            # once it has it, the call is journaled whole (recover would record it), and then
+            # committed: the buffer goes once the call is in the log
+            await settled.wait()
             types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+            assert list((tmp_path / "s.db.runs").iterdir()) == []
             tg.cancel_scope.cancel()
         await app.aclose()
     assert got[0].status_code == 200 and got[0].json()["content"][0]["text"] == "A plain answer."
@@ -83,6 +95,42 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
         "model.called",
         "run.ended",
     ]
+
+
+async def test_a_crash_after_a_non_streamed_answer_left_and_before_its_commit_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The answer was journaled and forwarded, then the proxy died: ``recover`` records the call whole."""
+    from turnlog.kernel import recover
+    from turnlog.kernel.models import ModelResponse
+    from turnlog.kernel.models._secrets import Scrubber
+    from turnlog.kernel.wire._apis import route
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        call_route = route("POST", "/v1/messages", "", BODY)
+        assert call_route is not None
+        call = await (await WireRecorder.load(store)).open_call(call_route, BODY, None, Scrubber([]))
+        await call.finish(ModelResponse(text="A plain answer.", model=BODY["model"]), {"status": 200})
+        assert [e async for e in store.read_all()] == []  # forwarded now, not committed
+        assert call._buffer is not None
+        call._buffer.close()  # the crash: settle never runs, the lock is gone
+        report = await recover(store)
+        types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        texts = [
+            e.data["message"]["content"]
+            async for e in store.read_all(stream_prefix="branch-")
+            if e.type == "message.added"
+        ]
+    assert types == [
+        "branch.created",
+        "message.added",
+        "run.started",
+        "message.added",
+        "model.called",
+        "run.ended",
+    ]
+    assert texts[-1]["text"] == "A plain answer." and report.runs == ()
+    assert list((tmp_path / "s.db.runs").iterdir()) == []  # every event stored: the buffer removed
 
 
 async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path: Path) -> None:
@@ -304,6 +352,7 @@ async def test_a_crash_before_a_streamed_calls_opening_is_committed_on_a_recorde
         assert one_route is not None and two_route is not None
         one = await recorder.open_call(one_route, first, None, Scrubber([]))
         await one.finish(ModelResponse(text="hi", model=BODY["model"]), {"status": 200})
+        await one.settle()  # as the app does once the answer is forwarded
         before = [e.type async for e in store.read_all(stream_prefix="branch-")]
         two = await recorder.open_call(two_route, second, None, Scrubber([]))
         assert two.branch.id == one.branch.id

@@ -646,7 +646,9 @@ async def _apply_openings(store: EventStore, buffers: dict[str, Buffer]) -> None
 
     A writer that forwards chunks before it commits its run's opening (``turnlog proxy``)
     journals that opening in the buffer's header; when it died before the commit, the opening
-    is appended here, so the run is open in the store and closed like any crashed run.
+    is appended here, so the run is open in the store and closed like any crashed run. A
+    non-streamed call forwarded before its commit is journaled whole (its close included):
+    it is recorded here as it would have been.
     """
     waiting = {b.run_id: b for b in buffers.values() if b.header is not None and b.header.opening}
     if not waiting:
@@ -669,9 +671,8 @@ async def _append_opening(store: EventStore, buffer: Buffer) -> None:
         if schema is None:
             raise ValueError(f"the opening holds an unknown event type {item['type']!r}")
         datas.append(schema.model_validate(item["data"]))
-    last = datas[-1] if datas else None
-    if not isinstance(last, RunStarted) or last.run_id != buffer.run_id:
-        raise ValueError("the opening does not end with the run's run.started")
+    if not any(isinstance(d, RunStarted) and d.run_id == buffer.run_id for d in datas):
+        raise ValueError("the opening holds no run.started of the run")
     stream = f"branch-{buffer.branch_id}"
     exists = await store.stream_version(stream) > 0
     meta = {"branch_id": buffer.branch_id, "run_id": buffer.run_id, "session_id": None}

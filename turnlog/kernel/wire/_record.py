@@ -101,6 +101,8 @@ class WireRecorder:
     #: whose first turn is no longer that one is skipped), so that threading a call looks only
     #: at the branches that start as it does, not at every conversation the proxy recorded.
     _firsts: dict[str, dict[str, None]] = field(default_factory=dict)
+    #: Per branch, the non-streamed call answered and being committed (set once committed).
+    _settling: dict[str, anyio.Event] = field(default_factory=dict)
     _branches: dict[str, Branch] = field(default_factory=dict)
     _parents: dict[str, str] = field(default_factory=dict)
     #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
@@ -183,6 +185,10 @@ class WireRecorder:
             # reserved until the append says where they landed (version 0: not yet forkable)
             recorded.extend(_Recorded(turn.digest, branch.id, 0) for turn in new)
             self._track(branch.id)
+        while (settling := self._settling.get(branch.id)) is not None:
+            # a call on this branch was answered and is being committed: this call's events,
+            # appended after this returns, go after that call's
+            await settling.wait()
         items: list[EventData] = []
         ends: list[int] = []
         for turn in new:
@@ -209,6 +215,24 @@ class WireRecorder:
         """Remember that ``branch_id`` recorded ``turn`` (its last message at ``version``)."""
         self._index.setdefault(branch_id, []).append(_Recorded(turn.digest, branch_id, version))
         self._track(branch_id)
+
+    def reserve(self, branch_id: str, turn: Turn) -> _Recorded:
+        """Place ``turn`` in ``branch_id``'s index before it is committed (version 0: not forkable)."""
+        entry = _Recorded(turn.digest, branch_id, 0)
+        self._index.setdefault(branch_id, []).append(entry)
+        self._track(branch_id)
+        return entry
+
+    def land(self, entry: _Recorded, version: int | None) -> None:
+        """A reserved turn was committed with its last message at ``version`` (None: it was not)."""
+        recorded = self._index.get(entry.origin, [])
+        for i, seen in enumerate(recorded):
+            if seen is entry:
+                if version is None:
+                    del recorded[i]
+                else:
+                    recorded[i] = _Recorded(entry.digest, entry.origin, version)
+                return
 
     async def _resolve(self, turns: list[Turn], name: str | None) -> tuple[Branch, list[_Recorded]]:
         digests = [t.digest for t in turns]
@@ -393,6 +417,8 @@ class WireCall:
     seq: int = 0
     closed: bool = False
     log: ChunkLog | None = None
+    _settling: tuple[list[EventData], _Recorded, int, anyio.Event] | None = None
+    _buffer: RunBuffer | None = None
 
     async def begin(self) -> None:
         """Make a streamed call's run buffer, its opening journaled in the header, before its first chunk.
@@ -576,8 +602,85 @@ class WireCall:
             usage=answer.usage,
             chunks=self.seq if self.route.stream else None,
         )
-        events = await self._close([*items, ended])
-        self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+        if self.route.stream or self.log is not None or self._named_new():
+            events = await self._close([*items, ended])
+            self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+            return
+        # A non-streamed answer: journaled whole, committed once its last byte is forwarded
+        # (``settle``), so that commit is not between the client and its answer.
+        self._settling = (
+            [*items, ended],
+            self.recorder.reserve(self.branch.id, turn),
+            len(messages),
+            anyio.Event(),
+        )
+        self.recorder._settling[self.branch.id] = self._settling[3]
+        opening = self.opening
+        created = self.branch.pending_creation
+        events_all: list[EventData] = [
+            *([created] if created is not None else []),
+            *(opening.items if opening is not None else ()),
+            *items,
+            ended,
+        ]
+        store = self.recorder.store
+        if not isinstance(store, MemoryEventStore):
+            try:
+                self._buffer = RunBuffer(self.recorder.buffer_path(self.branch.id, self.run_id))
+                header = BufferHeader(
+                    store.store_id,
+                    self.recorder.location(),
+                    self.branch.id,
+                    self.run_id,
+                    opening=tuple({"type": e.event_type, "data": _payload(e)} for e in events_all),
+                )
+                self._buffer.write(header.encode())
+            except BaseException:
+                await self._unsettled()
+                raise
+
+    def _named_new(self) -> bool:
+        """The call starts a branch with a name (claimed in the store as the branch is created)."""
+        created = self.branch.pending_creation
+        return created is not None and created.name is not None
+
+    async def settle(self) -> None:
+        """Commit a call that ``finish`` journaled, after its answer was forwarded (else a no-op).
+
+        Should the commit fail, the journal is kept, unlocked, for ``recover``.
+        """
+        settling, self._settling = self._settling, None
+        if settling is None:
+            return
+        items, entry, count, done = settling
+        buffer, self._buffer = self._buffer, None
+        try:
+            with anyio.CancelScope(shield=True):
+                events = await self._close(items)
+        except BaseException:
+            self.recorder.land(entry, None)
+            if buffer is not None:
+                buffer.close()  # its lock dropped: ``recover`` records the call from it
+            raise
+        finally:
+            done.set()
+            if self.recorder._settling.get(self.branch.id) is done:
+                del self.recorder._settling[self.branch.id]
+        self.recorder.land(entry, events[count - 1].version)
+        if buffer is not None:
+            buffer.remove()
+
+    async def _unsettled(self) -> None:
+        """``finish`` could not journal the call: undo its reservations (its answer is not forwarded)."""
+        settling, self._settling = self._settling, None
+        assert settling is not None
+        _, entry, _, done = settling
+        done.set()
+        self.recorder._settling.pop(self.branch.id, None)
+        self.recorder.land(entry, None)
+        if self._buffer is not None:
+            self._buffer.remove()
+            self._buffer = None
 
     async def fail(
         self,
