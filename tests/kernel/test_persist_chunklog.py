@@ -89,6 +89,22 @@ def test_the_reader_reads_back_what_the_writer_wrote(
     anyio.run(main)
 
 
+def test_a_header_with_an_opening_is_format_2_and_reads_back() -> None:
+    """The opening a proxy journals before its first chunk survives the header; a bad one is refused."""
+    from turnlog.kernel._run_buffer import BufferHeader
+
+    opening = ({"type": "run.started", "data": {"run_id": "r1", "verb": "proxy"}},)
+    header = BufferHeader("s", None, "b", "r1", opening=opening)
+    line = header.encode()
+    assert b'"format_version":2' in line and BufferHeader.decode(line) == BufferHeader(
+        "s", None, "b", "r1", 2, opening
+    )
+    assert b'"opening"' not in BufferHeader("s", None, "b", "r1").encode()  # still format 1
+    bad = line.replace(b'"type":"run.started"', b'"type":7')
+    with pytest.raises(ValueError, match="opening"):
+        BufferHeader.decode(bad)
+
+
 class _LostReply(MemoryEventStore):
     """Stores the first batch, then fails as if the reply to the append was lost."""
 

@@ -25,10 +25,12 @@ HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
 BODY = {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded(tmp_path: Path) -> None:
+async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_journaled(tmp_path: Path) -> None:
+    """The answer's last byte leaves once the call is journaled whole; it is committed right after."""
     closing = anyio.Event()
     release = anyio.Event()
     answered = anyio.Event()
+    settled = anyio.Event()
     async with (
         FakeUpstreamServer([{"text": "A plain answer."}], api_key=KEY) as upstream,
         open_store(f"sqlite:///{tmp_path / 's.db'}") as store,
@@ -45,7 +47,14 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
                 await release.wait()
                 await finish(*args)
 
+            settle = call.settle
+
+            async def settling() -> None:
+                await settle()
+                settled.set()
+
             call.finish = held  # type: ignore[method-assign]
+            call.settle = settling  # type: ignore[method-assign]
             return call
 
         recorder.open_call = open_call  # type: ignore[method-assign]
@@ -70,8 +79,11 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
             assert not answered.is_set()
             release.set()
             await answered.wait()
-            # once it has it, the call is in the log
+            # once it has it, the call is journaled whole (recover would record it), and then
+            # committed: the buffer goes once the call is in the log
+            await settled.wait()
             types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+            assert list((tmp_path / "s.db.runs").iterdir()) == []
             tg.cancel_scope.cancel()
         await app.aclose()
     assert got[0].status_code == 200 and got[0].json()["content"][0]["text"] == "A plain answer."
@@ -83,6 +95,42 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_recorded
         "model.called",
         "run.ended",
     ]
+
+
+async def test_a_crash_after_a_non_streamed_answer_left_and_before_its_commit_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The answer was journaled and forwarded, then the proxy died: ``recover`` records the call whole."""
+    from turnlog.kernel import recover
+    from turnlog.kernel.models import ModelResponse
+    from turnlog.kernel.models._secrets import Scrubber
+    from turnlog.kernel.wire._apis import route
+
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        call_route = route("POST", "/v1/messages", "", BODY)
+        assert call_route is not None
+        call = await (await WireRecorder.load(store)).open_call(call_route, BODY, None, Scrubber([]))
+        await call.finish(ModelResponse(text="A plain answer.", model=BODY["model"]), {"status": 200})
+        assert [e async for e in store.read_all()] == []  # forwarded now, not committed
+        assert call._buffer is not None
+        call._buffer.close()  # the crash: settle never runs, the lock is gone
+        report = await recover(store)
+        types = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        texts = [
+            e.data["message"]["content"]
+            async for e in store.read_all(stream_prefix="branch-")
+            if e.type == "message.added"
+        ]
+    assert types == [
+        "branch.created",
+        "message.added",
+        "run.started",
+        "message.added",
+        "model.called",
+        "run.ended",
+    ]
+    assert texts[-1]["text"] == "A plain answer." and report.runs == ()
+    assert list((tmp_path / "s.db.runs").iterdir()) == []  # every event stored: the buffer removed
 
 
 async def test_the_proxy_adds_no_header_of_its_own_and_keeps_no_cookie(tmp_path: Path) -> None:
@@ -254,10 +302,12 @@ async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_impo
             assembly.add(orjson.loads(text.split("data: ", 1)[1]))
             batch.append((text, assembly.take_pieces(), None))
         await call.chunks(batch)
-        assert [e async for e in store.read_all() if e.type == "stream.chunk"] == []  # not committed
+        # neither the chunks nor the call's opening are committed: the buffer holds both
+        assert [e async for e in store.read_all()] == []
         assert call.log is not None and call.log.buffer is not None
         call.log.buffer.close()  # the crash: nothing more is written, the lock is gone
         report = await recover(store)
+        assert (await recover(store)).changed is False  # idempotent: the opening is not added twice
         chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
         types = [e.type async for e in store.read_all(stream_prefix="branch-")]
         texts_added = [
@@ -268,4 +318,57 @@ async def test_chunks_forwarded_but_not_committed_are_journaled_and_recover_impo
     assert report.imported == len(chunks) == call.seq > 0
     assert [c.data["metadata"].get("sse") for c in chunks if "sse" in c.data["metadata"]] == texts
     assert types[-1] == "run.failed" and texts_added[-1] == "part of it"
+    assert types[:3] == ["branch.created", "message.added", "run.started"]
     assert list((tmp_path / "s.db.runs").iterdir()) == []
+
+
+async def test_a_crash_before_a_streamed_calls_opening_is_committed_on_a_recorded_branch(
+    tmp_path: Path,
+) -> None:
+    """A call that extends a recorded conversation, journaled, forwarded, then the crash.
+
+    Its new turn and ``run.started`` are in the buffer's header only: ``recover`` appends them
+    after the branch's recorded events, imports the chunk and closes the run.
+    """
+    from turnlog.kernel import recover
+    from turnlog.kernel.models import ModelResponse
+    from turnlog.kernel.models._secrets import Scrubber
+    from turnlog.kernel.wire._apis import route
+
+    first = {**BODY, "messages": [{"role": "user", "content": "hello"}]}
+    second = {
+        **BODY,
+        "stream": True,
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "more"},
+        ],
+    }
+    async with open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        recorder = await WireRecorder.load(store)
+        one_route = route("POST", "/v1/messages", "", first)
+        two_route = route("POST", "/v1/messages", "", second)
+        assert one_route is not None and two_route is not None
+        one = await recorder.open_call(one_route, first, None, Scrubber([]))
+        await one.finish(ModelResponse(text="hi", model=BODY["model"]), {"status": 200})
+        await one.settle()  # as the app does once the answer is forwarded
+        before = [e.type async for e in store.read_all(stream_prefix="branch-")]
+        two = await recorder.open_call(two_route, second, None, Scrubber([]))
+        assert two.branch.id == one.branch.id
+        text = _BROKEN_STREAM[1].split("\n\n")[0] + "\n\n"
+        assembly = two.route.wire.assembly(two.route.model)
+        assembly.add(orjson.loads(text.split("data: ", 1)[1]))
+        await two.chunks([(text, assembly.take_pieces(), None)])
+        assert [e.type async for e in store.read_all(stream_prefix="branch-")] == before
+        assert two.log is not None and two.log.buffer is not None
+        two.log.buffer.close()  # the crash
+        report = await recover(store)
+        after = [e async for e in store.read_all(stream_prefix="branch-")]
+        chunks = [e async for e in store.read_all() if e.type == "stream.chunk"]
+    assert [e.type for e in after[: len(before)]] == before
+    added = after[len(before) :]
+    assert [e.type for e in added[:2]] == ["message.added", "run.started"]  # the new turn: "more"
+    assert added[0].data["message"]["content"]["instruction"] == "more"
+    assert added[-1].type == "run.failed" and added[-1].data["reason"] == "crashed"
+    assert {e.stream for e in added} == {f"branch-{one.branch.id}"} and report.imported == len(chunks) == 1

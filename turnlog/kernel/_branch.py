@@ -622,6 +622,16 @@ class Branch:
             return self._providers.skip_all()
         return await self._providers.gather(self, instruction)
 
+    @property
+    def pending_creation(self) -> BranchCreated | None:
+        """The ``branch.created`` this new branch records with its first command's events, in one append.
+
+        None once the branch is in the store, for a fork, and for a session's branch (which
+        records its creation on its own).
+        """
+        pending = self._pending
+        return pending if isinstance(pending, BranchCreated) and self._session is None else None
+
     def _meta(self, run_id: str | None) -> dict[str, Any]:
         return {
             "branch_id": self.id,

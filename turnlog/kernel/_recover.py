@@ -8,7 +8,11 @@ Steps (each idempotent, so running ``recover`` twice changes nothing the second 
    a newer turnlog, for another store (another ``store_id``, or the store file it names still
    exists elsewhere: this store is a copy of that one), or for a branch this store does not
    hold. A torn last line (a write cut by the crash) is tolerated; any other line that is not
-   a chunk event of the run is reported with its line number.
+   a chunk event of the run is reported with its line number. A buffer whose header carries
+   its run's opening (``turnlog proxy`` forwards a stream's first chunks before it commits the
+   run's new messages and ``run.started``) gets that opening appended when the store lacks the
+   run's ``run.started`` (``_apply_openings``), so its branch may be one the store does not
+   hold yet.
 2. Per run, the run stream is read once and completed from the buffer so that chunk ``seq`` k
    stays stream version k: chunks are appended (same ids, through ``append_encoded``) from the
    version after the stored ones up to the first gap; a missing or unreadable line, or one
@@ -52,19 +56,32 @@ from uuid import UUID
 
 import anyio
 
-from turnlog.eventstore import EventEncoder, EventStore, IdempotencyError, TurnlogError, held_leases, uuid7
+from turnlog.eventstore import (
+    ANY,
+    NO_STREAM,
+    EventEncoder,
+    EventStore,
+    IdempotencyError,
+    TurnlogError,
+    held_leases,
+    uuid7,
+)
 from turnlog.kernel._cli_reconcile import Reconciliation, reconcile_with_cli
 from turnlog.kernel.models import StreamChunk
 from turnlog.projections import (
+    CATALOGUE,
     ActionResponse,
     AnyMessage,
     AssistantResponse,
+    BranchCreated,
     ChunkReceived,
     EventData,
     MessageAdded,
     ProviderSessionBound,
     RunFailed,
     RunStarted,
+    new_event,
+    new_events,
 )
 
 from ._errors import RunClosed
@@ -617,10 +634,58 @@ async def recover(store: EventStore, persist_dir: str | os.PathLike[str] | None 
                 opened = opened.refused or "a second buffer of the same run"
             problems.append(BufferProblem(str(path), 0, opened))
             skipped.append(str(path))
+        await _apply_openings(store, buffers)
         return await _recover_all(store, directory, buffers, live, problems, skipped, [str(p) for p in paths])
     finally:
         for buffer in buffers.values():
             buffer.release()
+
+
+async def _apply_openings(store: EventStore, buffers: dict[str, Buffer]) -> None:
+    """Record the opening a buffer carries when the store lacks its run's ``run.started``.
+
+    A writer that forwards chunks before it commits its run's opening (``turnlog proxy``)
+    journals that opening in the buffer's header; when it died before the commit, the opening
+    is appended here, so the run is open in the store and closed like any crashed run. A
+    non-streamed call forwarded before its commit is journaled whole (its close included):
+    it is recorded here as it would have been.
+    """
+    waiting = {b.run_id: b for b in buffers.values() if b.header is not None and b.header.opening}
+    if not waiting:
+        return
+    async for event in store.read_all(types=["run.started"], stream_prefix="branch-"):
+        waiting.pop(str(event.data.get("run_id")), None)  # committed before the crash
+    for buffer in waiting.values():
+        try:
+            await _append_opening(store, buffer)
+        except (TurnlogError, ValueError) as exc:
+            buffer.problem(0, f"its opening could not be recorded: {exc}")
+
+
+async def _append_opening(store: EventStore, buffer: Buffer) -> None:
+    """Append the buffer's opening to its branch, as the writer's kernel would have."""
+    assert buffer.header is not None and buffer.header.opening is not None
+    datas: list[EventData] = []
+    for item in buffer.header.opening:
+        schema = CATALOGUE.get(item["type"])
+        if schema is None:
+            raise ValueError(f"the opening holds an unknown event type {item['type']!r}")
+        datas.append(schema.model_validate(item["data"]))
+    if not any(isinstance(d, RunStarted) and d.run_id == buffer.run_id for d in datas):
+        raise ValueError("the opening holds no run.started of the run")
+    stream = f"branch-{buffer.branch_id}"
+    exists = await store.stream_version(stream) > 0
+    meta = {"branch_id": buffer.branch_id, "run_id": buffer.run_id, "session_id": None}
+    events = []
+    if isinstance(datas[0], BranchCreated):
+        created, datas = datas[0], datas[1:]
+        if created.branch_id != buffer.branch_id:
+            raise ValueError(f"the opening creates branch {created.branch_id}, not {buffer.branch_id}")
+        if not exists:  # else another call created it meanwhile
+            # a branch created with its first run's events belongs to no run itself (as the kernel)
+            events.append(new_event(created, meta={"branch_id": buffer.branch_id, "session_id": None}))
+    events += new_events(datas, meta=meta)
+    await store.append(stream, events, ANY if exists else NO_STREAM)
 
 
 async def _recover_all(

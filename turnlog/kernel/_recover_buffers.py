@@ -130,9 +130,11 @@ def check_identity(buffer: Buffer, store_id: str | None, here: str | None) -> No
 
 
 async def check_branch(store: EventStore, buffer: Buffer) -> None:
-    """Refuse a buffer of a branch this store does not hold."""
+    """Refuse a buffer of a branch this store does not hold (and that its opening does not create)."""
     if buffer.refused is None and await store.stream_version(f"branch-{buffer.branch_id}") == 0:
-        buffer.refused = f"branch {buffer.branch_id} is not in this store"
+        opening = buffer.header.opening if buffer.header is not None else None
+        if not opening or opening[0].get("type") != "branch.created":
+            buffer.refused = f"branch {buffer.branch_id} is not in this store"
 
 
 def plan_import(buffer: Buffer, stored_ids: Sequence[str]) -> list[BufferedChunk]:

@@ -6,7 +6,11 @@ A buffer is ``<persist_dir>/<branch_id>.<run_id>.jsonl``, JSON Lines, private to
 - line 1, the header: ``{"format": "turnlog.run_buffer", "format_version": 1, "store_id": ...,
   "store": ..., "branch_id": ..., "run_id": ...}``: which store the run writes to (its
   ``store_id`` and, for a store file, its path), so that ``recover`` never imports a buffer
-  into another store;
+  into another store. Format version 2 adds ``"opening"``: the branch events that start the
+  run (``branch.created`` when it starts the branch, its new messages, ``run.started``), as
+  ``[{"type": ..., "data": ...}]`` payloads, for a writer that forwards chunks before it
+  commits them (``turnlog proxy``); ``recover`` appends them when the store lacks the run's
+  ``run.started``;
 - then one line per chunk: its ``stream.chunk`` event in the store's envelope (``id``,
   ``stream``, ``version``, ``type``, ``schema``, ``data``, ``meta``, ``recorded_at``), holding
   the very id and data bytes the store receives; ``version`` is ``data.seq``, the chunk's
@@ -69,8 +73,8 @@ CHUNK_TYPE = ChunkReceived.event_type
 BUFFER_FORMAT = "turnlog.run_buffer"
 """The ``format`` field of a buffer's header line."""
 
-BUFFER_FORMAT_VERSION = 1
-"""The newest buffer format this code writes and reads."""
+BUFFER_FORMAT_VERSION = 2
+"""The newest buffer format this code reads (1 is written unless the header has an opening)."""
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -168,25 +172,31 @@ class BufferHeader:
         store: The store file's path, or None for other stores.
         branch_id: The branch.
         run_id: The run.
-        format_version: The buffer format.
+        format_version: The buffer format (2 with an opening, else 1).
+        opening: The branch events that start the run, not yet committed when the buffer was
+            made (``{"type": ..., "data": ...}`` each; ``branch.created`` first when the run
+            starts its branch), or None when they were committed before.
     """
 
     store_id: str | None
     store: str | None
     branch_id: str
     run_id: str
-    format_version: int = BUFFER_FORMAT_VERSION
+    format_version: int = 1
+    opening: tuple[dict[str, Any], ...] | None = None
 
     def encode(self) -> bytes:
         """The header line, with its newline."""
-        body = {
+        body: dict[str, Any] = {
             "format": BUFFER_FORMAT,
-            "format_version": self.format_version,
+            "format_version": 2 if self.opening is not None else self.format_version,
             "store_id": self.store_id,
             "store": self.store,
             "branch_id": self.branch_id,
             "run_id": self.run_id,
         }
+        if self.opening is not None:
+            body["opening"] = self.opening
         return orjson.dumps(body) + b"\n"
 
     @classmethod
@@ -214,7 +224,18 @@ class BufferHeader:
             store is None or isinstance(store, str)
         ):
             raise ValueError("the buffer header's store fields are not strings")
-        return cls(store_id, store, branch_id, run_id, version)
+        opening = body.get("opening")
+        if opening is not None and not (
+            isinstance(opening, list)
+            and all(
+                isinstance(item, dict)
+                and isinstance(item.get("type"), str)
+                and isinstance(item.get("data"), dict)
+                for item in opening
+            )
+        ):
+            raise ValueError("the buffer header's opening is not a list of {type, data} events")
+        return cls(store_id, store, branch_id, run_id, version, None if opening is None else tuple(opening))
 
 
 @dataclass(frozen=True, slots=True)

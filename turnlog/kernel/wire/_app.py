@@ -107,6 +107,9 @@ class RecordedCall(Protocol):
     async def flush(self) -> None:
         """Commit what ``chunks`` journaled, after it was forwarded (a no-op if it committed)."""
 
+    async def settle(self) -> None:
+        """Commit a call ``finish`` journaled, once its answer's last byte was forwarded (or a no-op)."""
+
     async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
         """Close the call with its answer."""
 
@@ -287,11 +290,14 @@ class ProxyApp:
                         tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
                     await call.fail(type(exc).__name__, f"the upstream answer broke off: {exc}", upstream)
-                # the end of the answer reaches the client once the call is closed in the log
+                # the end of the answer reaches the client once the call is closed in the log,
+                # or journaled whole (a non-streamed answer: committed right after, ``settle``)
                 await send({"type": "http.response.body", "body": tail})
+                await call.settle()
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                await call.settle()  # a journaled answer is committed whatever happened since
                 await response.aclose()
                 if gone.is_set():
                     answer = streamed.answer(call)

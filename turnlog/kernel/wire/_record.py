@@ -8,9 +8,12 @@ chunk) *before* the event is forwarded, so a client never holds a chunk that ``r
 put in the log, and ``flush``, after the forward, commits the journaled chunks to the store. It
 closes the call with the answer's messages, ``model.called`` and ``run.ended`` in one append
 (``finish``), or with ``model.called`` and ``run.failed`` (``fail``), once every chunk is
-committed (the buffer is then removed). A streamed call's turns and ``run.started`` are
-appended when it opens; a non-streamed call's go in its closing append (its client receives
-the answer only after that commit), so such a call costs one commit, a new branch included.
+committed (the buffer is then removed). A streamed call's turns and ``run.started`` (its
+opening) are journaled in its run buffer's header when it opens, before its first chunk, and
+committed by its first ``flush``, after the first chunks were forwarded (``recover`` appends
+them from the buffer should the proxy die before); a non-streamed call's go in its closing
+append (its client receives the answer only after that commit), so such a call costs one
+commit, a new branch included.
 
 The threading index maps each branch to the digests of its turns and where each turn was
 recorded (the branch and version that first recorded it), so a divergence forks the branch
@@ -32,7 +35,13 @@ from turnlog.kernel._branch import Branch
 from turnlog.kernel._commands import AddMessages
 from turnlog.kernel._errors import UnknownBranch
 from turnlog.kernel._persist import ChunkLog
-from turnlog.kernel._run_buffer import RunBuffer, buffer_name, default_persist_dir
+from turnlog.kernel._run_buffer import (
+    BufferHeader,
+    RunBuffer,
+    buffer_name,
+    default_persist_dir,
+    store_location,
+)
 from turnlog.kernel.models import ModelResponse, Usage
 from turnlog.kernel.models._secrets import Scrubber
 from turnlog.projections import (
@@ -88,12 +97,25 @@ class WireRecorder:
 
     store: EventStore
     _index: dict[str, list[_Recorded]] = field(default_factory=dict)
+    #: The branches of the index by the digest of their first turn (checked on use: a branch
+    #: whose first turn is no longer that one is skipped), so that threading a call looks only
+    #: at the branches that start as it does, not at every conversation the proxy recorded.
+    _firsts: dict[str, dict[str, None]] = field(default_factory=dict)
+    #: Per branch, the non-streamed call answered and being committed (set once committed).
+    _settling: dict[str, anyio.Event] = field(default_factory=dict)
     _branches: dict[str, Branch] = field(default_factory=dict)
     _parents: dict[str, str] = field(default_factory=dict)
     #: Held while a call's branch is chosen and its turns reserved in the index (no I/O but a
     #: fork or a branch's first load).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     _persist_dir: Path | None = None
+    _location: tuple[str | None] | None = None
+
+    def location(self) -> str | None:
+        """The store file's path for a buffer header (resolved once), or None."""
+        if self._location is None:
+            self._location = (store_location(self.store),)
+        return self._location[0]
 
     def buffer_path(self, branch_id: str, run_id: str) -> Path:
         """Where a streamed call's run buffer goes: ``recover``'s default directory of the store.
@@ -134,7 +156,15 @@ class WireRecorder:
                     recorded.append(_Recorded(digest, branch_id, event.version))
                 elif recorded and recorded[-1].origin == branch_id:
                     recorded[-1] = _Recorded(recorded[-1].digest, branch_id, event.version)
+        for branch_id in index:
+            recorder._track(branch_id)
         return recorder
+
+    def _track(self, branch_id: str) -> None:
+        """File ``branch_id`` under the digest of its first turn (once it has one)."""
+        recorded = self._index.get(branch_id)
+        if recorded:
+            self._firsts.setdefault(recorded[0].digest, {})[branch_id] = None  # in the order filed
 
     async def open_call(
         self, route: Route, body: dict[str, Any], name: str | None, scrub: Scrubber
@@ -154,6 +184,11 @@ class WireRecorder:
             new = turns[first:]
             # reserved until the append says where they landed (version 0: not yet forkable)
             recorded.extend(_Recorded(turn.digest, branch.id, 0) for turn in new)
+            self._track(branch.id)
+        while (settling := self._settling.get(branch.id)) is not None:
+            # a call on this branch was answered and is being committed: this call's events,
+            # appended after this returns, go after that call's
+            await settling.wait()
         items: list[EventData] = []
         ends: list[int] = []
         for turn in new:
@@ -162,26 +197,42 @@ class WireRecorder:
             ]
             ends.append(len(items))
         items.append(RunStarted(run_id=run_id, verb=VERB, provider=_PROVIDERS[route.api], model=route.model))
-        params = scrub(request_params(body))
         call = WireCall(
             recorder=self,
             branch=branch,
             route=route,
             run_id=run_id,
-            fingerprint=fingerprint(route, scrub(body)),
-            params=params if isinstance(params, dict) else {},
-            tools=tool_names(route.codec, body),
+            body=body,
             scrub=scrub,
             names=names,
             opening=_Opening(tuple(items), recorded, first, tuple(new), tuple(ends)),
         )
         if route.stream:
-            await call.open()
+            await call.begin()
         return call
 
     def note(self, branch_id: str, turn: Turn, version: int) -> None:
         """Remember that ``branch_id`` recorded ``turn`` (its last message at ``version``)."""
         self._index.setdefault(branch_id, []).append(_Recorded(turn.digest, branch_id, version))
+        self._track(branch_id)
+
+    def reserve(self, branch_id: str, turn: Turn) -> _Recorded:
+        """Place ``turn`` in ``branch_id``'s index before it is committed (version 0: not forkable)."""
+        entry = _Recorded(turn.digest, branch_id, 0)
+        self._index.setdefault(branch_id, []).append(entry)
+        self._track(branch_id)
+        return entry
+
+    def land(self, entry: _Recorded, version: int | None) -> None:
+        """A reserved turn was committed with its last message at ``version`` (None: it was not)."""
+        recorded = self._index.get(entry.origin, [])
+        for i, seen in enumerate(recorded):
+            if seen is entry:
+                if version is None:
+                    del recorded[i]
+                else:
+                    recorded[i] = _Recorded(entry.digest, entry.origin, version)
+                return
 
     async def _resolve(self, turns: list[Turn], name: str | None) -> tuple[Branch, list[_Recorded]]:
         digests = [t.digest for t in turns]
@@ -195,7 +246,9 @@ class WireRecorder:
             # Only a branch that starts with the request's first turn can be extended or forked
             # (both need a shared prefix): this keeps the scan cheap when there are many branches.
             first = digests[0] if digests else None
-            candidates = {b: r for b, r in self._index.items() if r and r[0].digest == first}
+            index = self._index
+            filed = self._firsts.get(first, {}) if first is not None else {}
+            candidates = {b: r for b in filed if (r := index.get(b)) and r[0].digest == first}
         # 1. a branch whose whole recorded conversation the request extends (the longest wins)
         extended = [
             (len(recorded), branch_id)
@@ -247,6 +300,11 @@ class WireRecorder:
         if branch_id not in self._branches:
             self._branches[branch_id] = await Branch.load(self.store, branch_id)
         return self._branches[branch_id]
+
+
+def _payload(data: EventData) -> dict[str, Any]:
+    """An event payload as the store keeps it (``new_event``'s dump), for a buffer's opening."""
+    return data.model_dump(mode="json", warnings=False, exclude_defaults=not type(data).stores_defaults)
 
 
 def _inherited(parent: list[_Recorded], parent_id: str, version: int) -> list[_Recorded]:
@@ -336,9 +394,10 @@ class _Opening:
 class WireCall:
     """One recorded call in flight: its chunks as they pass, then its end.
 
-    A streamed call is opened (``open``: its new turns and ``run.started``, one commit, then its
-    run buffer) before its first chunk; its chunks are journaled in the buffer before they are
-    forwarded (``chunks``) and committed after (``flush``). A non-streamed call's client
+    A streamed call makes its run buffer before its first chunk (``begin``), its opening (new
+    turns and ``run.started``, with ``branch.created`` for a new branch) journaled in the
+    buffer's header; its chunks are journaled in the buffer before they are forwarded
+    (``chunks``), and the opening and the chunks are committed after (``flush``). A non-streamed call's client
     receives nothing before the call is closed, so it is recorded whole in the one append that
     closes it: a crash before that leaves no trace of it, and the client had received nothing
     of it.
@@ -348,9 +407,8 @@ class WireCall:
     branch: Branch
     route: Route
     run_id: str
-    fingerprint: str
-    params: dict[str, Any]
-    tools: list[str]
+    body: dict[str, Any]
+    """The request as the client sent it: its fingerprint, parameters and tools are read at the close."""
     scrub: Scrubber
     names: dict[str, str]
     opening: _Opening | None = None
@@ -359,6 +417,25 @@ class WireCall:
     seq: int = 0
     closed: bool = False
     log: ChunkLog | None = None
+    _settling: tuple[list[EventData], _Recorded, int, anyio.Event] | None = None
+    _buffer: RunBuffer | None = None
+
+    async def begin(self) -> None:
+        """Make a streamed call's run buffer, its opening journaled in the header, before its first chunk.
+
+        The opening (``branch.created`` of a new branch, the new turns, ``run.started``) is
+        committed by the first ``flush``, after the first chunks were forwarded: ``recover``
+        appends it from the buffer should the proxy die before. A new branch with a name is
+        opened at once instead (its name is claimed in the store as it is created).
+        """
+        created = self.branch.pending_creation
+        if created is not None and created.name is not None:
+            await self.open()
+            return
+        opening = self.opening
+        assert opening is not None
+        events = [created, *opening.items] if created is not None else list(opening.items)
+        self._journal(tuple({"type": e.event_type, "data": _payload(e)} for e in events))
 
     async def open(self) -> None:
         """Record the call's new turns and ``run.started`` (a no-op once done)."""
@@ -375,55 +452,58 @@ class WireCall:
         if self.route.stream:
             self._journal()  # while the request is on its way upstream, off the first byte's path
 
-    def _journal(self) -> ChunkLog:
-        """The call's chunk log: its run buffer made (once the branch and run are in the store).
+    def _journal(self, opening: tuple[dict[str, Any], ...] | None = None) -> ChunkLog:
+        """The call's chunk log: its run buffer made, with ``opening`` in its header if given.
 
-        A memory store does not outlive the process, so its calls have no buffer.
+        Without an opening the branch and run must be in the store already. A memory store
+        does not outlive the process, so its calls have no buffer.
         """
         if self.log is None:
             store = self.recorder.store
             buffer = None
             if not isinstance(store, MemoryEventStore):
                 buffer = RunBuffer(self.recorder.buffer_path(self.branch.id, self.run_id))
+                if opening is not None:
+                    location = self.recorder.location()
+                    header = BufferHeader(
+                        store.store_id, location, self.branch.id, self.run_id, opening=opening
+                    )
+                    buffer.write(header.encode())  # the chunk log writes no header of its own then
             meta = {"branch_id": self.branch.id, "run_id": self.run_id}
             self.log = ChunkLog(store, self.run_id, meta, buffer=buffer)
         return self.log
 
     async def _close(self, items: list[EventData]) -> list[RecordedEvent]:
-        """Append the call's closing events, after its opening ones if they are not recorded yet."""
+        """Append the call's closing events, after its opening ones if they are not recorded yet.
+
+        Every journaled chunk is committed first; the buffer is removed only once the close is
+        committed too (a crash in between leaves a buffer whose run is closed: ``recover``
+        removes it). Should a commit fail, the buffer is closed (its lock dropped) and kept
+        for ``recover``, with the opening it may carry.
+        """
         opening, self.opening = self.opening, None
         first = list(opening.items) if opening is not None else []
+        log = self.log
         try:
             with anyio.CancelScope(shield=True):  # a client leaving now must not cut the close in two
-                if self.log is not None:
-                    await self._settle(self.log)
+                if log is not None:
+                    await log.commit()
                 events = await self.branch.execute(
                     AddMessages((*first, *items)), run_id=self.run_id, terminal=True
                 )
         except BaseException:
             if opening is not None:
                 opening.lost()
+            if log is not None and log.buffer is not None:
+                log.buffer.close()  # its lock dropped: ``recover`` imports it
             raise
         if opening is not None:
             opening.landed(events, self.branch.id)
+        if log is not None and log.buffer is not None:
+            # ``ChunkLog.finish`` removes a buffer in a worker thread; one unlink of a file that
+            # held a dozen lines does not block the loop as long as a thread hop costs
+            log.buffer.remove()
         return events[len(first) :]
-
-    @staticmethod
-    async def _settle(log: ChunkLog) -> None:
-        """Commit every journaled chunk and remove the buffer (closed, kept, if a commit fails).
-
-        ``ChunkLog.finish`` removes a buffer in a worker thread; one unlink of a file that held
-        a dozen lines does not block the loop as long as a thread hop costs (0.1 to 0.5 ms).
-        """
-        buffer = log.buffer
-        try:
-            await log.commit()
-        except BaseException:
-            if buffer is not None:
-                buffer.close()  # its lock dropped: ``recover`` imports it
-            raise
-        if buffer is not None:
-            buffer.remove()
 
     async def chunks(self, batch: SSEBatch) -> None:
         """Journal stream events in the run buffer (one write each), before they are forwarded.
@@ -432,7 +512,8 @@ class WireCall:
         chunk), the pieces the codec made of it, and the error it carried, if any. The lines
         hold the very event ids and bytes the store receives at the next ``flush``.
         """
-        await self.open()  # an answer that streams although the request did not ask it to
+        if self.log is None:
+            await self.open()  # an answer that streams although the request did not ask it to
         log = self._journal()
         payloads, answered = wire_payloads(batch, self.scrub, self.seq)
         if self.ttft_ms is None and answered:
@@ -442,10 +523,12 @@ class WireCall:
         self.seq = log.seq
 
     async def flush(self) -> None:
-        """Commit the journaled chunks to the store (one append), after they were forwarded."""
+        """Commit the opening if it waits, then the journaled chunks (one append), after they were forwarded."""
         log = self.log
-        if log is not None and log.pending:
+        if log is not None and (log.pending or self.opening is not None):
             try:
+                with anyio.CancelScope(shield=True):  # recorded whole, or not at all, then closed
+                    await self.open()
                 await log.commit()
             except Exception:
                 # the store failed (not a cancellation, after which the close commits): the
@@ -462,6 +545,9 @@ class WireCall:
         error: tuple[str, str] | None = None,
     ) -> ModelCalled:
         raw = self.scrub(answer.raw) if answer is not None else None
+        # read from the request only now, off a stream's first byte's path
+        body, route, scrub = self.body, self.route, self.scrub
+        params = scrub(request_params(body))
         return ModelCalled(
             call_id=_uuid(),
             provider=_PROVIDERS[self.route.api],
@@ -471,9 +557,9 @@ class WireCall:
             verb=VERB,
             run_id=self.run_id,
             message_ids=self._message_ids(),
-            params={**self.params, "_upstream": upstream},
-            tools=self.tools,
-            fingerprint=self.fingerprint,
+            params={**(params if isinstance(params, dict) else {}), "_upstream": upstream},
+            tools=tool_names(route.codec, body),
+            fingerprint=fingerprint(route, scrub(body)),
             response=raw if isinstance(raw, dict) else None,
             usage=answer.usage if answer is not None else Usage(),
             latency_ms=self.elapsed_ms,
@@ -516,8 +602,85 @@ class WireCall:
             usage=answer.usage,
             chunks=self.seq if self.route.stream else None,
         )
-        events = await self._close([*items, ended])
-        self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+        if self.route.stream or self.log is not None or self._named_new():
+            events = await self._close([*items, ended])
+            self.recorder.note(self.branch.id, turn, events[len(messages) - 1].version)
+            return
+        # A non-streamed answer: journaled whole, committed once its last byte is forwarded
+        # (``settle``), so that commit is not between the client and its answer.
+        self._settling = (
+            [*items, ended],
+            self.recorder.reserve(self.branch.id, turn),
+            len(messages),
+            anyio.Event(),
+        )
+        self.recorder._settling[self.branch.id] = self._settling[3]
+        opening = self.opening
+        created = self.branch.pending_creation
+        events_all: list[EventData] = [
+            *([created] if created is not None else []),
+            *(opening.items if opening is not None else ()),
+            *items,
+            ended,
+        ]
+        store = self.recorder.store
+        if not isinstance(store, MemoryEventStore):
+            try:
+                self._buffer = RunBuffer(self.recorder.buffer_path(self.branch.id, self.run_id))
+                header = BufferHeader(
+                    store.store_id,
+                    self.recorder.location(),
+                    self.branch.id,
+                    self.run_id,
+                    opening=tuple({"type": e.event_type, "data": _payload(e)} for e in events_all),
+                )
+                self._buffer.write(header.encode())
+            except BaseException:
+                await self._unsettled()
+                raise
+
+    def _named_new(self) -> bool:
+        """The call starts a branch with a name (claimed in the store as the branch is created)."""
+        created = self.branch.pending_creation
+        return created is not None and created.name is not None
+
+    async def settle(self) -> None:
+        """Commit a call that ``finish`` journaled, after its answer was forwarded (else a no-op).
+
+        Should the commit fail, the journal is kept, unlocked, for ``recover``.
+        """
+        settling, self._settling = self._settling, None
+        if settling is None:
+            return
+        items, entry, count, done = settling
+        buffer, self._buffer = self._buffer, None
+        try:
+            with anyio.CancelScope(shield=True):
+                events = await self._close(items)
+        except BaseException:
+            self.recorder.land(entry, None)
+            if buffer is not None:
+                buffer.close()  # its lock dropped: ``recover`` records the call from it
+            raise
+        finally:
+            done.set()
+            if self.recorder._settling.get(self.branch.id) is done:
+                del self.recorder._settling[self.branch.id]
+        self.recorder.land(entry, events[count - 1].version)
+        if buffer is not None:
+            buffer.remove()
+
+    async def _unsettled(self) -> None:
+        """``finish`` could not journal the call: undo its reservations (its answer is not forwarded)."""
+        settling, self._settling = self._settling, None
+        assert settling is not None
+        _, entry, _, done = settling
+        done.set()
+        self.recorder._settling.pop(self.branch.id, None)
+        self.recorder.land(entry, None)
+        if self._buffer is not None:
+            self._buffer.remove()
+            self._buffer = None
 
     async def fail(
         self,

@@ -304,6 +304,9 @@ class RunWireCall:
             await self.wire.store.append(self.stream, events, expected_version=self.seq or NO_STREAM)
             self.seq += len(events)
 
+    async def settle(self) -> None:
+        """Nothing to do: ``finish`` commits."""
+
     async def finish(self, answer: ModelResponse, upstream: dict[str, Any]) -> None:
         """Close the call with its answer (``model.called``, status ok)."""
         if not self.text and answer.text:
