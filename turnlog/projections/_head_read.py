@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -44,6 +44,7 @@ from ._usage import Usage
 
 __all__ = ["ENABLED", "head_and_runs", "head_of", "link_of"]
 
+_M = TypeVar("_M", bound=BaseModel)
 _INT = (int,)
 _OPT_INT = (int, type(None))
 _OPT_STR = (str, type(None))
@@ -109,6 +110,34 @@ ENABLED = (
     and _FORK_KEYS == {"parent_branch_id", "parent_stream", "parent_version"}
 )
 """Whether the models have exactly the fields this path checks (else pydantic validates all)."""
+
+_PLAIN = all(
+    not cls.__pydantic_post_init__
+    and not cls.__pydantic_root_model__
+    and cls.model_config.get("extra") != "allow"
+    and all(f.alias is None and f.validation_alias is None for f in cls.model_fields.values())
+    for cls in (HeadLink, SnapshotHead)
+)
+"""Whether ``_built`` may set a head's attributes itself (else ``model_construct`` does)."""
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _built(cls: type[_M], fields: dict[str, Any]) -> _M:
+    """``cls.model_construct(**fields)``; when every field is given, without its per-field Python loop.
+
+    What it sets is what ``model_construct`` sets: ``__dict__`` in field order, the fields set,
+    no extra, no private attributes.
+    """
+    names = cls.model_fields
+    if not _PLAIN or len(fields) != len(names) or not fields.keys() <= names.keys():
+        return cls.model_construct(**fields)
+    model = _new(cls)
+    _set(model, "__dict__", {name: fields[name] for name in names})
+    _set(model, "__pydantic_fields_set__", set(names))
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
 
 
 class _Refused(Exception):
@@ -217,10 +246,16 @@ def _decode_run(usages: dict[Any, Usage], where: str, data: Any) -> RunInfo:
 
 
 def _deferred_runs(runs: Any, where: str) -> list[RunInfo | Deferred[RunInfo]]:
-    if type(runs) is not list or any(type(r) is not dict or type(r.get("run_id")) is not str for r in runs):
+    if type(runs) is not list:
         raise _Refused
     decode = partial(_decode_run, {}, where)  # runs of one head share Usage objects of equal counts
-    return [Deferred(r["run_id"], r, decode) for r in runs]
+    out: list[RunInfo | Deferred[RunInfo]] = []
+    for run in runs:
+        key = run.get("run_id") if type(run) is dict else None
+        if type(key) is not str:
+            raise _Refused
+        out.append(Deferred(key, run, decode))
+    return out
 
 
 def _session(value: Any) -> tuple[str, ...]:
@@ -289,7 +324,8 @@ def link_of(data: Any) -> HeadLink:
     """
     if ENABLED:
         try:
-            return HeadLink.model_construct(**_link_fields(data, _LINK_KEYS | data.keys(), _LINK_REQUIRED))
+            fields = _link_fields(data, _LINK_KEYS | data.keys(), _LINK_REQUIRED)
+            return _built(HeadLink, fields)
         except (_Refused, AttributeError):
             pass  # not a dict (AttributeError on .keys()), or not of the exact shape
     return HeadLink.model_validate(data)
@@ -303,7 +339,7 @@ def head_of(data: Any) -> SnapshotHead:
     """
     if ENABLED:
         try:
-            return SnapshotHead.model_construct(**_head_fields(data))
+            return _built(SnapshotHead, _head_fields(data))
         except _Refused:
             pass
         except (TypeError, ValueError):
@@ -331,6 +367,6 @@ def head_and_runs(data: Any, where: str) -> tuple[SnapshotHead, list[RunInfo | D
         else:
             runs = fields["runs"]
             fields["runs"] = []
-            return SnapshotHead.model_construct(**fields), runs
+            return _built(SnapshotHead, fields), runs
     head = SnapshotHead.model_validate(data)
     return head.model_copy(update={"runs": []}), list(head.runs)
