@@ -574,31 +574,6 @@ class StoreConformance(
         stream_report = await store.verify("s-1")
         assert [p.version for p in stream_report.problems] == [3]
 
-    async def test_load_snapshots_gives_what_load_snapshot_gives_for_each_version_and_type(
-        self, store: EventStore, caplog: pytest.LogCaptureFixture
-    ) -> None:
-        """load_snapshots: the intact snapshots of the types at or before a version, newest first,
-        each as load_snapshot gives it; a damaged one is left out with a warning."""
-        await fill(store, "s-1", 6)
-        for version in (1, 3, 4, 6):
-            await store.save_snapshot(
-                NewSnapshot("s-1", version, "head", {"v": version}, meta={"m": version})
-            )
-            await store.save_snapshot(NewSnapshot("s-1", version, "head.part1", {"p": version}))
-        await store.save_snapshot(NewSnapshot("s-1", 2, "other", {}))
-        await store.save_snapshot(NewSnapshot("s-2", 2, "head", {}))
-        await self.tamper_snapshot(store, "s-1", 3, encode_json({"v": 1000}))
-        with caplog.at_level("WARNING", logger="turnlog.eventstore"):
-            found = await store.load_snapshots("s-1", 5, types=["head", "head.part1"])
-        assert "ignoring snapshot" in caplog.text
-        assert [s.version for s in found] == [4, 4, 1, 1]  # at 3 both rows were tampered with
-        for snap in found:
-            assert snap == await store.load_snapshot("s-1", snap.version, type=snap.type)
-        assert await store.load_snapshots("s-1", 0, types=["head"]) == []
-        assert await store.load_snapshots("s-3", 9, types=["head"]) == []
-        walked = await EventStore.load_snapshots(store, "s-1", 6, types=["head"])  # the base's walk
-        assert [s.version for s in walked] == [6, 4, 1]
-
     async def test_snapshot_of_another_history_is_ignored(self, store: EventStore) -> None:
         """A snapshot that does not stand on the log's event at its version is not used."""
         await fill(store, "s-1", 1)

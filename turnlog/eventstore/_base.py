@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -232,30 +232,6 @@ class EventStore(ABC):
         self, stream: str, at_or_before_version: int | None = None, *, type: str | None = None
     ) -> Snapshot | None:
         """The newest snapshot of ``stream`` at or before a version (any when None)."""
-
-    async def load_snapshots(
-        self, stream: str, at_or_before_version: int, *, types: Collection[str]
-    ) -> list[Snapshot]:
-        """Every snapshot of ``stream`` at or before a version whose type is in ``types``, newest first.
-
-        Each is what ``load_snapshot`` returns for its version and type: intact and bound to
-        this log (a damaged one is left out with the same warning). One of a type and version
-        at most. A cold read of a snapshot chain takes them all at once.
-
-        This default walks down with ``load_snapshot``, one call per snapshot and type; a
-        backend that can read them in one query overrides it.
-        """
-        found: list[Snapshot] = []
-        for type_ in types:
-            below = at_or_before_version
-            while below >= 0:
-                snap = await self.load_snapshot(stream, below, type=type_)
-                if snap is None:
-                    break
-                found.append(snap)
-                below = snap.version - 1
-        found.sort(key=lambda snap: snap.version, reverse=True)
-        return found
 
     @abstractmethod
     async def delete_snapshots(self, stream: str | None = None) -> int:

@@ -8,7 +8,7 @@ processes.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
@@ -46,7 +46,7 @@ from ._redaction import (
     plan_redaction,
 )
 from ._results import append_result, match_resent
-from ._snapshots import bind_snapshot, first_intact, intact_rows, prepare_snapshot
+from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._upcasting import Upcasters
 from ._upgrade import UPGRADES_STREAM, plan_upgrade
 from ._validation import (
@@ -478,15 +478,6 @@ class MemoryEventStore(EventStore):
         self._check_open()
         check_stream_name(stream)
         return first_intact(self.upcasters, self._snapshot_rows(stream, at_or_before_version, type))
-
-    async def load_snapshots(
-        self, stream: str, at_or_before_version: int, *, types: Collection[str]
-    ) -> list[Snapshot]:
-        self._check_open()
-        check_stream_name(stream)
-        wanted = set(types)
-        rows = self._snapshot_rows(stream, at_or_before_version, None)
-        return intact_rows(self.upcasters, (row for row in rows if row[1] in wanted))
 
     async def delete_snapshots(self, stream: str | None = None) -> int:
         self._check_open()

@@ -28,7 +28,6 @@ __all__ = [
     "bind_snapshot",
     "decode_snapshot",
     "first_intact",
-    "intact_rows",
     "prepare_snapshot",
     "snapshot_digest",
     "snapshot_problem",
@@ -188,22 +187,3 @@ def first_intact(upcasters: Upcasters, rows: Iterable[Sequence[Any]]) -> Snapsho
             problem,
         )
     return None
-
-
-def intact_rows(upcasters: Upcasters, rows: Iterable[Sequence[Any]]) -> list[Snapshot]:
-    """Every row that passes ``snapshot_problem``, decoded, in order; one per type and version.
-
-    Rows come newest first, the newer of two of one type and version first (as ``load_snapshot``
-    orders them): of those the first intact one is kept, as ``first_intact`` keeps it. The others
-    are ignored with its warning.
-    """
-    found: list[Snapshot] = []
-    taken: set[tuple[str, int]] = set()
-    for row in rows:
-        key = (row[1], row[2])
-        if key not in taken:
-            snap = first_intact(upcasters, (row,))
-            if snap is not None:
-                taken.add(key)
-                found.append(snap)
-    return found

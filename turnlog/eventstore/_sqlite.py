@@ -54,7 +54,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from operator import itemgetter
 from pathlib import Path
@@ -99,7 +99,7 @@ from ._snapshots import bind_snapshot, first_intact, prepare_snapshot
 from ._sqlite_compact import COMPACT_FORMAT, COMPACT_PAGE_SIZE, attach
 from ._sqlite_connect import connect, create_private, damage_or_error, is_busy, parse_target
 from ._sqlite_layout import StoreConnection
-from ._sqlite_read import read_filters, rows_page, snapshots_at_or_before, verify_on
+from ._sqlite_read import read_filters, rows_page, verify_on
 from ._sqlite_redact import erase_freed, redact_sync, upgrade_sync
 from ._sqlite_schema import (
     FORMAT_VERSION,
@@ -696,13 +696,6 @@ class SQLiteEventStore(EventStore):
             finally:
                 cursor.close()
 
-        return await self._run(run)
-
-    async def load_snapshots(
-        self, stream: str, at_or_before_version: int, *, types: Collection[str]
-    ) -> list[Snapshot]:
-        check_stream_name(stream)
-        run = snapshots_at_or_before(self._conn, stream, at_or_before_version, list(types), self.upcasters)
         return await self._run(run)
 
     async def delete_snapshots(self, stream: str | None = None) -> int:

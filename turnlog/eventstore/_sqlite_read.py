@@ -9,17 +9,15 @@ from typing import Any
 from ._chain import ChainChecker
 from ._errors import CorruptStoreError
 from ._problem import Problem
-from ._records import Snapshot, VerifyReport
+from ._records import VerifyReport
 from ._redaction import RedactionRecords
-from ._snapshots import intact_rows
 from ._sqlite_connect import lenient_text
 from ._sqlite_layout import TEXT_LAYOUT, Layout, layout_of
 from ._sqlite_redact import redaction_rows
 from ._sqlite_schema import rollback
-from ._upcasting import Upcasters
 from ._validation import check_stream_prefix, check_type_filter
 
-__all__ = ["BOUND_SNAPSHOTS", "read_filters", "rows_page", "snapshots_at_or_before", "verify_on"]
+__all__ = ["BOUND_SNAPSHOTS", "read_filters", "rows_page", "verify_on"]
 
 PAGE_BYTES = 4 * 1024 * 1024
 """A page of a read ends once it holds about this much payload."""
@@ -58,29 +56,6 @@ def rows_page(
         finally:
             cursor.close()
         return layout_of(conn).page(conn, rows), not full and len(rows) < params[-1]
-
-    return run
-
-
-def snapshots_at_or_before(
-    conn: sqlite3.Connection, stream: str, version: int, types: list[str], upcasters: Upcasters
-) -> Callable[[bool], list[Snapshot]]:
-    """``load_snapshots`` in one query: the snapshots of the types at or before ``version``, newest first."""
-    layout = layout_of(conn)
-    marks = ", ".join("?" * len(types))
-    sql = (
-        f"{layout.bound_snapshots} WHERE s.stream = ? AND s.version <= ? AND s.type IN ({marks}) "
-        "ORDER BY s.version DESC, s.recorded_at DESC"
-    )
-
-    def run(blocking: bool) -> list[Snapshot]:
-        if not types:
-            return []
-        cursor = conn.execute(sql, (stream, version, *types))
-        try:
-            return intact_rows(upcasters, map(layout.snapshot_row, cursor))
-        finally:
-            cursor.close()
 
     return run
 

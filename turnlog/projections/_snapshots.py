@@ -375,54 +375,17 @@ def snapshot_records(
     return records
 
 
-class _Records:
-    """Where a load takes its records: from the store one by one, or from one read of them all.
-
-    A cold load (no state in memory to start from) reads every head and first part at or
-    before its target in one ``load_snapshots`` call, since it walks the whole chain anyway;
-    any other record (a second part of a head) is still asked for on its own.
-    """
-
-    __slots__ = ("batch", "store", "stream")
-
-    def __init__(self, store: EventStore, stream: str) -> None:
-        self.store, self.stream = store, stream
-        self.batch: dict[tuple[str, int], Snapshot] | None = None
-
-    async def prefetch(self, at_or_before: int) -> None:
-        """Read the heads and first parts at or before ``at_or_before`` in one call."""
-        found = await self.store.load_snapshots(self.stream, at_or_before, types=_BATCH_TYPES)
-        batch: dict[tuple[str, int], Snapshot] = {}
-        for snap in found:
-            batch.setdefault((snap.type, snap.version), snap)
-        self.batch = batch
-
-    async def newest_head(self, at_or_before: int) -> Snapshot | None:
-        """The newest head record at or before a version (usable or not), or None."""
-        if self.batch is None:
-            return await self.store.load_snapshot(self.stream, at_or_before, type=SNAPSHOT_TYPE)
-        heads = [v for (t, v) in self.batch if t == SNAPSHOT_TYPE and v <= at_or_before]
-        return self.batch[(SNAPSHOT_TYPE, max(heads))] if heads else None
-
-    async def exact(self, type_: str, version: int) -> Snapshot | None:
-        """The record of this type at exactly this version, or None."""
-        if self.batch is not None and type_ in _BATCH_TYPES:
-            return self.batch.get((type_, version))
-        snap = await self.store.load_snapshot(self.stream, version, type=type_)
-        return snap if snap is not None and snap.version == version else None
-
-
-_BATCH_TYPES = (SNAPSHOT_TYPE, f"{SNAPSHOT_TYPE}.part1")
-"""What a cold load reads at once: heads and their first part (one part holds up to 4 MB)."""
-
-
-async def _messages_of(records: _Records, link: _Head) -> list[Any] | None:
+async def _messages_of(store: EventStore, link: _Head) -> list[Any] | None:
     """Every message slot a chain link holds (its extra parts loaded), or None if one is gone."""
     messages = list(link.link.messages)
     snap = link.snap
     for k in range(1, link.link.parts):
-        part = await records.exact(f"{SNAPSHOT_TYPE}.part{k}", snap.version)
-        if part is None or part.meta.get("projection_version") != PROJECTION_VERSION:
+        part = await store.load_snapshot(snap.stream, snap.version, type=f"{SNAPSHOT_TYPE}.part{k}")
+        if (
+            part is None
+            or part.version != snap.version
+            or part.meta.get("projection_version") != PROJECTION_VERSION
+        ):
             return None
         messages.extend(part.data["messages"])
     return messages
@@ -431,10 +394,10 @@ async def _messages_of(records: _Records, link: _Head) -> list[Any] | None:
 class _Heads:
     """The heads of one chain, each read from the store (and validated) at most once per load."""
 
-    __slots__ = ("records", "seen", "stream")
+    __slots__ = ("seen", "store", "stream")
 
-    def __init__(self, records: _Records, head: _Head) -> None:
-        self.records, self.stream = records, records.stream
+    def __init__(self, store: EventStore, stream: str, head: _Head) -> None:
+        self.store, self.stream = store, stream
         self.seen: dict[int, _Head] = {head.snap.version: head}
 
     async def base_of(self, link: _Head) -> _Head | None:
@@ -444,8 +407,8 @@ class _Heads:
             return None
         prev = self.seen.get(base_version)
         if prev is None:
-            snap = await self.records.exact(SNAPSHOT_TYPE, base_version)
-            if snap is None or not _usable(snap):
+            snap = await self.store.load_snapshot(self.stream, base_version, type=SNAPSHOT_TYPE)
+            if snap is None or not _usable(snap) or snap.version != base_version:
                 return None
             prev = self.seen[base_version] = _Head(snap)
         if prev.link.n != link.link.base_n:
@@ -535,15 +498,12 @@ async def _load_chain(
     donors: list[BranchState],
     memo: HeadMapsMemo | None,
 ) -> BranchState | None:
-    records = _Records(store, stream)
-    if not donors and memo is None and newer_than == 0:
-        await records.prefetch(at_or_before)  # a cold load: it walks the whole chain
-    snap = await records.newest_head(at_or_before)
+    snap = await store.load_snapshot(stream, at_or_before, type=SNAPSHOT_TYPE)
     if snap is None or not _usable(snap) or snap.version <= newer_than:
         return None
     try:
         top = _Head(snap)
-        heads = _Heads(records, top)
+        heads = _Heads(store, stream, top)
         maps = await _maps_of(heads, top, memo)
         if maps is None:
             return None
@@ -600,7 +560,7 @@ async def _chain(heads: _Heads, top: _Head, stop: int) -> tuple[list[Any], int] 
 
     Returns the slots in order and the slot number of the first, or None for a broken chain.
     """
-    first_part = await _messages_of(heads.records, top)
+    first_part = await _messages_of(heads.store, top)
     if first_part is None:
         return None
     parts: list[list[Any]] = [first_part]
@@ -609,7 +569,7 @@ async def _chain(heads: _Heads, top: _Head, stop: int) -> tuple[list[Any], int] 
         prev = await heads.base_of(link)
         if prev is None:
             return None
-        more = await _messages_of(heads.records, prev)
+        more = await _messages_of(heads.store, prev)
         if more is None:
             return None
         parts.append(more)
