@@ -41,6 +41,7 @@ class Deferred(Generic[_V]):
         value = self._value
         if value is None:
             value = self._value = self._decode(self.data)
+            self.data = None  # the stored form is not kept beside the record (memos hold both)
         return value
 
 
