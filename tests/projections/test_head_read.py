@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from turnlog.projections import ForkOrigin, RunInfo
-from turnlog.projections._head_read import ENABLED, _head_fields, head_of, link_of
+from turnlog.projections._errors import ProjectionError
+from turnlog.projections._head_read import ENABLED, _head_fields, head_and_runs, head_of, link_of
+from turnlog.projections._runs import Deferred
 from turnlog.projections._snapshot_head import HeadLink, SnapshotHead
 
 from .strategies import json_values, messages, optional_texts, optional_times, run_infos
@@ -96,6 +98,28 @@ def _read(read: Any, model: type[BaseModel], data: Any) -> None:
     _same(read(data), general)
 
 
+def _deferred_alike(data: Any) -> None:
+    """``head_and_runs`` gives the validated head and runs once each run is used, or fails:
+    at once for the head, when used for a run."""
+    try:
+        general = SnapshotHead.model_validate(data)
+    except ValidationError as exc:
+        try:
+            _, runs = head_and_runs(data, "here")
+        except ValidationError as raised:
+            assert raised.errors(include_context=False) == exc.errors(include_context=False)
+            return
+        with pytest.raises(ProjectionError, match="here: a stored run does not decode"):
+            for run in runs:
+                if type(run) is Deferred:
+                    run.get()
+        return
+    head, runs = head_and_runs(data, "here")
+    assert head.runs == []
+    decoded = [r.get() if type(r) is Deferred else r for r in runs]
+    _same(head.model_copy(update={"runs": decoded}), general)
+
+
 def test_the_exact_shape_path_is_on() -> None:
     assert ENABLED
 
@@ -107,6 +131,9 @@ def test_a_stored_head_reads_as_pydantic_validates_it(head: SnapshotHead) -> Non
     _head_fields(data)  # what the writer stores takes the exact-shape path (raises if refused)
     _read(head_of, SnapshotHead, data)
     _read(link_of, HeadLink, data)
+    _deferred_alike(data)
+    _, runs = head_and_runs(data, "here")
+    assert all(type(r) is Deferred for r in runs)  # the writer's runs are left as stored
 
 
 _paths = st.lists(st.integers(0, 50), min_size=1, max_size=4)
@@ -147,6 +174,7 @@ def test_a_changed_head_reads_as_pydantic_validates_it_or_fails_alike(
     data = _mutate(_stored(head), path, value, how)
     _read(head_of, SnapshotHead, data)
     _read(link_of, HeadLink, data)
+    _deferred_alike(data)
 
 
 @pytest.mark.parametrize("data", [None, [], "head", 3, {}])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from turnlog.projections import BranchState, RunInfo
-from turnlog.projections._runs import RunTable
+from turnlog.projections._runs import Deferred, RunTable
 from turnlog.projections._state import StateBuilder
 
 _IDS = st.sampled_from([f"r{i}" for i in range(60)]) | st.text(min_size=1, max_size=3)
@@ -53,3 +54,27 @@ def test_states_of_a_fold_share_the_table_and_never_see_later_runs() -> None:
         assert {r.status for r in state.runs.values()} == {"ended"}
     again = BranchState("b", runs=dict(states[-1].runs))
     assert again.runs == states[-1].runs
+
+
+def test_a_deferred_entry_is_decoded_once_when_used_and_keeps_its_place() -> None:
+    decoded: list[str] = []
+
+    def decode(data: str) -> int:
+        decoded.append(data)
+        return len(data)
+
+    table: RunTable[int] = RunTable({"a": 1, "b": Deferred("b", "xyz", decode), "c": 3})
+    assert decoded == [] and list(table) == ["a", "b", "c"] and "b" in table and len(table) == 3
+    changed = table.set("c", 4)
+    assert changed["b"] == 3 and table.get("b") == 3 and decoded == ["xyz"]  # once, shared
+    assert dict(changed) == {"a": 1, "b": 3, "c": 4} and table.get("z", 0) == 0
+
+
+def test_a_deferred_entry_that_does_not_decode_raises_where_it_is_used() -> None:
+    def decode(data: str) -> int:
+        raise ValueError(data)
+
+    table: RunTable[int] = RunTable({"a": Deferred("a", "bad", decode)})
+    assert list(table) == ["a"]
+    with pytest.raises(ValueError, match="bad"):
+        table["a"]

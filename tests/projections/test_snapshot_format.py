@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,3 +176,36 @@ async def _heads(store: Any, stream: str, last: int) -> Any:
         if snap is not None and snap.version not in seen:
             seen.add(snap.version)
             yield snap
+
+
+async def test_a_cold_read_leaves_the_stored_runs_as_stored_until_they_are_used(tmp_path: Path) -> None:
+    """A read from the snapshots builds the runs it is asked for; a run that does not validate
+    fails where it is used, naming the snapshot; without snapshots the fold says the same."""
+    from turnlog.kernel import Branch, Kernel
+    from turnlog.projections import ProjectionError, SnapshotPolicy, fold, rebuild
+    from turnlog.projections._runs import Deferred, RunTable
+    from turnlog.testing import ScriptedModel
+
+    async with open_store(f"sqlite:///{tmp_path / 'k.db'}") as store:
+        Kernel.for_store(store).policy = SnapshotPolicy(every=7, keyframe_every=3)
+        branch = Branch(store=store, system="s", chat_model=ScriptedModel(*"abcdef"))
+        for i in range(6):
+            await branch.communicate(f"q{i}")
+        stream = f"branch-{branch.id}"
+        head = await store.load_snapshot(stream, type=SNAPSHOT_TYPE)
+        assert head is not None
+        state = await rebuild(store, branch.id, at_version=head.version)
+        table = state.runs
+        assert isinstance(table, RunTable) and any(type(v) is Deferred for v in table._base.values())
+        events = [e async for e in store.read_stream(stream)]
+        assert state == fold(events[: head.version])  # every run decoded to compare, and equal
+
+        data = dict(head.data)
+        data["runs"] = [{**data["runs"][0], "verb": 7}, *data["runs"][1:]]
+        await store.save_snapshot(
+            NewSnapshot(stream, head.version, SNAPSHOT_TYPE, data, head.schema, dict(head.meta))
+        )
+        broken = await rebuild(store, branch.id, at_version=head.version)
+        assert broken.messages == state.messages
+        with pytest.raises(ProjectionError, match=f"at version {head.version}: a stored run does not decode"):
+            list(broken.runs.values())

@@ -17,7 +17,12 @@ handed to ``model_validate`` as before, so results and errors do not depend on w
 
 This is a cheaper check, not a skipped one: nothing is taken on trust, a head is read this way
 whether or not its record was written by turnlog. The store's own checks (the digest and the
-log hash at the head's version) still run before any of this. The path switches itself off when
+log hash at the head's version) still run before any of this.
+
+``head_and_runs`` (what a snapshot load uses) leaves each run as stored until it is used
+(``Deferred``): a read at a past version builds the runs it looks at, not the hundreds a long
+branch's keyframe holds. A run is then read by the same two paths, one run at a time, and one
+that does not validate raises ``ProjectionError`` where it is used. The path switches itself off when
 the models' fields are not the ones it was written for (a field added to ``RunInfo`` and not
 here): every head is then validated by pydantic.
 """
@@ -26,14 +31,20 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ._errors import ProjectionError
+from ._runs import Deferred
 from ._snapshot_head import HeadLink, SnapshotHead
 from ._state import ForkOrigin, RunInfo
 from ._usage import Usage
 
-__all__ = ["ENABLED", "head_of", "link_of"]
+__all__ = ["ENABLED", "head_and_runs", "head_of", "link_of"]
 
+_M = TypeVar("_M", bound=BaseModel)
 _INT = (int,)
 _OPT_INT = (int, type(None))
 _OPT_STR = (str, type(None))
@@ -99,6 +110,34 @@ ENABLED = (
     and _FORK_KEYS == {"parent_branch_id", "parent_stream", "parent_version"}
 )
 """Whether the models have exactly the fields this path checks (else pydantic validates all)."""
+
+_PLAIN = all(
+    not cls.__pydantic_post_init__
+    and not cls.__pydantic_root_model__
+    and cls.model_config.get("extra") != "allow"
+    and all(f.alias is None and f.validation_alias is None for f in cls.model_fields.values())
+    for cls in (HeadLink, SnapshotHead)
+)
+"""Whether ``_built`` may set a head's attributes itself (else ``model_construct`` does)."""
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _built(cls: type[_M], fields: dict[str, Any]) -> _M:
+    """``cls.model_construct(**fields)``; when every field is given, without its per-field Python loop.
+
+    What it sets is what ``model_construct`` sets: ``__dict__`` in field order, the fields set,
+    no extra, no private attributes.
+    """
+    names = cls.model_fields
+    if not _PLAIN or len(fields) != len(names) or not fields.keys() <= names.keys():
+        return cls.model_construct(**fields)
+    model = _new(cls)
+    _set(model, "__dict__", {name: fields[name] for name in names})
+    _set(model, "__pydantic_fields_set__", set(names))
+    _set(model, "__pydantic_extra__", None)
+    _set(model, "__pydantic_private__", None)
+    return model
 
 
 class _Refused(Exception):
@@ -185,13 +224,48 @@ def _run(data: Any, usages: dict[Any, Usage]) -> RunInfo:
     return RunInfo(**fields)
 
 
+class _OneRun(BaseModel):
+    """One stored run validated as ``SnapshotHead.runs`` validates each of its items."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    run: RunInfo
+
+
+def _decode_run(usages: dict[Any, Usage], where: str, data: Any) -> RunInfo:
+    """A stored run of a head: the exact-shape path, else pydantic's validation."""
+    if ENABLED:
+        try:
+            return _run(data, usages)
+        except (_Refused, TypeError, ValueError):
+            pass
+    try:
+        return _OneRun.model_validate({"run": data}).run
+    except ValidationError as exc:
+        raise ProjectionError(f"{where}: a stored run does not decode: {exc}") from exc
+
+
+def _deferred_runs(runs: Any, where: str) -> list[RunInfo | Deferred[RunInfo]]:
+    if type(runs) is not list:
+        raise _Refused
+    decode = partial(_decode_run, {}, where)  # runs of one head share Usage objects of equal counts
+    out: list[RunInfo | Deferred[RunInfo]] = []
+    for run in runs:
+        key = run.get("run_id") if type(run) is dict else None
+        if type(key) is not str:
+            raise _Refused
+        out.append(Deferred(key, run, decode))
+    return out
+
+
 def _session(value: Any) -> tuple[str, ...]:
     if type(value) is not list or len(value) not in (3, 4) or any(type(v) is not str for v in value):
         raise _Refused
     return tuple(value)
 
 
-def _head_fields(data: Any) -> dict[str, Any]:
+def _head_fields(data: Any, where: str | None = None) -> dict[str, Any]:
+    """The fields of a head; with ``where`` (naming it for errors), its runs left ``Deferred``."""
     out = _link_fields(data, _HEAD_KEYS, _HEAD_REQUIRED)
     _scalars(data, _HEAD_SCALARS, out)
     system = data["system"]
@@ -201,10 +275,13 @@ def _head_fields(data: Any) -> dict[str, Any]:
         out[name] = None if value is None else _message(value)
     out["metadata"] = _message(data["metadata"])
     runs = data["runs"]
-    if type(runs) is not list:
-        raise _Refused
-    usages: dict[Any, Usage] = {}
-    out["runs"] = [_run(r, usages) for r in runs]
+    if where is not None:
+        out["runs"] = _deferred_runs(runs, where)
+    else:
+        if type(runs) is not list:
+            raise _Refused
+        usages: dict[Any, Usage] = {}
+        out["runs"] = [_run(r, usages) for r in runs]
     sessions = data["provider_sessions"]
     if type(sessions) is not list:
         raise _Refused
@@ -247,7 +324,8 @@ def link_of(data: Any) -> HeadLink:
     """
     if ENABLED:
         try:
-            return HeadLink.model_construct(**_link_fields(data, _LINK_KEYS | data.keys(), _LINK_REQUIRED))
+            fields = _link_fields(data, _LINK_KEYS | data.keys(), _LINK_REQUIRED)
+            return _built(HeadLink, fields)
         except (_Refused, AttributeError):
             pass  # not a dict (AttributeError on .keys()), or not of the exact shape
     return HeadLink.model_validate(data)
@@ -261,9 +339,34 @@ def head_of(data: Any) -> SnapshotHead:
     """
     if ENABLED:
         try:
-            return SnapshotHead.model_construct(**_head_fields(data))
+            return _built(SnapshotHead, _head_fields(data))
         except _Refused:
             pass
         except (TypeError, ValueError):
             pass  # e.g. a Usage that does not validate: let the general path say why
     return SnapshotHead.model_validate(data)
+
+
+def head_and_runs(data: Any, where: str) -> tuple[SnapshotHead, list[RunInfo | Deferred[RunInfo]]]:
+    """A stored head without its runs, and its runs (``Deferred`` when read the exact-shape way).
+
+    The head's own ``runs`` is empty; the runs are beside it, in order. A deferred run that
+    does not validate raises ``ProjectionError`` (naming ``where``) when it is used.
+
+    Raises:
+        pydantic.ValidationError: the head (but for its runs, when they are deferred) does
+            not validate.
+    """
+    if ENABLED:
+        try:
+            fields = _head_fields(data, where)
+        except _Refused:
+            pass
+        except (TypeError, ValueError):
+            pass  # let the general path say why
+        else:
+            runs = fields["runs"]
+            fields["runs"] = []
+            return _built(SnapshotHead, fields), runs
+    head = SnapshotHead.model_validate(data)
+    return head.model_copy(update={"runs": []}), list(head.runs)

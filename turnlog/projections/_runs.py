@@ -12,11 +12,11 @@ microseconds at thousands of runs. Neither dict is ever written to after a table
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from itertools import chain
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-__all__ = ["RunTable"]
+__all__ = ["Deferred", "RunTable"]
 
 _V = TypeVar("_V")
 _EMPTY: dict[str, Any] = {}
@@ -24,16 +24,38 @@ _MIN_TOP = 16
 """``top`` may always hold this many entries before a merge (small tables merge rarely)."""
 
 
+class Deferred(Generic[_V]):
+    """A table entry kept as stored until it is used: ``decode(data)`` runs once, on first use.
+
+    What ``decode`` raises is raised at that use (each time, as nothing was decoded).
+    """
+
+    __slots__ = ("_decode", "_value", "data", "key")
+
+    def __init__(self, key: str, data: Any, decode: Callable[[Any], _V]) -> None:
+        self.key, self.data, self._decode = key, data, decode
+        self._value: _V | None = None
+
+    def get(self) -> _V:
+        """The decoded entry (decoded now if it was not yet)."""
+        value = self._value
+        if value is None:
+            value = self._value = self._decode(self.data)
+            self.data = None  # the stored form is not kept beside the record (memos hold both)
+        return value
+
+
 class RunTable(Mapping[str, _V]):
     """Run id -> run record in start order (a changed run keeps its place, a new one goes last)."""
 
     __slots__ = ("_base", "_size", "_top")
 
-    _base: dict[str, _V]
-    _top: dict[str, _V]
+    # values are records or ``Deferred`` records
+    _base: dict[str, Any]
+    _top: dict[str, Any]
     _size: int
 
-    def __init__(self, runs: Mapping[str, _V] | None = None) -> None:
+    def __init__(self, runs: Mapping[str, _V | Deferred[_V]] | None = None) -> None:
         self._base = dict(runs) if runs else _EMPTY
         self._top = _EMPTY
         self._size = len(self._base)
@@ -58,15 +80,17 @@ class RunTable(Mapping[str, _V]):
 
     def __getitem__(self, run_id: str) -> _V:
         found = self._top.get(run_id)
-        if found is not None:
-            return found
-        return self._base[run_id]
+        if found is None:
+            found = self._base[run_id]
+        if type(found) is Deferred:
+            return found.get()  # type: ignore[no-any-return]
+        return found  # type: ignore[no-any-return]
 
     def get(self, run_id: str, default: Any = None) -> Any:
         found = self._top.get(run_id)
-        if found is not None:
-            return found
-        return self._base.get(run_id, default)
+        if found is None:
+            found = self._base.get(run_id, default)
+        return found.get() if type(found) is Deferred else found
 
     def __contains__(self, run_id: object) -> bool:
         return run_id in self._top or run_id in self._base

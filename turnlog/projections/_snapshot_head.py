@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._decode import decode_messages
 from ._messages import AnyMessage
+from ._runs import Deferred
 from ._state import ForkOrigin, IsoTime, RunInfo
 
 __all__ = ["READABLE_SCHEMAS", "HeadLink", "HeadMaps", "HeadMapsMemo", "SnapshotHead"]
@@ -151,22 +152,23 @@ class SnapshotHead(HeadLink):
 class HeadMaps:
     """The decoded runs, action links and overrides of a head, merged from its keyframe on."""
 
-    runs: dict[str, RunInfo]
+    runs: dict[str, RunInfo | Deferred[RunInfo]]
+    """Run id -> run, a stored one left as stored until used (see ``RunTable``)."""
     links: dict[str, str]
     over: dict[int, AnyMessage]
 
-    def merged(self, heads: Sequence[SnapshotHead]) -> HeadMaps:
-        """A copy with the maps of ``heads`` (oldest first) applied; ``self`` is unchanged."""
+    def merged(self, heads: Sequence[tuple[SnapshotHead, Sequence[RunInfo | Deferred[RunInfo]]]]) -> HeadMaps:
+        """A copy with the maps of ``heads`` (oldest first, each with its runs) applied; ``self`` is unchanged."""
         out = HeadMaps(dict(self.runs), dict(self.links), dict(self.over))
-        for head in heads:
-            out.add(head)
+        for head, runs in heads:
+            out.add(head, runs)
         return out
 
-    def add(self, head: SnapshotHead) -> None:
-        """Apply the maps a head stores (all of them, or its changes)."""
-        for run in head.runs:
+    def add(self, head: SnapshotHead, runs: Sequence[RunInfo | Deferred[RunInfo]] | None = None) -> None:
+        """Apply the maps a head stores (all of them, or its changes); ``runs`` instead of its own."""
+        for run in head.runs if runs is None else runs:
             # a changed run keeps its place, a new one goes last: the order of the fold
-            self.runs[run.run_id] = run
+            self.runs[run.key if type(run) is Deferred else run.run_id] = run  # type: ignore[union-attr]
         self.links.update(head.action_links)
         if head.over:
             messages = decode_messages([m for _, m in head.over])

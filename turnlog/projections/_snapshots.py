@@ -50,11 +50,11 @@ from ._catalogue import CATALOGUE
 from ._decode import decode_messages
 from ._errors import ProjectionError
 from ._fold import gc_paused
-from ._head_read import head_of, link_of
+from ._head_read import head_and_runs, link_of
 from ._messages import AnyMessage, System
-from ._runs import RunTable
+from ._runs import Deferred, RunTable
 from ._snapshot_head import READABLE_SCHEMAS, HeadLink, HeadMaps, HeadMapsMemo, SnapshotHead
-from ._state import BranchState
+from ._state import BranchState, RunInfo
 
 __all__ = [
     "PROJECTION_VERSION",
@@ -128,13 +128,19 @@ class _Head:
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.link = link_of(snap.data)
-        self._head: SnapshotHead | None = None
+        self._head: tuple[SnapshotHead, list[RunInfo | Deferred[RunInfo]]] | None = None
 
     @property
     def head(self) -> SnapshotHead:
-        """The validated head (validated once, on first use)."""
+        """The validated head, but for its runs (validated once, on first use)."""
+        return self.head_and_runs[0]
+
+    @property
+    def head_and_runs(self) -> tuple[SnapshotHead, list[RunInfo | Deferred[RunInfo]]]:
+        """The head and its runs, each left as stored until used (see ``head_and_runs``)."""
         if self._head is None:
-            self._head = head_of(self.snap.data)
+            where = f"snapshot of stream {self.snap.stream!r} at version {self.snap.version}"
+            self._head = head_and_runs(self.snap.data, where)
         return self._head
 
 
@@ -417,7 +423,7 @@ async def _maps_of(heads: _Heads, head: _Head, memo: HeadMapsMemo | None) -> Hea
     ``memo``. None for a broken chain.
     """
     stream = heads.stream
-    deltas: list[SnapshotHead] = []
+    deltas: list[tuple[SnapshotHead, list[RunInfo | Deferred[RunInfo]]]] = []
     link = head
     while True:
         version = link.snap.version
@@ -426,13 +432,13 @@ async def _maps_of(heads: _Heads, head: _Head, memo: HeadMapsMemo | None) -> Hea
             break
         if link.link.maps != "delta":
             maps = HeadMaps({}, {}, {})
-            maps.add(link.head)
+            maps.add(*link.head_and_runs)
             if memo is not None:
                 memo.put(stream, version, maps)
             break
         if len(deltas) >= _MAX_DELTAS or link.link.base_version is None:
             return None
-        deltas.append(link.head)
+        deltas.append(link.head_and_runs)
         prev = await heads.base_of(link)
         if prev is None:
             return None
@@ -603,7 +609,7 @@ def _state_from(
         "chat_model": MappingProxyType(head.chat_model) if head.chat_model is not None else None,
         "parse_model": MappingProxyType(head.parse_model) if head.parse_model is not None else None,
         "metadata": head.metadata,
-        "runs": maps.runs,
+        "runs": RunTable(maps.runs),
         "provider_sessions": {(e[0], e[1]): e[2] for e in head.provider_sessions},
         "provider_cwds": {(e[0], e[1]): e[3] for e in head.provider_sessions if len(e) > 3},
         "action_links": maps.links,

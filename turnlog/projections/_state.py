@@ -222,7 +222,9 @@ class BranchState:
             raise TypeError(f"BranchState has no field(s) {sorted(unknown)}")
         values.update(fields)
         for key in ("metadata", "runs", "provider_sessions", "provider_cwds", "action_links"):
-            values[key] = MappingProxyType(dict(values[key]))
+            # a RunTable is immutable already, and a copy would decode its deferred runs
+            if type(values[key]) is not RunTable:
+                values[key] = MappingProxyType(dict(values[key]))
         for key, value in values.items():
             object.__setattr__(self, key, value)
         self._set_storage([], 0, 0, {}, _EMPTY)
