@@ -71,7 +71,15 @@ from ._postgres_read import (
     verify_on,
 )
 from ._postgres_redact import redact_postgres
-from ._postgres_sql import FORMAT_VERSION, ONE_KEYS, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked, one_trip_query
+from ._postgres_sql import (
+    FORMAT_VERSION,
+    ONE_FORMATS,
+    ONE_KEYS,
+    ONE_STATEMENT,
+    ROW_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    masked,
+)
 from ._postgres_write import (
     RACE_ATTEMPTS,
     Plan,
@@ -116,6 +124,7 @@ __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 
 _OWN_WRITES_TIMEOUT = 30.0
 """How long a global read waits for older transactions to end so that it sees this store's appends."""
+_ONE_STATEMENT = ONE_STATEMENT.encode()
 _HEADS_KEPT = 10_000
 """How many stream heads a store object remembers for one-statement appends."""
 
@@ -158,9 +167,11 @@ class PostgresEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self._db = PgPool(url, create=create)
         self._pg = self._db.pg
-        from psycopg.generators import execute  # psycopg is there: PgPool imported it
+        from psycopg.generators import execute, fetch_many  # psycopg is there: PgPool imported it
 
         self._execute = execute
+        self._fetch_many = fetch_many
+        self._pipeline_sync = int(self._pg.pq.ExecStatus.PIPELINE_SYNC)
         self._fatal_error = int(self._pg.pq.ExecStatus.FATAL_ERROR)
         self._tuples_ok = int(self._pg.pq.ExecStatus.TUPLES_OK)
         self._in_error = int(self._pg.pq.TransactionStatus.INERROR)
@@ -391,8 +402,9 @@ class PostgresEventStore(EventStore):
         """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
 
         Returns the statement's row (transaction id, last position), None if its gate was shut.
-        The query goes straight to libpq (``one_trip_query``) under the connection's lock: a
-        lone append spends most of its client time in the driver otherwise.
+        BEGIN, the prepared insert, COMMIT and NOTIFY go to libpq in pipeline mode under the
+        connection's lock, with one Sync: one write, and one read for the four answers (a lone
+        append spends most of its client time in the driver otherwise).
 
         Raises:
             _Raced: the insert committed but the notification failed after it (its row is
@@ -400,11 +412,12 @@ class PostgresEventStore(EventStore):
         """
         pg = self._pg
         pgconn = conn.pgconn
-        query = one_trip_query(self._sql, values, pg.pq.Escaping(pgconn).escape_literal)
+        stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
+        params = (stream.encode(), b"%d" % version, event_id.encode(), type_.encode(), b"%d" % schema, data,
+                  meta, b"%d" % recorded_at, prev_hash.encode(), digest.encode())  # fmt: skip
         for attempt in range(2):
             async with conn.lock:
-                pgconn.send_query(query)
-                results = await conn.wait(self._execute(pgconn))
+                results = await self._pipeline(conn, pgconn, params)
             statuses = [res.status for res in results]
             if self._fatal_error not in statuses:
                 break
@@ -420,11 +433,38 @@ class PostgresEventStore(EventStore):
             # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
             await conn.execute(self._sql.prepare_one)
         res = results[1]
-        if res.status != self._tuples_ok or len(results) != 4:
+        if res.status != self._tuples_ok:
             raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
         if not res.ntuples:
             return None
         return res.get_value(0, 0).decode(), int(res.get_value(0, 1))
+
+    async def _pipeline(self, conn: Any, pgconn: Any, params: tuple[bytes, ...]) -> list[Any]:
+        """Send BEGIN, the prepared one-event insert, COMMIT, NOTIFY and a Sync; their results and the Sync's."""
+        pgconn.enter_pipeline_mode()
+        try:
+            pgconn.send_query_params(b"BEGIN", None)
+            pgconn.send_query_prepared(_ONE_STATEMENT, params, ONE_FORMATS)
+            pgconn.send_query_params(b"COMMIT", None)
+            pgconn.send_query_params(self._sql.notify_one, None)
+            pgconn.pipeline_sync()
+            results: list[Any] = await conn.wait(self._execute(pgconn))
+            # The server answers all five after the Sync, at once: the rest is read already
+            # (unless it came in more than one packet, then fetch_many waits for it). Between
+            # the results of two queries, libpq returns one None.
+            for _ in range(16):
+                if results and results[-1].status == self._pipeline_sync:
+                    return results
+                if pgconn.is_busy():
+                    results += await conn.wait(self._fetch_many(pgconn))
+                elif (res := pgconn.get_result()) is not None:
+                    results.append(res)
+            raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
+        finally:
+            try:
+                pgconn.exit_pipeline_mode()
+            except self._pg.Error:
+                pass  # results left unread (the connection failed): the caller drops the connection
 
     async def _after_failed_notify(self, conn: Any, exc: BaseException) -> None:
         """The insert of ``_insert_notified`` committed and its notification failed: ``_Raced``."""

@@ -130,7 +130,7 @@ class PgPool:
     async def _configure(self, conn: Any) -> None:
         """Set up a new pooled connection: the lock timeout, UTF-8, the prepared single-event append."""
         # A statement waiting this long for a lock gives up with StoreUnavailable. UTF-8: the
-        # store writes some queries' text itself (``one_trip_query``).
+        # store sends the text parameters of its one-event append as UTF-8 bytes itself.
         await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET client_encoding = 'UTF8'")
         await conn.execute(self.sql.prepare_one)
 
