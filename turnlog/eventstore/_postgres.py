@@ -58,7 +58,7 @@ from ._errors import StoreError, StoreUnavailable
 from ._group_commit import GroupCommit
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_listen import SUBSCRIBE_PAGE, follow, retrying
-from ._postgres_pool import PgPool, close_quietly
+from ._postgres_pool import PgPool, close_quietly, prepare_appends
 from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
 from ._postgres_read import (
     bound_snapshots,
@@ -424,14 +424,16 @@ class PostgresEventStore(EventStore):
             failed = statuses.index(self._fatal_error)
             exc = pg.errors.error_from_result(results[failed], encoding="utf-8")
             if failed >= 3:  # the insert is committed (the results: BEGIN, insert, COMMIT, NOTIFY)
+                if isinstance(exc, pg.errors.InvalidSqlStatementName):
+                    await prepare_appends(pg, conn, self._sql)
                 await self._after_failed_notify(conn, exc)
             if pgconn.transaction_status == self._in_error:
                 await conn.rollback()  # the insert failed inside BEGIN: end that transaction
             if attempt or not isinstance(exc, pg.errors.InvalidSqlStatementName):
                 raise exc
             # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
-            # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
-            await conn.execute(self._sql.prepare_one)
+            # statements of its own with DEALLOCATE ALL, ours included: prepare them again.
+            await prepare_appends(pg, conn, self._sql)
         res = results[1]
         if res.status != self._tuples_ok:
             raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
@@ -441,12 +443,13 @@ class PostgresEventStore(EventStore):
 
     async def _pipeline(self, conn: Any, pgconn: Any, params: tuple[bytes, ...]) -> list[Any]:
         """Send BEGIN, the prepared one-event insert, COMMIT, NOTIFY and a Sync; their results and the Sync's."""
+        (begin, _), (commit, _), (notify, _) = self._sql.one_trip_statements
         pgconn.enter_pipeline_mode()
         try:
-            pgconn.send_query_params(b"BEGIN", None)
+            pgconn.send_query_prepared(begin, None)
             pgconn.send_query_prepared(_ONE_STATEMENT, params, ONE_FORMATS)
-            pgconn.send_query_params(b"COMMIT", None)
-            pgconn.send_query_params(self._sql.notify_one, None)
+            pgconn.send_query_prepared(commit, None)
+            pgconn.send_query_prepared(notify, None)
             pgconn.pipeline_sync()
             results: list[Any] = await conn.wait(self._execute(pgconn))
             # The server answers all five after the Sync, at once: the rest is read already

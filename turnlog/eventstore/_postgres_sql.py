@@ -207,15 +207,22 @@ class Sql:
         # BEGIN, ``insert_one``, COMMIT and NOTIFY sent together in libpq's pipeline mode with
         # one Sync, so the server answers all four at once; the notification is a transaction of
         # its own (see ``notify`` for why). ``insert_one`` is prepared on every pooled connection
-        # (``prepare_one``, run when the pool opens it), so the server plans it once per
-        # connection, and its payloads travel in binary (no hex to write and parse). On an
+        # (``prepare_one``, run when the pool opens a connection), so the server plans it once
+        # per connection, and its payloads travel in binary (no hex to write and parse). On an
         # error in the insert, the server skips the rest up to the Sync and leaves the session in
         # the aborted transaction (the caller rolls it back).
         one = self.insert_one
         for number, key in enumerate(ONE_KEYS, 1):
             one = one.replace(f"%({key})s", f"${number}")
         self.prepare_one = f"PREPARE {ONE_STATEMENT} ({', '.join(ONE_TYPES)}) AS {one}"
-        self.notify_one = f'NOTIFY "{self.channel}"'.encode()
+        # BEGIN, COMMIT and the NOTIFY of a one-trip append, prepared on each pooled connection
+        # too (at the protocol level: SQL's PREPARE takes none of them), so the server parses
+        # none of the four statements per append.
+        self.one_trip_statements = (
+            (b"turnlog_begin", b"BEGIN"),
+            (b"turnlog_commit", b"COMMIT"),
+            (b"turnlog_notify", f'NOTIFY "{self.channel}"'.encode()),
+        )
         # Sent after the append has committed, in a transaction of its own: a transaction that
         # notifies holds a database-wide lock from before its commit until after it (so that
         # notifications queue in commit order), which would make appends commit, WAL flush
