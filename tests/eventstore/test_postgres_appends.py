@@ -154,7 +154,7 @@ async def test_a_single_append_after_a_rollback_on_its_connection(pg_dsn: str, p
 async def test_one_trip_appends_keep_every_value_as_sent(
     pg_dsn: str, pg_schema: str, settings: dict[str, str]
 ) -> None:
-    """The one-trip query's text is written by the store: quotes, backslashes and non-ASCII survive it."""
+    """The one-trip append's text parameters are encoded by the store: quotes, backslashes and non-ASCII survive."""
     url = pg_url_for(pg_dsn, schema=pg_schema, **settings)
     streams = ["it's", "back\\slash", "naïve-流", "x'); DROP TABLE events; --"]
     data = {"text": "quote ' backslash \\ nul-free \u00e9 \U0001f600", "n": [1, 2.5, None]}

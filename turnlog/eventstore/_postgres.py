@@ -58,7 +58,7 @@ from ._errors import StoreError, StoreUnavailable
 from ._group_commit import GroupCommit
 from ._paging import BY_POSITION, BY_VERSION, read_pages
 from ._postgres_listen import SUBSCRIBE_PAGE, follow, retrying
-from ._postgres_pool import PgPool, close_quietly
+from ._postgres_pool import PgPool, close_quietly, prepare_appends
 from ._postgres_port import TrackingSql, planned_result, record_tracking, resent_rows_query, stored_row
 from ._postgres_read import (
     bound_snapshots,
@@ -71,7 +71,15 @@ from ._postgres_read import (
     verify_on,
 )
 from ._postgres_redact import redact_postgres
-from ._postgres_sql import FORMAT_VERSION, ONE_KEYS, ROW_COLUMNS, SNAPSHOT_COLUMNS, masked, one_trip_query
+from ._postgres_sql import (
+    FORMAT_VERSION,
+    ONE_FORMATS,
+    ONE_KEYS,
+    ONE_STATEMENT,
+    ROW_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    masked,
+)
 from ._postgres_write import (
     RACE_ATTEMPTS,
     Plan,
@@ -116,6 +124,7 @@ __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 
 _OWN_WRITES_TIMEOUT = 30.0
 """How long a global read waits for older transactions to end so that it sees this store's appends."""
+_ONE_STATEMENT = ONE_STATEMENT.encode()
 _HEADS_KEPT = 10_000
 """How many stream heads a store object remembers for one-statement appends."""
 
@@ -158,9 +167,11 @@ class PostgresEventStore(EventStore):
         super().__init__(upcasters=upcasters, max_event_bytes=max_event_bytes)
         self._db = PgPool(url, create=create)
         self._pg = self._db.pg
-        from psycopg.generators import execute  # psycopg is there: PgPool imported it
+        from psycopg.generators import execute, fetch_many  # psycopg is there: PgPool imported it
 
         self._execute = execute
+        self._fetch_many = fetch_many
+        self._pipeline_sync = int(self._pg.pq.ExecStatus.PIPELINE_SYNC)
         self._fatal_error = int(self._pg.pq.ExecStatus.FATAL_ERROR)
         self._tuples_ok = int(self._pg.pq.ExecStatus.TUPLES_OK)
         self._in_error = int(self._pg.pq.TransactionStatus.INERROR)
@@ -391,8 +402,9 @@ class PostgresEventStore(EventStore):
         """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
 
         Returns the statement's row (transaction id, last position), None if its gate was shut.
-        The query goes straight to libpq (``one_trip_query``) under the connection's lock: a
-        lone append spends most of its client time in the driver otherwise.
+        BEGIN, the prepared insert, COMMIT and NOTIFY go to libpq in pipeline mode under the
+        connection's lock, with one Sync: one write, and one read for the four answers (a lone
+        append spends most of its client time in the driver otherwise).
 
         Raises:
             _Raced: the insert committed but the notification failed after it (its row is
@@ -400,31 +412,62 @@ class PostgresEventStore(EventStore):
         """
         pg = self._pg
         pgconn = conn.pgconn
-        query = one_trip_query(self._sql, values, pg.pq.Escaping(pgconn).escape_literal)
+        stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
+        params = (stream.encode(), b"%d" % version, event_id.encode(), type_.encode(), b"%d" % schema, data,
+                  meta, b"%d" % recorded_at, prev_hash.encode(), digest.encode())  # fmt: skip
         for attempt in range(2):
             async with conn.lock:
-                pgconn.send_query(query)
-                results = await conn.wait(self._execute(pgconn))
+                results = await self._pipeline(conn, pgconn, params)
             statuses = [res.status for res in results]
             if self._fatal_error not in statuses:
                 break
             failed = statuses.index(self._fatal_error)
             exc = pg.errors.error_from_result(results[failed], encoding="utf-8")
             if failed >= 3:  # the insert is committed (the results: BEGIN, insert, COMMIT, NOTIFY)
+                if isinstance(exc, pg.errors.InvalidSqlStatementName):
+                    await prepare_appends(pg, conn, self._sql)
                 await self._after_failed_notify(conn, exc)
             if pgconn.transaction_status == self._in_error:
                 await conn.rollback()  # the insert failed inside BEGIN: end that transaction
             if attempt or not isinstance(exc, pg.errors.InvalidSqlStatementName):
                 raise exc
             # psycopg ends every ROLLBACK (or DROP, ALTER) on a connection where it prepared
-            # statements of its own with DEALLOCATE ALL, ours included: prepare it again.
-            await conn.execute(self._sql.prepare_one)
+            # statements of its own with DEALLOCATE ALL, ours included: prepare them again.
+            await prepare_appends(pg, conn, self._sql)
         res = results[1]
-        if res.status != self._tuples_ok or len(results) != 4:
+        if res.status != self._tuples_ok:
             raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
         if not res.ntuples:
             return None
         return res.get_value(0, 0).decode(), int(res.get_value(0, 1))
+
+    async def _pipeline(self, conn: Any, pgconn: Any, params: tuple[bytes, ...]) -> list[Any]:
+        """Send BEGIN, the prepared one-event insert, COMMIT, NOTIFY and a Sync; their results and the Sync's."""
+        (begin, _), (commit, _), (notify, _) = self._sql.one_trip_statements
+        pgconn.enter_pipeline_mode()
+        try:
+            pgconn.send_query_prepared(begin, None)
+            pgconn.send_query_prepared(_ONE_STATEMENT, params, ONE_FORMATS)
+            pgconn.send_query_prepared(commit, None)
+            pgconn.send_query_prepared(notify, None)
+            pgconn.pipeline_sync()
+            results: list[Any] = await conn.wait(self._execute(pgconn))
+            # The server answers all five after the Sync, at once: the rest is read already
+            # (unless it came in more than one packet, then fetch_many waits for it). Between
+            # the results of two queries, libpq returns one None.
+            for _ in range(16):
+                if results and results[-1].status == self._pipeline_sync:
+                    return results
+                if pgconn.is_busy():
+                    results += await conn.wait(self._fetch_many(pgconn))
+                elif (res := pgconn.get_result()) is not None:
+                    results.append(res)
+            raise StoreError(f"PostgreSQL: unexpected answer to an append ({len(results)} results)")
+        finally:
+            try:
+                pgconn.exit_pipeline_mode()
+            except self._pg.Error:
+                pass  # results left unread (the connection failed): the caller drops the connection
 
     async def _after_failed_notify(self, conn: Any, exc: BaseException) -> None:
         """The insert of ``_insert_notified`` committed and its notification failed: ``_Raced``."""

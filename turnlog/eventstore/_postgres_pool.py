@@ -17,10 +17,18 @@ import anyio
 
 from ._errors import StoreError, StoreFormatError, StoreNotFound, StoreUnavailable
 from ._ids import uuid7
-from ._postgres_sql import FORMAT_VERSION, LOCK_TIMEOUT, Sql, advisory_key, import_psycopg, masked
+from ._postgres_sql import (
+    FORMAT_VERSION,
+    LOCK_TIMEOUT,
+    ONE_STATEMENT,
+    Sql,
+    advisory_key,
+    import_psycopg,
+    masked,
+)
 from ._url import parse_postgres_url
 
-__all__ = ["POOL_TIMEOUT", "PgPool", "close_quietly"]
+__all__ = ["POOL_TIMEOUT", "PgPool", "close_quietly", "prepare_appends"]
 
 POOL_TIMEOUT = 5.0
 """How long a call waits for a pooled connection before ``StoreUnavailable``."""
@@ -130,9 +138,9 @@ class PgPool:
     async def _configure(self, conn: Any) -> None:
         """Set up a new pooled connection: the lock timeout, UTF-8, the prepared single-event append."""
         # A statement waiting this long for a lock gives up with StoreUnavailable. UTF-8: the
-        # store writes some queries' text itself (``one_trip_query``).
+        # store sends the text parameters of its one-event append as UTF-8 bytes itself.
         await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET client_encoding = 'UTF8'")
-        await conn.execute(self.sql.prepare_one)
+        await prepare_appends(self.pg, conn, self.sql)
 
     async def _create_schema(self, conn: Any) -> None:
         sql = self.sql
@@ -323,6 +331,31 @@ class PgPool:
             if spare is not None:
                 await pool.putconn(spare)
             await pool.close()
+
+
+async def prepare_appends(pg: Any, conn: Any, sql: Sql) -> None:
+    """Prepare on ``conn`` the statements of a one-trip append that it lacks (``Sql.one_trip_statements``).
+
+    The insert is prepared with SQL's ``PREPARE``; BEGIN, COMMIT and NOTIFY at the protocol
+    level. Those already there are left alone, so this also mends a connection where some
+    were deallocated.
+    """
+    from psycopg.generators import execute
+
+    query = "SELECT name FROM pg_prepared_statements WHERE starts_with(name, 'turnlog_')"
+    present = {row[0] for row in await (await conn.execute(query)).fetchall()}
+    if ONE_STATEMENT not in present:
+        await conn.execute(sql.prepare_one)
+    pgconn = conn.pgconn
+    for name, text in sql.one_trip_statements:
+        if name.decode() in present:
+            continue
+        async with conn.lock:
+            pgconn.send_prepare(name, text)
+            results = await conn.wait(execute(pgconn))
+        for result in results:
+            if result.status == pg.pq.ExecStatus.FATAL_ERROR:
+                raise pg.errors.error_from_result(result, encoding="utf-8")
 
 
 def _is_dead(conn: Any) -> bool:

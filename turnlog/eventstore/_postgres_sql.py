@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from binascii import hexlify
-from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ._errors import StoreError
@@ -25,14 +22,15 @@ __all__ = [
     "EVENT_COLUMNS",
     "FORMAT_VERSION",
     "LOCK_TIMEOUT",
+    "ONE_FORMATS",
     "ONE_KEYS",
+    "ONE_STATEMENT",
     "ROW_COLUMNS",
     "SNAPSHOT_COLUMNS",
     "Sql",
     "advisory_key",
     "import_psycopg",
     "masked",
-    "one_trip_query",
 ]
 
 FORMAT_VERSION = 2
@@ -63,6 +61,8 @@ ONE_KEYS = (
 """The parameters of ``Sql.insert_one`` (one event), in the order of the prepared statement's."""
 ONE_TYPES = ("text", "bigint", "uuid", "text", "integer", "bytea", "bytea", "bigint", "text", "text")
 """Their types."""
+ONE_FORMATS = (0, 0, 0, 0, 0, 1, 1, 0, 0, 0)
+"""Their formats when the prepared statement is executed: the payloads in binary, the rest as text."""
 ONE_STATEMENT = "turnlog_append_one"
 """The name of ``Sql.insert_one`` prepared on each pooled connection."""
 
@@ -199,33 +199,30 @@ class Sql:
             "%s",
             unnest_rows,
         )
-        # One event: scalar parameters (cheaper to send than eleven one-element arrays); the
-        # head it must follow is its own prev_hash.
-        self.insert_one = self._append_statement(
-            f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = %(event_id)s::uuid)
-                AND coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = %(stream)s
-                              ORDER BY e.version DESC LIMIT 1), '') = %(prev_hash)s""",
-            "1",
-            """(SELECT 1::bigint, %(stream)s::text, %(version)s::bigint, %(event_id)s::uuid,
-                       %(type)s::text, %(schema)s::integer, %(data)s::bytea, %(meta)s::bytea,
-                       %(recorded_at)s::bigint, %(prev_hash)s::text, %(hash)s::text)
-                     AS u(n, stream, version, event_id, type, schema, data, meta, recorded_at,
-                          prev_hash, hash)""",
-        )
-        # A single-event append in one round trip: ``insert_one`` in a transaction of its own,
-        # then the notification in another (see ``notify`` for why not in the same one), sent as
-        # one simple-protocol query (``one_trip_query``): the server runs the statements in turn
-        # and answers all of them at once. Its second result is ``insert_one``'s. On an error in
-        # the insert, the rest is skipped and the session is left in the aborted transaction
-        # (the caller rolls it back). (Without the BEGIN, the COMMIT of the implicit transaction
-        # would send a warning, and the server flushes a warning at once: two reads per append.)
-        # ``insert_one`` is prepared on every pooled connection (``prepare_one``, run when the
-        # pool opens it), so the server plans it once per connection, not once per append.
+        # One event: scalar parameters (cheaper to send than eleven one-element arrays) and a
+        # statement of its own (``_one_event_statement``): the insert reads the reservation as a
+        # subquery, not through two CTEs. The head it must follow is its own prev_hash.
+        self.insert_one = self._one_event_statement()
+        # A single-event append in one round trip (``PostgresEventStore._insert_notified``):
+        # BEGIN, ``insert_one``, COMMIT and NOTIFY sent together in libpq's pipeline mode with
+        # one Sync, so the server answers all four at once; the notification is a transaction of
+        # its own (see ``notify`` for why). ``insert_one`` is prepared on every pooled connection
+        # (``prepare_one``, run when the pool opens a connection), so the server plans it once
+        # per connection, and its payloads travel in binary (no hex to write and parse). On an
+        # error in the insert, the server skips the rest up to the Sync and leaves the session in
+        # the aborted transaction (the caller rolls it back).
         one = self.insert_one
         for number, key in enumerate(ONE_KEYS, 1):
             one = one.replace(f"%({key})s", f"${number}")
         self.prepare_one = f"PREPARE {ONE_STATEMENT} ({', '.join(ONE_TYPES)}) AS {one}"
-        self.one_trip = f'BEGIN; EXECUTE {ONE_STATEMENT} (%b); COMMIT; NOTIFY "{self.channel}"'.encode()
+        # BEGIN, COMMIT and the NOTIFY of a one-trip append, prepared on each pooled connection
+        # too (at the protocol level: SQL's PREPARE takes none of them), so the server parses
+        # none of the four statements per append.
+        self.one_trip_statements = (
+            (b"turnlog_begin", b"BEGIN"),
+            (b"turnlog_commit", b"COMMIT"),
+            (b"turnlog_notify", f'NOTIFY "{self.channel}"'.encode()),
+        )
         # Sent after the append has committed, in a transaction of its own: a transaction that
         # notifies holds a database-wide lock from before its commit until after it (so that
         # notifications queue in commit order), which would make appends commit, WAL flush
@@ -301,22 +298,33 @@ class Sql:
             )
             SELECT r.xid, r.last, r.unlocked FROM r"""
 
+    def _one_event_statement(self) -> str:
+        """The append of one event (``insert_one``): ``_append_statement`` cut down to one row.
 
-def one_trip_query(sql: Sql, values: Sequence[Any], literal: Callable[[bytes], bytes]) -> bytes:
-    """``Sql.one_trip`` with the values of one event (``ONE_KEYS`` order) written in: UTF-8 query text.
-
-    ``literal`` quotes a UTF-8 string as libpq does (``PQescapeLiteral``, which knows the
-    session's settings); the payloads go in hex, and the event's hash (SHA-256 hex, computed
-    by the store) as it is: neither needs escaping.
-    Binding the ten values here, rather than through psycopg's client-side binding, costs a
-    few calls instead of a few dozen per append.
-    """
-    stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
-    arguments = b"%b, %d, %b, %b, %d, E'\\\\x%b', E'\\\\x%b', %d, %b, '%b'" % (
-        literal(stream.encode()), version, literal(event_id.encode()), literal(type_.encode()), schema,
-        hexlify(data), hexlify(meta), recorded_at, literal(prev_hash.encode()), digest.encode(),
-    )  # fmt: skip
-    return sql.one_trip % arguments
+        The same reservation (lock, transaction id and position, unlock, evaluated inside out)
+        and the same gate (no id stored, the stream head still the one planned), read by the
+        insert as a subquery, which yields its row, unlock included, before the row is
+        inserted: no CTE to materialize and scan, about 7,000 fewer server instructions.
+        """
+        s = f'"{self.schema}"'
+        gate = f"""NOT EXISTS (SELECT FROM {s}.events WHERE event_id = %(event_id)s::uuid)
+                AND coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = %(stream)s::text
+                              ORDER BY e.version DESC LIMIT 1), '') = %(prev_hash)s::text"""
+        return f"""
+            INSERT INTO {s}.events ({EVENT_COLUMNS}, xid)
+            SELECT r.last, %(stream)s::text, %(version)s::bigint, %(event_id)s::uuid, %(type)s::text,
+                   %(schema)s::integer, %(data)s::bytea, %(meta)s::bytea, %(recorded_at)s::bigint,
+                   %(prev_hash)s::text, %(hash)s::text, r.xid
+            FROM (
+                SELECT x.xid, x.last, pg_advisory_unlock({self.position_lock}) AS unlocked
+                FROM (
+                    SELECT pg_current_xact_id() AS xid, nextval('{self.sequence}') AS last
+                    FROM (SELECT pg_advisory_lock({self.position_lock}) WHERE {gate} OFFSET 0) AS l
+                    OFFSET 0
+                ) AS x
+                OFFSET 0
+            ) AS r
+            RETURNING xid::text, position"""
 
 
 def advisory_key(text: str) -> int:
