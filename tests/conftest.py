@@ -34,19 +34,6 @@ os.environ.setdefault("TURNLOG_ALLOW_MODEL_REQUESTS", "0")
 os.environ.pop("OPENAI_API_KEY", None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests marked ``slow`` first, each group in collection order otherwise.
-
-    pytest-xdist (``--dist loadgroup``) hands tests to its workers in collection order. The slow
-    ones (crash proofs, the wheel build, the real CLIs, 30 s to 2 minutes each under load) came
-    last in that order, so the run ended on one or two workers finishing them while the
-    others sat idle. Started first, they overlap with the thousands of short tests, and the
-    tail of the run is short tests. The order changes nothing a test asserts: every test is
-    independent of the others.
-    """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -162,7 +162,6 @@ async def test_unreadable_snapshot_files_are_refused(store: EventStore, tmp_path
         await Branch.from_snapshot(tmp_path / "missing.json", store=store)
 
 
-@pytest.mark.slow
 def test_stream_benchmark_runs_and_reports_every_peer(capsys: pytest.CaptureFixture[str]) -> None:
     from turnlog.tools._cli import main
 

@@ -139,7 +139,6 @@ def _mutate(data: Any, path: list[int], value: Any, how: int) -> Any:
     return items
 
 
-@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_heads, _paths, _odd_values, st.integers(0, 2))
 def test_a_changed_head_reads_as_pydantic_validates_it_or_fails_alike(

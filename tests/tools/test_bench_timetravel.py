@@ -11,7 +11,6 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.sqlite")
 
 
-@pytest.mark.slow
 def test_both_peers_read_the_middle_turn_in_fresh_processes() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "turnlog", "bench", "timetravel", "--sizes", "6", "--rounds", "2", "--json"],

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from turnlog.eventstore import open_store
 from turnlog.kernel import Branch
 from turnlog.testing import ScriptedModel
@@ -40,7 +38,6 @@ def _versions(path: Path, cwd: Path) -> list[tuple[str, int]]:
     return sorted((b["branch_id"], b["version"]) for b in out)
 
 
-@pytest.mark.slow
 async def test_fork_refuses_a_name_in_use_and_a_bad_one(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     await _store(db, "main", "other")

@@ -88,7 +88,6 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.slow
 def test_forget_erases_every_copy_and_the_branch_still_works(store_dir: Path) -> None:
     dry = _cli("forget", "mine", "--reason", "erasure request", "--dry-run", "--store", "t.db", cwd=store_dir)
     assert dry.returncode == 0, dry.stderr
@@ -136,7 +135,6 @@ def test_forget_with_forks_erases_the_forks_own_events(store_dir: Path) -> None:
     assert show.returncode == 0 and "user: [redacted: r]" in show.stdout, show.stdout + show.stderr
 
 
-@pytest.mark.slow
 def test_redact_one_version_and_retention_by_type(store_dir: Path) -> None:
     one = _cli("redact", "mine", "--version", "2", "--reason", "leak", "--store", "t.db", cwd=store_dir)
     assert one.returncode == 0, one.stderr

@@ -251,7 +251,6 @@ def _check_exports_without_content(place: str, out: Path) -> None:
         assert MARKER not in json.dumps(pq.read_table(path).to_pylist(), default=str), path
 
 
-@pytest.mark.slow
 def test_forget_erases_the_marker_from_every_verb_and_every_file(place: str) -> None:
     home = Path.cwd()
     holding, calls = anyio.run(_fill, place)
