@@ -51,13 +51,19 @@ realcli:
 # (a port, a file, a process-wide setting) carry @pytest.mark.xdist_group and run on one
 # worker. TEST_WORKERS=0 runs them in this process, one after the other. Tests marked `serial`
 # hold the shared PostgreSQL server in one long transaction (which holds back every global
-# reader on it), so they run first, alone.
+# reader on it), so they run first, alone as far as the server is concerned: mypy (one core,
+# no server) runs beside them, its report printed after theirs, and either failure fails.
 TEST_WORKERS ?= 4
 
 test: $(STAMP) realcli
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -m serial
+	@typed=$$(mktemp); \
+	$(BIN)/mypy >"$$typed" 2>&1 & mypy=$$!; \
+	echo "$(BIN)/python -m pytest -q -m serial  (with $(BIN)/mypy beside it)"; \
+	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
+	wait $$mypy; mypy=$$?; \
+	echo "$(BIN)/mypy:"; cat "$$typed"; rm -f "$$typed"; \
+	[ $$serial -eq 0 ] && [ $$mypy -eq 0 ]
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not serial"
 
 bench: $(STAMP)
