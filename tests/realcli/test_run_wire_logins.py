@@ -111,6 +111,23 @@ def codex_chatgpt(
     return RealCLI("codex", realcli_prefix / "node_modules" / ".bin" / "codex", env, home, work)
 
 
+def _gemini_user_settings(home: Path, auth: str) -> None:
+    """The user's ``~/.gemini/settings.json``: ``auth`` chosen, one attempt, nothing sent home."""
+    settings = home / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": auth}},
+                "general": {"maxAttempts": 1},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        ),
+        encoding="utf-8",
+    )
+
+
 @pytest.fixture
 def gemini_google(realcli_prefix: Path, login_upstream: FakeUpstreamServer, tmp_path: Path) -> RealCLI:
     """Gemini CLI signed in with Google (``oauth-personal``): Code Assist at the fake upstream.
@@ -120,19 +137,7 @@ def gemini_google(realcli_prefix: Path, login_upstream: FakeUpstreamServer, tmp_
     offline test cannot reach.
     """
     home, work = _dirs(tmp_path, "gemini")
-    settings = home / ".gemini" / "settings.json"
-    settings.parent.mkdir(parents=True)
-    settings.write_text(
-        json.dumps(
-            {
-                "security": {"auth": {"selectedType": "oauth-personal"}},
-                "general": {"maxAttempts": 1},
-                "privacy": {"usageStatisticsEnabled": False},
-                "telemetry": {"enabled": False},
-            }
-        ),
-        encoding="utf-8",
-    )
+    _gemini_user_settings(home, "oauth-personal")
     env = _base_env(home) | {
         "CODE_ASSIST_ENDPOINT": login_upstream.base_url,
         "GOOGLE_GENAI_USE_GCA": "true",
@@ -443,18 +448,7 @@ def gemini_adc(
 ) -> RealCLI:
     """Gemini CLI on Vertex AI with a project and a location, signed in by ADC (no key, no file)."""
     home, work = _dirs(tmp_path, "gemini")
-    (home / ".gemini").mkdir()
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps(
-            {
-                "security": {"auth": {"selectedType": "vertex-ai"}},
-                "general": {"maxAttempts": 1},
-                "privacy": {"usageStatisticsEnabled": False},
-                "telemetry": {"enabled": False},
-            }
-        ),
-        encoding="utf-8",
-    )
+    _gemini_user_settings(home, "vertex-ai")
     host, port = metadata_server.server_address[:2]
     env = _base_env(home) | {
         "GOOGLE_CLOUD_PROJECT": PROJECT,
