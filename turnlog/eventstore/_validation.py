@@ -13,9 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
-import orjson
-
-from ._encoding import check_finite, encode_object
+from ._encoding import encode_object
 from ._errors import EventTooLarge, InvalidEventError
 from ._ids import check_event_id
 from ._records import ANY, STREAM_EXISTS, EncodedEvent, ExpectedVersion, NewEvent, Tracking
@@ -183,13 +181,13 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
     append = prepared.append
     seen: set[str] = set()
     add = seen.add
-    types, dumps, options = valid_types, orjson.dumps, _SORTED
+    types = valid_types
     # Callers often give every event of a batch the same meta object (its correlation ids):
     # it is encoded once. Only within this call, where nothing can change it in between.
     last_meta: object = None
     meta = b"{}"
-    # The loop runs once per event of every append: the common case (a plain dict payload,
-    # a known type, a UUID id) is written out, everything else goes the long way round.
+    # The loop runs once per event of every append: the common case (a known type, a UUID
+    # id) is written out, everything else goes the long way round.
     for index, event in enumerate(events):
         if event.__class__ is not NewEvent and not isinstance(event, NewEvent):
             hint = " (append EncodedEvents with append_encoded)" if isinstance(event, EncodedEvent) else ""
@@ -201,17 +199,7 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
             check_event_type(etype, stream, index)
         if schema.__class__ is not int or schema < 1:
             raise InvalidEventError(f"schema must be an int >= 1, not {schema!r}", stream=stream, index=index)
-        if value.__class__ is dict:
-            try:
-                data = dumps(value, option=options)
-            except TypeError:
-                data = encode_object(value, "data", stream, index)  # raises, naming the place
-            # A NaN or an infinity becomes null: when decoding gives back an equal payload,
-            # none was there (``check_finite``'s first test, without its two calls).
-            if data.find(b"null") >= 0 and not _equal_after_round_trip(data, value):
-                check_finite(value, "data", stream, index)
-        else:
-            data = encode_object(value, "data", stream, index)
+        data = encode_object(value, "data", stream, index)
         given_meta = event.meta
         if given_meta is None:
             meta = b"{}"
@@ -229,14 +217,6 @@ def encode_new_events(events: object, max_event_bytes: int, stream: str | None) 
     return prepared
 
 
-def _equal_after_round_trip(raw: bytes, value: object) -> bool:
-    try:
-        return bool(orjson.loads(raw) == value)
-    except Exception:  # a comparison that raises proves nothing: take the walk
-        return False
-
-
-_SORTED = orjson.OPT_SORT_KEYS
 _new_tuple: Any = tuple.__new__
 _ENCODED: Any = EncodedEvent
 """``sealed_encoded`` written out in ``encode_new_events``, which runs once per appended event."""
