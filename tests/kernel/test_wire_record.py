@@ -25,6 +25,17 @@ HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
 BODY = {"model": "claude-sonnet-4-5", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 
 
+#: The events of a non-streamed call that starts a conversation, in the order they are stored.
+A_WHOLE_NEW_CALL = [
+    "branch.created",
+    "message.added",
+    "run.started",
+    "message.added",
+    "model.called",
+    "run.ended",
+]
+
+
 async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_journaled(tmp_path: Path) -> None:
     """The answer's last byte leaves once the call is journaled whole; it is committed right after."""
     closing = anyio.Event()
@@ -87,14 +98,7 @@ async def test_a_non_streamed_answer_leaves_only_once_the_whole_call_is_journale
             tg.cancel_scope.cancel()
         await app.aclose()
     assert got[0].status_code == 200 and got[0].json()["content"][0]["text"] == "A plain answer."
-    assert types == [
-        "branch.created",
-        "message.added",
-        "run.started",
-        "message.added",
-        "model.called",
-        "run.ended",
-    ]
+    assert types == A_WHOLE_NEW_CALL
 
 
 async def test_a_crash_after_a_non_streamed_answer_left_and_before_its_commit_loses_nothing(
@@ -121,14 +125,7 @@ async def test_a_crash_after_a_non_streamed_answer_left_and_before_its_commit_lo
             async for e in store.read_all(stream_prefix="branch-")
             if e.type == "message.added"
         ]
-    assert types == [
-        "branch.created",
-        "message.added",
-        "run.started",
-        "message.added",
-        "model.called",
-        "run.ended",
-    ]
+    assert types == A_WHOLE_NEW_CALL
     assert texts[-1]["text"] == "A plain answer." and report.runs == ()
     assert list((tmp_path / "s.db.runs").iterdir()) == []  # every event stored: the buffer removed
 
