@@ -217,15 +217,26 @@ async def test_gemini_signed_in_with_google_is_recorded_at_the_wire(
 @pytest.fixture
 def login_proxy(login_upstream: FakeUpstreamServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``turnlog proxy`` in front of the fake upstream (every API, the logins' included)."""
-    db = tmp_path / "proxied.db"
-    argv = [sys.executable, "-m", "turnlog", "proxy", "--store", str(db), "--port", "0"]
+    yield from _turnlog_proxy(tmp_path / "proxied.db", login_upstream.base_url)
+
+
+def _turnlog_proxy(db: Path, upstream: str) -> Iterator[tuple[str, Path]]:
+    """``turnlog proxy --store db --upstream upstream`` as a process: its URL and store, then its end."""
+    argv = [
+        sys.executable,
+        "-m",
+        "turnlog",
+        "proxy",
+        "--store",
+        str(db),
+        "--port",
+        "0",
+        "--upstream",
+        upstream,
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with subprocess.Popen(
-        [*argv, "--upstream", login_upstream.base_url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     ) as process:
         assert process.stdout is not None
         line = process.stdout.readline().strip()
@@ -507,21 +518,7 @@ async def test_gemini_on_vertex_ai_with_a_project_and_adc_is_recorded_at_the_wir
 @pytest.fixture
 def adc_proxy(adc_upstream: FakeUpstreamServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``turnlog proxy`` whose ``gemini`` upstream is the fake Vertex AI."""
-    db = tmp_path / "proxied.db"
-    argv = [sys.executable, "-m", "turnlog", "proxy", "--store", str(db), "--port", "0"]
-    argv += ["--upstream", f"gemini={adc_upstream.base_url}"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-    ) as process:
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        assert line.startswith("turnlog proxy listening on http://127.0.0.1:"), line
-        try:
-            yield line.rsplit(" ", 1)[1], db
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    yield from _turnlog_proxy(tmp_path / "proxied.db", f"gemini={adc_upstream.base_url}")
 
 
 async def test_turnlog_proxy_records_gemini_on_vertex_ai_with_adc(
