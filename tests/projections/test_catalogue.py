@@ -51,6 +51,7 @@ from turnlog.projections import (
     new_event,
     new_events,
     redaction_keep,
+    stored_payload,
     without_content,
 )
 
@@ -362,3 +363,13 @@ def test_redaction_keep_keeps_structure_and_a_decodable_payload() -> None:
     assert holds_content("stream.chunk", chunk)
     assert not holds_content("stream.chunk", kept)
     assert without_content("run.started", {"run_id": "r", "verb": "chat"}) == {"run_id": "r", "verb": "chat"}
+
+
+def test_stored_payload_is_what_new_event_stores() -> None:
+    """A payload journaled before its commit (``turnlog proxy``) equals what the append stores."""
+    for data in (
+        ChunkReceived(seq=3, type="text", content="hi"),
+        ChunkReceived(seq=4, type="text", content="", is_delta=True, metadata={"wire": True}),
+        RunStarted(run_id=str(uuid7()), verb="communicate"),
+    ):
+        assert stored_payload(data) == new_event(data).data

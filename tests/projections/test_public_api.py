@@ -94,6 +94,7 @@ def test_public_api() -> None:
         "redaction_of",
         "render_yaml",
         "snapshot_records",
+        "stored_payload",
         "visible_data",
         "visible_event",
         "with_answer",

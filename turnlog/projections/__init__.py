@@ -33,6 +33,7 @@ from ._catalogue import (
     decode_event,
     new_event,
     new_events,
+    stored_payload,
 )
 from ._content import content_fields, holds_content, redaction_keep, without_content
 from ._errors import (
@@ -172,6 +173,7 @@ __all__ = [
     "redaction_of",
     "render_yaml",
     "snapshot_records",
+    "stored_payload",
     "visible_data",
     "visible_event",
     "with_answer",

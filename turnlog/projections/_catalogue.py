@@ -78,6 +78,7 @@ __all__ = [
     "decode_with",
     "new_event",
     "new_events",
+    "stored_payload",
 ]
 
 META_KEYS = ("session_id", "branch_id", "run_id", "causation_id", "correlation_id", "actor")
@@ -748,6 +749,16 @@ def new_events(
     return events
 
 
+def stored_payload(data: EventData) -> dict[str, Any]:
+    """The payload of ``data`` as the store keeps it: JSON values, defaults left out where its schema says.
+
+    Not validated again: ``new_event`` does that for payloads it did not build itself; a
+    caller that built ``data`` with its final values (never ``model_construct`` or a mutation)
+    may journal this as it is.
+    """
+    return data.model_dump(mode="json", warnings=False, exclude_defaults=not type(data).stores_defaults)
+
+
 def _checked_payload(data: EventData, registry: EventRegistry) -> tuple[type[EventData], dict[str, Any]]:
     """The schema of ``data`` and its payload as stored, validated again from that payload."""
     schema = registry.get(getattr(data, "event_type", ""))
@@ -756,7 +767,7 @@ def _checked_payload(data: EventData, registry: EventRegistry) -> tuple[type[Eve
             getattr(data, "event_type", type(data).__name__),
             f"{type(data).__name__} is not a registered schema",
         )
-    payload = data.model_dump(mode="json", warnings=False, exclude_defaults=not schema.stores_defaults)
+    payload = stored_payload(data)
     try:
         # re-validate: a model built with model_construct (or mutated) must not slip through
         schema.model_validate(payload)

@@ -14,7 +14,7 @@ import orjson
 
 from turnlog.kernel.models import StreamChunk
 from turnlog.kernel.models._secrets import Scrubber
-from turnlog.projections import ChunkReceived
+from turnlog.projections import ChunkReceived, stored_payload
 
 __all__ = ["SSEBatch", "plain_json", "wire_chunks", "wire_payloads"]
 
@@ -85,5 +85,4 @@ def wire_payloads(batch: SSEBatch, scrub: Scrubber, after: int) -> tuple[list[di
     new values), so its payload needs no second validation.
     """
     chunks, answered = wire_chunks(batch, scrub, after)
-    exclude = not ChunkReceived.stores_defaults
-    return [c.model_dump(mode="json", warnings=False, exclude_defaults=exclude) for c in chunks], answered
+    return [stored_payload(c) for c in chunks], answered

@@ -62,6 +62,7 @@ from turnlog.projections import (
     RunStarted,
     System,
     SystemContent,
+    stored_payload,
 )
 
 from ._apis import Route, Turn, answer_turn, fingerprint, request_params, tool_names
@@ -80,6 +81,11 @@ _PROVIDERS = {
     "chatgpt": "chatgpt",
     "code_assist": "code_assist",
 }
+
+
+def _as_opening(events: Sequence[EventData]) -> tuple[dict[str, Any], ...]:
+    """Events as a run buffer's ``opening`` journals them: their type and stored payload."""
+    return tuple({"type": e.event_type, "data": stored_payload(e)} for e in events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,11 +308,6 @@ class WireRecorder:
         return self._branches[branch_id]
 
 
-def _payload(data: EventData) -> dict[str, Any]:
-    """An event payload as the store keeps it (``new_event``'s dump), for a buffer's opening."""
-    return data.model_dump(mode="json", warnings=False, exclude_defaults=not type(data).stores_defaults)
-
-
 def _inherited(parent: list[_Recorded], parent_id: str, version: int) -> list[_Recorded]:
     """The turns a fork at ``version`` of the parent starts with."""
     out: list[_Recorded] = []
@@ -435,7 +436,7 @@ class WireCall:
         opening = self.opening
         assert opening is not None
         events = [created, *opening.items] if created is not None else list(opening.items)
-        self._journal(tuple({"type": e.event_type, "data": _payload(e)} for e in events))
+        self._journal(_as_opening(events))
 
     async def open(self) -> None:
         """Record the call's new turns and ``run.started`` (a no-op once done)."""
@@ -632,7 +633,7 @@ class WireCall:
                     self.recorder.location(),
                     self.branch.id,
                     self.run_id,
-                    opening=tuple({"type": e.event_type, "data": _payload(e)} for e in events_all),
+                    opening=_as_opening(events_all),
                 )
                 self._buffer.write(header.encode())
             except BaseException:
