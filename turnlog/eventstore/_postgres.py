@@ -42,6 +42,7 @@ URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -314,8 +315,13 @@ class PostgresEventStore(EventStore):
             # wakes subscribers for nothing; they find nothing new).
             notified = self._one_trip
             if notified and query is self._sql.insert_checked:
-                query = self._sql.insert_many
-                params = group_params(plan.rows, params[2], params[3], plan.columns)
+                try:
+                    params = group_params(plan.rows, params[2], params[3], plan.columns)
+                    query = self._sql.insert_many
+                except struct.error:
+                    # A value beyond its column's type (a schema above 2**31 - 1): the
+                    # server refuses it in the statement with its psycopg parameters.
+                    notified = False
             reserved = await self._store(conn, query, params, tips, notify=notified)
         if reserved is None:
             notified = False

@@ -23,10 +23,10 @@ from ._results import match_resent
 from ._validation import PreparedAppend, version_matches
 
 __all__ = [
+    "GROUP_FORMATS",
     "Plan",
     "RACE_ATTEMPTS",
     "check_uuid",
-    "GROUP_FORMATS",
     "group_params",
     "import_events",
     "import_snapshots",
@@ -253,8 +253,9 @@ def group_params(
 
     ``streams`` and ``digests`` are the heads the gate checks; ``columns`` the insert's
     (``Plan.columns``). psycopg's array dumper is written in Python and walks every element
-    through its adapters (about 45 µs of client CPU per row of a group); the columns' types
-    are fixed here, so the arrays are laid out directly, as ``array_recv`` reads them.
+    through its adapters (4.8 µs of client CPU per row of a group of 64, against 2.0 here);
+    the columns' types are fixed, so the arrays are laid out directly, as ``array_recv``
+    reads them, and the ids go as their 16 bytes (no text to cast on the server).
     """
     stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = columns
     return (
