@@ -15,7 +15,9 @@ duplicated events are counted and reported (``--no-check`` runs neither, to meas
 cost). Throughput is events per second from the start signal to the last acknowledgement. The
 CPU time per append is printed too: the writer processes' own (``getrusage`` around their
 append loops), and this process's (the subscriber and the reader, and the appends of the task
-scenarios). The machine's load average is printed with the figures: on a shared machine,
+scenarios); for PostgreSQL's task scenarios, also the server's: the CPU time of the backend
+processes serving the writers' store (read from ``/proc``, so only when the server runs on
+this machine and its processes are readable). The machine's load average is printed with the figures: on a shared machine,
 other work takes its share of the cores. ``--backends postgresql`` skips SQLite; PostgreSQL
 settings can be passed in the URL (``options=-c%20synchronous_commit%3Doff``).
 """
@@ -140,6 +142,8 @@ class Scenario:
     """CPU seconds of the writers' appends (the writer processes', or this process's for tasks)."""
     bench_cpu: float
     """CPU seconds of this process (the subscriber and the reader, and the tasks' appends)."""
+    server_cpu: float | None = None
+    """CPU seconds of the PostgreSQL backends of the writers' store (task scenarios; None when unknown)."""
 
     @property
     def events_per_s(self) -> float:
@@ -149,6 +153,11 @@ class Scenario:
     def writer_ms(self) -> float:
         """Writer CPU per append, in milliseconds."""
         return 1000 * self.writer_cpu / self.events
+
+    @property
+    def server_ms(self) -> float | None:
+        """Server CPU per append (the writers' backends), in milliseconds, when known."""
+        return None if self.server_cpu is None else 1000 * self.server_cpu / self.events
 
     @property
     def bench_ms(self) -> float:
@@ -265,11 +274,51 @@ async def _tasks(store: EventStore, prefix: str, tasks: int, each: int) -> tuple
     return time.perf_counter() - start, None
 
 
+class _ServerCpu:
+    """The CPU time of the PostgreSQL backends whose ``application_name`` is ``name`` (``/proc``).
+
+    A backend that starts during the run counts from zero; one that ends before ``stop`` is
+    lost (the pool keeps the writers' connections open, so none should).
+    """
+
+    def __init__(self, url: str, name: str) -> None:
+        self.dsn = url.split("?", 1)[0]
+        self.name = name
+        self.start: dict[int, float] = {}
+
+    async def _pids(self) -> list[int]:
+        import psycopg
+
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            return [row[0] for row in await (await conn.execute(query, [self.name])).fetchall()]
+
+    @staticmethod
+    def _cpu(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    async def begin(self) -> None:
+        self.start = {pid: cpu for pid in await self._pids() if (cpu := self._cpu(pid)) is not None}
+
+    async def stop(self) -> float | None:
+        used = [
+            (cpu, self.start.get(pid, 0.0))
+            for pid in await self._pids()
+            if (cpu := self._cpu(pid)) is not None
+        ]
+        return sum(end - begin for end, begin in used) if used else None
+
+
 async def _scenario(url: str, kind: str, writers: int, total: int, check: bool) -> Scenario:
     each = max(1, total // writers)
     expected = each * writers
     prefix = f"{kind}{writers}-{uuid.uuid4().hex[:6]}-"
     group_size: float | None = None
+    server_cpu: float | None = None
     if kind == "procs":
 
         async def run_writers() -> tuple[float, float | None]:
@@ -279,15 +328,26 @@ async def _scenario(url: str, kind: str, writers: int, total: int, check: bool) 
             url, prefix, expected, run_writers, check
         )
     else:
-        async with open_store(url) as store:
+        server: _ServerCpu | None = None
+        store_url = url
+        if url.startswith(("postgresql:", "postgres:")):
+            name = f"turnlog-bench-{uuid.uuid4().hex[:8]}"
+            store_url = url + ("&" if "?" in url else "?") + urlencode({"application_name": name})
+            server = _ServerCpu(url, name)
+        async with open_store(store_url) as store:
             await store.head()
 
             async def run_writers() -> tuple[float, float | None]:
                 return await _tasks(store, prefix, writers, each)
 
+            if server is not None:
+                await server.begin()
+
             seconds, writer_cpu, bench_cpu, subscribed, polled = await _observe(
                 url, prefix, expected, run_writers, check
             )
+            if server is not None:
+                server_cpu = await server.stop()
             group = getattr(store, "_group", None)
             if group is not None and group.groups:
                 group_size = round(group.units / group.groups, 1)
@@ -303,6 +363,7 @@ async def _scenario(url: str, kind: str, writers: int, total: int, check: bool) 
         group_size,
         writer_cpu,
         bench_cpu,
+        server_cpu,
     )
 
 
@@ -395,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
                     "mean_group": s.group_size,
                     "writer_cpu_ms_per_append": round(s.writer_ms, 3),
                     "bench_cpu_ms_per_append": round(s.bench_ms, 3),
+                    "server_cpu_ms_per_append": None if s.server_ms is None else round(s.server_ms, 3),
                 }
                 for s in scenarios
             },
@@ -422,10 +484,12 @@ def run(args: argparse.Namespace) -> int:
                 if report["checked"]
                 else "not checked"
             )
+            server = s["server_cpu_ms_per_append"]
             print(
                 f"    {name:<10} {s['events_per_s']:8,} events/s  {checked}{group}  "
-                f"cpu/append: writers {s['writer_cpu_ms_per_append']:.2f} ms, "
-                f"this process {s['bench_cpu_ms_per_append']:.2f} ms"
+                f"cpu/append: writers {s['writer_cpu_ms_per_append']:.3f} ms, "
+                f"this process {s['bench_cpu_ms_per_append']:.3f} ms"
+                + ("" if server is None else f", server {server:.3f} ms")
             )
         for name, value in figures["ratios"].items():
             target = figures["targets"].get(name)

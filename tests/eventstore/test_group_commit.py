@@ -66,6 +66,61 @@ async def test_callers_queued_behind_a_commit_share_the_next_one() -> None:
     assert (group.groups, group.units) == (2, 20)
 
 
+async def test_callers_woken_by_a_group_share_the_next_commit() -> None:
+    """Callers that append again as soon as their results arrive make one group, not a lone one and the rest."""
+    backend = FakeBackend()
+    backend.gate.set()
+    group: GroupCommit[Any, int] = GroupCommit(backend.commit)
+
+    async def call(n: int) -> None:
+        for round_ in range(3):
+            assert await group.submit(100 * round_ + n) == (100 * round_ + n) * 10
+
+    async with anyio.create_task_group() as tg:
+        for n in range(8):
+            tg.start_soon(call, n)
+    # The first caller commits alone (nobody queued yet); from then on every group holds
+    # every caller still appending. Without the leader's yield after a group of several,
+    # the sizes alternate: 1, 8, 1, 8, 1, 5.
+    assert [len(g) for g in backend.groups] == [1, 8, 8, 7]
+    assert sorted(u for g in backend.groups for u in g) == sorted(
+        100 * r + n for r in range(3) for n in range(8)
+    )
+
+
+async def test_a_lone_caller_after_a_group_of_one_does_not_yield() -> None:
+    """A caller alone commits at once: its group of one leaves the next lone caller nothing to wait for."""
+    backend = FakeBackend()
+    backend.gate.set()
+    group: GroupCommit[Any, int] = GroupCommit(backend.commit)
+    for n in range(3):
+        assert await group.submit(n) == n * 10
+    assert backend.groups == [[0], [1], [2]]
+    assert not group._gather
+
+
+async def test_a_caller_cancelled_while_gathering_hands_over() -> None:
+    """The leader gathering after a group of several is cancelled: its unit is dropped, the others commit."""
+    backend = FakeBackend()
+    backend.gate.set()
+    group: GroupCommit[Any, int] = GroupCommit(backend.commit)
+    results: dict[int, int] = {}
+
+    async def call(n: int) -> None:
+        results[n] = await group.submit(n)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(3):
+            tg.start_soon(call, n)
+    assert group._gather  # the last group held two
+    with anyio.CancelScope() as doomed:
+        doomed.cancel()
+        await group.submit(99)
+    assert all(99 not in g for g in backend.groups)
+    assert not group._busy and not group._queue
+    assert await group.submit(5) == 50
+
+
 async def test_a_failing_unit_fails_alone() -> None:
     """One unit's own error reaches its caller only; the others get their results."""
     backend = FakeBackend()

@@ -15,7 +15,15 @@ import anyio
 import pytest
 
 from tests.conftest import pg_url_for
-from turnlog.eventstore import ANY, ConcurrencyError, NewEvent, PostgresEventStore, Tracking, TrackingError
+from turnlog.eventstore import (
+    ANY,
+    ConcurrencyError,
+    NewEvent,
+    PostgresEventStore,
+    StoreError,
+    Tracking,
+    TrackingError,
+)
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 pytestmark = [
@@ -51,7 +59,7 @@ async def test_appends_to_a_known_stream_take_one_statement_each(pg_url: str) ->
             await store.append("s", [event(n)], n)
         await store.append_batch([("s", [event(5), event(6)], 5), ("t", [event(7)], 0)])
         assert (store.statements, store.shut) == (6, 0)
-        assert store.one_trip == 5, "a single event to a known stream is not one round trip"
+        assert store.one_trip == 6, "an append to known streams is not one round trip"
         assert [e.version async for e in store.read_stream("s")] == [1, 2, 3, 4, 5, 6, 7]
         assert (await store.verify()).ok
 
@@ -168,4 +176,20 @@ async def test_one_trip_appends_keep_every_value_as_sent(
             assert [(e.stream, e.version, e.data, e.meta) for e in events] == [
                 (stream, v, data, {"who": "o'neil \\"}) for v in (1, 2)
             ]
+        assert (await store.verify()).ok
+
+
+async def test_a_group_with_a_value_beyond_its_column_fails_as_a_lone_append_does(pg_url: str) -> None:
+    """A schema above 2**31 - 1 cannot go as a binary integer: the group falls back, the server refuses it."""
+    async with CountingStore(pg_url) as store:
+        await store.append_batch([("a", [event(0)], 0), ("b", [event(1)], 0)])
+        too_big = NewEvent("test.appended", {"n": 2}, schema=2**31)
+        with pytest.raises(StoreError, match="out of range for type integer"):
+            await store.append("a", [too_big], 1)
+        with pytest.raises(StoreError, match="integer out of range"):
+            await store.append_batch([("a", [too_big], 1), ("b", [event(3)], 1)])
+        assert (await store.stream_version("a"), await store.stream_version("b")) == (1, 1)
+        results = await store.append_batch([("a", [event(4)], 1), ("b", [event(5)], 1)])
+        assert [r.version for r in results] == [2, 2]
+        assert store.one_trip == 2  # the first and the last batch (a failed statement counts for none)
         assert (await store.verify()).ok

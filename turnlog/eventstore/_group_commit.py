@@ -9,6 +9,13 @@ round trip and a WAL flush on PostgreSQL). ``GroupCommit`` lets them share it:
 - callers arriving while a commit runs queue up; when it ends, the first of them leads the
   next group. Nothing waits on a timer: a lone caller commits at once, and groups grow by
   themselves with the number of callers (while one commit runs, the next group gathers).
+- callers woken by a commit's results usually append again at once, but they only run after
+  the commit has ended and found nobody queued. So after a group of more than one, the
+  next caller to lead first yields to the event loop (until the queue stops growing): the
+  others queue behind it and the next group holds them all. Without that yield, the first of
+  them would commit alone, the rest would queue behind that lone commit, and groups would
+  alternate between one unit and all the others (two commits, each a round trip or an fsync,
+  where one would do). A lone caller, after a group of one, never yields.
 
 Each queued item is one caller's atomic unit (an ``append`` or a whole ``append_batch``).
 ``commit`` returns one outcome per unit, a result or an exception, so a unit that fails
@@ -31,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 
 from turnlog._errors import UsageError
 
@@ -71,6 +79,7 @@ class GroupCommit(Generic[U, R]):
         self._max_units = max_units
         self._queue: list[_Waiter[U]] = []
         self._busy = False
+        self._gather = False  # whether the last group held more than one unit
         self.groups = 0
         """How many groups were committed (for tests and benchmarks)."""
         self.units = 0
@@ -79,6 +88,8 @@ class GroupCommit(Generic[U, R]):
     async def submit(self, unit: U) -> R:
         """Store ``unit`` with whatever else is queued; return its own result or raise its own error."""
         if not self._busy:
+            if self._gather:
+                return await self._lead_gathering(unit)
             return await self._lead_alone(unit)
         waiter: _Waiter[U] = _Waiter(unit)
         self._queue.append(waiter)
@@ -92,6 +103,26 @@ class GroupCommit(Generic[U, R]):
             raise
         if waiter.taken:
             return self._unwrap(waiter)
+        try:
+            await self._run_group()
+        finally:
+            self._hand_over()
+        return self._unwrap(waiter)
+
+    async def _lead_gathering(self, unit: U) -> R:
+        """``submit`` when no commit runs just after a group of several: let them queue, then lead."""
+        self._busy = True
+        waiter: _Waiter[U] = _Waiter(unit, lead=True)
+        self._queue.append(waiter)
+        try:
+            queued = 0
+            while queued != len(self._queue) and len(self._queue) < self._max_units:
+                queued = len(self._queue)
+                await anyio.lowlevel.checkpoint()
+        except BaseException:
+            self._queue.remove(waiter)
+            self._hand_over()
+            raise
         try:
             await self._run_group()
         finally:
@@ -114,6 +145,7 @@ class GroupCommit(Generic[U, R]):
             self._hand_over()
         self.groups += 1
         self.units += 1
+        self._gather = False
         outcome = outcomes[0]
         if isinstance(outcome, BaseException):
             raise outcome
@@ -142,6 +174,7 @@ class GroupCommit(Generic[U, R]):
             raise
         self.groups += 1
         self.units += len(group)
+        self._gather = len(group) > 1
         for waiter, outcome in zip(group, outcomes, strict=True):
             waiter.outcome = outcome
             waiter.failed = isinstance(outcome, BaseException)

@@ -42,6 +42,7 @@ URL: ``postgresql://user:password@host:port/dbname?schema=NAME&pool_size=N``. ``
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -73,6 +74,7 @@ from ._postgres_read import (
 from ._postgres_redact import redact_postgres
 from ._postgres_sql import (
     FORMAT_VERSION,
+    MANY_STATEMENT,
     ONE_FORMATS,
     ONE_KEYS,
     ONE_STATEMENT,
@@ -81,10 +83,12 @@ from ._postgres_sql import (
     masked,
 )
 from ._postgres_write import (
+    GROUP_FORMATS,
     RACE_ATTEMPTS,
     Plan,
     _Raced,
     check_uuid,
+    group_params,
     import_events,
     import_snapshots,
     plan_from_heads,
@@ -125,6 +129,7 @@ __all__ = ["FORMAT_VERSION", "PostgresEventStore"]
 _OWN_WRITES_TIMEOUT = 30.0
 """How long a global read waits for older transactions to end so that it sees this store's appends."""
 _ONE_STATEMENT = ONE_STATEMENT.encode()
+_MANY_STATEMENT = MANY_STATEMENT.encode()
 _HEADS_KEPT = 10_000
 """How many stream heads a store object remembers for one-statement appends."""
 
@@ -306,9 +311,17 @@ class PostgresEventStore(EventStore):
         notified = False
         if guess is not None:
             plan, tips, query, params = guess
-            # One event: insert, commit and notify in one round trip (the notification of a
-            # shut gate wakes subscribers for nothing; they find nothing new).
-            notified = query is self._sql.insert_one and self._one_trip
+            # Insert, commit and notify in one round trip (the notification of a shut gate
+            # wakes subscribers for nothing; they find nothing new).
+            notified = self._one_trip
+            if notified and query is self._sql.insert_checked:
+                try:
+                    params = group_params(plan.rows, params[2], params[3], plan.columns)
+                    query = self._sql.insert_many
+                except struct.error:
+                    # A value beyond its column's type (a schema above 2**31 - 1): the
+                    # server refuses it in the statement with its psycopg parameters.
+                    notified = False
             reserved = await self._store(conn, query, params, tips, notify=notified)
         if reserved is None:
             notified = False
@@ -355,7 +368,9 @@ class PostgresEventStore(EventStore):
         errors = self._pg.errors
         try:
             if notify:
-                return await self._insert_notified(conn, params)
+                if query is self._sql.insert_one:
+                    return await self._insert_notified(conn, params)
+                return await self._one_trip_insert(conn, _MANY_STATEMENT, params, GROUP_FORMATS)
             if query is self._sql.insert_one:
                 params = dict(zip(ONE_KEYS, params, strict=True))
             return await self._insert(conn, query, params)
@@ -391,7 +406,7 @@ class PostgresEventStore(EventStore):
 
     @property
     def _one_trip(self) -> bool:
-        """Whether single-event appends go in one round trip (``_insert_notified``).
+        """Whether appends planned from known heads go in one round trip (``_one_trip_insert``).
 
         A subclass that replaces the ``_insert`` seam (tests holding append transactions open)
         gets it called for every append, each followed by its own notification.
@@ -402,9 +417,22 @@ class PostgresEventStore(EventStore):
         """``Sql.insert_one`` in its own transaction, then a notification: one round trip.
 
         Returns the statement's row (transaction id, last position), None if its gate was shut.
+        """
+        stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
+        params = (stream.encode(), b"%d" % version, event_id.encode(), type_.encode(), b"%d" % schema, data,
+                  meta, b"%d" % recorded_at, prev_hash.encode(), digest.encode())  # fmt: skip
+        return await self._one_trip_insert(conn, _ONE_STATEMENT, params, ONE_FORMATS)
+
+    async def _one_trip_insert(
+        self, conn: Any, statement: bytes, params: Sequence[bytes], formats: Sequence[int]
+    ) -> tuple[Any, ...] | None:
+        """A prepared insert (``Sql.insert_one`` or ``Sql.insert_many``) committed and notified in one round trip.
+
+        Returns the statement's row (transaction id, last position), None if its gate was shut.
         BEGIN, the prepared insert, COMMIT and NOTIFY go to libpq in pipeline mode under the
         connection's lock, with one Sync: one write, and one read for the four answers (a lone
-        append spends most of its client time in the driver otherwise).
+        append spends most of its client time in the driver otherwise; a group would pay a
+        second round trip for its notification).
 
         Raises:
             _Raced: the insert committed but the notification failed after it (its row is
@@ -412,12 +440,9 @@ class PostgresEventStore(EventStore):
         """
         pg = self._pg
         pgconn = conn.pgconn
-        stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = values
-        params = (stream.encode(), b"%d" % version, event_id.encode(), type_.encode(), b"%d" % schema, data,
-                  meta, b"%d" % recorded_at, prev_hash.encode(), digest.encode())  # fmt: skip
         for attempt in range(2):
             async with conn.lock:
-                results = await self._pipeline(conn, pgconn, params)
+                results = await self._pipeline(conn, pgconn, statement, params, formats)
             statuses = [res.status for res in results]
             if self._fatal_error not in statuses:
                 break
@@ -441,13 +466,15 @@ class PostgresEventStore(EventStore):
             return None
         return res.get_value(0, 0).decode(), int(res.get_value(0, 1))
 
-    async def _pipeline(self, conn: Any, pgconn: Any, params: tuple[bytes, ...]) -> list[Any]:
-        """Send BEGIN, the prepared one-event insert, COMMIT, NOTIFY and a Sync; their results and the Sync's."""
-        (begin, _), (commit, _), (notify, _) = self._sql.one_trip_statements
+    async def _pipeline(
+        self, conn: Any, pgconn: Any, statement: bytes, params: Sequence[bytes], formats: Sequence[int]
+    ) -> list[Any]:
+        """Send BEGIN, the prepared insert, COMMIT, NOTIFY and a Sync; their results and the Sync's."""
+        (begin, _), (commit, _), (notify, _), _many = self._sql.one_trip_statements
         pgconn.enter_pipeline_mode()
         try:
             pgconn.send_query_prepared(begin, None)
-            pgconn.send_query_prepared(_ONE_STATEMENT, params, ONE_FORMATS)
+            pgconn.send_query_prepared(statement, params, formats)
             pgconn.send_query_prepared(commit, None)
             pgconn.send_query_prepared(notify, None)
             pgconn.pipeline_sync()

@@ -22,6 +22,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "FORMAT_VERSION",
     "LOCK_TIMEOUT",
+    "MANY_STATEMENT",
     "ONE_FORMATS",
     "ONE_KEYS",
     "ONE_STATEMENT",
@@ -65,6 +66,8 @@ ONE_FORMATS = (0, 0, 0, 0, 0, 1, 1, 0, 0, 0)
 """Their formats when the prepared statement is executed: the payloads in binary, the rest as text."""
 ONE_STATEMENT = "turnlog_append_one"
 """The name of ``Sql.insert_one`` prepared on each pooled connection."""
+MANY_STATEMENT = "turnlog_append_many"
+"""The name of ``Sql.insert_many`` (a group's rows) prepared on each pooled connection."""
 
 
 def import_psycopg() -> tuple[ModuleType, ModuleType]:
@@ -199,6 +202,26 @@ class Sql:
             "%s",
             unnest_rows,
         )
+        # The same statement for a group, prepared on each pooled connection (at the protocol
+        # level, with ``one_trip_statements``) and sent with the arrays already in binary
+        # (``_postgres_write.group_params``): $1 the count of rows, $2 and $3 the streams and
+        # hashes of the heads the plan followed, $4 to $13 the columns.
+        self.insert_many = self._append_statement(
+            # The id probe is a subquery per id, as the head probe is per stream: the plan is
+            # generic (made once per connection, maybe while the table is small), and
+            # ``event_id = ANY(...)`` could then stay a sequential scan as the table grows.
+            f"""NOT EXISTS (SELECT FROM unnest($6::uuid[]) AS i(id)
+                            WHERE (SELECT true FROM {s}.events e WHERE e.event_id = i.id))
+                AND NOT EXISTS (
+                    SELECT FROM unnest($2::text[], $3::text[]) AS q(stream, hash)
+                    WHERE coalesce((SELECT e.hash FROM {s}.events e WHERE e.stream = q.stream
+                                    ORDER BY e.version DESC LIMIT 1), '') <> q.hash)""",
+            "$1::bigint",
+            """unnest($4::text[], $5::bigint[], $6::uuid[], $7::text[], $8::integer[],
+                      $9::bytea[], $10::bytea[], $11::bigint[], $12::text[], $13::text[])
+                 WITH ORDINALITY AS u(stream, version, event_id, type, schema, data, meta,
+                                      recorded_at, prev_hash, hash, n)""",
+        )
         # One event: scalar parameters (cheaper to send than eleven one-element arrays) and a
         # statement of its own (``_one_event_statement``): the insert reads the reservation as a
         # subquery, not through two CTEs. The head it must follow is its own prev_hash.
@@ -222,6 +245,7 @@ class Sql:
             (b"turnlog_begin", b"BEGIN"),
             (b"turnlog_commit", b"COMMIT"),
             (b"turnlog_notify", f'NOTIFY "{self.channel}"'.encode()),
+            (MANY_STATEMENT.encode(), self.insert_many.encode()),
         )
         # Sent after the append has committed, in a transaction of its own: a transaction that
         # notifies holds a database-wide lock from before its commit until after it (so that

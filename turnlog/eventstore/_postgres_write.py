@@ -9,6 +9,7 @@ The statements themselves are in ``_postgres_sql``; ``PostgresEventStore`` runs 
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import astuple
 from typing import Any, NamedTuple
@@ -22,9 +23,11 @@ from ._results import match_resent
 from ._validation import PreparedAppend, version_matches
 
 __all__ = [
+    "GROUP_FORMATS",
     "Plan",
     "RACE_ATTEMPTS",
     "check_uuid",
+    "group_params",
     "import_events",
     "import_snapshots",
     "plan_from_heads",
@@ -124,6 +127,8 @@ def plan_group(
     stored: dict[str, tuple[Any, ...]],
     tips: dict[str, tuple[int, str]],
     now: int,
+    *,
+    unrolled: bool = True,
 ) -> Plan:
     """Check each unit against the heads (and the units before it); chain and lay out the good ones.
 
@@ -131,6 +136,7 @@ def plan_group(
     one whose ``expected_version`` fails gets its ``ConcurrencyError``; one sharing a new id
     with an earlier unit of the group waits (``deferred``) until that one is stored. Rows of
     the others follow each other in the insert; their positions are known after the reservation.
+    ``unrolled=False`` plans one-event units the general way (a test holds the two equal).
     """
     outcomes: list[Any] = [None] * len(units)
     inserts: list[tuple[int, list[tuple[int, int, int]]]] = []
@@ -138,7 +144,35 @@ def plan_group(
     columns: list[list[Any]] = [[] for _ in range(10)]
     planned: set[str] = set()
     row = 0
+    streams, versions, ids, types, schemas, data, metas, times, prevs, digests = columns
     for index, unit in enumerate(units):
+        if unrolled and len(unit) == 1 and len(unit[0].events) == 1:
+            # One event, the append of most groups: the steps of the loop below, unrolled.
+            entry = unit[0]
+            event = entry.events[0]
+            event_id, stream = event.id, entry.stream
+            if event_id not in stored and event_id not in planned:
+                version, prev = tips[stream]
+                if not version_matches(entry.expected, version):
+                    outcomes[index] = ConcurrencyError(stream, entry.expected, version)
+                    continue
+                (digest,) = chain_hashes(stream, version, prev, entry.events, now)
+                version += 1
+                tips[stream] = (version, digest)
+                planned.add(event_id)
+                streams.append(stream)
+                versions.append(version)
+                ids.append(event_id)
+                types.append(event.type)
+                schemas.append(event.schema)
+                data.append(event.data)
+                metas.append(event.meta)
+                times.append(now)
+                prevs.append(prev)
+                digests.append(digest)
+                inserts.append((index, [(row, 1, version)]))
+                row += 1
+                continue
         unit_ids = [event.id for entry in unit for event in entry.events]
         if any(event_id in stored for event_id in unit_ids):
             try:
@@ -176,6 +210,73 @@ def plan_group(
                 row += 1
         inserts.append((index, spans))
     return Plan(outcomes, inserts, deferred, columns, row)
+
+
+_INT4 = struct.Struct("!i")
+_ARRAY_HEADER = struct.Struct("!iiIii")
+# Element type oids: text, bigint, uuid, text, integer, bytea, bytea, bigint, text, text (the
+# insert's columns; the prepared statement's parameters are arrays of these types).
+_TEXT, _INT8, _UUID, _INT4_OID, _BYTEA = 25, 20, 2950, 23, 17
+
+
+def _array_header(oid: int, count: int) -> bytes:
+    # One dimension, no NULLs, the element type, then its length and lower bound (1).
+    return _ARRAY_HEADER.pack(1, 0, oid, count, 1)
+
+
+def _bytes_array(oid: int, items: Sequence[bytes]) -> bytes:
+    parts = [_array_header(oid, len(items))]
+    pack = _INT4.pack
+    for item in items:
+        parts.append(pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def _text_array(items: Sequence[str]) -> bytes:
+    return _bytes_array(_TEXT, [item.encode() for item in items])
+
+
+def _int_array(oid: int, items: Sequence[int]) -> bytes:
+    # Each element is its length (4 or 8) and its big-endian value.
+    size, code = (8, "q") if oid == _INT8 else (4, "i")
+    count = len(items)
+    interleaved: list[int] = [size] * (2 * count)
+    interleaved[1::2] = items
+    return _array_header(oid, count) + struct.pack(f"!{('i' + code) * count}", *interleaved)
+
+
+def group_params(
+    rows: int, streams: Sequence[str], digests: Sequence[str], columns: Sequence[Sequence[Any]]
+) -> tuple[bytes, ...]:
+    """The parameters of ``Sql.insert_many`` in PostgreSQL's binary array format (the count in text).
+
+    ``streams`` and ``digests`` are the heads the gate checks; ``columns`` the insert's
+    (``Plan.columns``). psycopg's array dumper is written in Python and walks every element
+    through its adapters (4.8 µs of client CPU per row of a group of 64, against 2.0 here);
+    the columns' types are fixed, so the arrays are laid out directly, as ``array_recv``
+    reads them, and the ids go as their 16 bytes (no text to cast on the server).
+    """
+    stream, version, event_id, type_, schema, data, meta, recorded_at, prev_hash, digest = columns
+    return (
+        b"%d" % rows,
+        _text_array(streams),
+        _text_array(digests),
+        _text_array(stream),
+        _int_array(_INT8, version),
+        _bytes_array(_UUID, [bytes.fromhex(value.replace("-", "")) for value in event_id]),
+        _text_array(type_),
+        _int_array(_INT4_OID, schema),
+        _bytes_array(_BYTEA, data),
+        _bytes_array(_BYTEA, meta),
+        _int_array(_INT8, recorded_at),
+        _text_array(prev_hash),
+        _text_array(digest),
+    )
+
+
+GROUP_FORMATS = (0, *(1,) * 12)
+"""The formats of ``group_params``: the count as text, the arrays in binary."""
 
 
 def check_uuid(event_id: str, stream: str, index: int) -> None:
