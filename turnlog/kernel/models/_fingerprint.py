@@ -132,7 +132,7 @@ class FingerprintMemo:
                 # list == compares by identity first (a pointer test in C, about 10 ns an item);
                 # an item that is another object compares by value, and an equal JSON value
                 # has the same canonical bytes (numbers aside: 1 == 1.0 == True)
-                if hashed[:at] != messages[:at]:
+                if (hashed if at == len(hashed) else hashed[:at]) != messages[:at]:
                     continue
                 start = at
                 break
