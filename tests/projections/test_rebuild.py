@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -107,7 +108,7 @@ def test_a_batch_folded_with_its_payloads_equals_applying_each_event(op_list, da
             cuts = sorted(data.draw(st.sets(st.integers(0, len(events)), max_size=5)) | {0, len(events)})
             state = None
             expected = None
-            for low, high in zip(cuts, cuts[1:], strict=False):
+            for low, high in itertools.pairwise(cuts):
                 for event in events[low:high]:
                     expected = apply(expected, event)
                 state = apply_decoded(state, events[low:high], payloads[low:high])

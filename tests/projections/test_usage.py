@@ -59,3 +59,35 @@ def test_usage_reported_by_a_chunk_or_a_recorded_call() -> None:
     assert Usage.from_reported({"input_tokens": "5", "output_tokens": True, "cost_usd": "x"}) == Usage()
     assert Usage.from_reported({}) == Usage()
     assert Usage.from_reported(Usage(3, 4, 0.5).to_dict()) == Usage(3, 4, 0.5)
+
+
+def test_payloads_without_usage_share_usage_none_and_store_what_a_fresh_usage_stores() -> None:
+    """The schemas default to the shared ``Usage.NONE``; what is stored is what ``Usage()`` stores."""
+    from turnlog.projections import RunFailed, RunInfo, stored_payload
+
+    assert Usage.NONE == Usage() and hash(Usage.NONE) == hash(Usage())
+    fields = {"call_id": "c", "provider": "p", "model": "m", "endpoint": "e", "fingerprint": "f"}
+    payloads = [
+        (RunEnded, {"run_id": "r", "verb": "chat", "duration_ms": 1.0}),
+        (
+            RunFailed,
+            {
+                "run_id": "r",
+                "verb": "chat",
+                "duration_ms": 1.0,
+                "error_type": "E",
+                "error_message": "m",
+                "reason": "error",
+            },
+        ),
+        (ModelCalled, {**fields, "latency_ms": 1.0, "status": "ok"}),
+    ]
+    for schema, values in payloads:
+        default = schema.model_validate(values)
+        assert default.usage is Usage.NONE
+        assert stored_payload(default) == stored_payload(schema.model_validate({**values, "usage": Usage()}))
+        assert schema.model_validate(stored_payload(default)) == default
+        counted = schema.model_validate({**values, "usage": Usage(3, 1)})
+        assert Usage.model_validate(stored_payload(counted)["usage"]) == Usage(3, 1)
+    assert "usage" not in stored_payload(ModelCalled(**fields, latency_ms=1.0, status="ok"))
+    assert RunInfo(run_id="r", verb="chat").usage is Usage.NONE

@@ -73,7 +73,7 @@ class RunScope:
     run_id: str
     verb: str
     started: float = field(default_factory=time.perf_counter)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     result: Any = None
     chunks: int | None = None
     suppressed: bool = False

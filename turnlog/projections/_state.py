@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -79,7 +79,7 @@ class RunInfo:
     started_at: IsoTime = None
     ended_at: IsoTime = None
     duration_ms: float | None = None
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     parent_run_id: str | None = None
     provider: str | None = None
     model: str | None = None
@@ -510,7 +510,9 @@ class MessageView(Sequence[AnyMessage]):
 
     __slots__ = ("_log", "_n", "_over", "_start")
 
-    def __init__(self, log: list[AnyMessage | None], over: Mapping[int, AnyMessage], start: int, n: int) -> None:
+    def __init__(
+        self, log: list[AnyMessage | None], over: Mapping[int, AnyMessage], start: int, n: int
+    ) -> None:
         self._log, self._over, self._start, self._n = log, over, start, n
 
     def __len__(self) -> int:

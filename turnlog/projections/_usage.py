@@ -11,7 +11,7 @@ known, so a call without them stores what it stored before they existed (schema 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,14 @@ class Usage(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    NONE: ClassVar[Usage]
+    """``Usage()``, every field unknown: the one instance the schemas' defaults share.
+
+    A default factory would build a Usage for every payload validated without one, and for
+    every field compared against its default when a payload is stored without its defaults
+    (``model.called``, ``run.ended``, a snapshot's runs); a frozen instance can be shared.
+    """
 
     input_tokens: int | None = None
     """Prompt tokens."""
@@ -133,3 +141,4 @@ def _init(self: Usage, *args: int | float | None, **fields: Any) -> None:
 # direct call ``Usage(...)`` runs ``_init``. Should pydantic ever rebuild the model, it would
 # see the custom __init__ and take the slower path, with the same results.
 Usage.__init__ = _init  # type: ignore[method-assign]
+Usage.NONE = Usage()
