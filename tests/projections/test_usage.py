@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from pydantic import ValidationError
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
 
 from turnlog.kernel.models import Usage as KernelUsage
 from turnlog.projections import ModelCalled, RunEnded, Usage
@@ -91,3 +93,24 @@ def test_payloads_without_usage_share_usage_none_and_store_what_a_fresh_usage_st
         assert Usage.model_validate(stored_payload(counted)["usage"]) == Usage(3, 1)
     assert "usage" not in stored_payload(ModelCalled(**fields, latency_ms=1.0, status="ok"))
     assert RunInfo(run_id="r", verb="chat").usage is Usage.NONE
+
+
+_counts = st.one_of(st.none(), st.integers(0, 3))
+_usages = st.builds(
+    Usage,
+    _counts,
+    _counts,
+    st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0])),
+    cache_read_tokens=_counts,
+    cache_write_tokens=_counts,
+)
+
+
+@given(_usages, _usages)
+def test_usage_equality_is_pydantic_s_equality(a: Usage, b: Usage) -> None:
+    """Usage's own __eq__ (a fast path) answers what pydantic's BaseModel.__eq__ answers."""
+    assert (a == b) is BaseModel.__eq__(a, b)
+    if a == b:
+        assert hash(a) == hash(b)
+    assert (a == Usage.NONE) is BaseModel.__eq__(a, Usage.NONE)
+    assert a != (a.input_tokens, a.output_tokens)
