@@ -9,10 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import given
+import anyio
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from turnlog.eventstore import EventStore
+from turnlog.eventstore import EventStore, open_store
 from turnlog.kernel import Branch
 from turnlog.kernel.models import ModelRequest, ModelResponse, Usage, request_fingerprint
 from turnlog.kernel.models._fingerprint import FingerprintMemo
@@ -95,3 +97,44 @@ async def test_a_branch_records_the_fingerprint_of_each_request_it_sent(store: E
     recorded = [d.fingerprint for _, d in await branch.events() if isinstance(d, ModelCalled)]
     assert recorded == [request_fingerprint(r, model="recording") for r in model.requests]
     assert len(set(recorded)) == 12
+
+
+class _Answer(BaseModel):
+    value: int
+
+
+_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+# how each turn asks: plain, with a schema or a tool (dropped from the instruction in history),
+# with guidance and context
+_ASK = st.sampled_from(["plain", "schema", "tool", "guided"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(asks=st.lists(_ASK, min_size=1, max_size=6))
+def test_a_long_lived_branch_sends_what_a_fresh_one_would(asks: list[str]) -> None:
+    """The rendered history a branch keeps (the sent instruction's message reused) is what a
+    branch loaded afresh renders, message for message, and both fingerprints agree."""
+
+    async def main() -> None:
+        async with open_store("memory://") as store:
+            model = _Recording()
+            branch = Branch(store=store, system="Be brief.", chat_model=model)
+            for i, ask in enumerate(asks):
+                kwargs: dict[str, Any] = {}
+                if ask == "schema":
+                    kwargs["response_format"] = _Answer
+                elif ask == "tool":
+                    kwargs["tool_schemas"] = [_TOOL]
+                elif ask == "guided":
+                    kwargs.update(guidance=f"be short {i}", context=[{"turn": i}])
+                await branch.chat_and_record(f"question {i}", **kwargs)
+            await branch.chat("probe")
+            fresh_model = _Recording()
+            fresh = await Branch.load(store, branch.id, chat_model=fresh_model)
+            await fresh.chat("probe")
+            kept, anew = model.requests[-1], fresh_model.requests[-1]
+            assert kept.messages[:-1] == anew.messages[:-1]
+            assert kept.messages[-1]["content"] == anew.messages[-1]["content"]
+            assert request_fingerprint(kept, model="m") == request_fingerprint(anew, model="m")
+
+    anyio.run(main)

@@ -73,6 +73,7 @@ def test_public_api() -> None:
         "Usage",
         "UsageError",
         "apply",
+        "apply_decoded",
         "catalogue_upcasters",
         "check_invariants",
         "content_fields",

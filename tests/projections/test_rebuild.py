@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -27,6 +28,8 @@ from turnlog.projections import (
     StateCache,
     UnknownBranch,
     apply,
+    apply_decoded,
+    decode_event,
     fold,
     maybe_snapshot,
     rebuild,
@@ -91,6 +94,74 @@ def test_incremental_equals_rebuild_from_scratch_and_through_any_snapshots(op_li
                 assert_same_view(await rebuild(store, "b", at_version=v), states[v])
 
     run(main)
+
+
+@PROPS
+@given(op_lists, st.data())
+def test_a_batch_folded_with_its_payloads_equals_applying_each_event(op_list, data) -> None:
+    # the kernel folds what it appended with apply_decoded, one builder per append
+    async def main() -> None:
+        async with open_store("memory://") as store:
+            events = await new_branch(store, "b")
+            events += await append(store, "b", Script().events(op_list))
+            payloads = [decode_event(e) for e in events]
+            cuts = sorted(data.draw(st.sets(st.integers(0, len(events)), max_size=5)) | {0, len(events)})
+            state = None
+            expected = None
+            for low, high in itertools.pairwise(cuts):
+                for event in events[low:high]:
+                    expected = apply(expected, event)
+                state = apply_decoded(state, events[low:high], payloads[low:high])
+                assert state is not None
+                assert_same_view(state, expected)
+            assert apply_decoded(state, [], []) is state
+            # a batch whose event does not fit fails as apply does, and changes nothing
+            late = events[-1]
+            with pytest.raises(FoldError) as batch_error:
+                apply_decoded(state, [late], [payloads[-1]])
+            with pytest.raises(FoldError) as one_error:
+                apply(state, late, payloads[-1])
+            assert str(batch_error.value) == str(one_error.value)
+            assert_same_view(state, fold(events))
+
+    run(main)
+
+
+@PROPS
+@given(op_lists, st.data())
+def test_the_lazy_message_view_reads_what_messages_holds(op_list, data) -> None:
+    # prompt assembly reads state.message_view instead of state.messages
+    async def main() -> None:
+        async with open_store("memory://") as store:
+            events = await new_branch(store, "b")
+            events += await append(store, "b", Script().events(op_list))
+            states = []
+            state = None
+            for event in events:
+                state = apply(state, event)
+                states.append(state)
+            for state in states:
+                view, messages = state.message_view, state.messages
+                size = len(messages)
+                assert len(view) == size
+                assert tuple(view) == messages
+                for i in range(-size, size):
+                    assert view[i] is messages[i]
+                for bad in (size, -size - 1):
+                    with pytest.raises(IndexError):
+                        view[bad]
+                low = data.draw(st.integers(-size - 2, size + 2))
+                high = data.draw(st.integers(-size - 2, size + 2))
+                step = data.draw(st.sampled_from([None, 1, 2, -1]))
+                assert view[low:high:step] == messages[low:high:step]
+                assert view[low:] == messages[low:]
+
+    run(main)
+
+
+def test_a_batch_needs_one_payload_per_event() -> None:
+    with pytest.raises(ValueError, match="1 events but 0 payloads"):
+        apply_decoded(None, [object()], [])  # type: ignore[list-item]
 
 
 @PROPS

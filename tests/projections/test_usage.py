@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from pydantic import ValidationError
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
 
 from turnlog.kernel.models import Usage as KernelUsage
 from turnlog.projections import ModelCalled, RunEnded, Usage
@@ -59,3 +61,56 @@ def test_usage_reported_by_a_chunk_or_a_recorded_call() -> None:
     assert Usage.from_reported({"input_tokens": "5", "output_tokens": True, "cost_usd": "x"}) == Usage()
     assert Usage.from_reported({}) == Usage()
     assert Usage.from_reported(Usage(3, 4, 0.5).to_dict()) == Usage(3, 4, 0.5)
+
+
+def test_payloads_without_usage_share_usage_none_and_store_what_a_fresh_usage_stores() -> None:
+    """The schemas default to the shared ``Usage.NONE``; what is stored is what ``Usage()`` stores."""
+    from turnlog.projections import RunFailed, RunInfo, stored_payload
+
+    assert Usage.NONE == Usage() and hash(Usage.NONE) == hash(Usage())
+    fields = {"call_id": "c", "provider": "p", "model": "m", "endpoint": "e", "fingerprint": "f"}
+    payloads = [
+        (RunEnded, {"run_id": "r", "verb": "chat", "duration_ms": 1.0}),
+        (
+            RunFailed,
+            {
+                "run_id": "r",
+                "verb": "chat",
+                "duration_ms": 1.0,
+                "error_type": "E",
+                "error_message": "m",
+                "reason": "error",
+            },
+        ),
+        (ModelCalled, {**fields, "latency_ms": 1.0, "status": "ok"}),
+    ]
+    for schema, values in payloads:
+        default = schema.model_validate(values)
+        assert default.usage is Usage.NONE
+        assert stored_payload(default) == stored_payload(schema.model_validate({**values, "usage": Usage()}))
+        assert schema.model_validate(stored_payload(default)) == default
+        counted = schema.model_validate({**values, "usage": Usage(3, 1)})
+        assert Usage.model_validate(stored_payload(counted)["usage"]) == Usage(3, 1)
+    assert "usage" not in stored_payload(ModelCalled(**fields, latency_ms=1.0, status="ok"))
+    assert RunInfo(run_id="r", verb="chat").usage is Usage.NONE
+
+
+_counts = st.one_of(st.none(), st.integers(0, 3))
+_usages = st.builds(
+    Usage,
+    _counts,
+    _counts,
+    st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0])),
+    cache_read_tokens=_counts,
+    cache_write_tokens=_counts,
+)
+
+
+@given(_usages, _usages)
+def test_usage_equality_is_pydantic_s_equality(a: Usage, b: Usage) -> None:
+    """Usage's own __eq__ (a fast path) answers what pydantic's BaseModel.__eq__ answers."""
+    assert (a == b) is BaseModel.__eq__(a, b)
+    if a == b:
+        assert hash(a) == hash(b)
+    assert (a == Usage.NONE) is BaseModel.__eq__(a, Usage.NONE)
+    assert a != (a.input_tokens, a.output_tokens)

@@ -28,12 +28,10 @@ def sent_message_ids(
     The same rule serves the assembly and the resolution of a recorded ``model.called`` that
     names its history by version (``called_message_ids``).
     """
-    ids = list(history_ids)
-    if system is not None and system.id not in ids[:1]:
-        ids.insert(0, system.id)
-    if instruction_id is not None:
-        ids.append(instruction_id)
-    return ids
+    # one list built in one go: a turn copies the history's ids once (no insert at the front)
+    lead = [system.id] if system is not None and system.id not in history_ids[:1] else []
+    tail = [instruction_id] if instruction_id is not None else []
+    return [*lead, *history_ids, *tail]
 
 
 def message_ids_at(state: BranchState, called: ModelCalled) -> list[str]:

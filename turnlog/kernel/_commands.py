@@ -12,7 +12,7 @@ A run's terminal (``EndRun``, ``FailRun``, or a ``run.ended`` / ``run.failed`` i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol
 
 from turnlog.kernel._errors import RunClosed, UsageError
@@ -197,7 +197,7 @@ class EndRun:
     run_id: str
     verb: str
     duration_ms: float
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     chunks: int | None = None
 
     def build(self, state: BranchState | None) -> Sequence[EventData]:

@@ -2,7 +2,7 @@
 
 A command is validated against the live state of its branch, turned into catalogue events,
 appended with ``expected_version`` set to the version the state was folded to, and the
-recorded events are folded into the live state with the same ``apply`` a rebuild uses.
+recorded events are folded into the live state with the fold rules a rebuild uses.
 Observers are then told, in log order; an observer that raises is logged and never changes
 the outcome.
 
@@ -54,7 +54,7 @@ from turnlog.projections import (
     RunStarted,
     SnapshotPolicy,
     StateCache,
-    apply,
+    apply_decoded,
     decode_event,
     fold,
     maybe_snapshot,
@@ -237,11 +237,9 @@ class Kernel:
                 continue
             recorded = list(result.events)  # what the store recorded: no read-back
             if len(recorded) == len(payloads) and not isinstance(payloads[0], BranchForked):
-                # The payloads were validated on the way in: fold them without decoding again.
-                state = live.state
-                for event, payload in zip(recorded, payloads, strict=True):
-                    state = apply(state, event, payload)
-                live.state = state
+                # The payloads were validated on the way in: fold them without decoding again,
+                # the batch in one builder (one freeze per append, not one per event).
+                live.state = apply_decoded(live.state, recorded, payloads)
                 return recorded, payloads
             live.state = await rebuild(self.store, live.branch_id)
             return recorded, [None] * len(recorded)

@@ -37,7 +37,8 @@ import anyio
 
 from turnlog.eventstore import Lease, acquire_lease, uuid7
 from turnlog.kernel._commands import EndRun, FailRun, StartRun
-from turnlog.kernel.models import Usage, as_chat_model
+from turnlog.kernel.models import Usage
+from turnlog.kernel.models._contract import model_identity
 from turnlog.kernel.signals import FailureReason
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class RunScope:
     run_id: str
     verb: str
     started: float = field(default_factory=time.perf_counter)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     result: Any = None
     chunks: int | None = None
     suppressed: bool = False
@@ -160,8 +161,8 @@ class observed_run:
         used = chat_model if chat_model is not None else branch.models.chat
         if used is None:
             return cls(branch, verb)
-        contract = as_chat_model(used)
-        return cls(branch, verb, provider=contract.provider or None, model=contract.model or None)
+        provider, model = model_identity(used)
+        return cls(branch, verb, provider=provider or None, model=model or None)
 
     async def __aenter__(self) -> RunScope:
         branch = self._branch

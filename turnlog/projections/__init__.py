@@ -48,7 +48,7 @@ from ._errors import (
     UnknownEventType,
     UsageError,
 )
-from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, fold
+from ._fold import BRANCH_EVENT_TYPES, Applier, Appliers, apply, apply_decoded, fold
 from ._invariants import check_invariants
 from ._lookup import RefMatch, match_ref
 from ._messages import (
@@ -152,6 +152,7 @@ __all__ = [
     "Usage",
     "UsageError",
     "apply",
+    "apply_decoded",
     "catalogue_upcasters",
     "check_invariants",
     "content_fields",

@@ -316,7 +316,7 @@ class ModelCalled(EventData):
     """The ``AssistantResponse`` recorded in the same append whose text ``response`` leaves out."""
     answer_paths: list[list[str | int]] = Field(default_factory=list)
     """Where the answer's text stood in ``response`` (keys and indexes); null is stored there."""
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(default=Usage.NONE)
     """Tokens and cost."""
     latency_ms: float
     """Wall time of the call including retries."""
@@ -366,7 +366,7 @@ class RunEnded(EventData):
     """The verb."""
     duration_ms: float
     """Wall time of the run."""
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(default=Usage.NONE)
     """Usage of this run only."""
     chunks: int | None = None
     """Stream chunks recorded, for streamed runs."""
@@ -385,7 +385,7 @@ class RunFailed(EventData):
     """The verb."""
     duration_ms: float
     """Wall time of the run (until the failure was noticed)."""
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(default=Usage.NONE)
     """Usage of this run only."""
     error_type: str
     """Error class name."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -29,7 +29,7 @@ from ._messages import ActionRequest, ActionResponse, AnyMessage, AssistantRespo
 from ._runs import RunTable
 from ._usage import Usage
 
-__all__ = ["BranchState", "ForkOrigin", "IsoTime", "RunInfo", "RunStatus", "StateBuilder"]
+__all__ = ["BranchState", "ForkOrigin", "IsoTime", "MessageView", "RunInfo", "RunStatus", "StateBuilder"]
 
 RunStatus = Literal["running", "ended", "failed"]
 
@@ -79,7 +79,7 @@ class RunInfo:
     started_at: IsoTime = None
     ended_at: IsoTime = None
     duration_ms: float | None = None
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     parent_run_id: str | None = None
     provider: str | None = None
     model: str | None = None
@@ -266,6 +266,15 @@ class BranchState:
                 cached = tuple(log[self._start : self._n])  # type: ignore[arg-type]
             object.__setattr__(self, "_cache", cached)
         return cached
+
+    @property
+    def message_view(self) -> MessageView:
+        """``messages`` as a lazy sequence: an item or a slice costs its own size, not the view's.
+
+        Prompt assembly reads only the messages it has not rendered yet (and two ids to check
+        its cache), so a turn does not copy the whole history into ``messages`` first.
+        """
+        return MessageView(self._log, self._over, self._start, self._n)
 
     def __len__(self) -> int:
         """How many messages the view holds (the system message excluded)."""
@@ -490,6 +499,42 @@ class BranchState:
             f"BranchState(branch_id={self.branch_id!r}, name={self.name!r}, version={self.version}, "
             f"messages={len(self)}, runs={len(self.runs)})"
         )
+
+
+class MessageView(Sequence[AnyMessage]):
+    """The messages of one state's view, read from its storage on demand (``BranchState.message_view``).
+
+    Slots below the state's ``_n`` never change once a state holds them, so the view stays
+    what it was when it was taken.
+    """
+
+    __slots__ = ("_log", "_n", "_over", "_start")
+
+    def __init__(
+        self, log: list[AnyMessage | None], over: Mapping[int, AnyMessage], start: int, n: int
+    ) -> None:
+        self._log, self._over, self._start, self._n = log, over, start, n
+
+    def __len__(self) -> int:
+        return self._n - self._start
+
+    def __getitem__(self, index: Any) -> Any:
+        start, n, log, over = self._start, self._n, self._log, self._over
+        if isinstance(index, slice):
+            first, stop, step = index.indices(n - start)
+            if step != 1:
+                return tuple(self[i] for i in range(first, stop, step))
+            if not over:
+                return tuple(log[start + first : start + max(first, stop)])
+            get = over.get
+            return tuple(get(i) or log[i] for i in range(start + first, start + max(first, stop)))
+        size = n - start
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("message view index out of range")
+        slot = start + index
+        return over.get(slot) or log[slot] if over else log[slot]
 
 
 def _freeze_map(d: Mapping[Any, Any]) -> Mapping[Any, Any]:

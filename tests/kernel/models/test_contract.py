@@ -169,3 +169,27 @@ def test_no_verb_probes_a_model_s_attributes() -> None:
                 if node.func.id in ("getattr", "hasattr") and "model" in ast.unparse(node.args[0]).lower():
                     probes.append(f"{path.relative_to(root)}:{node.lineno}")
     assert probes == []
+
+
+class _Named:
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ScriptedModel("hi"),
+        iModel("openai/gpt-4.1-mini"),
+        _Named(provider="acme", model="m-1", invoke=None),
+        _Named(provider=None, model=7),
+        _Named(model=""),
+        _Named(),
+    ],
+)
+def test_a_run_names_the_provider_and_model_the_contract_names(model: object) -> None:
+    """``model_identity`` (what ``run.started`` records) reads what ``as_chat_model`` would."""
+    from turnlog.kernel.models._contract import model_identity
+
+    contract = as_chat_model(model)
+    assert model_identity(model) == (contract.provider, contract.model)

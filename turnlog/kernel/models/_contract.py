@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 from ._errors import ProviderError
 from ._types import ChunkSink, ModelRequest, ModelResponse, StreamChunk
 
-__all__ = ["BaseChatModel", "ModelProfile", "as_chat_model", "is_model_object"]
+__all__ = ["BaseChatModel", "ModelProfile", "as_chat_model", "is_model_object", "model_identity"]
 
 _NO_PARAMS: Mapping[str, Any] = MappingProxyType({})
 
@@ -122,6 +122,17 @@ def as_chat_model(value: object) -> BaseChatModel:
     if isinstance(value, BaseChatModel):
         return value
     return _Adapted(value)
+
+
+def model_identity(value: object) -> tuple[str, str]:
+    """``(provider, model)`` as ``as_chat_model(value)`` names them, without building an adapter.
+
+    A run records only these two (``run.started``); the adapter probes a dozen optional
+    attributes that a run start never reads.
+    """
+    if isinstance(value, BaseChatModel):
+        return value.provider, value.model
+    return str(getattr(value, "provider", "") or ""), str(getattr(value, "model", "") or "")
 
 
 def is_model_object(value: object) -> bool:

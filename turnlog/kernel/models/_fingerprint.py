@@ -132,7 +132,7 @@ class FingerprintMemo:
                 # list == compares by identity first (a pointer test in C, about 10 ns an item);
                 # an item that is another object compares by value, and an equal JSON value
                 # has the same canonical bytes (numbers aside: 1 == 1.0 == True)
-                if hashed[:at] != messages[:at]:
+                if (hashed if at == len(hashed) else hashed[:at]) != messages[:at]:
                     continue
                 start = at
                 break
@@ -152,7 +152,12 @@ class FingerprintMemo:
         for at in range(max(1, keep_from), start + 1):  # states before the new part, if near the end
             if at in states:
                 kept[at] = states[at]
-        self._hashed, self._states = list(messages), kept
+        # The prefix before ``start`` equals what is hashed already: only the rest is copied
+        # (O(new messages), not a copy of the whole request), plus the last few before it so
+        # that the identity test above finds the caller's own objects there next time.
+        keep = max(0, min(start, len(hashed)) - _KEEP - 1)
+        hashed[keep:] = messages[keep:]
+        self._states = kept
         return state.copy()
 
 

@@ -95,7 +95,7 @@ class ModelResponse:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage.NONE
     model: str = ""
     provider: str = ""
     finish_reason: str | None = None

@@ -215,6 +215,8 @@ class _History:
     """Call ids of the last native tool-calling turn not answered yet -> function name."""
     call_of: dict[str, str] = field(default_factory=dict)
     """ActionRequest id -> the native call id it carries out."""
+    sent: tuple[Instruction, dict[str, Any]] | None = None
+    """The instruction last sent as the new turn and its chat message, when the history renders it alike."""
 
     def extends(self, messages: Sequence[AnyMessage]) -> bool:
         n = len(self.ids)
@@ -263,7 +265,11 @@ class _History:
         if isinstance(message, Instruction):
             ins = _with_actions(message, self.pending, history=True)
             self.pending = []
-            self._push(ins.to_chat(), message.id, ins)
+            sent, self.sent = self.sent, None
+            # the very instruction sent last, rendered alike: its chat message as sent (the
+            # same object in both requests, which the fingerprint memo tests by identity)
+            chat = sent[1] if sent is not None and sent[0] is message and ins is message else ins.to_chat()
+            self._push(chat, message.id, ins)
             return
         self._push(message.to_chat(), message.id, None)  # pragma: no cover - the union is closed
 
@@ -345,7 +351,10 @@ def assemble(
     else:
         if not history.first_is_instruction:
             raise UsageError(_FIRST_ERROR)
-        out.append(new.to_chat())
+        chat = new.to_chat()
+        out.append(chat)
+        # the history renders this instruction alike when nothing is added to it or taken out
+        history.sent = (ins, chat) if new is ins else None
         if prefix:
             assert history.first is not None
             if blocks:

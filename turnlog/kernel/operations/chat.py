@@ -133,7 +133,8 @@ async def _prepare_call(
     if param.progression is not None:
         history = messages_by_ids(branch.state, param.progression)
     else:
-        history = branch.state.messages
+        # read lazily: assembly renders only the messages it has not seen (O(1) per turn)
+        history = branch.state.message_view
         # The branch's own view is named by its version (O(1) per call) instead of listing
         # every id again. Before the first write the view is the one version 1 will hold.
         history_version = max(branch.state.version, 1)
