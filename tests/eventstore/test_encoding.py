@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
 from uuid import UUID
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnlog.eventstore import (
@@ -24,12 +26,14 @@ from turnlog.eventstore import (
     encode_json,
     event_hash,
 )
+from turnlog.eventstore import _encoding as encoding_module
 from turnlog.eventstore._chain import ChainChecker
 from turnlog.eventstore._decoding import decode_event, decode_payload
-from turnlog.eventstore._encoding import from_micros, to_micros
+from turnlog.eventstore._encoding import check_all_finite, check_finite, encode_object, from_micros, to_micros
 from turnlog.eventstore._results import match_resent
 from turnlog.eventstore._validation import (
     PreparedAppend,
+    check_event_type,
     check_expected_version,
     check_stream_name,
     prepare_batch,
@@ -262,3 +266,83 @@ def test_encoding_refuses_exactly_the_payloads_holding_nan_or_infinity(data: dic
             encode_json(data)
     else:
         assert orjson.loads(encode_json(data)) == orjson.loads(orjson.dumps(data))
+
+
+def _encode_one_by_one(events: list[NewEvent], max_event_bytes: int) -> list[tuple[object, ...]]:
+    """The validation of ``prepare_events`` written plainly, each check in order (the oracle)."""
+    out: list[tuple[object, ...]] = []
+    seen: set[str] = set()
+    for index, event in enumerate(events):
+        check_event_type(event.type, "s-1", index)
+        if not isinstance(event.schema, int) or isinstance(event.schema, bool) or event.schema < 1:
+            raise InvalidEventError(
+                f"schema must be an int >= 1, not {event.schema!r}", stream="s-1", index=index
+            )
+        data = encode_object(event.data, "data", "s-1", index)
+        meta = encode_object({} if event.meta is None else event.meta, "meta", "s-1", index)
+        if len(data) + len(meta) > max_event_bytes:
+            raise EventTooLarge(len(data) + len(meta), max_event_bytes, stream="s-1", index=index)
+        eid = str(event.id)
+        if eid in seen:
+            raise InvalidEventError(f"event id {eid} appears twice in one batch", stream="s-1", index=index)
+        seen.add(eid)
+        out.append((eid, event.type, event.schema, data, meta))
+    return out
+
+
+def _outcome(fn: Callable[[], object]) -> object:
+    """What ``fn`` returns, or its error as (type, message, index, context shown)."""
+    try:
+        return fn()
+    except (InvalidEventError, EventTooLarge) as exc:
+        return type(exc), str(exc), exc.index, exc.__suppress_context__ or exc.__context__ is None
+
+
+_IDS = [UUID(int=n) for n in range(1, 4)]
+_NULLISH = st.recursive(  # nulls, NaNs and infinities often, so that errors meet in one batch
+    st.sampled_from([None, float("nan"), float("-inf"), 1.5, "x", 7]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.tuples(inner) | st.dictionaries(st.sampled_from("ab"), inner)
+    ),
+    max_leaves=6,
+)
+_PAYLOADS = st.dictionaries(st.sampled_from("abc"), _NULLISH | _JSONISH, max_size=3)
+_EVENTS = st.builds(
+    NewEvent,
+    type=st.sampled_from(["a.b", "a.b", "a.b", "c", "bad type"]),
+    data=_PAYLOADS | _PAYLOADS.map(MappingProxyType),
+    meta=st.none() | _PAYLOADS,
+    id=st.sampled_from(_IDS) | st.uuids(),
+    schema=st.sampled_from([1, 1, 1, 2, 0]),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_EVENTS, min_size=1, max_size=8), st.integers(20, 200), st.integers(1, 3))
+def test_prepare_events_gives_the_results_and_first_error_of_checking_each_event_in_order(
+    events: list[NewEvent], max_event_bytes: int, chunk: int
+) -> None:
+    """The validation loop (NaN checks of payloads deferred and done together, ids formatted
+    inline) returns what checking each event in turn returns, and raises the same first error."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(encoding_module, "_FINITE_CHUNK", chunk)  # several chunks in a small batch
+        got = _outcome(lambda: [tuple(ev) for ev in prepare_events("s-1", events, max_event_bytes)[1]])
+    assert got == _outcome(lambda: _encode_one_by_one(events, max_event_bytes))
+
+
+@given(st.lists(_PAYLOADS, min_size=1, max_size=9), st.integers(1, 4))
+def test_check_all_finite_raises_the_first_error_of_check_finite_in_order(
+    values: list[dict], chunk: int
+) -> None:
+    """``check_all_finite`` is ``check_finite`` of each value in turn: no error, or the first one."""
+    raws = [orjson.dumps(value, option=orjson.OPT_SORT_KEYS) for value in values]
+    indexes = list(range(10, 10 + len(values)))
+
+    def one_by_one() -> None:
+        for value, raw, index in zip(values, raws, indexes, strict=True):
+            check_finite(value, "data", "s-1", index, raw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(encoding_module, "_FINITE_CHUNK", chunk)
+        got = _outcome(lambda: check_all_finite(values, raws, "data", "s-1", indexes))
+    assert got == _outcome(one_by_one)

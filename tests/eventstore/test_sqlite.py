@@ -28,10 +28,12 @@ from turnlog.eventstore import (
     StoreUnavailable,
     TurnlogError,
     UnsupportedStoreURL,
+    encode_json,
     open_store,
 )
 from turnlog.eventstore._sqlite import FORMAT_VERSION
 from turnlog.eventstore._sqlite_compact import meta_digest
+from turnlog.eventstore._sqlite_layout import COPIED_BLOB_BYTES
 
 
 class TestSQLiteFile(StoreConformance):
@@ -160,6 +162,28 @@ async def test_schema_stores_canonical_bytes_and_micros(sqlite_path: Path, sqlit
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()[0] == "2"
         assert "tracking" in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+
+
+@pytest.mark.parametrize("count", [1, 3, 70])
+async def test_payloads_are_stored_as_blobs_of_their_canonical_bytes_small_or_large(
+    sqlite_path: Path, sqlite_url: str, count: int
+) -> None:
+    """Small payloads (bound as bytearray copies) and large ones (bound as bytes) store the same
+    blobs: the canonical bytes, of SQLite type blob, read back equal, in single and block inserts."""
+    big = "x" * (COPIED_BLOB_BYTES + 1)
+    events = [ev(n=n, text=big if n % 2 else "short") for n in range(count)]
+    metas = [{"m": big}, {"m": "small"}]
+    events = [NewEvent(e.type, e.data, metas[n % 2]) for n, e in enumerate(events)]
+    async with open_store(sqlite_url, max_event_bytes=4 * COPIED_BLOB_BYTES) as store:
+        await store.append("s-1", events)
+        read = await collect(store.read_all())
+        assert (await store.verify()).ok
+    assert [(e.data, e.meta) for e in read] == [(e.data, e.meta) for e in events]
+    with raw(sqlite_path) as conn:
+        rows = conn.execute(
+            "SELECT data, typeof(data), meta, typeof(meta) FROM events ORDER BY position"
+        ).fetchall()
+    assert rows == [(encode_json(e.data), "blob", encode_json(e.meta or {}), "blob") for e in events]
 
 
 async def test_recorded_at_is_the_append_time(sqlite_url: str) -> None:

@@ -28,9 +28,11 @@ __all__ = [
     "EPOCH",
     "as_bytes",
     "chain_hashes",
+    "check_all_finite",
     "check_finite",
     "decode_json",
     "digest_event_hash",
+    "dump_dict",
     "encode_json",
     "encode_object",
     "event_hash",
@@ -174,15 +176,54 @@ def encode_object(value: object, what: str, stream: str | None, index: int | Non
                 index=index,
             )
         value = dict(value)
+    raw = dump_dict(value, what, stream, index)
+    if raw.find(b"null") >= 0:  # cheaper than "in" on bytes
+        check_finite(value, what, stream, index, raw)
+    return raw
+
+
+def dump_dict(value: dict[str, Any], what: str, stream: str | None, index: int | None) -> bytes:
+    """Canonical bytes of a dict, not yet checked for NaN: ``encode_object`` without ``check_finite``.
+
+    For a caller that checks the values whose bytes hold ``null`` itself, later
+    (``check_all_finite``); ``InvalidEventError`` naming ``what`` if orjson cannot encode it.
+    """
     try:
-        raw = orjson.dumps(value, option=_OPTS)
+        return orjson.dumps(value, option=_OPTS)
     except TypeError as exc:
         raise InvalidEventError(
             f"{what} is not JSON-serializable: {exc}", stream=stream, index=index
         ) from exc
-    if raw.find(b"null") >= 0:  # cheaper than "in" on bytes
-        check_finite(value, what, stream, index, raw)
-    return raw
+
+
+def check_all_finite(
+    values: Sequence[object], raws: Sequence[bytes], what: str, stream: str | None, indexes: Sequence[int]
+) -> None:
+    """``check_finite(values[k], what, stream, indexes[k], raws[k])`` for each k in turn, in fewer steps.
+
+    The round trip of ``check_finite`` is taken for up to ``_FINITE_CHUNK`` values at once:
+    their bytes joined into one JSON array, decoded and compared with the list of values in
+    one call each (both in C), where a loop over the values pays two Python calls per value.
+    A chunk that does not round-trip as equal is checked value by value, so the first error
+    in order is raised, the one the loop would raise.
+    """
+    if len(values) == 1:
+        check_finite(values[0], what, stream, indexes[0], raws[0])
+        return
+    for start in range(0, len(values), _FINITE_CHUNK):
+        end = start + _FINITE_CHUNK
+        chunk = values[start:end]
+        try:
+            if orjson.loads(b"[%b]" % b",".join(raws[start:end])) == chunk:
+                continue
+        except Exception:  # a comparison that raises proves nothing: check one by one
+            pass
+        for value, raw, index in zip(chunk, raws[start:end], indexes[start:end], strict=True):
+            check_finite(value, what, stream, index, raw)
+
+
+_FINITE_CHUNK = 256
+"""Values decoded at once by ``check_all_finite``: the bytes of a chunk are copied to be joined."""
 
 
 CHAIN_TAG = b"turnlog-chain-2"

@@ -46,7 +46,7 @@ import orjson
 
 from ._errors import CorruptStoreError
 from ._records import EncodedEvent
-from ._sqlite_layout import TEXT_LAYOUT, Layout, StoreConnection
+from ._sqlite_layout import TEXT_LAYOUT, Layout, StoreConnection, blob_param
 
 __all__ = [
     "COMPACT_FORMAT",
@@ -764,16 +764,16 @@ class CompactLayout(Layout):
     def encode(self, conn: sqlite3.Connection, ev: EncodedEvent) -> Sequence[Any]:
         codec, data = self._compress(conn, ev.data)
         return (
-            _id_bytes(ev.id),
+            blob_param(_id_bytes(ev.id)),
             self._type_id(conn, ev.type),
             ev.schema,
             codec,
-            data,
+            blob_param(data),
             self._meta_id(conn, ev.meta),
         )
 
     def hash_param(self, digest: str) -> Any:
-        return _hash_bytes(digest)
+        return blob_param(_hash_bytes(digest))
 
     single_insert = (
         "INSERT INTO events (id, stream_id, version, type_id, schema, codec, data, meta_id, recorded_at, "
@@ -801,7 +801,7 @@ class CompactLayout(Layout):
             data,
             meta_id,
             now,
-            _hash_bytes(digest),
+            blob_param(_hash_bytes(digest)),
         )
 
     def block_row(self, n: int, j: int, prev: str) -> str:

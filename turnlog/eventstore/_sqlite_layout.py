@@ -17,10 +17,39 @@ from typing import Any
 
 from ._records import EncodedEvent
 
-__all__ = ["COLUMNS", "TEXT_LAYOUT", "Layout", "StoreConnection", "layout_of", "writer"]
+__all__ = [
+    "COLUMNS",
+    "COPIED_BLOB_BYTES",
+    "TEXT_LAYOUT",
+    "Layout",
+    "StoreConnection",
+    "blob_param",
+    "layout_of",
+    "writer",
+]
 
 COLUMNS = "position, id, stream, version, type, schema, data, meta, recorded_at, prev_hash, hash"
 """Every column of an event in the text layout, in ``RawEvent`` order."""
+
+
+COPIED_BLOB_BYTES = 64 * 1024
+"""Payloads up to this size are bound as ``bytearray`` copies of their bytes.
+
+Python's ``sqlite3`` binds an int, float, str or bytearray as it is, and looks anything else
+up in ``sqlite3.adapters`` first, ``bytes`` included: after the dict, the lookups of
+``__adapt__`` on its protocol and ``__conform__`` on the value each raise and clear an
+``AttributeError``, about 1,900 instructions per parameter. A copy of a small payload costs
+about 300 (both measured with callgrind on 300-byte blobs; the stored blob is the same). A
+large payload keeps its bytes: its copy would cost more than the lookups, and the memory of
+a whole block of them.
+"""
+
+
+def blob_param(value: Any) -> Any:
+    """``value`` as bound cheaply: a ``bytearray`` copy of small ``bytes`` (see ``COPIED_BLOB_BYTES``)."""
+    if value.__class__ is bytes and len(value) <= COPIED_BLOB_BYTES:
+        return bytearray(value)
+    return value
 
 
 class Layout:
