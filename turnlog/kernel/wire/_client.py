@@ -37,7 +37,7 @@ import anyio
 import httpx
 from anyio.abc import ByteStream, SocketAttribute
 
-__all__ = ["Client", "Exchange"]
+__all__ = ["Client", "Exchange", "Sent"]
 
 _READ = 64 * 1024
 #: The largest answer head (status line and headers), httpcore's bound.
@@ -95,6 +95,18 @@ class Exchange:
     _reuse: bool
     _read_timeout: float | None
     _state: str = field(default="size")  # chunked: "size", "data", "crlf", "trailer"
+    _complete: bool = False  # the whole body was taken (``take``): the connection is released next
+
+    def take(self) -> bytes:
+        """The body bytes read so far (with the head) and not handed over yet; no I/O.
+
+        Raises:
+            httpx.RemoteProtocolError: the body is malformed.
+        """
+        if self._framing == "none" or self._complete or not self._buffer:
+            return b""
+        data, self._complete = self._decode()
+        return data
 
     async def pieces(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive: what one read of the socket brought, decoded.
@@ -102,7 +114,7 @@ class Exchange:
         Raises:
             httpx.ReadError, httpx.ReadTimeout, httpx.RemoteProtocolError: the answer broke off.
         """
-        if self._framing == "none":
+        if self._framing == "none" or self._complete:
             await self._release()
             return
         while True:
@@ -220,6 +232,33 @@ class Exchange:
             await _close(conn)
 
 
+@dataclass(slots=True)
+class Sent:
+    """A request written to its upstream, its answer not read yet."""
+
+    _client: Client
+    _conn: _Connection | None
+    _origin: Origin
+    _head_only: bool
+
+    async def answer(self) -> Exchange:
+        """Read the answer's head (once).
+
+        Raises:
+            httpx.RequestError: the upstream timed out or broke the exchange.
+        """
+        conn, self._conn = self._conn, None
+        if conn is None:
+            raise httpx.ReadError("the answer was read or the request abandoned")
+        return await self._client.answer(conn, self._origin, self._head_only)
+
+    async def aclose(self) -> None:
+        """Abandon the request: its connection is closed (unless its answer is being read)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _close(conn)
+
+
 class Client:
     """Direct HTTP/1.1 connections to upstreams, kept alive across calls."""
 
@@ -237,8 +276,8 @@ class Client:
         target: bytes,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> Exchange:
-        """Send a request and read its answer's head (its body is read with ``Exchange.pieces``).
+    ) -> Sent:
+        """Write a request; its answer's head is read by ``Sent.answer``.
 
         ``headers`` go as given: the caller names ``host`` and ``content-length``.
 
@@ -263,10 +302,10 @@ class Client:
             await _send(conn.stream, head, self._write)
             if body:
                 await _send(conn.stream, body, self._write)
-            return await self._answer(conn, origin, method == b"HEAD")
         except BaseException:
             await _close(conn)
             raise
+        return Sent(self, conn, origin, method == b"HEAD")
 
     async def _pooled(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)
@@ -314,6 +353,14 @@ class Client:
             context.set_alpn_protocols(["http/1.1"])
             self._ssl = context
         return self._ssl
+
+    async def answer(self, conn: _Connection, origin: Origin, head_only: bool) -> Exchange:
+        """Read the answer's head from ``conn`` (the connection is closed should that fail)."""
+        try:
+            return await self._answer(conn, origin, head_only)
+        except BaseException:
+            await _close(conn)
+            raise
 
     async def _answer(self, conn: _Connection, origin: Origin, head_only: bool) -> Exchange:
         buffer = b""

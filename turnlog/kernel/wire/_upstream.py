@@ -24,9 +24,9 @@ from urllib.request import getproxies, proxy_bypass
 import httpcore
 import httpx
 
-from ._client import Client, Exchange, Origin
+from ._client import Client, Exchange, Origin, Sent
 
-__all__ = ["Upstream", "UpstreamAnswer", "UpstreamRequest"]
+__all__ = ["Started", "Upstream", "UpstreamAnswer", "UpstreamRequest"]
 
 _PORTS = {"http": 80, "https": 443}
 #: Small writes (a request head, then its body) go out at once, not after the peer's delayed ACK.
@@ -108,6 +108,10 @@ class UpstreamAnswer:
     headers: dict[str, str]
     body: Exchange | httpcore.Response
 
+    def take(self) -> bytes:
+        """The body bytes that came with the head, handed over now (``aiter_raw`` goes on after them)."""
+        return self.body.take() if isinstance(self.body, Exchange) else b""
+
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
 
@@ -172,40 +176,46 @@ class Upstream:
             method.encode("latin-1"), parsed.prefix + target.encode("latin-1"), head, body, parsed
         )
 
+    def direct(self, request: UpstreamRequest) -> bool:
+        """Whether ``request`` goes by the own client (written by ``start``, its answer read later)."""
+        return self._direct and request.base.origin is not None and self._proxy(request.base.url) is None
+
+    async def start(self, request: UpstreamRequest) -> Started:
+        """Write ``request`` to its upstream when it goes direct (else ``Started.answer`` sends it).
+
+        Raises:
+            httpx.RequestError: the upstream could not be reached, or the request not written.
+        """
+        base = request.base
+        if self.direct(request):
+            assert base.origin is not None
+            sent = await self._client.send(
+                request.method, base.origin, request.target, request.headers, request.body
+            )
+            return Started(self, request, sent)
+        return Started(self, request, None)
+
     async def send(self, request: UpstreamRequest) -> UpstreamAnswer:
         """Send ``request``; its answer's head (the body is read as it comes, ``aiter_raw``).
 
         Raises:
             httpx.RequestError: the upstream could not be reached, timed out, or broke the exchange.
         """
-        base = request.base
-        proxy = self._proxy(base.url)
-        answer: Exchange | httpcore.Response
-        if proxy is None and base.origin is not None and self._direct:
-            answer = await self._client.send(
-                request.method, base.origin, request.target, request.headers, request.body
-            )
-            raw = answer.raw_headers
-            status = answer.status_code
-        else:
-            pool = self._pool(proxy)
-            url = base.url
-            core = httpcore.Request(
-                request.method,
-                httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=request.target),
-                headers=request.headers,
-                content=request.body,
-                extensions={"timeout": self._timeout},
-            )
-            with _translated():
-                answer = await pool.handle_async_request(core)
-            raw = list(answer.headers)
-            status = answer.status
-        headers: dict[str, str] = {}
-        for key, value in raw:
-            name, text = key.decode("latin-1").lower(), value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {text}" if name in headers else text
-        return UpstreamAnswer(status, raw, headers, answer)
+        return await (await self.start(request)).answer()
+
+    async def _through_pool(self, request: UpstreamRequest) -> UpstreamAnswer:
+        pool = self._pool(self._proxy(request.base.url))
+        url = request.base.url
+        core = httpcore.Request(
+            request.method,
+            httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=request.target),
+            headers=request.headers,
+            content=request.body,
+            extensions={"timeout": self._timeout},
+        )
+        with _translated():
+            answer = await pool.handle_async_request(core)
+        return _answer(answer.status, list(answer.headers), answer)
 
     def _proxy(self, url: httpx.URL) -> str | None:
         """The proxy the environment names for ``url``'s host (decided once per host), or None."""
@@ -230,6 +240,41 @@ class Upstream:
         await self._client.aclose()
         for transport in self._transports.values():
             await transport.aclose()
+
+
+@dataclass(slots=True)
+class Started:
+    """A request on its way: written already when it goes direct, else sent by ``answer``."""
+
+    upstream: Upstream
+    request: UpstreamRequest
+    sent: Sent | None
+
+    async def answer(self) -> UpstreamAnswer:
+        """The answer's head (the body is read as it comes, ``UpstreamAnswer.aiter_raw``).
+
+        Raises:
+            httpx.RequestError: the upstream could not be reached, timed out, or broke the exchange.
+        """
+        if self.sent is None:
+            return await self.upstream._through_pool(self.request)
+        exchange = await self.sent.answer()
+        return _answer(exchange.status_code, exchange.raw_headers, exchange)
+
+    async def aclose(self) -> None:
+        """Abandon the request before its answer was read."""
+        if self.sent is not None:
+            await self.sent.aclose()
+
+
+def _answer(
+    status: int, raw: list[tuple[bytes, bytes]], body: Exchange | httpcore.Response
+) -> UpstreamAnswer:
+    headers: dict[str, str] = {}
+    for key, value in raw:
+        name, text = key.decode("latin-1").lower(), value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {text}" if name in headers else text
+    return UpstreamAnswer(status, raw, headers, body)
 
 
 def _parse(base: str) -> _Base:
