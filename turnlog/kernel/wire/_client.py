@@ -120,10 +120,11 @@ class Exchange:
         while True:
             if self._buffer:
                 data, done = self._decode()
+                if done:  # back in the pool before the last piece is handed over
+                    await self._release()
                 if data:
                     yield data
                 if done:
-                    await self._release()
                     return
             read = await self._receive()
             if not read:

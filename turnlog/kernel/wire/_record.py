@@ -507,7 +507,7 @@ class WireCall:
         return events[len(first) :]
 
     async def chunks(self, batch: SSEBatch) -> None:
-        """Journal stream events in the run buffer (one write each), before they are forwarded.
+        """Journal stream events in the run buffer (one write for the batch), before they are forwarded.
 
         Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
         chunk), the pieces the codec made of it, and the error it carried, if any. The lines
@@ -519,8 +519,7 @@ class WireCall:
         payloads, answered = wire_payloads(batch, self.scrub, self.seq)
         if self.ttft_ms is None and answered:
             self.ttft_ms = self.elapsed_ms
-        for data in payloads:
-            log.add_data(data)
+        log.add_many(payloads)  # one write for the events of one read
         self.seq = log.seq
 
     async def flush(self) -> None:
