@@ -143,7 +143,8 @@ def test_a_batch_is_journaled_and_queued_as_one_chunk_after_another(tmp_path: Pa
 
     def payloads(start: int) -> list[dict[str, Any]]:
         return [
-            {"seq": start + i, "type": "text", "content": "x" * n, "metadata": {}} for i, n in enumerate(sizes)
+            {"seq": start + i, "type": "text", "content": "x" * n, "metadata": {}}
+            for i, n in enumerate(sizes)
         ]
 
     def outcome(batched: bool, name: str) -> tuple[Any, ...]:
