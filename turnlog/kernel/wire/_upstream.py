@@ -3,15 +3,15 @@
 An upstream reached directly (no proxy named by the environment) is served by the proxy's own
 small HTTP/1.1 client (``_client``: httpcore's pool took about half of the proxy's profiled CPU
 on the way to a streamed call's first byte). One reached through an environment proxy goes
-through httpcore's pools: httpx builds each pool (TLS context, limits, the proxy the
-environment names) as its client would; the proxy then talks to the pool directly, with
-httpcore's request and response. httpx's client layer (cookie jar, auth and redirect steps, default headers, event hooks) cost about a
-fifth of a forwarded call's CPU and does nothing a proxy wants (its cookie jar would even carry
-a cookie one caller's upstream set into every other caller's requests), and its request and
-response models, rebuilt around httpcore's for every call (the URL parsed again, the headers
-normalised twice), cost 0.1 to 0.2 ms more of CPU per call (an ``httpx.Request`` alone is
-57 µs, httpcore's 8). httpcore's errors are translated to httpx's, once,
-here: the rest of the wire package (and the messages a client reads) knows httpx's.
+through httpcore's pools: httpx builds each pool (TLS context, limits, the proxy the environment
+names) as its client would; the proxy then talks to the pool directly, with httpcore's request
+and response. httpx's client layer (cookie jar, auth and redirect steps, default headers, event
+hooks) cost about a fifth of a forwarded call's CPU and does nothing a proxy wants (its cookie
+jar would even carry a cookie one caller's upstream set into every other caller's requests), and
+its request and response models, rebuilt around httpcore's for every call (the URL parsed again,
+the headers normalised twice), cost 0.1 to 0.2 ms more of CPU per call (an ``httpx.Request``
+alone is 57 µs, httpcore's 8). httpcore's errors are translated to httpx's, once, here: the rest
+of the wire package (and the messages a client reads) knows httpx's.
 """
 
 from __future__ import annotations
