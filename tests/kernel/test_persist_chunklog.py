@@ -134,3 +134,37 @@ async def test_a_commit_whose_outcome_is_unknown_is_checked_before_the_next() ->
     stored = [e async for e in store.read_stream("run-r1")]
     assert [(e.version, e.data["content"]) for e in stored] == [(1, "a"), (2, "b"), (3, "c")]
     assert (log.committed, log.pending) == (3, 0)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=6))
+def test_a_batch_is_journaled_and_queued_as_one_chunk_after_another(tmp_path: Path, sizes: list[int]) -> None:
+    """``add_many`` (one write per batch) leaves the buffer, the queue and the errors ``add_data`` would."""
+
+    def payloads(start: int) -> list[dict[str, Any]]:
+        return [
+            {"seq": start + i, "type": "text", "content": "x" * n, "metadata": {}}
+            for i, n in enumerate(sizes)
+        ]
+
+    def outcome(batched: bool, name: str) -> tuple[Any, ...]:
+        store = MemoryEventStore(max_event_bytes=300)  # the longest payloads are refused
+        path = tmp_path / name
+        path.unlink(missing_ok=True)
+        buffer = RunBuffer(path)
+        log = ChunkLog(store, "r1", {"run_id": "r1"}, buffer=buffer)
+        error = None
+        try:
+            if batched:
+                log.add_many(payloads(1))
+            else:
+                for data in payloads(1):
+                    log.add_data(data)
+        except EventTooLarge as exc:
+            error = type(exc)
+        lines = [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
+        kept = [(line["data"], line["version"]) for line in lines]
+        buffer.close()
+        return error, kept, buffer.lines, log.seq, log.pending
+
+    assert outcome(True, "batched.jsonl") == outcome(False, "one-by-one.jsonl")

@@ -369,3 +369,16 @@ async def test_a_crash_before_a_streamed_calls_opening_is_committed_on_a_recorde
     assert added[0].data["message"]["content"]["instruction"] == "more"
     assert added[-1].type == "run.failed" and added[-1].data["reason"] == "crashed"
     assert {e.stream for e in added} == {f"branch-{one.branch.id}"} and report.imported == len(chunks) == 1
+
+
+def test_a_branch_not_in_the_store_yet_has_no_message_to_name() -> None:
+    """``WireCall._message_ids`` names no message of a pending new branch without previewing it."""
+    from turnlog.eventstore import MemoryEventStore
+    from turnlog.kernel import Branch
+
+    for system in (None, "You are terse."):
+        branch = Branch(
+            store=MemoryEventStore(), name=None, system=system, metadata={"recorded_by": "turnlog proxy"}
+        )
+        assert branch.pending_creation is not None
+        assert list(branch.progression) == []  # the system prompt is outside the list

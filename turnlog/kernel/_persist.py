@@ -37,7 +37,7 @@ import os
 import secrets
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -504,21 +504,41 @@ class ChunkLog:
             UsageError: ``data["seq"]`` is not the next seq (nothing is written).
             EventTooLarge: the chunk's event is over the store's size limit (nothing is written).
         """
-        seq = self.seq + 1
-        if data.get("seq") != seq:
-            raise UsageError(f"chunk seq {data.get('seq')!r} is not the next one ({seq})")
-        ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
-        event = self._encode(data, self._ids(ms))
-        self.seq = seq  # counted once it is an event: seq k stays stream version k
-        if self.buffer is not None:
-            if ms != self._stamp_ms:
-                # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
-                self._stamp_ms = ms
-                self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
-            # The line holds the very id and data bytes the store gets.
-            self.buffer.write(self._line % (event.id.encode(), seq, event.data, self._stamp))
-        self._pending.append(event)
-        return event
+        return self.add_many((data,))[0]
+
+    def add_many(self, payloads: Sequence[dict[str, Any]]) -> list[EncodedEvent]:
+        """``add_data`` for several payloads in order, their buffer lines written in one call.
+
+        Every line is written before this returns. Should a payload be refused, the ones before
+        it are written and queued as ``add_data`` would have done, and the error raised.
+
+        Raises:
+            UsageError: a payload's ``seq`` is not the next one.
+            EventTooLarge: a chunk's event is over the store's size limit.
+        """
+        events: list[EncodedEvent] = []
+        lines: list[bytes] = []
+        try:
+            for data in payloads:
+                seq = self.seq + 1
+                if data.get("seq") != seq:
+                    raise UsageError(f"chunk seq {data.get('seq')!r} is not the next one ({seq})")
+                ms = time.time_ns() // 1_000_000  # one clock read for the id and the line's recorded_at
+                event = self._encode(data, self._ids(ms))
+                self.seq = seq  # counted once it is an event: seq k stays stream version k
+                if self.buffer is not None:
+                    if ms != self._stamp_ms:
+                        # One ISO timestamp per millisecond: formatting one per chunk costs more than the write.
+                        self._stamp_ms = ms
+                        self._stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat().encode()
+                    # The line holds the very id and data bytes the store gets.
+                    lines.append(self._line % (event.id.encode(), seq, event.data, self._stamp))
+                events.append(event)
+        finally:
+            if lines and self.buffer is not None:
+                self.buffer.write_lines(lines)
+            self._pending += events
+        return events
 
     def due(self) -> bool:
         """True when the waiting chunks should be committed now."""

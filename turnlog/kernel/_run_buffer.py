@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -363,7 +364,7 @@ class RunBuffer:
 
     Args:
         path: The file (its directory is created).
-        fsync: fsync after every line.
+        fsync: fsync after every write (a line, or the lines of one ``write_lines``).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -391,6 +392,14 @@ class RunBuffer:
         if self.fsync:
             os.fsync(fd)
         self.lines += 1
+
+    def write_lines(self, lines: Sequence[bytes]) -> None:
+        """Hand several lines (each with its newline) to the operating system in one write call."""
+        if len(lines) == 1:
+            self.write(lines[0])
+            return
+        self.write(b"".join(lines))
+        self.lines += len(lines) - 1  # ``write`` counted one
 
     def close(self) -> None:
         """Close the file (idempotent); this drops the lock."""

@@ -1,6 +1,6 @@
 """The recording proxy: an ASGI app that forwards LLM API calls and records them as they stream.
 
-``ProxyApp`` serves every path. A model call (``_apis.route``) is forwarded with httpx
+``ProxyApp`` serves every path. A model call (``_apis.route``) is forwarded (``_upstream``)
 and recorded by a ``CallRecorder`` (``WireRecorder`` for ``turnlog proxy``, ``RunWire`` under
 ``run()``); anything else passes through unrecorded. Streams go on
 event by event: each complete SSE event of the upstream is recorded (``RecordedCall.chunks``:
@@ -15,7 +15,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, unquote
@@ -31,7 +31,7 @@ from turnlog.kernel.models._secrets import Scrubber
 
 from ._apis import DEFAULT_UPSTREAMS, Api, Route, error_body, fingerprint, route
 from ._replay import MISS_STATUS, ReplayIndex, miss_body
-from ._upstream import Upstream, UpstreamAnswer, UpstreamRequest
+from ._upstream import Started, Upstream, UpstreamAnswer, UpstreamRequest
 
 __all__ = ["MAX_BODY", "CallRecorder", "ProxyApp", "ProxyConfig", "RecordedCall"]
 
@@ -212,9 +212,32 @@ class ProxyApp:
         name: str | None,
         scrub: Scrubber,
     ) -> tuple[RecordedCall, UpstreamAnswer | httpx.RequestError]:
-        """Record the call's start while its request goes upstream: the upstream's wait hides it."""
-        sent: list[UpstreamAnswer | httpx.RequestError] = []
+        """Record the call's start while its request goes upstream: the upstream's wait hides it.
+
+        A request that goes direct is written first, then the call opened, then the answer's
+        head read: no task of its own. One through a proxy the environment names is sent by a
+        task while the call opens.
+        """
         started = time.perf_counter()
+        if self.upstream.direct(request):
+            try:
+                on_its_way: Started | httpx.RequestError = await self.upstream.start(request)
+            except httpx.RequestError as exc:
+                on_its_way = exc
+            try:
+                call = await self.recorder.open_call(call_route, body, name, scrub)
+            except BaseException:
+                if isinstance(on_its_way, Started):
+                    await on_its_way.aclose()
+                raise
+            call.started = started  # latency and time to first token count from the request
+            if isinstance(on_its_way, httpx.RequestError):
+                return call, on_its_way
+            try:
+                return call, await on_its_way.answer()
+            except httpx.RequestError as exc:
+                return call, exc
+        sent: list[UpstreamAnswer | httpx.RequestError] = []
 
         async def forward() -> None:
             try:
@@ -231,7 +254,7 @@ class ProxyApp:
                 if sent and isinstance(sent[0], UpstreamAnswer):
                     await sent[0].aclose()
             raise
-        call.started = started  # latency and time to first token count from the request
+        call.started = started
         return call, sent[0]
 
     async def _pass(self, request: UpstreamRequest, api: Api, send: Send) -> None:
@@ -279,14 +302,14 @@ class ProxyApp:
                     gone.set()
                     tg.cancel_scope.cancel()
 
-                tg.start_soon(watch)
                 await _start(send, response)
                 tail = b""
                 try:
                     sse = response.headers.get("content-type", "").startswith("text/event-stream")
                     if response.status_code == 200 and sse:
-                        await _stream(response, call, send, upstream, streamed, tg)
+                        await _stream(response, call, send, upstream, streamed, tg, watch)
                     else:
+                        tg.start_soon(watch)
                         tail = await _whole(response, call, send, upstream)
                 except httpx.RequestError as exc:
                     await call.fail(type(exc).__name__, f"the upstream answer broke off: {exc}", upstream)
@@ -353,13 +376,26 @@ async def _stream(
     upstream: dict[str, Any],
     streamed: _Streamed,
     tg: TaskGroup,
+    watch: Callable[[], Coroutine[Any, Any, None]],
 ) -> None:
-    """Record and forward an event stream, one read of the upstream at a time (read in ``tg``)."""
+    """Record and forward an event stream, one read of the upstream at a time (read in ``tg``).
+
+    The events that came with the answer's head go first, before ``watch`` (the client's
+    departure) and the reading task start: nothing waits for a socket before them, and the
+    first byte does not wait for two tasks' first steps.
+    """
     assembly = streamed.assembly = call.route.wire.assembly(call.route.model)
-    pending = b""
-    reads = _Reads(response)
+    pending = response.take()
     waiting = True  # for the stream's first event
+    if pending:
+        sent, pending = await _forward_events(pending, streamed, call, send, 1)
+        waiting = not sent
+    tg.start_soon(watch)
+    reads = _Reads(response)
     tg.start_soon(reads.run)
+    if not waiting:  # the rest of what came with the head, as the events of one read
+        _, pending = await _forward_events(pending, streamed, call, send)
+        await call.flush()
     while (piece := await reads.next()) is not None:
         pending += piece
         if waiting:
@@ -419,8 +455,9 @@ async def _forward_events(
 class _Reads:
     """An upstream answer's body, read by a task of its own, handed over one socket read at a time.
 
-    httpx yields a chunked body one chunk at a time, so a read that brought twenty events would
-    be twenty pieces, each recorded in its own commit. The reading task does not stop between
+    httpcore (behind an environment proxy) yields a chunked body one chunk at a time, so a read
+    that brought twenty events would be twenty pieces, each recorded in its own commit (the
+    own client yields what one read brought, decoded). The reading task does not stop between
     the pieces of one read (only a read of the socket suspends it), so ``next`` hands over every
     piece that read brought, joined: one commit per read of the upstream, as many events as it
     brought, and while a commit runs the next events wait in the socket to be read together.

@@ -215,6 +215,10 @@ class WireRecorder:
         )
         if route.stream:
             await call.begin()
+        else:
+            # read from the request now, while the upstream works on it: off the path between
+            # the answer's arrival and its last byte (a stream reads them after its first byte)
+            call.request_facts()
         return call
 
     def note(self, branch_id: str, turn: Turn, version: int) -> None:
@@ -420,6 +424,7 @@ class WireCall:
     log: ChunkLog | None = None
     _settling: tuple[list[EventData], _Recorded, int, anyio.Event] | None = None
     _buffer: RunBuffer | None = None
+    _facts: tuple[Any, list[str], str] | None = None
 
     async def begin(self) -> None:
         """Make a streamed call's run buffer, its opening journaled in the header, before its first chunk.
@@ -507,7 +512,7 @@ class WireCall:
         return events[len(first) :]
 
     async def chunks(self, batch: SSEBatch) -> None:
-        """Journal stream events in the run buffer (one write each), before they are forwarded.
+        """Journal stream events in the run buffer (one write for the batch), before they are forwarded.
 
         Each item is one SSE event: its exact text (kept in ``metadata.sse`` of its first
         chunk), the pieces the codec made of it, and the error it carried, if any. The lines
@@ -519,8 +524,7 @@ class WireCall:
         payloads, answered = wire_payloads(batch, self.scrub, self.seq)
         if self.ttft_ms is None and answered:
             self.ttft_ms = self.elapsed_ms
-        for data in payloads:
-            log.add_data(data)
+        log.add_many(payloads)  # one write for the events of one read
         self.seq = log.seq
 
     async def flush(self) -> None:
@@ -546,9 +550,7 @@ class WireCall:
         error: tuple[str, str] | None = None,
     ) -> ModelCalled:
         raw = self.scrub(answer.raw) if answer is not None else None
-        # read from the request only now, off a stream's first byte's path
-        body, route, scrub = self.body, self.route, self.scrub
-        params = scrub(request_params(body))
+        params, tools, print_ = self.request_facts()
         return ModelCalled(
             call_id=_uuid(),
             provider=_PROVIDERS[self.route.api],
@@ -559,8 +561,8 @@ class WireCall:
             run_id=self.run_id,
             message_ids=self._message_ids(),
             params={**(params if isinstance(params, dict) else {}), "_upstream": upstream},
-            tools=tool_names(route.codec, body),
-            fingerprint=fingerprint(route, scrub(body)),
+            tools=tools,
+            fingerprint=print_,
             response=raw if isinstance(raw, dict) else None,
             usage=answer.usage if answer is not None else Usage(),
             latency_ms=self.elapsed_ms,
@@ -571,9 +573,22 @@ class WireCall:
             stream=self.route.stream,
         )
 
+    def request_facts(self) -> tuple[Any, list[str], str]:
+        """The request's scrubbed parameters, its tool names and its fingerprint (read once)."""
+        if self._facts is None:
+            body, route, scrub = self.body, self.route, self.scrub
+            self._facts = (
+                scrub(request_params(body)),
+                tool_names(route.codec, body),
+                fingerprint(route, scrub(body)),
+            )
+        return self._facts
+
     def _message_ids(self) -> list[str]:
         """The branch's messages the call was made with (its new turns included, recorded or not)."""
-        ids = list(self.branch.progression)
+        # a branch not in the store yet holds no message (its system prompt is outside the
+        # list): its state need not be previewed for that
+        ids = [] if self.branch.pending_creation is not None else list(self.branch.progression)
         if self.opening is not None:  # a System message replaces the branch's, outside the list
             ids += [
                 item.message.id

@@ -1,14 +1,17 @@
-"""The proxy's client side: forwarded requests go to their upstream through httpcore's pools.
+"""The proxy's client side: forwarded requests go to their upstream.
 
-httpx builds each pool (TLS context, limits, the proxy the environment names) as its client
-would; the proxy then talks to the pool directly, with httpcore's request and response. httpx's
-client layer (cookie jar, auth and redirect steps, default headers, event hooks) cost about a
-fifth of a forwarded call's CPU and does nothing a proxy wants (its cookie jar would even carry
-a cookie one caller's upstream set into every other caller's requests), and its request and
-response models, rebuilt around httpcore's for every call (the URL parsed again, the headers
-normalised twice), cost 0.1 to 0.2 ms more of CPU per call (an ``httpx.Request`` alone is
-57 µs, httpcore's 8). httpcore's errors are translated to httpx's, once,
-here: the rest of the wire package (and the messages a client reads) knows httpx's.
+An upstream reached directly (no proxy named by the environment) is served by the proxy's own
+small HTTP/1.1 client (``_client``: httpcore's pool took about half of the proxy's profiled CPU
+on the way to a streamed call's first byte). One reached through an environment proxy goes
+through httpcore's pools: httpx builds each pool (TLS context, limits, the proxy the environment
+names) as its client would; the proxy then talks to the pool directly, with httpcore's request
+and response. httpx's client layer (cookie jar, auth and redirect steps, default headers, event
+hooks) cost about a fifth of a forwarded call's CPU and does nothing a proxy wants (its cookie
+jar would even carry a cookie one caller's upstream set into every other caller's requests), and
+its request and response models, rebuilt around httpcore's for every call (the URL parsed again,
+the headers normalised twice), cost 0.1 to 0.2 ms more of CPU per call (an ``httpx.Request``
+alone is 57 µs, httpcore's 8). httpcore's errors are translated to httpx's, once, here: the rest
+of the wire package (and the messages a client reads) knows httpx's.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from urllib.request import getproxies, proxy_bypass
 import httpcore
 import httpx
 
-__all__ = ["Upstream", "UpstreamAnswer", "UpstreamRequest"]
+from ._client import Client, Exchange, Origin, Sent
 
+__all__ = ["Started", "Upstream", "UpstreamAnswer", "UpstreamRequest"]
+
+_PORTS = {"http": 80, "https": 443}
 #: Small writes (a request head, then its body) go out at once, not after the peer's delayed ACK.
 _NO_DELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
@@ -65,6 +71,8 @@ class _Base:
     url: httpx.URL
     prefix: bytes
     host: bytes
+    #: Scheme, host and port to connect to (None: a scheme the own client does not speak).
+    origin: Origin | None
 
     @property
     def where(self) -> str:
@@ -74,9 +82,14 @@ class _Base:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamRequest:
-    """A request to forward: httpcore's, and the upstream it goes to."""
+    """A request to forward, and the upstream it goes to."""
 
-    core: httpcore.Request
+    method: bytes
+    #: The path and query on the upstream (its base's path included).
+    target: bytes
+    #: As sent, ``host`` and (for a body) ``content-length`` included.
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
     base: _Base
 
     @property
@@ -94,7 +107,11 @@ class UpstreamAnswer:
     raw_headers: list[tuple[bytes, bytes]]
     #: Lower-case names; a repeated header's values joined with ``, `` (as ``httpx.Headers.get``).
     headers: dict[str, str]
-    core: httpcore.Response
+    body: Exchange | httpcore.Response
+
+    def take(self) -> bytes:
+        """The body bytes that came with the head, handed over now (``aiter_raw`` goes on after them)."""
+        return self.body.take() if isinstance(self.body, Exchange) else b""
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive.
@@ -102,7 +119,12 @@ class UpstreamAnswer:
         Raises:
             httpx.RequestError: the answer broke off.
         """
-        stream = self.core.stream
+        body = self.body
+        if isinstance(body, Exchange):
+            async for piece in body.pieces():
+                yield piece
+            return
+        stream = body.stream
         if not isinstance(stream, AsyncIterable):
             raise TypeError("an async pool gave a synchronous body")  # cannot happen with httpcore
         with _translated():
@@ -111,8 +133,11 @@ class UpstreamAnswer:
 
     async def aclose(self) -> None:
         """Give the connection back to the pool (or close it, when the body was not read)."""
+        if isinstance(self.body, Exchange):
+            await self.body.aclose()
+            return
         with _translated():
-            await self.core.aclose()
+            await self.body.aclose()
 
 
 class Upstream:
@@ -122,11 +147,18 @@ class Upstream:
     is used as httpx's client would, decided once per upstream host.
     """
 
-    def __init__(self, timeout: httpx.Timeout) -> None:
+    def __init__(self, timeout: httpx.Timeout, *, direct: bool = True) -> None:
+        """Pools kept for ``timeout``.
+
+        ``direct=False`` sends every request through httpcore's pools, as through a proxy (the
+        tests hold the two paths equal).
+        """
+        self._direct = direct
         self._timeout = timeout.as_dict()
         self._bases: dict[str, _Base] = {}
         self._proxies: dict[tuple[str, str, int | None], str | None] = {}
         self._transports: dict[str | None, httpx.AsyncHTTPTransport] = {}
+        self._client = Client(timeout)
 
     def request(
         self, method: str, base: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
@@ -141,20 +173,28 @@ class Upstream:
         head = [*headers, (b"host", parsed.host)]
         if body:
             head.append((b"content-length", b"%d" % len(body)))
-        url = parsed.url
-        core = httpcore.Request(
-            method.encode("latin-1"),
-            httpcore.URL(
-                scheme=url.raw_scheme,
-                host=url.raw_host,
-                port=url.port,
-                target=parsed.prefix + target.encode("latin-1"),
-            ),
-            headers=head,
-            content=body,
-            extensions={"timeout": self._timeout},
+        return UpstreamRequest(
+            method.encode("latin-1"), parsed.prefix + target.encode("latin-1"), head, body, parsed
         )
-        return UpstreamRequest(core, parsed)
+
+    def direct(self, request: UpstreamRequest) -> bool:
+        """Whether ``request`` goes by the own client (written by ``start``, its answer read later)."""
+        return self._direct and request.base.origin is not None and self._proxy(request.base.url) is None
+
+    async def start(self, request: UpstreamRequest) -> Started:
+        """Write ``request`` to its upstream when it goes direct (else ``Started.answer`` sends it).
+
+        Raises:
+            httpx.RequestError: the upstream could not be reached, or the request not written.
+        """
+        base = request.base
+        if self.direct(request):
+            assert base.origin is not None
+            sent = await self._client.send(
+                request.method, base.origin, request.target, request.headers, request.body
+            )
+            return Started(self, request, sent)
+        return Started(self, request, None)
 
     async def send(self, request: UpstreamRequest) -> UpstreamAnswer:
         """Send ``request``; its answer's head (the body is read as it comes, ``aiter_raw``).
@@ -162,20 +202,30 @@ class Upstream:
         Raises:
             httpx.RequestError: the upstream could not be reached, timed out, or broke the exchange.
         """
-        pool = self._pool(request.base.url)
-        with _translated():
-            core = await pool.handle_async_request(request.core)
-        headers: dict[str, str] = {}
-        for key, value in core.headers:
-            name, text = key.decode("latin-1").lower(), value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {text}" if name in headers else text
-        return UpstreamAnswer(core.status, list(core.headers), headers, core)
+        return await (await self.start(request)).answer()
 
-    def _pool(self, url: httpx.URL) -> httpcore.AsyncConnectionPool:
+    async def _through_pool(self, request: UpstreamRequest) -> UpstreamAnswer:
+        pool = self._pool(self._proxy(request.base.url))
+        url = request.base.url
+        core = httpcore.Request(
+            request.method,
+            httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=request.target),
+            headers=request.headers,
+            content=request.body,
+            extensions={"timeout": self._timeout},
+        )
+        with _translated():
+            answer = await pool.handle_async_request(core)
+        return _answer(answer.status, list(answer.headers), answer)
+
+    def _proxy(self, url: httpx.URL) -> str | None:
+        """The proxy the environment names for ``url``'s host (decided once per host), or None."""
         where = (url.scheme, url.host, url.port)
         if where not in self._proxies:
             self._proxies[where] = _environment_proxy(url)
-        proxy = self._proxies[where]
+        return self._proxies[where]
+
+    def _pool(self, proxy: str | None) -> httpcore.AsyncConnectionPool:
         transport = self._transports.get(proxy)
         if transport is None:
             # made at the first request: its TLS context costs some 20 ms of CPU, which a run
@@ -188,14 +238,53 @@ class Upstream:
 
     async def aclose(self) -> None:
         """Close the upstream connections."""
+        await self._client.aclose()
         for transport in self._transports.values():
             await transport.aclose()
+
+
+@dataclass(slots=True)
+class Started:
+    """A request on its way: written already when it goes direct, else sent by ``answer``."""
+
+    upstream: Upstream
+    request: UpstreamRequest
+    sent: Sent | None
+
+    async def answer(self) -> UpstreamAnswer:
+        """The answer's head (the body is read as it comes, ``UpstreamAnswer.aiter_raw``).
+
+        Raises:
+            httpx.RequestError: the upstream could not be reached, timed out, or broke the exchange.
+        """
+        if self.sent is None:
+            return await self.upstream._through_pool(self.request)
+        exchange = await self.sent.answer()
+        return _answer(exchange.status_code, exchange.raw_headers, exchange)
+
+    async def aclose(self) -> None:
+        """Abandon the request before its answer was read."""
+        if self.sent is not None:
+            await self.sent.aclose()
+
+
+def _answer(
+    status: int, raw: list[tuple[bytes, bytes]], body: Exchange | httpcore.Response
+) -> UpstreamAnswer:
+    headers: dict[str, str] = {}
+    for key, value in raw:
+        name, text = key.decode("latin-1").lower(), value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {text}" if name in headers else text
+    return UpstreamAnswer(status, raw, headers, body)
 
 
 def _parse(base: str) -> _Base:
     url = httpx.URL(base.rstrip("/"))
     host = httpx.Request("GET", url).headers["host"].encode("latin-1")  # as httpx names it
-    return _Base(url, url.raw_path.rstrip(b"/").split(b"?", 1)[0], host)
+    origin: Origin | None = None
+    if url.scheme in _PORTS:
+        origin = (url.scheme, url.raw_host.decode("ascii"), url.port or _PORTS[url.scheme])
+    return _Base(url, url.raw_path.rstrip(b"/").split(b"?", 1)[0], host, origin)
 
 
 def _environment_proxy(url: httpx.URL) -> str | None:
