@@ -48,7 +48,7 @@ class Batch:
     """
 
     __slots__ = (
-        "_lifts", "_message_schema", "_meta", "_meta_bytes", "_moment", "_prices", "_session", "_sessions",
+        "_lifts", "_message_schema", "_meta", "_meta_bytes", "_moment", "_prices", "_sessions",
         "_upcasters", "_us", "_versions", "_when", "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
@@ -91,7 +91,6 @@ class Batch:
         self._us = -1
         self._moment = _EPOCH
         self._when: When = ("", "")
-        self._session = self._session_of  # bound once: the common-shape rows call it per fact
         for event in events:
             self.add(event)
 
@@ -166,19 +165,19 @@ class Batch:
             # _facts.model_call_row); any other payload takes the fact functions below.
             if kind == "model.called":
                 fact = model_call_row(
-                    position, stream, data, meta, self._when, self._moment, self._prices, self._session
+                    position, stream, data, meta, self._when, self._moment, self._prices, self._session_of
                 )
                 if fact is not None:
                     self.model_rows.append(fact)
                     return
             elif kind == "run.started":
-                fact = run_start_row(position, stream, data, meta, self._when, self._session)
+                fact = run_start_row(position, stream, data, meta, self._when, self._session_of)
                 if fact is not None:
                     self.runs.append(fact)
                     return
             elif kind == "run.ended" or kind == "run.failed":
                 fact = run_end_row(
-                    position, stream, kind == "run.failed", data, meta, self._when, self._session
+                    position, stream, kind == "run.failed", data, meta, self._when, self._session_of
                 )
                 if fact is not None:
                     self.runs.append(fact)
