@@ -20,7 +20,17 @@ from orjson import loads as _loads
 from turnlog.eventstore import RawEvent, RecordedEvent, StoredRow, Upcaster, Upcasters
 from turnlog.projections import CATALOGUE, decode_event, visible_data
 
-from ._facts import FactEvent, model_call_fact, run_end_fact, run_start_fact, tool_call_fact
+from ._facts import (
+    FactEvent,
+    When,
+    model_call_fact,
+    model_call_row,
+    run_end_fact,
+    run_end_row,
+    run_start_fact,
+    run_start_row,
+    tool_call_fact,
+)
 from ._pricing import PriceTable
 from ._tables import RELEVANT_TYPES
 
@@ -39,7 +49,7 @@ class Batch:
 
     __slots__ = (
         "_lifts", "_message_schema", "_meta", "_meta_bytes", "_moment", "_prices", "_sessions",
-        "_upcasters", "_us", "_versions", "branches", "events", "model_rows", "runs", "tool_rows",
+        "_upcasters", "_us", "_versions", "_when", "branches", "events", "model_rows", "runs", "tool_rows",
     )  # fmt: skip
 
     def __init__(
@@ -80,6 +90,7 @@ class Batch:
         # The events of one append share their time: decode it once per append.
         self._us = -1
         self._moment = _EPOCH
+        self._when: When = ("", "")
         for event in events:
             self.add(event)
 
@@ -146,7 +157,31 @@ class Batch:
             if message.__class__ is dict and message.get("kind") != "ActionResponse":
                 return
         if us != self._us:
-            self._us, self._moment = us, _EPOCH + timedelta(microseconds=us)
+            moment = _EPOCH + timedelta(microseconds=us)
+            text = moment.isoformat(timespec="microseconds")  # as _facts._when formats it
+            self._us, self._moment, self._when = us, moment, (text, text[:10])
+        if schema == current:
+            # The common shape of the facts read most, without an event object (see
+            # _facts.model_call_row); any other payload takes the fact functions below.
+            if kind == "model.called":
+                fact = model_call_row(
+                    position, stream, data, meta, self._when, self._moment, self._prices, self._session_of
+                )
+                if fact is not None:
+                    self.model_rows.append(fact)
+                    return
+            elif kind == "run.started":
+                fact = run_start_row(position, stream, data, meta, self._when, self._session_of)
+                if fact is not None:
+                    self.runs.append(fact)
+                    return
+            elif kind == "run.ended" or kind == "run.failed":
+                fact = run_end_row(
+                    position, stream, kind == "run.failed", data, meta, self._when, self._session_of
+                )
+                if fact is not None:
+                    self.runs.append(fact)
+                    return
         event = DecodedRow(stream, version, position, kind, schema, data, meta, self._moment)
         self._take(event if schema == current else lifted(event))
 

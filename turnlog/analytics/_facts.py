@@ -411,3 +411,158 @@ def run_end_fact(event: FactEvent, session_of: SessionOf) -> tuple[Any, ...]:
         reported,
     )  # fmt: skip
     return row
+
+
+# ------------------------------------------------------------------------- common-shape rows
+#
+# A rebuild takes the facts of every model call and run of the log (about 150,000 of each
+# kind at a million events). The functions below give the row of the fact function above
+# from the parts of a stored row a batch already holds (no event object, no call per field
+# or check), for the payload shape the kernel writes: every value of the exact type it
+# writes. For any other payload they return None and the batch takes the fact function's
+# row, its conversions and its errors: these make no error of their own.
+# ``test_analytics_fast_facts`` holds them equal.
+
+When = tuple[str, str]
+"""``recorded_at`` as ISO 8601 text with microseconds, and its day (``_when``)."""
+
+
+def _usage_of(usage: Any) -> UsageFacts | None:
+    # _usage's first branch: a dict of exact ints and floats (None when it is anything else).
+    if usage.__class__ is not dict:
+        return None
+    tokens_in, tokens_out, cost, read, write = (
+        usage.get("input_tokens"),
+        usage.get("output_tokens"),
+        usage.get("cost_usd"),
+        usage.get("cache_read_tokens"),
+        usage.get("cache_write_tokens"),
+    )
+    if (
+        (tokens_in is None or tokens_in.__class__ is int)
+        and (tokens_out is None or tokens_out.__class__ is int)
+        and (cost is None or cost.__class__ is float)
+        and (read is None or read.__class__ is int)
+        and (write is None or write.__class__ is int)
+    ):
+        return tokens_in, tokens_out, cost, read, write
+    return None
+
+
+def model_call_row(
+    position: int,
+    stream: str,
+    data: dict[str, Any],
+    meta: dict[str, Any],
+    when: When,
+    at: datetime,
+    prices: PriceTable,
+    session_of: SessionOf,
+) -> tuple[Any, ...] | None:
+    """``model_call_fact``'s row of a common-shape ``model.called`` payload; None for any other."""
+    get = data.get
+    provider, model, status, latency = get("provider"), get("model"), get("status"), get("latency_ms")
+    endpoint, verb, call_id, run_id, error_type = (
+        get("endpoint"), get("verb"), get("call_id"), get("run_id"), get("error_type")
+    )  # fmt: skip
+    served, ttft, attempts = get("served_model"), get("ttft_ms"), get("attempts", 1)
+    usage = _usage_of(get("usage", _NO_USAGE))
+    if (
+        usage is None
+        # provider and model must be present: None here may be a missing key
+        or provider.__class__ is not str
+        or model.__class__ is not str
+        or not _texts_ok(endpoint, verb, call_id, run_id, error_type, served)
+        or (status != "ok" and status != "error")
+        or latency.__class__ is not float
+        or (ttft is not None and ttft.__class__ is not float)
+        or attempts.__class__ is not int
+    ):
+        return None
+    tokens_in, tokens_out, reported, read, write = usage
+    served = served or model
+    cost: float | None
+    source: str | None
+    if reported is not None:
+        cost, source = reported, "provider"
+    else:
+        cost = prices.cost(
+            model, tokens_in, tokens_out, cache_read_tokens=read, cache_write_tokens=write, at=at
+        )
+        if cost is None and served != model:
+            cost = prices.cost(
+                served, tokens_in, tokens_out, cache_read_tokens=read, cache_write_tokens=write, at=at
+            )
+        source = None if cost is None else "price_table"
+    branch = meta.get("branch_id")  # _where, inlined
+    if branch is None and stream.startswith("branch-"):
+        branch = stream[7:]
+    session = meta.get("session_id")
+    if session is None:
+        session = session_of(branch)
+    if run_id is None:
+        run_id = meta.get("run_id")
+    return (
+        position, when[0], when[1], provider, model, endpoint, branch, session, run_id, verb,
+        call_id, get("stream") is True, tokens_in, tokens_out, read, write, cost, source,
+        latency / 1000.0, None if ttft is None else ttft / 1000.0, status, error_type, attempts, served,
+    )  # fmt: skip
+
+
+def run_start_row(
+    position: int, stream: str, data: dict[str, Any], meta: dict[str, Any], when: When, session_of: SessionOf
+) -> tuple[Any, ...] | None:
+    """``run_start_fact``'s row of a common-shape ``run.started`` payload; None for any other."""
+    get = data.get
+    run_id, verb = get("run_id"), get("verb", _MISSING)
+    parent, provider, model = get("parent_run_id"), get("provider"), get("model")
+    if run_id.__class__ is not str or not _texts_ok(verb, parent, provider, model):
+        return None
+    branch = meta.get("branch_id")
+    if branch is None and stream.startswith("branch-"):
+        branch = stream[7:]
+    session = meta.get("session_id")
+    if session is None:
+        session = session_of(branch)
+    return (
+        run_id, position, when[0], when[1], None, verb, parent, provider, model, branch, session,
+        "running", None, None, None, None, None, None, None, None, None, None,
+    )  # fmt: skip
+
+
+def run_end_row(
+    position: int,
+    stream: str,
+    failed: bool,
+    data: dict[str, Any],
+    meta: dict[str, Any],
+    when: When,
+    session_of: SessionOf,
+) -> tuple[Any, ...] | None:
+    """``run_end_fact``'s row of a common-shape ``run.ended`` (``run.failed``) payload; None for any other."""
+    get = data.get
+    run_id, verb, duration, chunks = get("run_id"), get("verb", _MISSING), get("duration_ms"), get("chunks")
+    usage = _usage_of(get("usage", _NO_USAGE))
+    reason = error_type = None
+    if failed:
+        reason, error_type = get("reason", _MISSING), get("error_type")
+    if (
+        usage is None
+        or run_id.__class__ is not str
+        or duration.__class__ is not float
+        or (chunks is not None and chunks.__class__ is not int)
+        or not _texts_ok(verb, reason, error_type)
+    ):
+        return None
+    branch = meta.get("branch_id")
+    if branch is None and stream.startswith("branch-"):
+        branch = stream[7:]
+    session = meta.get("session_id")
+    if session is None:
+        session = session_of(branch)
+    tokens_in, tokens_out, reported, read, write = usage
+    return (
+        run_id, position, when[0], when[1], when[0], verb, None, None, None, branch, session,
+        "failed" if failed else "ok", reason, error_type, duration / 1000.0, chunks, tokens_in,
+        tokens_out, read, write, None, None, reported,
+    )  # fmt: skip
