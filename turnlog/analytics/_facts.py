@@ -140,24 +140,11 @@ UsageFacts = tuple[int | None, int | None, float | None, int | None, int | None]
 def _usage(event: FactEvent, data: Mapping[str, Any]) -> UsageFacts:
     # The catalogue defaults usage to all-unknown, so a payload without it is valid.
     usage = data.get("usage", _NO_USAGE)
-    if usage.__class__ is dict:
-        tokens_in, tokens_out, cost, read, write = (
-            usage.get("input_tokens"),
-            usage.get("output_tokens"),
-            usage.get("cost_usd"),
-            usage.get("cache_read_tokens"),
-            usage.get("cache_write_tokens"),
-        )
-        # The common shapes pass these class checks at once; anything else takes the
-        # checks (and the conversions, and the errors) below.
-        if (
-            (tokens_in is None or tokens_in.__class__ is int)
-            and (tokens_out is None or tokens_out.__class__ is int)
-            and (cost is None or cost.__class__ is float)
-            and (read is None or read.__class__ is int)
-            and (write is None or write.__class__ is int)
-        ):
-            return tokens_in, tokens_out, cost, read, write
+    # The common shapes pass _usage_of's class checks at once; anything else takes the
+    # checks (and the conversions, and the errors) below.
+    common = _usage_of(usage)
+    if common is not None:
+        return common
     if not isinstance(usage, dict):
         raise _bad(event, f"usage must be an object, not {type(usage).__name__}")
     return (
@@ -428,7 +415,7 @@ When = tuple[str, str]
 
 
 def _usage_of(usage: Any) -> UsageFacts | None:
-    # _usage's first branch: a dict of exact ints and floats (None when it is anything else).
+    # A dict of exact ints and floats, as the kernel writes it (None when it is anything else).
     if usage.__class__ is not dict:
         return None
     tokens_in, tokens_out, cost, read, write = (
