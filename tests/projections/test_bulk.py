@@ -17,6 +17,7 @@ from turnlog.eventstore import NewEvent, NewSnapshot, open_store
 from turnlog.projections import (
     PROJECTION_VERSION,
     SNAPSHOT_TYPE,
+    ActionResponse,
     AnyMessage,
     AssistantResponse,
     EventDecodeError,
@@ -144,6 +145,35 @@ def test_what_the_bulk_path_takes_pydantic_takes_alike(msg, edits, other) -> Non
     if got is not None:
         assert expected is not None
         assert_same(got, expected)
+
+
+def test_json_values_keep_their_types_as_pydantic_keeps_them() -> None:
+    """Each JSON type takes its own choice (a bool stays a bool, an int is not made a float)."""
+    values = [None, "s", True, False, 0, 7, 2**70, 1.5, float("inf"), [1, 1.0, True], {"k": [None, {"n": 2}]}]
+    msg = ActionResponse.create(function="f", output=None)
+    items = [
+        {**stored(msg), "metadata": {"v": v}, "content": {**stored(msg)["content"], "output": v}}
+        for v in values
+    ]
+    got = validate_messages(items)
+    assert got is not None
+    assert_same(got, STRICT.validate_python(items, strict=True))
+    for message, value in zip(got, values, strict=True):
+        assert repr(message.content.output) == repr(value) and repr(message.metadata["v"]) == repr(value)
+        assert type(message.content.output) is type(value)
+    assert type(got[-2].content.output[1]) is float and type(got[-2].content.output[2]) is bool
+
+
+def test_images_still_go_through_their_validator() -> None:
+    """An empty list is taken as it is; raw base64 is made a data URI as the validator does."""
+    msg = stored(Instruction.create("q"))
+    raw = {**msg, "content": {**msg["content"], "images": ["aGVsbG8="]}}
+    bad = {**msg, "content": {**msg["content"], "images": ["ftp://x"]}}
+    got = validate_messages([msg, raw])
+    assert got is not None
+    assert_same(got, STRICT.validate_python([msg, raw], strict=True))
+    assert got[0].content.images == [] and got[1].content.images == ["data:image/jpeg;base64,aGVsbG8="]
+    assert validate_messages([msg, bad]) is None
 
 
 def test_a_time_in_another_offset_or_a_missing_field_falls_back() -> None:
