@@ -190,14 +190,23 @@ def branch_of(event: FactEvent) -> str | None:
 SessionOf = Callable[[str | None], str | None]
 
 
-def _where(event: FactEvent, session_of: SessionOf, run_id: Any) -> tuple[str | None, str | None, Any]:
-    meta = event.meta
-    branch = meta.get("branch_id")  # branch_of, inlined: it runs for every fact
-    if branch is None and event.stream.startswith("branch-"):
-        branch = event.stream[7:]
+def _branch_session(
+    stream: str, meta: Mapping[str, Any], session_of: SessionOf
+) -> tuple[str | None, str | None]:
+    # branch_of on a stream and its meta (every fact and every common-shape row needs it),
+    # then the session: the meta's, else the one the branch was recorded under.
+    branch = meta.get("branch_id")
+    if branch is None and stream.startswith("branch-"):
+        branch = stream[7:]
     session = meta.get("session_id")
     if session is None:
         session = session_of(branch)
+    return branch, session
+
+
+def _where(event: FactEvent, session_of: SessionOf, run_id: Any) -> tuple[str | None, str | None, Any]:
+    meta = event.meta
+    branch, session = _branch_session(event.stream, meta, session_of)
     if run_id is None:
         run_id = meta.get("run_id")
     return branch, session, run_id
@@ -481,12 +490,7 @@ def model_call_row(
                 served, tokens_in, tokens_out, cache_read_tokens=read, cache_write_tokens=write, at=at
             )
         source = None if cost is None else "price_table"
-    branch = meta.get("branch_id")  # _where, inlined
-    if branch is None and stream.startswith("branch-"):
-        branch = stream[7:]
-    session = meta.get("session_id")
-    if session is None:
-        session = session_of(branch)
+    branch, session = _branch_session(stream, meta, session_of)
     if run_id is None:
         run_id = meta.get("run_id")
     return (
@@ -505,12 +509,7 @@ def run_start_row(
     parent, provider, model = get("parent_run_id"), get("provider"), get("model")
     if run_id.__class__ is not str or not _texts_ok(verb, parent, provider, model):
         return None
-    branch = meta.get("branch_id")
-    if branch is None and stream.startswith("branch-"):
-        branch = stream[7:]
-    session = meta.get("session_id")
-    if session is None:
-        session = session_of(branch)
+    branch, session = _branch_session(stream, meta, session_of)
     return (
         run_id, position, when[0], when[1], None, verb, parent, provider, model, branch, session,
         "running", None, None, None, None, None, None, None, None, None, None,
@@ -541,12 +540,7 @@ def run_end_row(
         or not _texts_ok(verb, reason, error_type)
     ):
         return None
-    branch = meta.get("branch_id")
-    if branch is None and stream.startswith("branch-"):
-        branch = stream[7:]
-    session = meta.get("session_id")
-    if session is None:
-        session = session_of(branch)
+    branch, session = _branch_session(stream, meta, session_of)
     tokens_in, tokens_out, reported, read, write = usage
     return (
         run_id, position, when[0], when[1], when[0], verb, None, None, None, branch, session,
