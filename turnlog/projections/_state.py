@@ -258,12 +258,7 @@ class BranchState:
         """The messages in progression order (the system message excluded), as the view shows them."""
         cached = self._cache
         if cached is None:
-            log, over = self._log, self._over
-            if over:
-                get = over.get
-                cached = tuple(get(i) or log[i] for i in range(self._start, self._n))  # type: ignore[misc]
-            else:
-                cached = tuple(log[self._start : self._n])  # type: ignore[arg-type]
+            cached = self.message_view[:]
             object.__setattr__(self, "_cache", cached)
         return cached
 
