@@ -37,7 +37,7 @@ from ._errors import CorruptStoreError, StoreFormatError, StoreNotFound, StoreUn
 from ._ids import uuid7
 from ._records import EncodedEvent
 from ._sqlite_compact import COMPACT_FORMAT, ZSTD_FORMAT, add_snapshot_codec, create_compact
-from ._sqlite_layout import COPIED_BLOB_BYTES, Layout, layout_of, writer
+from ._sqlite_layout import Layout, blob_param, layout_of, writer
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -325,13 +325,20 @@ def insert_events(
                 layout.after_write(conn, last)
             return last
         eid, etype, schema, data, meta = events[0]
-        if len(data) <= COPIED_BLOB_BYTES:
-            data = bytearray(data)  # type: ignore[assignment]  # bound without an adapter lookup
-        if len(meta) <= COPIED_BLOB_BYTES:
-            meta = bytearray(meta)  # type: ignore[assignment]
-        return execute(
-            layout.single_insert, (eid, stream, version + 1, etype, schema, data, meta, now, prev, hashes[0])
-        ).lastrowid
+        # blobs bound without sqlite3's adapter lookup (blob_param)
+        row = (
+            eid,
+            stream,
+            version + 1,
+            etype,
+            schema,
+            blob_param(data),
+            blob_param(meta),
+            now,
+            prev,
+            hashes[0],
+        )
+        return execute(layout.single_insert, row).lastrowid
     encode, hash_param = layout.encode, layout.hash_param
     last = None
     done = 0
@@ -346,23 +353,14 @@ def insert_events(
                 append(hash_param(digest))
         else:  # the text layout stores an event's fields and its hash as they are
             last_meta: bytes | None = None
-            meta_param: bytes | bytearray = b""
+            meta_param: Any = b""
             for (eid, etype, schema, data, meta), digest in zip(
                 events[done : done + size], hashes[done : done + size], strict=True
             ):
                 if meta is not last_meta:  # the events of a batch mostly share one meta object
-                    meta_param = bytearray(meta) if len(meta) <= COPIED_BLOB_BYTES else meta
+                    meta_param = blob_param(meta)
                     last_meta = meta
-                extend(
-                    (
-                        eid,
-                        etype,
-                        schema,
-                        bytearray(data) if len(data) <= COPIED_BLOB_BYTES else data,
-                        meta_param,
-                        digest,
-                    )
-                )
+                extend((eid, etype, schema, blob_param(data), meta_param, digest))
         last = execute(_block_insert(layout, size), params).lastrowid
         done += size
     if last is not None:
